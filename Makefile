@@ -1,0 +1,117 @@
+# grace: plain GNU Makefile. `make` builds build/grace, build/libgrace.a and build/libgrace.so;
+# `make test` runs every test under prove; `make asan` runs them with sanitizers; `make demo`.
+# DEPS_PREFIX=/path builds against Debian packages unpacked there with `dpkg -x` (the GPU machine).
+
+BUILD      ?= build
+PREFIX     ?= /usr/local
+CUDA_HOME  ?= /usr/local/cuda
+DEPS_PREFIX ?=
+CC         ?= cc
+OPT        ?= -O2
+SAN        ?=
+
+# Dependencies: missing Debian packages are installed (as root) or named, once, before anything builds.
+DEPS_STATUS := $(shell DEPS_PREFIX="$(DEPS_PREFIX)" sh tools/deps.sh >&2; echo $$?)
+ifneq ($(DEPS_STATUS),0)
+  $(error missing dependencies (see the line above))
+endif
+
+ifneq ($(DEPS_PREFIX),)
+  DEP_INC := -I$(DEPS_PREFIX)/usr/include/lua5.4 -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
+  DEP_LIB := -L$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu -Wl,-rpath,$(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
+  READLINE_H := $(wildcard $(DEPS_PREFIX)/usr/include/readline/readline.h /usr/include/readline/readline.h)
+else
+  DEP_INC := -I/usr/include/lua5.4
+  DEP_LIB :=
+  READLINE_H := $(wildcard /usr/include/readline/readline.h)
+endif
+
+# CUDA toolkit headers are optional: without them the CPU-only runtime is built (said once).
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+  CUDA_DEF := -DGRACE_HAVE_CUDA_HEADERS -I$(CUDA_HOME)/include
+else
+  CUDA_DEF :=
+  $(info grace: no CUDA toolkit headers under $(CUDA_HOME): building the CPU-only runtime)
+endif
+
+ifneq ($(READLINE_H),)
+  RL_DEF := -DGRACE_HAVE_READLINE
+  RL_LIB := -lreadline
+endif
+
+WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(CUDA_DEF) $(SAN) $(CFLAGS)
+LDLIBS_ALL := $(DEP_LIB) -lmimalloc -lm -ldl -lpthread $(SAN) $(LDFLAGS)
+
+CORE_SRC := $(wildcard ir/*.c codegen/*.c cuda/*.c vm/*.c)
+LUA_SRC  := $(filter-out lua/main.c,$(wildcard lua/*.c))
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+LUA_OBJ  := $(LUA_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/stdlib_embed.o
+STDLIB   := $(sort $(wildcard stdlib/grace/*.lua))
+CTEST_SRC := $(wildcard tests/c/*.c)
+CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
+HEADERS  := $(wildcard include/*.h ir/*.h ir/*.def codegen/*.h cuda/*.h vm/*.h lua/*.h)
+
+.PHONY: all test asan clean install demo bench-cpu
+all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+# Pointwise and reduction kernels are the CPU backend's hot loops: let the compiler vectorize them.
+$(BUILD)/obj/vm/cpu_%.o: vm/cpu_%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -O3 -fno-math-errno -fno-trapping-math -c $< -o $@
+
+$(BUILD)/libgrace.a: $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libgrace.so: $(CORE_OBJ)
+	$(CC) -shared -o $@ $^ $(LDLIBS_ALL)
+
+# The Lua standard library (stdlib/grace/*.lua) is embedded in the binary so `grace` needs no install.
+$(BUILD)/bin2c: tools/bin2c.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -o $@ $<
+
+$(BUILD)/obj/stdlib_embed.c: $(BUILD)/bin2c $(STDLIB)
+	@mkdir -p $(dir $@)
+	$(BUILD)/bin2c $@ $(STDLIB)
+
+$(BUILD)/obj/stdlib_embed.o: $(BUILD)/obj/stdlib_embed.c
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/grace: $(BUILD)/obj/lua/main.o $(LUA_OBJ) $(BUILD)/libgrace.a
+	$(CC) -o $@ $^ $(DEP_LIB) -llua5.4 $(RL_LIB) $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
+
+TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh))
+
+test: all $(CTEST_BIN)
+	GRACE=$(abspath $(BUILD)/grace) prove --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS) $(TESTS)
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+demo: $(BUILD)/grace
+	$(BUILD)/grace examples/transformer_block.lua
+
+bench-cpu: $(BUILD)/grace
+	$(BUILD)/grace bench/cpu_ops.lua
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 755 $(BUILD)/grace $(DESTDIR)$(PREFIX)/bin/grace
+	install -m 644 $(BUILD)/libgrace.a $(DESTDIR)$(PREFIX)/lib/libgrace.a
+	install -m 755 $(BUILD)/libgrace.so $(DESTDIR)$(PREFIX)/lib/libgrace.so
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define GRACE_VERSION "\(.*\)"/\1/p' include/grace.h)|' \
+	    tools/grace.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/grace.pc
+
+clean:
+	rm -rf build build-asan

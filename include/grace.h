@@ -1,0 +1,166 @@
+/* grace.h: the public C API of grace: the VM handle, tensors, eager ops and errors.
+ * Every function that can fail returns a grace_status; the message is then in grace_last_error(vm).
+ * Nothing here aborts, exits or prints. Host languages (the Lua binding is one) use only this header. */
+#ifndef GRACE_H
+#define GRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "grace_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GRACE_VERSION "0.1.0"
+#define GRACE_MAX_DIMS 8
+
+typedef enum grace_status {
+  GRACE_OK = 0,
+  GRACE_EARG,         /* a bad argument: wrong kind, out of range */
+  GRACE_ESHAPE,       /* shapes do not fit together */
+  GRACE_EDTYPE,       /* a dtype the op does not take */
+  GRACE_EINDEX,       /* an index out of range */
+  GRACE_ENOMEM,       /* host or device memory exhausted */
+  GRACE_EDEVICE,      /* a device error, or a device that is not there */
+  GRACE_EUNSUPPORTED, /* valid, but not supported by this backend */
+  GRACE_EINTERNAL     /* a bug in grace */
+} grace_status;
+
+/* _(ENUM, name, bytes, category): category orders type promotion, BOOL < INT < FLOAT. */
+#define GRACE_DTYPES(_) \
+  _(FLOAT32,  "float32",  4, FLOAT) \
+  _(FLOAT64,  "float64",  8, FLOAT) \
+  _(FLOAT16,  "float16",  2, FLOAT) \
+  _(BFLOAT16, "bfloat16", 2, FLOAT) \
+  _(INT32,    "int32",    4, INT) \
+  _(INT64,    "int64",    8, INT) \
+  _(UINT8,    "uint8",    1, INT) \
+  _(BOOL,     "bool",     1, BOOL)
+
+typedef enum grace_dtype {
+#define GRACE_DTYPE_ENUM(e, name, bytes, cat) GRACE_##e,
+  GRACE_DTYPES(GRACE_DTYPE_ENUM)
+#undef GRACE_DTYPE_ENUM
+  GRACE_NDTYPES
+} grace_dtype;
+
+typedef enum grace_device { GRACE_CPU = 0, GRACE_CUDA = 1 } grace_device;
+
+typedef enum grace_op {
+#define GRACE_OP_ENUM(e, name, kind, nin, nout) GRACE_OP_##e,
+  GRACE_OPS(GRACE_OP_ENUM)
+#undef GRACE_OP_ENUM
+  GRACE_NOPS
+} grace_op;
+
+typedef enum grace_opkind {
+#define GRACE_OPKIND_ENUM(k) GRACE_KIND_##k,
+  GRACE_OPKINDS(GRACE_OPKIND_ENUM)
+#undef GRACE_OPKIND_ENUM
+  GRACE_NOPKINDS
+} grace_opkind;
+
+/* ---- the VM ---- */
+typedef struct grace_vm grace_vm;
+typedef struct grace_tensor grace_tensor;
+
+/* Host allocator, as lua_Alloc plus an alignment: nsize 0 frees ptr; otherwise (re)allocates to nsize
+ * bytes aligned to `align` (a power of two). Returns NULL on failure. */
+typedef void *(*grace_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize, size_t align);
+
+typedef struct grace_config {
+  grace_alloc_fn alloc;   /* NULL: mimalloc */
+  void *alloc_ud;
+  const char *device;     /* "cpu", "cuda" or "auto" (NULL: $GRACE_DEVICE, else "auto") */
+  int threads;            /* CPU worker threads; 0: one per core */
+  int index_base;         /* values of index tensors (argmax, gather, ...): 0 (C, default) or 1 (Lua) */
+} grace_config;
+
+/* NULL cfg gives the defaults. On failure returns NULL and, if err is not NULL, writes a message there. */
+grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen);
+void grace_vm_free(grace_vm *vm);
+const char *grace_last_error(const grace_vm *vm);
+const char *grace_status_name(grace_status st);
+grace_device grace_default_device(const grace_vm *vm);
+/* "cpu", "cuda" or "auto"; "cuda" with no usable device is an error. */
+grace_status grace_set_default_device(grace_vm *vm, const char *name);
+/* One line describing the backend in use, e.g. "cpu (2 threads)" or "cuda: NVIDIA H200, sm_90". */
+const char *grace_backend_info(grace_vm *vm);
+/* Whether a CUDA driver and device are present (libcuda is loaded on first call, never required). */
+int grace_cuda_available(grace_vm *vm);
+int grace_index_base(const grace_vm *vm);
+void grace_manual_seed(grace_vm *vm, uint64_t seed);
+
+/* ---- dtypes and devices ---- */
+const char *grace_dtype_name(grace_dtype dt);
+grace_status grace_dtype_from_name(const char *name, grace_dtype *out);
+size_t grace_dtype_size(grace_dtype dt);
+int grace_dtype_is_float(grace_dtype dt);
+int grace_dtype_is_int(grace_dtype dt);   /* integer or bool */
+const char *grace_device_name(grace_device dev);
+
+/* ---- tensors (reference counted; every function returning a tensor gives the caller one reference) ---- */
+grace_status grace_tensor_empty(grace_vm *vm, grace_dtype dt, grace_device dev, int ndim,
+                                const int64_t *sizes, grace_tensor **out);
+/* A new contiguous tensor holding a copy of `data` (ndim sizes, row-major, of dtype src_dt), stored as dt. */
+grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, const int64_t *sizes,
+                                    grace_dtype src_dt, const void *data, grace_tensor **out);
+/* A 0-d tensor for a host number (a Lua number in `x + 2`): it takes part in type promotion as a
+ * PyTorch "wrapped number" (it does not widen a tensor's dtype within the same category). */
+grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out);
+void grace_tensor_retain(grace_tensor *t);
+void grace_tensor_release(grace_tensor *t);
+
+int grace_tensor_ndim(const grace_tensor *t);
+const int64_t *grace_tensor_sizes(const grace_tensor *t);
+const int64_t *grace_tensor_strides(const grace_tensor *t);   /* in elements */
+int64_t grace_tensor_offset(const grace_tensor *t);            /* in elements */
+int64_t grace_tensor_numel(const grace_tensor *t);
+grace_dtype grace_tensor_dtype(const grace_tensor *t);
+grace_device grace_tensor_device(const grace_tensor *t);
+int grace_tensor_is_contiguous(const grace_tensor *t);
+int grace_tensor_is_scalar(const grace_tensor *t);             /* made by grace_tensor_scalar */
+uint64_t grace_tensor_version(const grace_tensor *t);          /* bumped on every in-place write */
+const void *grace_tensor_storage_id(const grace_tensor *t);    /* equal for views of one storage */
+/* Host pointer to element 0 (with offset applied); NULL for device tensors. */
+void *grace_tensor_data(grace_tensor *t);
+/* Copies all elements, in row-major order of the logical shape, converted to dst_dt, into dst
+ * (numel * grace_dtype_size(dst_dt) bytes). Works for device tensors too. */
+grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst);
+/* Element at a multi-index (0-based, ndim entries) as double or as int64. */
+grace_status grace_tensor_get(grace_vm *vm, const grace_tensor *t, const int64_t *index, double *out);
+grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int64_t *index, int64_t *out);
+
+/* ---- ops ---- */
+typedef struct grace_attrs {
+  int ndims;                        /* dims (0-based; negative counts from the end); 0: none given */
+  int64_t dims[GRACE_MAX_DIMS];
+  int nshape;                       /* a shape: reshape/view/expand target, repeats, created shape */
+  int64_t shape[GRACE_MAX_DIMS];
+  double a, b, c;                   /* scalar parameters (see the op table) */
+  int has_a, has_b;
+  int64_t i0, i1;                   /* integer parameters (see the op table) */
+  int keepdim;
+  int flag;                         /* per op: unbiased, tanh gelu, descending, smallest */
+  int has_dtype;
+  grace_dtype dtype;                /* result dtype where the op takes one (cast, creation, sum) */
+  grace_device device;              /* creation and TO_DEVICE */
+} grace_attrs;
+
+const char *grace_op_name(grace_op op);
+grace_opkind grace_op_kind(grace_op op);
+int grace_op_ninputs(grace_op op);   /* -1: variadic */
+int grace_op_noutputs(grace_op op);
+grace_status grace_op_from_name(const char *name, grace_op *out);
+
+/* Runs one op eagerly on the inputs' device. `out` receives `nout` new references (nout may be less
+ * than grace_op_noutputs: MAX with a dim gives values and indices, ask for 1 to get values only).
+ * Input tensors may be NULL only where the op table says so. attrs may be NULL (all defaults). */
+grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
+                       const grace_attrs *attrs, int nout, grace_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,116 @@
+/* lgrace.c: module "grace": the VM owned by a userdata (freed by __gc), module-level functions, and a
+ * package searcher for the standard library embedded in the binary. */
+#include <string.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include "lua/lgrace.h"
+
+#define VM_KEY "grace.vm"
+
+typedef struct { const char *name; const char *src; size_t len; } stdlib_file;
+extern const stdlib_file grace_stdlib_files[];
+
+grace_vm *lgrace_vm(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
+  grace_vm **pvm = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!pvm || !*pvm) luaL_error(L, "grace: the module is not open (no VM)");
+  return *pvm;
+}
+
+int lgrace_error(lua_State *L, grace_vm *vm) {
+  return luaL_error(L, "%s", grace_last_error(vm));
+}
+
+static int vm_gc(lua_State *L) {
+  grace_vm **pvm = lua_touserdata(L, 1);
+  if (pvm && *pvm) { grace_vm_free(*pvm); *pvm = NULL; }
+  return 0;
+}
+
+static int l_backend(lua_State *L) {
+  lua_pushstring(L, grace_backend_info(lgrace_vm(L)));
+  return 1;
+}
+
+static int l_device(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  if (!lua_isnoneornil(L, 1) && grace_set_default_device(vm, luaL_checkstring(L, 1)) != GRACE_OK)
+    return lgrace_error(L, vm);
+  lua_pushstring(L, grace_device_name(grace_default_device(vm)));
+  return 1;
+}
+
+static int l_cuda_available(lua_State *L) {
+  lua_pushboolean(L, grace_cuda_available(lgrace_vm(L)));
+  return 1;
+}
+
+static int l_manual_seed(lua_State *L) {
+  grace_manual_seed(lgrace_vm(L), (uint64_t)luaL_checkinteger(L, 1));
+  return 0;
+}
+
+/* package.searchers entry: finds "grace.xxx" in the embedded standard library. */
+static int stdlib_searcher(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  for (const stdlib_file *f = grace_stdlib_files; f->name; f++) {
+    if (strcmp(f->name, name)) continue;
+    char chunk[300];
+    snprintf(chunk, sizeof chunk, "@stdlib/%s.lua", f->name);
+    for (char *p = chunk + 8; *p && strcmp(p, ".lua"); p++) if (*p == '.') *p = '/';
+    if (luaL_loadbuffer(L, f->src, f->len, chunk) != LUA_OK) return lua_error(L);
+    lua_pushstring(L, chunk + 1);
+    return 2;
+  }
+  lua_pushfstring(L, "no embedded module '%s'", name);
+  return 1;
+}
+
+static const luaL_Reg grace_funcs[] = {
+  {"backend", l_backend},
+  {"device", l_device},
+  {"cuda_available", l_cuda_available},
+  {"manual_seed", l_manual_seed},
+  {NULL, NULL}
+};
+
+/* Tensor methods and constructors live in lgrace_tensor.c. */
+void lgrace_open_tensor(lua_State *L);
+
+int luaopen_grace(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
+  int have = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (!have) {
+    grace_vm **pvm = lua_newuserdatauv(L, sizeof *pvm, 0);
+    *pvm = NULL;
+    lua_newtable(L);
+    lua_pushcfunction(L, vm_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    char err[256] = "";
+    grace_config cfg = {.index_base = 1};
+    *pvm = grace_vm_new(&cfg, err, sizeof err);
+    if (!*pvm) return luaL_error(L, "grace: %s", err);
+    lua_setfield(L, LUA_REGISTRYINDEX, VM_KEY);
+    /* the embedded standard library is searched before package.path */
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "searchers");
+      if (lua_istable(L, -1)) {
+        lua_Integer n = luaL_len(L, -1);
+        for (lua_Integer i = n; i >= 2; i--) { lua_geti(L, -1, i); lua_seti(L, -2, i + 1); }
+        lua_pushcfunction(L, stdlib_searcher);
+        lua_seti(L, -2, 2);
+      }
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  luaL_newlib(L, grace_funcs);
+  lua_pushliteral(L, GRACE_VERSION);
+  lua_setfield(L, -2, "version");
+  lgrace_open_tensor(L);
+  return 1;
+}

@@ -1,0 +1,2 @@
+-- grace.nn: neural network modules on top of the grace tensor DSL.
+return {}

@@ -1,0 +1,7 @@
+/* cpu_matmul.c: the CPU backend's matrix products. */
+#include "vm/cpu_kernels.h"
+
+grace_status cpu_matmul_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
+                          int nout, grace_tensor **out) {
+  return vm_err(vm, GRACE_EUNSUPPORTED, "%s: not implemented on the CPU backend yet", grace_op_name(op));
+}

@@ -1,0 +1,176 @@
+/* vm.c: the VM handle (configuration, allocator, errors, default device) and dtype facts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <mimalloc.h>
+#include "vm/vm.h"
+#include "cuda/cuda_driver.h"
+
+static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
+  (void)ud; (void)osize;
+  if (nsize == 0) { mi_free(ptr); return NULL; }
+  return mi_realloc_aligned(ptr, nsize, align);
+}
+
+static const char *status_names[] = {
+  "ok", "bad argument", "shape mismatch", "dtype mismatch", "index out of range", "out of memory",
+  "device error", "unsupported", "internal error"
+};
+
+const char *grace_status_name(grace_status st) {
+  return (unsigned)st < sizeof status_names / sizeof *status_names ? status_names[st] : "unknown status";
+}
+
+grace_status vm_err(grace_vm *vm, grace_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(vm->err, sizeof vm->err, fmt, ap);
+  va_end(ap);
+  vm->status = st;
+  return st;
+}
+
+const char *grace_last_error(const grace_vm *vm) { return vm ? vm->err : "no VM"; }
+
+void *vm_alloc(grace_vm *vm, size_t n) { return vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN); }
+void *vm_calloc(grace_vm *vm, size_t n) {
+  void *p = vm_alloc(vm, n);
+  if (p) memset(p, 0, n);
+  return p;
+}
+void vm_free(grace_vm *vm, void *p, size_t n) { if (p) vm->alloc(vm->alloc_ud, p, n, 0, VM_ALIGN); }
+
+grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
+  grace_config def = {0};
+  if (!cfg) cfg = &def;
+  grace_alloc_fn alloc = cfg->alloc ? cfg->alloc : vm_default_alloc;
+  grace_vm *vm = alloc(cfg->alloc_ud, NULL, 0, sizeof *vm, VM_ALIGN);
+  if (!vm) {
+    if (err && errlen) snprintf(err, errlen, "grace_vm_new: out of memory");
+    return NULL;
+  }
+  memset(vm, 0, sizeof *vm);
+  vm->alloc = alloc;
+  vm->alloc_ud = cfg->alloc_ud;
+  vm->index_base = cfg->index_base ? 1 : 0;
+  vm->seed = 0x5eed;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  vm->threads = cfg->threads > 0 ? cfg->threads : ncpu > 0 ? (int)(ncpu > 64 ? 64 : ncpu) : 1;
+  const char *dev = cfg->device;
+  if (!dev || !*dev) dev = getenv("GRACE_DEVICE");
+  if (!dev || !*dev) dev = "auto";
+  if (grace_set_default_device(vm, dev) != GRACE_OK) {
+    if (err && errlen) snprintf(err, errlen, "%s", vm->err);
+    grace_vm_free(vm);
+    return NULL;
+  }
+  return vm;
+}
+
+void grace_vm_free(grace_vm *vm) {
+  if (!vm) return;
+  vm_pool_free(vm);
+  cuda_driver_free(vm);
+  vm->alloc(vm->alloc_ud, vm, sizeof *vm, 0, VM_ALIGN);
+}
+
+int grace_cuda_available(grace_vm *vm) { return cuda_driver_get(vm) != NULL; }
+
+grace_status grace_set_default_device(grace_vm *vm, const char *name) {
+  if (!strcmp(name, "cpu")) vm->default_device = GRACE_CPU;
+  else if (!strcmp(name, "cuda")) {
+    if (!grace_cuda_available(vm))
+      return vm_err(vm, GRACE_EDEVICE, "device 'cuda' requested but no CUDA device is usable: %s",
+                    cuda_driver_why(vm));
+    vm->default_device = GRACE_CUDA;
+  } else if (!strcmp(name, "auto")) {
+    /* Tensors on the GPU need the CUDA backend (cuda/); until it runs ops, auto stays on the CPU. */
+    vm->default_device = GRACE_CPU;
+  } else
+    return vm_err(vm, GRACE_EARG, "unknown device '%s' (expected cpu, cuda or auto)", name);
+  return GRACE_OK;
+}
+
+grace_device grace_default_device(const grace_vm *vm) { return vm->default_device; }
+int grace_index_base(const grace_vm *vm) { return vm->index_base; }
+void grace_manual_seed(grace_vm *vm, uint64_t seed) { vm->seed = seed; vm->rng_offset = 0; }
+
+const char *grace_backend_info(grace_vm *vm) {
+  if (vm->default_device == GRACE_CUDA)
+    snprintf(vm->info, sizeof vm->info, "cuda: %s", cuda_driver_describe(vm));
+  else
+    snprintf(vm->info, sizeof vm->info, "cpu (%d thread%s)%s%s", vm->threads, vm->threads == 1 ? "" : "s",
+             grace_cuda_available(vm) ? "; CUDA device present: " : "",
+             grace_cuda_available(vm) ? cuda_driver_describe(vm) : "");
+  return vm->info;
+}
+
+/* ---- dtypes ---- */
+static const struct { const char *name; size_t size; int cat; } dtype_info[] = {
+#define CAT_BOOL 0
+#define CAT_INT 1
+#define CAT_FLOAT 2
+#define DT_INFO(e, name, bytes, cat) {name, bytes, CAT_##cat},
+  GRACE_DTYPES(DT_INFO)
+#undef DT_INFO
+};
+
+const char *grace_dtype_name(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES ? dtype_info[dt].name : "?"; }
+size_t grace_dtype_size(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES ? dtype_info[dt].size : 0; }
+int vm_dtype_category(grace_dtype dt) { return dtype_info[dt].cat; }
+int grace_dtype_is_float(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES && dtype_info[dt].cat == CAT_FLOAT; }
+int grace_dtype_is_int(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES && dtype_info[dt].cat != CAT_FLOAT; }
+const char *grace_device_name(grace_device dev) { return dev == GRACE_CUDA ? "cuda" : "cpu"; }
+
+grace_status grace_dtype_from_name(const char *name, grace_dtype *out) {
+  static const struct { const char *alias; grace_dtype dt; } aliases[] = {
+    {"float", GRACE_FLOAT32}, {"double", GRACE_FLOAT64}, {"half", GRACE_FLOAT16}, {"long", GRACE_INT64},
+    {"int", GRACE_INT32}, {"byte", GRACE_UINT8},
+  };
+  for (int i = 0; i < GRACE_NDTYPES; i++)
+    if (!strcmp(name, dtype_info[i].name)) { *out = (grace_dtype)i; return GRACE_OK; }
+  for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+    if (!strcmp(name, aliases[i].alias)) { *out = aliases[i].dt; return GRACE_OK; }
+  return GRACE_EARG;
+}
+
+grace_dtype vm_promote_types(grace_dtype a, grace_dtype b) {
+  if (a == b) return a;
+  int ca = dtype_info[a].cat, cb = dtype_info[b].cat;
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == CAT_FLOAT) {
+    if (a == GRACE_FLOAT64 || b == GRACE_FLOAT64) return GRACE_FLOAT64;
+    return GRACE_FLOAT32;   /* f16 with bf16, or either with f32 */
+  }
+  /* integers: uint8 < int32 < int64 */
+  return dtype_info[a].size >= dtype_info[b].size ? a : b;
+}
+
+/* PyTorch's rule (c10 ResultTypeState): three tiers, a higher tier's category wins, a lower tier only
+ * raises the category. A wrapped float counts as the default dtype, float32. */
+static grace_dtype combine_categories(int has_hi, grace_dtype hi, int has_lo, grace_dtype lo) {
+  if (!has_hi) return lo;
+  if (!has_lo) return hi;
+  if (dtype_info[hi].cat == CAT_FLOAT) return hi;
+  if (hi == GRACE_BOOL || dtype_info[lo].cat == CAT_FLOAT) {
+    if (dtype_info[lo].cat > dtype_info[hi].cat) return lo;   /* category raises to lo's type */
+    return vm_promote_types(hi, lo);
+  }
+  return hi;
+}
+
+grace_dtype vm_result_type(int n, grace_tensor *const *ts) {
+  grace_dtype tier[3] = {GRACE_BOOL, GRACE_BOOL, GRACE_BOOL};
+  int has[3] = {0, 0, 0};
+  for (int i = 0; i < n; i++) {
+    const grace_tensor *t = ts[i];
+    if (!t) continue;
+    int k = t->wrapped ? 2 : t->ndim == 0 ? 1 : 0;
+    grace_dtype dt = t->dtype;
+    if (t->wrapped && dtype_info[dt].cat == CAT_FLOAT) dt = GRACE_FLOAT32;
+    tier[k] = has[k] ? vm_promote_types(tier[k], dt) : dt;
+    has[k] = 1;
+  }
+  grace_dtype lo = combine_categories(has[1], tier[1], has[2], tier[2]);
+  return combine_categories(has[0], tier[0], has[1] || has[2], lo);
+}

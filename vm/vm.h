@@ -1,0 +1,209 @@
+/* vm.h: the VM's internals shared by the vm/ subsystems: the grace_vm struct, tensors and storage,
+ * errors, host allocation, dtype loads/stores, shape helpers and the CPU worker pool. */
+#ifndef GRACE_VM_H
+#define GRACE_VM_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <pthread.h>
+#include "grace.h"
+
+#define VM_ALIGN 64
+#define VM_ERRLEN 512
+
+typedef struct vm_pool vm_pool;
+typedef struct cuda_driver cuda_driver;
+
+struct grace_vm {
+  grace_alloc_fn alloc;
+  void *alloc_ud;
+  grace_device default_device;
+  int index_base;
+  uint64_t seed;                 /* Philox key */
+  uint64_t rng_offset;           /* advanced by every random op */
+  int threads;
+  vm_pool *pool;                 /* CPU workers, started on first parallel loop */
+  cuda_driver *cuda;             /* NULL until probed; see cuda/cuda_driver.h */
+  int cuda_probed;
+  char info[160];
+  grace_status status;           /* of the last error set by vm_err */
+  char err[VM_ERRLEN];
+};
+
+typedef struct vm_storage {
+  int refcount;
+  grace_device device;
+  void *data;
+  size_t nbytes;
+  uint64_t version;              /* shared by all views, as PyTorch's version counter */
+} vm_storage;
+
+struct grace_tensor {
+  int refcount;
+  grace_vm *vm;
+  vm_storage *storage;
+  grace_dtype dtype;
+  int ndim;
+  int wrapped;                   /* a host number made by grace_tensor_scalar */
+  int64_t sizes[GRACE_MAX_DIMS];
+  int64_t strides[GRACE_MAX_DIMS];
+  int64_t offset;                /* elements */
+};
+
+/* ---- errors: set the message (op name first) and return the status ---- */
+grace_status vm_err(grace_vm *vm, grace_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* "[2, 3]" into buf */
+const char *vm_fmt_shape(char *buf, size_t n, int ndim, const int64_t *sizes);
+#define VM_SHAPE(t) vm_fmt_shape((char[128]){0}, 128, (t)->ndim, (t)->sizes)
+
+/* ---- host memory through the VM's allocator ---- */
+void *vm_alloc(grace_vm *vm, size_t n);          /* 64-byte aligned, NULL on failure (no message) */
+void *vm_calloc(grace_vm *vm, size_t n);
+void vm_free(grace_vm *vm, void *p, size_t n);
+
+/* ---- tensors ---- */
+/* New contiguous tensor, uninitialised; NULL with the error set (op names the caller; vm->status). */
+grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_device dev, int ndim,
+                            const int64_t *sizes);
+/* New tensor sharing base's storage (offset and strides in elements). */
+grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim,
+                             const int64_t *sizes, const int64_t *strides, int64_t offset);
+int64_t vm_numel(int ndim, const int64_t *sizes);
+void vm_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+static inline char *vm_ptr(const grace_tensor *t) {
+  return (char *)t->storage->data + (size_t)t->offset * grace_dtype_size(t->dtype);
+}
+static inline void vm_bump_version(grace_tensor *t) { t->storage->version++; }
+int vm_is_contiguous(const grace_tensor *t);
+
+/* Normalise a dim (negative counts from the end) against ndim; the error names op and shows dims in
+ * the VM's index base (1-based for Lua). */
+grace_status vm_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out);
+/* NumPy broadcasting of n tensors (NULL entries skipped). */
+grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim,
+                          int64_t *sizes);
+/* Strides of t seen through a broadcast to (ndim, sizes): 0 on broadcast dims. t must broadcast. */
+void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides);
+
+/* Multi-index counter over a shape, row-major: for (c = ...; ; ) { ...; if (!vm_counter_next(&c)) break; } */
+typedef struct vm_counter {
+  int ndim;
+  int64_t sizes[GRACE_MAX_DIMS];
+  int64_t idx[GRACE_MAX_DIMS];
+} vm_counter;
+void vm_counter_init(vm_counter *c, int ndim, const int64_t *sizes);
+static inline int vm_counter_next(vm_counter *c) {
+  for (int d = c->ndim - 1; d >= 0; d--) {
+    if (++c->idx[d] < c->sizes[d]) return 1;
+    c->idx[d] = 0;
+  }
+  return 0;
+}
+static inline int64_t vm_offset(int ndim, const int64_t *idx, const int64_t *strides) {
+  int64_t o = 0;
+  for (int d = 0; d < ndim; d++) o += idx[d] * strides[d];
+  return o;
+}
+
+/* ---- dtypes ---- */
+int vm_dtype_category(grace_dtype dt);           /* 0 bool, 1 int, 2 float */
+grace_dtype vm_promote_types(grace_dtype a, grace_dtype b);
+/* PyTorch's result_type: dimensioned tensors over 0-d tensors over wrapped numbers (NULLs skipped). */
+grace_dtype vm_result_type(int n, grace_tensor *const *ts);
+
+static inline float vm_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) bits = sign;
+    else { /* subnormal: normalise */
+      exp = 127 - 15 + 1;
+      while (!(man & 0x400)) { man <<= 1; exp--; }
+      man &= 0x3ff;
+      bits = sign | (exp << 23) | (man << 13);
+    }
+  } else if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+  else bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  float f; memcpy(&f, &bits, 4); return f;
+}
+static inline uint16_t vm_float_to_half(float f) {   /* round to nearest even */
+  uint32_t x; memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);          /* overflow to inf */
+  if (ax < 0x38800000u) {                                           /* subnormal or zero */
+    float af; memcpy(&af, &ax, 4);
+    uint32_t m = (uint32_t)__builtin_lrintf(af * 16777216.0f);     /* units of 2^-24, ties even */
+    return (uint16_t)(sign | m);
+  }
+  uint32_t r = ax + 0xfffu + ((ax >> 13) & 1);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+static inline float vm_bf16_to_float(uint16_t h) { uint32_t b = (uint32_t)h << 16; float f; memcpy(&f, &b, 4); return f; }
+static inline uint16_t vm_float_to_bf16(float f) {
+  uint32_t x; memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  /* quiet NaN */
+  return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+static inline double vm_load_f64(grace_dtype dt, const void *p) {
+  switch (dt) {
+  case GRACE_FLOAT32: return *(const float *)p;
+  case GRACE_FLOAT64: return *(const double *)p;
+  case GRACE_FLOAT16: return vm_half_to_float(*(const uint16_t *)p);
+  case GRACE_BFLOAT16: return vm_bf16_to_float(*(const uint16_t *)p);
+  case GRACE_INT32: return *(const int32_t *)p;
+  case GRACE_INT64: return (double)*(const int64_t *)p;
+  case GRACE_UINT8: return *(const uint8_t *)p;
+  case GRACE_BOOL: return *(const uint8_t *)p != 0;
+  default: return 0;
+  }
+}
+static inline int64_t vm_load_i64(grace_dtype dt, const void *p) {
+  switch (dt) {
+  case GRACE_INT32: return *(const int32_t *)p;
+  case GRACE_INT64: return *(const int64_t *)p;
+  case GRACE_UINT8: return *(const uint8_t *)p;
+  case GRACE_BOOL: return *(const uint8_t *)p != 0;
+  default: {
+    double v = vm_load_f64(dt, p);
+    return v != v ? 0 : v >= 9.2233720368547758e18 ? INT64_MAX : v <= -9.2233720368547758e18 ? INT64_MIN : (int64_t)v;
+  }
+  }
+}
+/* Float to integer conversion truncates toward zero (as C and PyTorch); out of range saturates. */
+static inline void vm_store_f64(grace_dtype dt, void *p, double v) {
+  switch (dt) {
+  case GRACE_FLOAT32: *(float *)p = (float)v; break;
+  case GRACE_FLOAT64: *(double *)p = v; break;
+  case GRACE_FLOAT16: *(uint16_t *)p = vm_float_to_half((float)v); break;
+  case GRACE_BFLOAT16: *(uint16_t *)p = vm_float_to_bf16((float)v); break;
+  case GRACE_INT32: *(int32_t *)p = v != v ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v; break;
+  case GRACE_INT64: *(int64_t *)p = v != v ? 0 : v >= 9.2233720368547758e18 ? INT64_MAX : v <= -9.2233720368547758e18 ? INT64_MIN : (int64_t)v; break;
+  case GRACE_UINT8: *(uint8_t *)p = (uint8_t)(int64_t)(v != v ? 0 : v >= 9.2e18 || v <= -9.2e18 ? 0 : v); break;
+  case GRACE_BOOL: *(uint8_t *)p = v != 0; break;
+  default: break;
+  }
+}
+/* Integer stores wrap modulo 2^bits, as C casts of integers (uint8 + 300 wraps in PyTorch too). */
+static inline void vm_store_i64(grace_dtype dt, void *p, int64_t v) {
+  switch (dt) {
+  case GRACE_INT32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;
+  case GRACE_INT64: *(int64_t *)p = v; break;
+  case GRACE_UINT8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+  case GRACE_BOOL: *(uint8_t *)p = v != 0; break;
+  default: vm_store_f64(dt, p, (double)v); break;
+  }
+}
+
+/* ---- CPU worker pool ---- */
+typedef void (*vm_range_fn)(void *ctx, int64_t begin, int64_t end);
+/* Runs fn over [0, n) split into chunks of at least `grain`; on the calling thread when small. */
+void vm_parallel_for(grace_vm *vm, int64_t n, int64_t grain, vm_range_fn fn, void *ctx);
+void vm_pool_free(grace_vm *vm);
+
+/* ---- random numbers: Philox4x32-10, counter (element index, op offset), key = seed ---- */
+void vm_philox(uint64_t seed, uint64_t offset, uint64_t index, uint32_t out[4]);
+
+#endif

@@ -1,0 +1,86 @@
+/* vm_ops.c: the op table's derived facts (names, kinds, arity) and grace_run, which checks arguments
+ * common to all ops and dispatches to the backend family of the op's kind. */
+#include <stdio.h>
+#include "vm/cpu_kernels.h"
+
+static const struct { const char *name; grace_opkind kind; int nin, nout; } op_info[] = {
+#define OP_INFO(e, name, kind, nin, nout) {name, GRACE_KIND_##kind, nin, nout},
+  GRACE_OPS(OP_INFO)
+#undef OP_INFO
+};
+
+const char *grace_op_name(grace_op op) { return (unsigned)op < GRACE_NOPS ? op_info[op].name : "?"; }
+grace_opkind grace_op_kind(grace_op op) { return op_info[op].kind; }
+int grace_op_ninputs(grace_op op) { return op_info[op].nin; }
+int grace_op_noutputs(grace_op op) { return op_info[op].nout; }
+
+grace_status grace_op_from_name(const char *name, grace_op *out) {
+  for (int i = 0; i < GRACE_NOPS; i++)
+    if (!strcmp(op_info[i].name, name)) { *out = (grace_op)i; return GRACE_OK; }
+  return GRACE_EARG;
+}
+
+/* Inputs that may be NULL: the affine parameters of the norms. */
+static int optional_input(grace_op op, int i) {
+  return (op == GRACE_OP_LAYER_NORM && i >= 1) || (op == GRACE_OP_RMS_NORM && i == 1);
+}
+
+static cpu_op_fn cpu_family(grace_op op) {
+  switch (op) {
+  case GRACE_OP_COPY_: case GRACE_OP_FILL_: case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE:
+    return cpu_pointwise_run;
+  case GRACE_OP_INDEX_COPY_: return cpu_shape_run;
+  default: break;
+  }
+  switch (op_info[op].kind) {
+  case GRACE_KIND_UNARY: case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE: case GRACE_KIND_TERNARY:
+    return cpu_pointwise_run;
+  case GRACE_KIND_REDUCE: case GRACE_KIND_SCAN: case GRACE_KIND_NORM: return cpu_reduce_run;
+  case GRACE_KIND_MATMUL: return cpu_matmul_run;
+  case GRACE_KIND_VIEW: return vm_view_run;
+  case GRACE_KIND_MOVE: return cpu_shape_run;
+  case GRACE_KIND_CREATE: return cpu_create_run;
+  default: return NULL;
+  }
+}
+
+grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
+                       int nout, grace_tensor **out) {
+  static const grace_attrs none = {0};
+  if (!vm) return GRACE_EARG;
+  if ((unsigned)op >= GRACE_NOPS) return vm_err(vm, GRACE_EARG, "grace_run: invalid op %d", (int)op);
+  const char *name = op_info[op].name;
+  if (!attrs) attrs = &none;
+  for (int i = 0; i < nout; i++) out[i] = NULL;
+  if (op_info[op].nin >= 0 ? nin != op_info[op].nin : nin < 1)
+    return vm_err(vm, GRACE_EARG, "%s: expected %s%d tensor input%s, got %d", name, op_info[op].nin < 0 ? "at least " : "",
+                  op_info[op].nin < 0 ? 1 : op_info[op].nin, op_info[op].nin == 1 ? "" : "s", nin);
+  if (nout < 0 || nout > op_info[op].nout || (nout == 0 && op_info[op].nout > 0))
+    return vm_err(vm, GRACE_EARG, "%s: %d outputs requested, the op gives %d", name, nout, op_info[op].nout);
+  grace_device dev = op_info[op].kind == GRACE_KIND_CREATE ? attrs->device : GRACE_CPU;
+  for (int i = 0; i < nin; i++) {
+    if (!in[i]) {
+      if (optional_input(op, i)) continue;
+      return vm_err(vm, GRACE_EARG, "%s: input %d is missing", name, i + 1);
+    }
+    if (in[i]->vm != vm) return vm_err(vm, GRACE_EARG, "%s: input %d belongs to another VM", name, i + 1);
+    grace_device d = in[i]->storage->device;
+    if (i == 0) dev = d;
+    else if (d != dev)
+      return vm_err(vm, GRACE_EDEVICE, "%s: inputs on different devices (%s and %s); move one with :to()", name,
+                    grace_device_name(dev), grace_device_name(d));
+  }
+  if (op == GRACE_OP_TO_DEVICE) {
+    if (attrs->device == dev) { grace_tensor_retain(in[0]); out[0] = in[0]; return GRACE_OK; }
+    return vm_err(vm, GRACE_EUNSUPPORTED, "to: moving tensors to '%s' needs the CUDA backend, which does not run ops yet",
+                  grace_device_name(attrs->device));
+  }
+  if (dev != GRACE_CPU)
+    return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no kernels for device '%s' yet", name, grace_device_name(dev));
+  vm->status = GRACE_OK;
+  grace_status st = cpu_family(op)(vm, op, nin, in, attrs, nout, out);
+  if (st != GRACE_OK) {   /* an op that failed gives back nothing */
+    for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
+  }
+  return st;
+}
