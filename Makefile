@@ -34,13 +34,16 @@ else
   $(info grace: no CUDA toolkit headers under $(CUDA_HOME): building the CPU-only runtime)
 endif
 
+ifneq ($(NO_READLINE),)
+  READLINE_H :=
+endif
 ifneq ($(READLINE_H),)
   RL_DEF := -DGRACE_HAVE_READLINE
   RL_LIB := -lreadline
 endif
 
 WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(CUDA_DEF) $(SAN) $(CFLAGS)
+CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(CUDA_DEF) $(RL_DEF) $(SAN) $(CFLAGS)
 LDLIBS_ALL := $(DEP_LIB) -lmimalloc -lm -ldl -lpthread $(SAN) $(LDFLAGS)
 
 CORE_SRC := $(wildcard ir/*.c codegen/*.c cuda/*.c vm/*.c)
@@ -83,6 +86,9 @@ $(BUILD)/obj/stdlib_embed.c: $(BUILD)/bin2c $(STDLIB)
 $(BUILD)/obj/stdlib_embed.o: $(BUILD)/obj/stdlib_embed.c
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# main.c alone uses readline (line editing in the REPL).
+$(BUILD)/obj/lua/main.o: CFLAGS_ALL += $(RL_DEF)
+
 $(BUILD)/grace: $(BUILD)/obj/lua/main.o $(LUA_OBJ) $(BUILD)/libgrace.a
 	$(CC) -o $@ $^ $(DEP_LIB) -llua5.4 $(RL_LIB) $(LDLIBS_ALL)
 
@@ -90,7 +96,7 @@ $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
 
-TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh))
+TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py))
 
 test: all $(CTEST_BIN)
 	GRACE=$(abspath $(BUILD)/grace) prove --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS) $(TESTS)
