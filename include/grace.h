@@ -90,6 +90,10 @@ const char *grace_backend_info(grace_vm *vm);
 /* Whether a CUDA driver and device are present (libcuda is loaded on first call, never required). */
 int grace_cuda_available(grace_vm *vm);
 int grace_index_base(const grace_vm *vm);
+/* Sets the VM's error message (for hosts and subsystems reporting through the same channel); returns st. */
+grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The VM's host allocator (grace_alloc_fn semantics). */
+void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize);
 void grace_manual_seed(grace_vm *vm, uint64_t seed);
 
 /* ---- dtypes and devices ---- */
@@ -99,6 +103,13 @@ size_t grace_dtype_size(grace_dtype dt);
 int grace_dtype_is_float(grace_dtype dt);
 int grace_dtype_is_int(grace_dtype dt);   /* integer or bool */
 const char *grace_device_name(grace_device dev);
+grace_dtype grace_promote_types(grace_dtype a, grace_dtype b);
+/* PyTorch's result_type: operands of tier 0 (tensors with dims) over tier 1 (0-d tensors) over tier 2
+ * (wrapped host numbers; a float one counts as float32): a lower tier only raises the category. */
+grace_dtype grace_result_type(int n, const grace_dtype *dtypes, const int *tiers);
+/* NumPy broadcasting of n shapes; the error names op and the shapes. */
+grace_status grace_broadcast_shapes(grace_vm *vm, const char *op, int n, const int *ndims,
+                                    const int64_t *const *sizes, int *ndim, int64_t *out);
 
 /* ---- tensors (reference counted; every function returning a tensor gives the caller one reference) ---- */
 grace_status grace_tensor_empty(grace_vm *vm, grace_dtype dt, grace_device dev, int ndim,
@@ -159,6 +170,41 @@ grace_status grace_op_from_name(const char *name, grace_op *out);
  * Input tensors may be NULL only where the op table says so. attrs may be NULL (all defaults). */
 grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
                        const grace_attrs *attrs, int nout, grace_tensor **out);
+
+/* ---- the IR: SSA functions built by a tracer or by C code, verified, printed, parsed, run ---- */
+typedef struct grace_ir grace_ir;
+typedef int32_t grace_value;          /* an SSA value of one grace_ir; negative: none */
+
+grace_ir *grace_ir_new(grace_vm *vm, const char *name);   /* NULL on failure, message in the VM */
+void grace_ir_free(grace_ir *ir);
+/* A per-call tensor input of a fixed type. */
+grace_status grace_ir_input(grace_ir *ir, grace_dtype dt, grace_device dev, int ndim, const int64_t *sizes,
+                            grace_value *out);
+/* A captured tensor (a weight): the IR keeps a reference and the version it had, which a run checks. */
+grace_status grace_ir_const(grace_ir *ir, grace_tensor *t, grace_value *out);
+/* A dynamic scalar input: a 0-d value of dtype dt supplied with each run (a learning rate, a temperature). */
+grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out);
+/* A number fixed when the IR was built; in type promotion it is a wrapped number. */
+grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_value *out);
+/* Appends an op over earlier values; result types are inferred, and inputs the op rejects give the error
+ * eager execution would give. INPLACE ops are functional in the IR: their one result is the updated tensor. */
+grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *in, const grace_attrs *attrs,
+                         int nout, grace_value *out);
+/* "file:line" attached to the instructions appended after this call (NULL clears it). */
+grace_status grace_ir_set_location(grace_ir *ir, const char *where);
+grace_status grace_ir_output(grace_ir *ir, grace_value v);
+/* Checks SSA order, arity, attributes and that every value's type is the one inference gives. */
+grace_status grace_ir_verify(grace_ir *ir);
+/* The text form (owned by the IR, valid until it changes); NULL on failure. */
+const char *grace_ir_text(grace_ir *ir);
+/* Parses the text form; captured tensors must then be bound with grace_ir_bind_const before a run. */
+grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out);
+grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t);
+int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts" */
+/* Runs the IR on the CPU, one op at a time: `in` holds the tensor inputs then the scalar inputs (0-d
+ * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
+ * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
+grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,7 @@ static int tap_n, tap_failed;
 
 static int tap_ok_(int cond, const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 #include <stdarg.h>
-static int tap_vok_(int cond, const char *file, int line, const char *fmt, va_list ap) {
+static __attribute__((unused)) int tap_vok_(int cond, const char *file, int line, const char *fmt, va_list ap) {
   printf("%sok %d - ", cond ? "" : "not ", ++tap_n);
   vprintf(fmt, ap);
   printf("\n");
@@ -26,27 +26,27 @@ static int tap_vok_(int cond, const char *file, int line, const char *fmt, va_li
   fflush(stdout);
   return cond;
 }
-static int tap_ok_(int cond, const char *file, int line, const char *fmt, ...) {
+static __attribute__((unused)) int tap_ok_(int cond, const char *file, int line, const char *fmt, ...) {
   va_list ap; va_start(ap, fmt);
   int r = tap_vok_(cond, file, line, fmt, ap);
   va_end(ap);
   return r;
 }
-static int tap_is_int_(long long got, long long want, const char *file, int line, const char *fmt, ...) {
+static __attribute__((unused)) int tap_is_int_(long long got, long long want, const char *file, int line, const char *fmt, ...) {
   va_list ap; va_start(ap, fmt);
   int r = tap_vok_(got == want, file, line, fmt, ap);
   va_end(ap);
   if (!r) printf("#          got: %lld\n#     expected: %lld\n", got, want);
   return r;
 }
-static int tap_is_str_(const char *got, const char *want, const char *file, int line, const char *fmt, ...) {
+static __attribute__((unused)) int tap_is_str_(const char *got, const char *want, const char *file, int line, const char *fmt, ...) {
   va_list ap; va_start(ap, fmt);
   int r = tap_vok_(got && want && !strcmp(got, want), file, line, fmt, ap);
   va_end(ap);
   if (!r) printf("#          got: '%s'\n#     expected: '%s'\n", got ? got : "(null)", want ? want : "(null)");
   return r;
 }
-static int tap_is_near_(double got, double want, double tol, const char *file, int line, const char *fmt, ...) {
+static __attribute__((unused)) int tap_is_near_(double got, double want, double tol, const char *file, int line, const char *fmt, ...) {
   va_list ap; va_start(ap, fmt);
   int r = tap_vok_(fabs(got - want) <= tol || (isnan(got) && isnan(want)), file, line, fmt, ap);
   va_end(ap);

@@ -21,13 +21,17 @@ const char *grace_status_name(grace_status st) {
   return (unsigned)st < sizeof status_names / sizeof *status_names ? status_names[st] : "unknown status";
 }
 
-grace_status vm_err(grace_vm *vm, grace_status st, const char *fmt, ...) {
+grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(vm->err, sizeof vm->err, fmt, ap);
   va_end(ap);
   vm->status = st;
   return st;
+}
+
+void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize) {
+  return vm->alloc(vm->alloc_ud, ptr, osize, nsize, VM_ALIGN);
 }
 
 const char *grace_last_error(const grace_vm *vm) { return vm ? vm->err : "no VM"; }
@@ -159,18 +163,29 @@ static grace_dtype combine_categories(int has_hi, grace_dtype hi, int has_lo, gr
   return hi;
 }
 
-grace_dtype vm_result_type(int n, grace_tensor *const *ts) {
+grace_dtype grace_promote_types(grace_dtype a, grace_dtype b) { return vm_promote_types(a, b); }
+
+grace_dtype grace_result_type(int n, const grace_dtype *dtypes, const int *tiers) {
   grace_dtype tier[3] = {GRACE_BOOL, GRACE_BOOL, GRACE_BOOL};
   int has[3] = {0, 0, 0};
   for (int i = 0; i < n; i++) {
-    const grace_tensor *t = ts[i];
-    if (!t) continue;
-    int k = t->wrapped ? 2 : t->ndim == 0 ? 1 : 0;
-    grace_dtype dt = t->dtype;
-    if (t->wrapped && dtype_info[dt].cat == CAT_FLOAT) dt = GRACE_FLOAT32;
+    int k = tiers[i] < 0 ? 0 : tiers[i] > 2 ? 2 : tiers[i];
+    grace_dtype dt = dtypes[i];
+    if (k == 2 && dtype_info[dt].cat == CAT_FLOAT) dt = GRACE_FLOAT32;
     tier[k] = has[k] ? vm_promote_types(tier[k], dt) : dt;
     has[k] = 1;
   }
   grace_dtype lo = combine_categories(has[1], tier[1], has[2], tier[2]);
   return combine_categories(has[0], tier[0], has[1] || has[2], lo);
+}
+
+grace_dtype vm_result_type(int n, grace_tensor *const *ts) {
+  grace_dtype dts[8];
+  int tiers[8], k = 0;
+  for (int i = 0; i < n && k < 8; i++) {
+    if (!ts[i]) continue;
+    dts[k] = ts[i]->dtype;
+    tiers[k++] = ts[i]->wrapped ? 2 : ts[i]->ndim == 0 ? 1 : 0;
+  }
+  return grace_result_type(k, dts, tiers);
 }

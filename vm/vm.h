@@ -52,8 +52,7 @@ struct grace_tensor {
 };
 
 /* ---- errors: set the message (op name first) and return the status ---- */
-grace_status vm_err(grace_vm *vm, grace_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#define vm_err grace_set_error
 /* "[2, 3]" into buf */
 const char *vm_fmt_shape(char *buf, size_t n, int ndim, const int64_t *sizes);
 #define VM_SHAPE(t) vm_fmt_shape((char[128]){0}, 128, (t)->ndim, (t)->sizes)

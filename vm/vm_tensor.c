@@ -210,27 +210,39 @@ grace_status vm_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, in
   return GRACE_OK;
 }
 
-grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim, int64_t *sizes) {
+grace_status grace_broadcast_shapes(grace_vm *vm, const char *op, int n, const int *ndims, const int64_t *const *sizes,
+                                    int *ndim, int64_t *out) {
   int nd = 0;
-  for (int i = 0; i < n; i++) if (ts[i] && ts[i]->ndim > nd) nd = ts[i]->ndim;
-  for (int d = 0; d < nd; d++) sizes[d] = 1;
+  for (int i = 0; i < n; i++) if (ndims[i] > nd) nd = ndims[i];
+  if (nd > GRACE_MAX_DIMS) return vm_err(vm, GRACE_EARG, "%s: more than %d dims", op, GRACE_MAX_DIMS);
+  for (int d = 0; d < nd; d++) out[d] = 1;
   for (int i = 0; i < n; i++) {
-    const grace_tensor *t = ts[i];
-    if (!t) continue;
-    for (int d = 0; d < t->ndim; d++) {
-      int od = nd - t->ndim + d;
-      int64_t s = t->sizes[d];
-      if (s == sizes[od] || s == 1) continue;
-      if (sizes[od] == 1) { sizes[od] = s; continue; }
+    for (int d = 0; d < ndims[i]; d++) {
+      int od = nd - ndims[i] + d;
+      int64_t s = sizes[i][d];
+      if (s == out[od] || s == 1) continue;
+      if (out[od] == 1) { out[od] = s; continue; }
       char msg[VM_ERRLEN] = "", *p = msg;
       for (int j = 0; j < n; j++)
-        if (ts[j]) p += snprintf(p, (size_t)(msg + sizeof msg - p), "%s%s", p == msg ? "" : " and ", VM_SHAPE(ts[j]));
+        p += snprintf(p, (size_t)(msg + sizeof msg - p), "%s%s", j ? " and " : "",
+                      vm_fmt_shape((char[128]){0}, 128, ndims[j], sizes[j]));
       return vm_err(vm, GRACE_ESHAPE, "%s: shapes %s do not broadcast (size %lld against %lld in dim %d)", op, msg,
-                    (long long)s, (long long)sizes[od], od + vm->index_base);
+                    (long long)s, (long long)out[od], od + vm->index_base);
     }
   }
   *ndim = nd;
   return GRACE_OK;
+}
+
+grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim, int64_t *sizes) {
+  int nds[8], k = 0;
+  const int64_t *szs[8];
+  for (int i = 0; i < n && k < 8; i++) {
+    if (!ts[i]) continue;
+    nds[k] = ts[i]->ndim;
+    szs[k++] = ts[i]->sizes;
+  }
+  return grace_broadcast_shapes(vm, op, k, nds, szs, ndim, sizes);
 }
 
 void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides) {

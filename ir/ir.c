@@ -1,0 +1,224 @@
+/* ir.c: building IR functions: growable arrays through the VM's allocator, inputs of each kind, op
+ * instructions (types from ir_infer), outputs, locations, and the op names shared by printer and parser. */
+#include <stdio.h>
+#include <string.h>
+#include "ir/ir.h"
+
+static const char *extra_names[] = {
+#define IR_EXTRA_NAME(e, name) name,
+  IR_EXTRA_OPS(IR_EXTRA_NAME)
+#undef IR_EXTRA_NAME
+};
+
+int ir_op_count(void) { return IR_NOPS; }
+
+const char *ir_op_name(int op) {
+  if (op >= 0 && op < GRACE_NOPS) return grace_op_name((grace_op)op);
+  if (op >= GRACE_NOPS && op < IR_NOPS) return extra_names[op - GRACE_NOPS];
+  return "?";
+}
+
+int ir_op_from_name(const char *name) {
+  for (int op = 0; op < IR_NOPS; op++)
+    if (!strcmp(ir_op_name(op), name)) return op;
+  return -1;
+}
+
+int ir_op_results(int op, const grace_attrs *a) {
+  if (op >= GRACE_NOPS) return 1;
+  if (grace_op_kind((grace_op)op) == GRACE_KIND_INPLACE) return 1;
+  (void)a;
+  return grace_op_noutputs((grace_op)op);
+}
+
+/* Grows *arr (of *cap elements of size es) to hold need elements. */
+static int grow(grace_ir *ir, void **arr, int *cap, int need, size_t es) {
+  if (need <= *cap) return 1;
+  int nc = *cap ? *cap * 2 : 16;
+  while (nc < need) nc *= 2;
+  void *p = grace_realloc(ir->vm, *arr, (size_t)*cap * es, (size_t)nc * es);
+  if (!p) { grace_set_error(ir->vm, GRACE_ENOMEM, "ir: out of host memory"); return 0; }
+  *arr = p;
+  *cap = nc;
+  return 1;
+}
+#define GROW(ir, field, capf, need) grow((ir), (void **)&(ir)->field, &(ir)->capf, (need), sizeof *(ir)->field)
+
+grace_ir *grace_ir_new(grace_vm *vm, const char *name) {
+  grace_ir *ir = grace_realloc(vm, NULL, 0, sizeof *ir);
+  if (!ir) { grace_set_error(vm, GRACE_ENOMEM, "ir: out of host memory"); return NULL; }
+  memset(ir, 0, sizeof *ir);
+  ir->vm = vm;
+  ir->cur_loc = -1;
+  snprintf(ir->name, sizeof ir->name, "%s", name && *name ? name : "f");
+  return ir;
+}
+
+void grace_ir_free(grace_ir *ir) {
+  if (!ir) return;
+  grace_vm *vm = ir->vm;
+  for (int i = 0; i < ir->nconst; i++) grace_tensor_release(ir->consts[i].t);
+  for (int i = 0; i < ir->nloc; i++) grace_realloc(vm, ir->locs[i], strlen(ir->locs[i]) + 1, 0);
+#define FREE(field, capf) grace_realloc(vm, ir->field, (size_t)ir->capf * sizeof *ir->field, 0)
+  FREE(insts, cap_inst); FREE(vals, cap_val); FREE(args, cap_arg); FREE(outputs, cap_out);
+  FREE(consts, cap_const); FREE(locs, cap_loc);
+#undef FREE
+  if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
+  grace_realloc(vm, ir, sizeof *ir, 0);
+}
+
+int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_attrs *a, int nout,
+                  const ir_type *types) {
+  static const grace_attrs none = {0};
+  if (!GROW(ir, insts, cap_inst, ir->ninst + 1) || !GROW(ir, vals, cap_val, ir->nval + nout) ||
+      !GROW(ir, args, cap_arg, ir->narg + nin))
+    return -1;
+  ir_inst *k = &ir->insts[ir->ninst];
+  memset(k, 0, sizeof *k);
+  k->op = op; k->nin = nin; k->nout = nout;
+  k->first_arg = ir->narg;
+  k->first_result = ir->nval;
+  k->attrs = a ? *a : none;
+  k->input_index = -1;
+  k->loc = ir->cur_loc;
+  for (int i = 0; i < nin; i++) ir->args[ir->narg++] = in[i];
+  for (int i = 0; i < nout; i++) {
+    ir->vals[ir->nval] = (ir_value){.type = types[i], .inst = ir->ninst, .result = i};
+    ir->nval++;
+  }
+  ir->ninst++;
+  return k->first_result;
+}
+
+static grace_status check_value(grace_ir *ir, const char *op, grace_value v) {
+  if (v < 0 || v >= ir->nval)
+    return grace_set_error(ir->vm, GRACE_EARG, "%s: value %%%d is not defined in IR '%s'", op, (int)v, ir->name);
+  return GRACE_OK;
+}
+
+grace_status grace_ir_input(grace_ir *ir, grace_dtype dt, grace_device dev, int ndim, const int64_t *sizes,
+                            grace_value *out) {
+  if (ndim < 0 || ndim > GRACE_MAX_DIMS || (unsigned)dt >= GRACE_NDTYPES)
+    return grace_set_error(ir->vm, GRACE_EARG, "input: invalid type (%d dims)", ndim);
+  ir_type t = {.dtype = dt, .device = dev, .ndim = ndim};
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0) return grace_set_error(ir->vm, GRACE_EARG, "input: negative size %lld", (long long)sizes[d]);
+    t.sizes[d] = sizes[d];
+  }
+  int32_t v = ir_append(ir, IR_OP_INPUT, 0, NULL, NULL, 1, &t);
+  if (v < 0) return GRACE_ENOMEM;
+  ir->insts[ir->ninst - 1].input_index = ir->ninputs++;
+  *out = v;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_const(grace_ir *ir, grace_tensor *t, grace_value *out) {
+  ir_type ty = {.dtype = grace_tensor_dtype(t), .device = grace_tensor_device(t), .ndim = grace_tensor_ndim(t)};
+  memcpy(ty.sizes, grace_tensor_sizes(t), sizeof(int64_t) * (size_t)ty.ndim);
+  if (!GROW(ir, consts, cap_const, ir->nconst + 1)) return GRACE_ENOMEM;
+  int32_t v = ir_append(ir, IR_OP_CONST, 0, NULL, NULL, 1, &ty);
+  if (v < 0) return GRACE_ENOMEM;
+  ir->insts[ir->ninst - 1].input_index = ir->nconst;
+  grace_tensor_retain(t);
+  ir->consts[ir->nconst++] = (ir_const){t, grace_tensor_version(t)};
+  *out = v;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t) {
+  if (index < 0 || index >= ir->nconst)
+    return grace_set_error(ir->vm, GRACE_EARG, "bind_const: no captured tensor %d (the IR has %d)", index, ir->nconst);
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    if (k->op != IR_OP_CONST || k->input_index != index) continue;
+    const ir_type *ty = &ir->vals[k->first_result].type;
+    int same = grace_tensor_dtype(t) == ty->dtype && grace_tensor_ndim(t) == ty->ndim;
+    for (int d = 0; same && d < ty->ndim; d++) same = grace_tensor_sizes(t)[d] == ty->sizes[d];
+    if (!same) {
+      char b[160];
+      return grace_set_error(ir->vm, GRACE_ESHAPE, "bind_const: tensor %d must be %s", index, ir_type_str(ty, b, sizeof b));
+    }
+  }
+  grace_tensor_retain(t);
+  grace_tensor_release(ir->consts[index].t);
+  ir->consts[index] = (ir_const){t, grace_tensor_version(t)};
+  return GRACE_OK;
+}
+
+grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out) {
+  if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(ir->vm, GRACE_EARG, "scalar: invalid dtype");
+  ir_type t = {.dtype = dt, .device = GRACE_CPU, .ndim = 0};
+  int32_t v = ir_append(ir, IR_OP_SCALAR, 0, NULL, NULL, 1, &t);
+  if (v < 0) return GRACE_ENOMEM;
+  ir->insts[ir->ninst - 1].input_index = ir->nscalars++;
+  *out = v;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_value *out) {
+  ir_type t = {.dtype = is_integer ? GRACE_INT64 : GRACE_FLOAT64, .device = GRACE_CPU, .ndim = 0, .wrapped = 1};
+  int32_t id = ir_append(ir, IR_OP_LITERAL, 0, NULL, NULL, 1, &t);
+  if (id < 0) return GRACE_ENOMEM;
+  ir->insts[ir->ninst - 1].literal = v;
+  *out = id;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *in, const grace_attrs *attrs,
+                         int nout, grace_value *out) {
+  static const grace_attrs none = {0};
+  if ((unsigned)op >= GRACE_NOPS) return grace_set_error(ir->vm, GRACE_EARG, "ir: invalid op %d", (int)op);
+  if (!attrs) attrs = &none;
+  const char *name = grace_op_name(op);
+  int want = grace_op_ninputs(op), nres = ir_op_results(op, attrs);
+  if (want >= 0 ? nin != want : nin < 1)
+    return grace_set_error(ir->vm, GRACE_EARG, "%s: expected %d inputs, got %d", name, want, nin);
+  if (nin > 64) return grace_set_error(ir->vm, GRACE_EARG, "%s: too many inputs (%d)", name, nin);
+  if (nout < 1 || nout > nres)
+    return grace_set_error(ir->vm, GRACE_EARG, "%s: %d results requested, the op gives %d", name, nout, nres);
+  const ir_type *types[64];
+  for (int i = 0; i < nin; i++) {
+    if (in[i] < 0) { types[i] = NULL; continue; }   /* an optional input left out */
+    grace_status st = check_value(ir, name, in[i]);
+    if (st != GRACE_OK) return st;
+    types[i] = &ir->vals[in[i]].type;
+  }
+  ir_type res[2];
+  grace_status st = ir_infer(ir->vm, op, nin, types, attrs, nout, res);
+  if (st != GRACE_OK) return st;
+  int32_t v = ir_append(ir, op, nin, in, attrs, nout, res);
+  if (v < 0) return GRACE_ENOMEM;
+  for (int i = 0; i < nout; i++) out[i] = v + i;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_set_location(grace_ir *ir, const char *where) {
+  if (!where) { ir->cur_loc = -1; return GRACE_OK; }
+  for (int i = ir->nloc - 1; i >= 0; i--)
+    if (!strcmp(ir->locs[i], where)) { ir->cur_loc = i; return GRACE_OK; }
+  if (!GROW(ir, locs, cap_loc, ir->nloc + 1)) return GRACE_ENOMEM;
+  size_t n = strlen(where) + 1;
+  char *s = grace_realloc(ir->vm, NULL, 0, n);
+  if (!s) return grace_set_error(ir->vm, GRACE_ENOMEM, "ir: out of host memory");
+  memcpy(s, where, n);
+  ir->locs[ir->nloc] = s;
+  ir->cur_loc = ir->nloc++;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_output(grace_ir *ir, grace_value v) {
+  grace_status st = check_value(ir, "output", v);
+  if (st != GRACE_OK) return st;
+  if (!GROW(ir, outputs, cap_out, ir->nout + 1)) return GRACE_ENOMEM;
+  ir->outputs[ir->nout++] = v;
+  return GRACE_OK;
+}
+
+int grace_ir_count(const grace_ir *ir, const char *what) {
+  if (!strcmp(what, "inputs")) return ir->ninputs;
+  if (!strcmp(what, "scalars")) return ir->nscalars;
+  if (!strcmp(what, "consts")) return ir->nconst;
+  if (!strcmp(what, "outputs")) return ir->nout;
+  if (!strcmp(what, "insts")) return ir->ninst;
+  return -1;
+}

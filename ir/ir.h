@@ -1,0 +1,89 @@
+/* ir.h: grace's SSA IR: typed values (dtype, shape with optional symbolic sizes, device), instructions
+ * drawn from the op table (include/grace_ops.h) plus a few IR-only ops, function inputs of several kinds,
+ * outputs, and source locations. Builder in ir.c, type inference in ir_infer.c, verifier in ir_verify.c,
+ * text form in ir_print.c / ir_parse.c. The IR knows nothing of Lua or of how it is executed. */
+#ifndef GRACE_IR_H
+#define GRACE_IR_H
+
+#include <stdint.h>
+#include "grace.h"
+
+/* IR-only ops, numbered after the tensor ops: _(NAME, text name) */
+#define IR_EXTRA_OPS(_) \
+  _(INPUT,   "input")    /* a per-call tensor input */ \
+  _(CONST,   "const")    /* a captured tensor (weights): identity and version guarded */ \
+  _(SCALAR,  "scalar")   /* a dynamic scalar input: a 0-d value written before each run */ \
+  _(LITERAL, "literal")  /* a number fixed at trace time, typed as a wrapped number */
+
+enum {
+  IR_OP_FIRST_EXTRA = GRACE_NOPS,
+#define IR_OP_ENUM(e, name) IR_OP_##e,
+  IR_OP_BEFORE_INPUT = GRACE_NOPS - 1,
+  IR_EXTRA_OPS(IR_OP_ENUM)
+#undef IR_OP_ENUM
+  IR_NOPS
+};
+
+typedef struct ir_type {
+  grace_dtype dtype;
+  grace_device device;
+  int ndim;
+  int wrapped;                         /* a literal number: lowest tier of type promotion */
+  int64_t sizes[GRACE_MAX_DIMS];       /* static size, or the hint of a symbolic one */
+  int32_t sym[GRACE_MAX_DIMS];         /* 0: static; k > 0: symbolic size s<k> */
+} ir_type;
+
+typedef struct ir_inst {
+  int op;                              /* grace_op or IR_OP_* */
+  int nin, nout;
+  int32_t first_arg;                   /* into ir->args */
+  int32_t first_result;                /* value id of result 0; results are consecutive */
+  grace_attrs attrs;
+  double literal;                      /* IR_OP_LITERAL */
+  int32_t input_index;                 /* IR_OP_INPUT / CONST / SCALAR: position among inputs of its kind */
+  int32_t loc;                         /* index into ir->locs, -1 none */
+} ir_inst;
+
+typedef struct ir_value {
+  ir_type type;
+  int32_t inst;
+  int32_t result;                      /* which result of inst */
+} ir_value;
+
+typedef struct ir_const {
+  grace_tensor *t;
+  uint64_t version;                    /* when captured: a run with another version is stale */
+} ir_const;
+
+struct grace_ir {
+  grace_vm *vm;
+  char name[64];
+  ir_inst *insts; int ninst, cap_inst;
+  ir_value *vals; int nval, cap_val;
+  int32_t *args; int narg, cap_arg;
+  int32_t *outputs; int nout, cap_out;
+  ir_const *consts; int nconst, cap_const;       /* captured tensors (NULL until bound after a parse) */
+  char **locs; int nloc, cap_loc;
+  int32_t cur_loc;
+  int ninputs, nscalars;
+  int nsyms;
+  char *text; size_t text_len;                    /* last printed form */
+};
+
+int ir_op_count(void);
+const char *ir_op_name(int op);
+int ir_op_from_name(const char *name);
+/* Number of results an instruction of op has in the IR: INPLACE ops give the updated tensor (functional form). */
+int ir_op_results(int op, const grace_attrs *a);
+
+/* Appends an instruction with given result types (no inference); returns the first result id or -1. */
+int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_attrs *a, int nout,
+                  const ir_type *types);
+/* Infers result types of op over input types (errors in ir->vm, as eager would give them). */
+grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, const grace_attrs *a, int nout,
+                      ir_type *out);
+const char *ir_type_str(const ir_type *t, char *buf, size_t n);
+const char *ir_dtype_short(grace_dtype dt);     /* "f32" */
+int ir_dtype_from_short(const char *s, grace_dtype *dt);
+
+#endif

@@ -1,0 +1,472 @@
+/* ir_infer.c: result types of every op from its input types and attributes, by op kind. The rules and
+ * error messages are those of eager execution, so a trace rejects what eager would reject. Symbolic
+ * sizes pass through where a result dim is an input dim unchanged. */
+#include <stdio.h>
+#include <string.h>
+#include "ir/ir.h"
+
+static const char *short_names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
+
+const char *ir_dtype_short(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES ? short_names[dt] : "?"; }
+
+int ir_dtype_from_short(const char *s, grace_dtype *dt) {
+  for (int i = 0; i < GRACE_NDTYPES; i++)
+    if (!strcmp(s, short_names[i])) { *dt = (grace_dtype)i; return 1; }
+  return 0;
+}
+
+const char *ir_type_str(const ir_type *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", ir_dtype_short(t->dtype));
+  for (int d = 0; d < t->ndim && k < n; d++) {
+    if (t->sym[d]) k += (size_t)snprintf(buf + k, n - k, "%ss%d=%lld", d ? "," : "", t->sym[d], (long long)t->sizes[d]);
+    else k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? "," : "", (long long)t->sizes[d]);
+  }
+  if (k < n) k += (size_t)snprintf(buf + k, n - k, "]");
+  if (k < n && t->device == GRACE_CUDA) snprintf(buf + k, n - k, " cuda");
+  return buf;
+}
+
+static const char *shape_str(const ir_type *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < t->ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)t->sizes[d]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+#define SHAPE(t) shape_str((t), (char[128]){0}, 128)
+
+static int tier(const ir_type *t) { return t->wrapped ? 2 : t->ndim == 0 ? 1 : 0; }
+
+static grace_dtype result_type(int n, const ir_type *const *in) {
+  grace_dtype dts[8];
+  int tiers[8], k = 0;
+  for (int i = 0; i < n && k < 8; i++)
+    if (in[i]) { dts[k] = in[i]->dtype; tiers[k++] = tier(in[i]); }
+  return grace_result_type(k, dts, tiers);
+}
+
+static grace_status norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out) {
+  int n = ndim > 0 ? ndim : 1;
+  int64_t d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n) {
+    int b = grace_index_base(vm);
+    return grace_set_error(vm, GRACE_EINDEX, "%s: dim %lld out of range for a %d-d tensor (expected %d to %d, or -%d to -1)",
+                           op, (long long)(dim < 0 ? dim : dim + b), ndim, b, n - 1 + b, n);
+  }
+  *out = (int)d;
+  return GRACE_OK;
+}
+
+static grace_status broadcast(grace_vm *vm, const char *op, int n, const ir_type *const *in, ir_type *out) {
+  int nds[8], k = 0;
+  const int64_t *szs[8];
+  const ir_type *used[8];
+  for (int i = 0; i < n && k < 8; i++)
+    if (in[i]) { used[k] = in[i]; nds[k] = in[i]->ndim; szs[k++] = in[i]->sizes; }
+  grace_status st = grace_broadcast_shapes(vm, op, k, nds, szs, &out->ndim, out->sizes);
+  if (st != GRACE_OK) return st;
+  /* a result dim keeps the symbol of an input that has the full size there */
+  for (int d = 0; d < out->ndim; d++) {
+    out->sym[d] = 0;
+    for (int i = 0; i < k; i++) {
+      int id = d - (out->ndim - used[i]->ndim);
+      if (id >= 0 && used[i]->sizes[id] == out->sizes[d] && used[i]->sym[id]) { out->sym[d] = used[i]->sym[id]; break; }
+    }
+  }
+  return GRACE_OK;
+}
+
+static int float_math(grace_op op) {
+  switch (op) {
+  case GRACE_OP_EXP: case GRACE_OP_LOG: case GRACE_OP_LOG1P: case GRACE_OP_SQRT: case GRACE_OP_RSQRT:
+  case GRACE_OP_SIN: case GRACE_OP_COS: case GRACE_OP_TANH: case GRACE_OP_SIGMOID: case GRACE_OP_GELU:
+  case GRACE_OP_SILU: case GRACE_OP_ERF:
+    return 1;
+  default: return 0;
+  }
+}
+
+static grace_status infer_unary(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o) {
+  *o = *x;
+  o->wrapped = 0;
+  if (float_math(op) && !grace_dtype_is_float(x->dtype)) o->dtype = GRACE_FLOAT32;
+  else if (op == GRACE_OP_LOGICAL_NOT) o->dtype = GRACE_BOOL;
+  else if (op == GRACE_OP_CAST) o->dtype = a->dtype;
+  else if (op == GRACE_OP_NEG && x->dtype == GRACE_BOOL)
+    return grace_set_error(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not");
+  else if (op == GRACE_OP_CLAMP) {
+    if (!a->has_a && !a->has_b) return grace_set_error(vm, GRACE_EARG, "clamp: at least one of min and max is required");
+    int frac = (a->has_a && a->a != (double)(int64_t)a->a) || (a->has_b && a->b != (double)(int64_t)a->b);
+    if (!grace_dtype_is_float(x->dtype) && frac) o->dtype = GRACE_FLOAT32;
+  }
+  return GRACE_OK;
+}
+
+static grace_status infer_reduce(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, int nout, ir_type *o) {
+  const char *name = grace_op_name(op);
+  int red[GRACE_MAX_DIMS] = {0}, all = a->ndims == 0;
+  for (int i = 0; i < a->ndims; i++) {
+    int d;
+    grace_status st = norm_dim(vm, name, a->dims[i], x->ndim, &d);
+    if (st != GRACE_OK) return st;
+    if (x->ndim == 0) continue;
+    if (red[d]++) return grace_set_error(vm, GRACE_EARG, "%s: dim %d appears more than once", name, d + grace_index_base(vm));
+  }
+  if (all) for (int d = 0; d < x->ndim; d++) red[d] = 1;
+  grace_dtype dt = x->dtype;
+  int isf = grace_dtype_is_float(dt);
+  switch (op) {
+  case GRACE_OP_SUM: case GRACE_OP_PROD:
+    if (a->has_dtype) dt = a->dtype;
+    else if (!isf) dt = GRACE_INT64;
+    break;
+  case GRACE_OP_MEAN: case GRACE_OP_VAR: case GRACE_OP_STD:
+    if (a->has_dtype && op == GRACE_OP_MEAN) dt = a->dtype;
+    else if (!isf)
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type; cast it with :float()", name,
+                             grace_dtype_name(dt));
+    break;
+  case GRACE_OP_LOGSUMEXP: if (!isf) dt = GRACE_FLOAT32; break;
+  case GRACE_OP_ALL: case GRACE_OP_ANY: dt = GRACE_BOOL; break;
+  case GRACE_OP_ARGMAX: case GRACE_OP_ARGMIN:
+    dt = GRACE_INT64;
+    if (a->ndims > 1) return grace_set_error(vm, GRACE_EARG, "%s: takes at most one dim", name);
+    break;
+  case GRACE_OP_MAX: case GRACE_OP_MIN:
+    if (nout == 2 && a->ndims != 1) return grace_set_error(vm, GRACE_EARG, "%s: indices need exactly one dim", name);
+    break;
+  default: break;
+  }
+  ir_type r = {.dtype = dt, .device = x->device};
+  int keep = a->keepdim && !((op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN) && all);
+  for (int d = 0; d < x->ndim; d++) {
+    if (!red[d]) { r.sizes[r.ndim] = x->sizes[d]; r.sym[r.ndim++] = x->sym[d]; }
+    else if (keep) { r.sizes[r.ndim] = 1; r.sym[r.ndim++] = 0; }
+    else if (x->sizes[d] == 0 && (op == GRACE_OP_MAX || op == GRACE_OP_MIN || op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN))
+      return grace_set_error(vm, GRACE_EARG, "%s: cannot reduce over a zero-size dim (shape %s)", name, SHAPE(x));
+  }
+  o[0] = r;
+  if (nout == 2) { o[1] = r; o[1].dtype = GRACE_INT64; }
+  return GRACE_OK;
+}
+
+static grace_status infer_scan(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, int nout, ir_type *o) {
+  const char *name = grace_op_name(op);
+  int d = 0;
+  grace_status st = norm_dim(vm, name, a->ndims ? a->dims[0] : -1, x->ndim, &d);
+  if (st != GRACE_OK) return st;
+  *o = *x;
+  o->wrapped = 0;
+  switch (op) {
+  case GRACE_OP_CUMSUM: if (!grace_dtype_is_float(x->dtype)) o->dtype = GRACE_INT64; break;
+  case GRACE_OP_SOFTMAX: case GRACE_OP_LOG_SOFTMAX:
+    if (!grace_dtype_is_float(x->dtype))
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type; cast it with :float()", name,
+                             grace_dtype_name(x->dtype));
+    break;
+  case GRACE_OP_TOPK: {
+    int64_t n = x->ndim ? x->sizes[d] : 1;
+    if (a->i0 < 0 || a->i0 > n)
+      return grace_set_error(vm, GRACE_EINDEX, "topk: k (%lld) is out of range for dim %d of size %lld", (long long)a->i0,
+                             d + grace_index_base(vm), (long long)n);
+    if (x->ndim) { o->sizes[d] = a->i0; o->sym[d] = 0; }
+    break;
+  }
+  default: break;
+  }
+  if (nout == 2) { o[1] = o[0]; o[1].dtype = GRACE_INT64; }
+  return GRACE_OK;
+}
+
+static grace_status infer_matmul(grace_vm *vm, const ir_type *x, const ir_type *y, ir_type *o) {
+  if (x->dtype != y->dtype)
+    return grace_set_error(vm, GRACE_EDTYPE, "matmul: expected both inputs to have the same dtype, got %s and %s",
+                           grace_dtype_name(x->dtype), grace_dtype_name(y->dtype));
+  if (x->dtype == GRACE_BOOL) return grace_set_error(vm, GRACE_EDTYPE, "matmul: bool tensors are not supported");
+  if (x->ndim == 0 || y->ndim == 0)
+    return grace_set_error(vm, GRACE_ESHAPE, "matmul: both arguments need at least 1 dim, got shapes %s and %s", SHAPE(x), SHAPE(y));
+  int64_t k1 = x->sizes[x->ndim - 1], k2 = y->ndim == 1 ? y->sizes[0] : y->sizes[y->ndim - 2];
+  if (k1 != k2)
+    return grace_set_error(vm, GRACE_ESHAPE, "matmul: shapes %s and %s cannot be multiplied (%lld != %lld)", SHAPE(x),
+                           SHAPE(y), (long long)k1, (long long)k2);
+  ir_type bx = *x, by = *y;   /* batch parts */
+  bx.ndim = x->ndim > 2 ? x->ndim - 2 : 0;
+  by.ndim = y->ndim > 2 ? y->ndim - 2 : 0;
+  const ir_type *b[2] = {&bx, &by};
+  ir_type r = {.dtype = x->dtype, .device = x->device};
+  grace_status st = broadcast(vm, "matmul", 2, b, &r);
+  if (st != GRACE_OK) return st;
+  r.wrapped = 0; r.dtype = x->dtype; r.device = x->device;
+  if (x->ndim >= 2) { r.sizes[r.ndim] = x->sizes[x->ndim - 2]; r.sym[r.ndim++] = x->sym[x->ndim - 2]; }
+  if (y->ndim >= 2) { r.sizes[r.ndim] = y->sizes[y->ndim - 1]; r.sym[r.ndim++] = y->sym[y->ndim - 1]; }
+  *o = r;
+  return GRACE_OK;
+}
+
+static grace_status infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o) {
+  const char *name = grace_op_name(op);
+  const ir_type *x = in[0];
+  int d = 0;
+  grace_status st;
+  *o = *x;
+  o->wrapped = 0;
+  switch (op) {
+  case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE: case GRACE_OP_TRIU: case GRACE_OP_TRIL: return GRACE_OK;
+  case GRACE_OP_TO_DEVICE: o->device = a->device; return GRACE_OK;
+  case GRACE_OP_CAT: case GRACE_OP_STACK: {
+    if (op == GRACE_OP_STACK) {
+      if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim + 1, &d))) return st;
+    } else if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d))) return st;
+    if (op == GRACE_OP_CAT && x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "cat: zero-dimensional tensors cannot be concatenated");
+    int64_t total = 0;
+    for (int i = 0; i < nin; i++) {
+      const ir_type *t = in[i];
+      int same = t->ndim == x->ndim;
+      for (int k = 0; same && k < x->ndim; k++) same = (op == GRACE_OP_CAT && k == d) || t->sizes[k] == x->sizes[k];
+      if (!same)
+        return grace_set_error(vm, GRACE_ESHAPE, "%s: tensor %d has shape %s, expected %s%s", name, i + grace_index_base(vm),
+                               SHAPE(t), SHAPE(x), op == GRACE_OP_CAT ? " except in the cat dim" : "");
+      total += op == GRACE_OP_CAT ? t->sizes[d] : 1;
+    }
+    o->dtype = result_type(nin, in);
+    if (op == GRACE_OP_CAT) { o->sizes[d] = total; o->sym[d] = 0; }
+    else {
+      for (int k = o->ndim; k > d; k--) { o->sizes[k] = o->sizes[k - 1]; o->sym[k] = o->sym[k - 1]; }
+      o->sizes[d] = nin; o->sym[d] = 0; o->ndim++;
+    }
+    return GRACE_OK;
+  }
+  case GRACE_OP_INDEX_SELECT: case GRACE_OP_GATHER: case GRACE_OP_SCATTER: case GRACE_OP_EMBEDDING: {
+    const ir_type *idx = op == GRACE_OP_EMBEDDING ? in[0] : in[1];
+    if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: index dtype must be int64 or int32, got %s", name, grace_dtype_name(idx->dtype));
+    if (op == GRACE_OP_EMBEDDING) {
+      const ir_type *w = in[1];
+      if (w->ndim != 2) return grace_set_error(vm, GRACE_ESHAPE, "embedding: weight must be 2-d, got shape %s", SHAPE(w));
+      if (idx->ndim >= GRACE_MAX_DIMS) return grace_set_error(vm, GRACE_ESHAPE, "embedding: too many dims");
+      *o = *idx;
+      o->dtype = w->dtype; o->device = w->device;
+      o->sizes[o->ndim] = w->sizes[1]; o->sym[o->ndim++] = w->sym[1];
+      return GRACE_OK;
+    }
+    if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d))) return st;
+    if (op == GRACE_OP_INDEX_SELECT) {
+      if (idx->ndim > 1) return grace_set_error(vm, GRACE_ESHAPE, "index_select: index must be 0-d or 1-d, got shape %s", SHAPE(idx));
+      if (x->ndim) { o->sizes[d] = idx->ndim ? idx->sizes[0] : 1; o->sym[d] = idx->ndim ? idx->sym[0] : 0; }
+    } else if (op == GRACE_OP_GATHER) {
+      if (idx->ndim != x->ndim)
+        return grace_set_error(vm, GRACE_ESHAPE, "gather: index %s must have as many dims as the input %s", SHAPE(idx), SHAPE(x));
+      memcpy(o->sizes, idx->sizes, sizeof o->sizes);
+      memcpy(o->sym, idx->sym, sizeof o->sym);
+    }
+    return GRACE_OK;
+  }
+  case GRACE_OP_REPEAT: {
+    if (a->nshape < x->ndim)
+      return grace_set_error(vm, GRACE_ESHAPE, "repeat: %d repeats given for a %d-d tensor (need at least %d)", a->nshape, x->ndim, x->ndim);
+    o->ndim = a->nshape;
+    for (int k = 0; k < a->nshape; k++) {
+      int xd = k - (a->nshape - x->ndim);
+      if (a->shape[k] < 0) return grace_set_error(vm, GRACE_EARG, "repeat: negative repeat %lld", (long long)a->shape[k]);
+      o->sizes[k] = (xd >= 0 ? x->sizes[xd] : 1) * a->shape[k];
+      o->sym[k] = 0;
+    }
+    return GRACE_OK;
+  }
+  default:
+    return grace_set_error(vm, GRACE_EINTERNAL, "%s: no type rule", name);
+  }
+}
+
+static grace_status infer_view(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o) {
+  const char *name = grace_op_name(op);
+  int d0, d1;
+  grace_status st;
+  *o = *x;
+  o->wrapped = 0;
+  switch (op) {
+  case GRACE_OP_RESHAPE: case GRACE_OP_VIEW: {
+    int64_t numel = 1, known = 1;
+    int infer = -1;
+    for (int d = 0; d < x->ndim; d++) numel *= x->sizes[d];
+    if (a->nshape < 0 || a->nshape > GRACE_MAX_DIMS) return grace_set_error(vm, GRACE_EARG, "%s: too many dims", name);
+    o->ndim = a->nshape;
+    for (int d = 0; d < a->nshape; d++) {
+      o->sizes[d] = a->shape[d]; o->sym[d] = 0;
+      if (a->shape[d] == -1) {
+        if (infer >= 0) return grace_set_error(vm, GRACE_EARG, "%s: only one dimension can be -1", name);
+        infer = d;
+      } else if (a->shape[d] < 0) return grace_set_error(vm, GRACE_EARG, "%s: invalid size %lld", name, (long long)a->shape[d]);
+      else known *= a->shape[d];
+    }
+    if (infer >= 0 && known != 0 && numel % known == 0) { o->sizes[infer] = numel / known; known = numel; }
+    if (known != numel)
+      return grace_set_error(vm, GRACE_ESHAPE, "%s: shape %s is invalid for input of shape %s (%lld elements)", name,
+                             SHAPE(o), SHAPE(x), (long long)numel);
+    return GRACE_OK;
+  }
+  case GRACE_OP_TRANSPOSE:
+    if (a->ndims != 2) return grace_set_error(vm, GRACE_EARG, "transpose: expected two dims");
+    if ((st = norm_dim(vm, name, a->dims[0], x->ndim, &d0)) || (st = norm_dim(vm, name, a->dims[1], x->ndim, &d1))) return st;
+    if (x->ndim) {
+      o->sizes[d0] = x->sizes[d1]; o->sizes[d1] = x->sizes[d0];
+      o->sym[d0] = x->sym[d1]; o->sym[d1] = x->sym[d0];
+    }
+    return GRACE_OK;
+  case GRACE_OP_PERMUTE: {
+    if (a->ndims != x->ndim) return grace_set_error(vm, GRACE_EARG, "permute: %d dims given for a tensor of shape %s", a->ndims, SHAPE(x));
+    int seen[GRACE_MAX_DIMS] = {0};
+    for (int d = 0; d < x->ndim; d++) {
+      if ((st = norm_dim(vm, name, a->dims[d], x->ndim, &d0))) return st;
+      if (seen[d0]++) return grace_set_error(vm, GRACE_EARG, "permute: dim %d repeated", d0 + grace_index_base(vm));
+      o->sizes[d] = x->sizes[d0]; o->sym[d] = x->sym[d0];
+    }
+    return GRACE_OK;
+  }
+  case GRACE_OP_EXPAND:
+    if (a->nshape < x->ndim || a->nshape > GRACE_MAX_DIMS)
+      return grace_set_error(vm, GRACE_ESHAPE, "expand: cannot expand shape %s to %d dims", SHAPE(x), a->nshape);
+    o->ndim = a->nshape;
+    for (int d = 0; d < a->nshape; d++) {
+      int xd = d - (a->nshape - x->ndim);
+      int64_t want = a->shape[d];
+      if (xd >= 0 && (want == -1 || want == x->sizes[xd])) { o->sizes[d] = x->sizes[xd]; o->sym[d] = x->sym[xd]; }
+      else if ((xd < 0 || x->sizes[xd] == 1) && want >= 0) { o->sizes[d] = want; o->sym[d] = 0; }
+      else return grace_set_error(vm, GRACE_ESHAPE, "expand: cannot expand shape %s (size %lld in dim %d)", SHAPE(x),
+                                  (long long)(xd >= 0 ? x->sizes[xd] : -1), d + grace_index_base(vm));
+    }
+    return GRACE_OK;
+  case GRACE_OP_NARROW: case GRACE_OP_SELECT: {
+    if (x->ndim == 0) return grace_set_error(vm, GRACE_EARG, "%s: not possible on a 0-d tensor", name);
+    if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d0))) return st;
+    int64_t n = x->sizes[d0], start = a->i0 < 0 ? a->i0 + n : a->i0;
+    int b = grace_index_base(vm);
+    if (op == GRACE_OP_SELECT) {
+      if (start < 0 || start >= n)
+        return grace_set_error(vm, GRACE_EINDEX, "select: index %lld out of range for dim %d of size %lld (shape %s)",
+                               (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), d0 + b, (long long)n, SHAPE(x));
+      for (int d = d0; d < x->ndim - 1; d++) { o->sizes[d] = x->sizes[d + 1]; o->sym[d] = x->sym[d + 1]; }
+      o->ndim--;
+    } else {
+      if (start < 0 || start > n || a->i1 < 0 || start + a->i1 > n)
+        return grace_set_error(vm, GRACE_EINDEX, "narrow: start %lld with length %lld is out of range for dim %d of size %lld",
+                               (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), (long long)a->i1, d0 + b, (long long)n);
+      o->sizes[d0] = a->i1; o->sym[d0] = 0;
+    }
+    return GRACE_OK;
+  }
+  case GRACE_OP_SQUEEZE: {
+    int drop[GRACE_MAX_DIMS] = {0}, k = 0;
+    if (a->ndims == 0) for (int d = 0; d < x->ndim; d++) drop[d] = x->sizes[d] == 1;
+    for (int i = 0; i < a->ndims; i++) {
+      if ((st = norm_dim(vm, name, a->dims[i], x->ndim, &d0))) return st;
+      if (x->ndim && x->sizes[d0] == 1) drop[d0] = 1;
+    }
+    for (int d = 0; d < x->ndim; d++) if (!drop[d]) { o->sizes[k] = x->sizes[d]; o->sym[k++] = x->sym[d]; }
+    o->ndim = k;
+    return GRACE_OK;
+  }
+  case GRACE_OP_UNSQUEEZE:
+    if (x->ndim >= GRACE_MAX_DIMS) return grace_set_error(vm, GRACE_EARG, "unsqueeze: already %d dims", x->ndim);
+    if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim + 1, &d0))) return st;
+    for (int d = x->ndim; d > d0; d--) { o->sizes[d] = x->sizes[d - 1]; o->sym[d] = x->sym[d - 1]; }
+    o->sizes[d0] = 1; o->sym[d0] = 0;
+    o->ndim++;
+    return GRACE_OK;
+  default:
+    return grace_set_error(vm, GRACE_EINTERNAL, "%s: not a view op", name);
+  }
+}
+
+static grace_status infer_create(grace_vm *vm, grace_op op, const grace_attrs *a, ir_type *o) {
+  memset(o, 0, sizeof *o);
+  o->device = a->device;
+  o->dtype = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
+  o->ndim = a->nshape;
+  memcpy(o->sizes, a->shape, sizeof o->sizes);
+  if (op == GRACE_OP_ARANGE) {
+    double n = a->c != 0 ? (a->b - a->a) / a->c : -1;
+    if (!(n >= 0)) return grace_set_error(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", a->a, a->b, a->c);
+    o->ndim = 1;
+    o->sizes[0] = (int64_t)n + ((double)(int64_t)n < n);
+  } else if (op == GRACE_OP_LINSPACE) { o->ndim = 1; o->sizes[0] = a->i0; }
+  else if (op == GRACE_OP_EYE) { o->ndim = 2; if (a->nshape == 1) o->sizes[1] = a->shape[0]; }
+  for (int d = 0; d < o->ndim; d++)
+    if (o->sizes[d] < 0) return grace_set_error(vm, GRACE_EARG, "%s: negative size %lld", grace_op_name(op), (long long)o->sizes[d]);
+  return GRACE_OK;
+}
+
+grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, const grace_attrs *a, int nout, ir_type *out) {
+  if (op >= GRACE_NOPS) return grace_set_error(vm, GRACE_EINTERNAL, "%s: inputs have no inferred type", ir_op_name(op));
+  grace_op gop = (grace_op)op;
+  const char *name = grace_op_name(gop);
+  for (int i = 0; i < nin; i++)
+    if (!in[i] && !((gop == GRACE_OP_LAYER_NORM && i >= 1) || (gop == GRACE_OP_RMS_NORM && i == 1)))
+      return grace_set_error(vm, GRACE_EARG, "%s: input %d is missing", name, i + 1);
+  grace_status st;
+  switch (grace_op_kind(gop)) {
+  case GRACE_KIND_UNARY:
+    return infer_unary(vm, gop, in[0], a, out);
+  case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE:
+    if ((st = broadcast(vm, name, 2, in, out))) return st;
+    out->wrapped = 0;
+    out->device = in[0]->wrapped ? in[1]->device : in[0]->device;
+    out->dtype = grace_op_kind(gop) == GRACE_KIND_COMPARE ? GRACE_BOOL : result_type(2, in);
+    if (gop == GRACE_OP_DIV && !grace_dtype_is_float(out->dtype)) out->dtype = GRACE_FLOAT32;
+    return GRACE_OK;
+  case GRACE_KIND_TERNARY:
+    if (gop == GRACE_OP_MASKED_FILL) {
+      if (in[1]->dtype != GRACE_BOOL)
+        return grace_set_error(vm, GRACE_EDTYPE, "masked_fill: mask must be bool, got %s", grace_dtype_name(in[1]->dtype));
+      if (in[2]->ndim != 0)
+        return grace_set_error(vm, GRACE_ESHAPE, "masked_fill: value must be a 0-d tensor or a number, got shape %s", SHAPE(in[2]));
+      const ir_type *xm[2] = {in[0], in[1]};
+      if ((st = broadcast(vm, name, 2, xm, out))) return st;
+      if (out->ndim != in[0]->ndim || memcmp(out->sizes, in[0]->sizes, sizeof(int64_t) * (size_t)out->ndim))
+        return grace_set_error(vm, GRACE_ESHAPE, "masked_fill: mask of shape %s does not broadcast to the input's shape %s",
+                               SHAPE(in[1]), SHAPE(in[0]));
+      *out = *in[0];
+      out->wrapped = 0;
+      return GRACE_OK;
+    }
+    if ((st = broadcast(vm, name, 3, in, out))) return st;
+    out->wrapped = 0;
+    out->device = in[0]->device;
+    out->dtype = result_type(2, in + 1);
+    return GRACE_OK;
+  case GRACE_KIND_REDUCE: return infer_reduce(vm, gop, in[0], a, nout, out);
+  case GRACE_KIND_SCAN: return infer_scan(vm, gop, in[0], a, nout, out);
+  case GRACE_KIND_MATMUL: return infer_matmul(vm, in[0], in[1], out);
+  case GRACE_KIND_VIEW: return infer_view(vm, gop, in[0], a, out);
+  case GRACE_KIND_MOVE: return infer_move(vm, gop, nin, in, a, out);
+  case GRACE_KIND_NORM: {
+    const ir_type *x = in[0];
+    if (!grace_dtype_is_float(x->dtype))
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type", name, grace_dtype_name(x->dtype));
+    if (x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "%s: input must have at least 1 dim", name);
+    for (int i = 1; i < nin; i++)
+      if (in[i] && (in[i]->ndim != 1 || in[i]->sizes[0] != x->sizes[x->ndim - 1]))
+        return grace_set_error(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of the input %s", name,
+                               i == 1 ? "weight" : "bias", SHAPE(in[i]), SHAPE(x));
+    *out = *x;
+    out->wrapped = 0;
+    return GRACE_OK;
+  }
+  case GRACE_KIND_CREATE: return infer_create(vm, gop, a, out);
+  case GRACE_KIND_INPLACE: {
+    const ir_type *dst = in[0];
+    if (gop == GRACE_OP_COPY_) {
+      const ir_type *both[2] = {dst, in[1]};
+      ir_type b;
+      if ((st = broadcast(vm, name, 2, both, &b))) return st;
+      if (b.ndim != dst->ndim || memcmp(b.sizes, dst->sizes, sizeof(int64_t) * (size_t)b.ndim))
+        return grace_set_error(vm, GRACE_ESHAPE, "copy_: source of shape %s does not broadcast to the destination's shape %s",
+                               SHAPE(in[1]), SHAPE(dst));
+    }
+    *out = *dst;
+    out->wrapped = 0;
+    return GRACE_OK;
+  }
+  default:
+    return grace_set_error(vm, GRACE_EINTERNAL, "%s: no type rule", name);
+  }
+}

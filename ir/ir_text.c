@@ -1,0 +1,320 @@
+/* ir_text.c: the IR's text form, printed and parsed, so that tests are written as IR text and
+ * `GRACE_LOG=ir` / `--dump-ir` show what was traced. One instruction per line:
+ *   func @name {
+ *     %0 = input #0 : f32[4,8]
+ *     %2, %3 = max %1 {dims=[1], keepdim=1} : f32[4,1], i64[4,1]  @"model.lua:12"
+ *     return %2
+ *   }
+ * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ir/ir.h"
+
+typedef struct { grace_ir *ir; char *buf; size_t len, cap; int oom; } sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->buf ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) { b->oom = 1; return; }
+    if (b->buf && b->len + (size_t)n < b->cap) { b->len += (size_t)n; return; }
+    size_t nc = b->cap ? b->cap * 2 : 1024;
+    while (nc < b->len + (size_t)n + 1) nc *= 2;
+    char *p = grace_realloc(b->ir->vm, b->buf, b->cap, nc);
+    if (!p) { b->oom = 1; return; }
+    b->buf = p;
+    b->cap = nc;
+  }
+}
+
+static void put_list(sbuf *b, const char *key, int n, const int64_t *v) {
+  put(b, "%s=[", key);
+  for (int i = 0; i < n; i++) put(b, i ? ",%lld" : "%lld", (long long)v[i]);
+  put(b, "]");
+}
+
+static int shape_always(int op) {
+  if (op >= GRACE_NOPS) return 0;
+  grace_opkind k = grace_op_kind((grace_op)op);
+  return op == GRACE_OP_RESHAPE || op == GRACE_OP_VIEW || op == GRACE_OP_EXPAND || op == GRACE_OP_REPEAT ||
+         (k == GRACE_KIND_CREATE && op != GRACE_OP_ARANGE && op != GRACE_OP_LINSPACE);
+}
+
+static void put_attrs(sbuf *b, int op, const grace_attrs *a) {
+  int n = 0;
+#define SEP() put(b, n++ ? ", " : " {")
+  if (a->ndims) { SEP(); put_list(b, "dims", a->ndims, a->dims); }
+  if (a->nshape || shape_always(op)) { SEP(); put_list(b, "shape", a->nshape, a->shape); }
+  if (a->has_a || a->a != 0) { SEP(); put(b, "a=%.17g", a->a); }
+  if (a->has_b || a->b != 0) { SEP(); put(b, "b=%.17g", a->b); }
+  if (a->c != 0) { SEP(); put(b, "c=%.17g", a->c); }
+  if (a->i0) { SEP(); put(b, "i0=%lld", (long long)a->i0); }
+  if (a->i1) { SEP(); put(b, "i1=%lld", (long long)a->i1); }
+  if (a->keepdim) { SEP(); put(b, "keepdim=1"); }
+  if (a->flag) { SEP(); put(b, "flag=%d", a->flag); }
+  if (a->has_dtype) { SEP(); put(b, "dtype=%s", ir_dtype_short(a->dtype)); }
+  if (a->device != GRACE_CPU) { SEP(); put(b, "device=%s", grace_device_name(a->device)); }
+  if (n) put(b, "}");
+#undef SEP
+}
+
+const char *grace_ir_text(grace_ir *ir) {
+  sbuf b = {.ir = ir};
+  char t[192];
+  put(&b, "func @%s {\n", ir->name);
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    put(&b, "  ");
+    for (int r = 0; r < k->nout; r++) put(&b, r ? ", %%%d" : "%%%d", k->first_result + r);
+    put(&b, " = %s", ir_op_name(k->op));
+    if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST || k->op == IR_OP_SCALAR) put(&b, " #%d", k->input_index);
+    else if (k->op == IR_OP_LITERAL) put(&b, " %.17g", k->literal);
+    for (int j = 0; j < k->nin; j++) {
+      int32_t v = ir->args[k->first_arg + j];
+      put(&b, v < 0 ? "%s _" : "%s %%%d", j ? "," : "", v);
+    }
+    put_attrs(&b, k->op, &k->attrs);
+    put(&b, " :");
+    for (int r = 0; r < k->nout; r++) put(&b, "%s %s", r ? "," : "", ir_type_str(&ir->vals[k->first_result + r].type, t, sizeof t));
+    if (k->loc >= 0) put(&b, "  @\"%s\"", ir->locs[k->loc]);
+    put(&b, "\n");
+  }
+  put(&b, "  return");
+  for (int i = 0; i < ir->nout; i++) put(&b, i ? ", %%%d" : " %%%d", ir->outputs[i]);
+  put(&b, "\n}\n");
+  if (b.oom) {
+    grace_realloc(ir->vm, b.buf, b.cap, 0);
+    grace_set_error(ir->vm, GRACE_ENOMEM, "ir: out of host memory printing '%s'", ir->name);
+    return NULL;
+  }
+  if (ir->text) grace_realloc(ir->vm, ir->text, ir->text_len, 0);
+  ir->text = b.buf;
+  ir->text_len = b.cap;
+  return ir->text;
+}
+
+/* ---- parser ---- */
+typedef struct { const char *s; int line; grace_vm *vm; grace_ir *ir; } lexer;
+
+static void skip_ws(lexer *L) { while (*L->s == ' ' || *L->s == '\t' || *L->s == '\r') L->s++; }
+static int accept(lexer *L, const char *tok) {
+  skip_ws(L);
+  size_t n = strlen(tok);
+  if (strncmp(L->s, tok, n)) return 0;
+  L->s += n;
+  return 1;
+}
+static grace_status perr(lexer *L, const char *what) {
+  const char *e = L->s;
+  int n = 0;
+  while (e[n] && e[n] != '\n' && n < 30) n++;
+  return grace_set_error(L->vm, GRACE_EARG, "ir parse: line %d: expected %s at '%.*s'", L->line, what, n, e);
+}
+static int word(lexer *L, char *out, size_t n) {
+  skip_ws(L);
+  size_t k = 0;
+  while ((isalnum((unsigned char)*L->s) || *L->s == '_') && k + 1 < n) out[k++] = *L->s++;
+  out[k] = 0;
+  return k > 0;
+}
+static int integer(lexer *L, int64_t *v) {
+  skip_ws(L);
+  char *end;
+  long long x = strtoll(L->s, &end, 10);
+  if (end == L->s) return 0;
+  L->s = end;
+  *v = x;
+  return 1;
+}
+static int number(lexer *L, double *v) {
+  skip_ws(L);
+  char *end;
+  double x = strtod(L->s, &end);
+  if (end == L->s) return 0;
+  L->s = end;
+  *v = x;
+  return 1;
+}
+static int value_ref(lexer *L, int32_t *v) {
+  int64_t x;
+  if (!accept(L, "%") || !integer(L, &x)) return 0;
+  *v = (int32_t)x;
+  return 1;
+}
+
+static grace_status parse_type(lexer *L, ir_type *t) {
+  char w[16];
+  memset(t, 0, sizeof *t);
+  if (!word(L, w, sizeof w) || !ir_dtype_from_short(w, &t->dtype)) return perr(L, "a dtype (f32, i64, ...)");
+  if (!accept(L, "[")) return perr(L, "'['");
+  while (!accept(L, "]")) {
+    if (t->ndim && !accept(L, ",")) return perr(L, "',' or ']'");
+    if (t->ndim >= GRACE_MAX_DIMS) return perr(L, "at most 8 dims");
+    int64_t x;
+    if (accept(L, "s")) {
+      if (!integer(L, &x) || !accept(L, "=")) return perr(L, "a symbolic size s<k>=<hint>");
+      t->sym[t->ndim] = (int32_t)x;
+    }
+    if (!integer(L, &x)) return perr(L, "a size");
+    t->sizes[t->ndim++] = x;
+  }
+  if (accept(L, "cuda")) t->device = GRACE_CUDA;
+  return GRACE_OK;
+}
+
+static grace_status parse_list(lexer *L, int *n, int64_t *v) {
+  *n = 0;
+  if (!accept(L, "[")) return perr(L, "'['");
+  while (!accept(L, "]")) {
+    if (*n && !accept(L, ",")) return perr(L, "',' or ']'");
+    if (*n >= GRACE_MAX_DIMS || !integer(L, &v[*n])) return perr(L, "an integer");
+    (*n)++;
+  }
+  return GRACE_OK;
+}
+
+static grace_status parse_attrs(lexer *L, grace_attrs *a) {
+  memset(a, 0, sizeof *a);
+  if (!accept(L, "{")) return GRACE_OK;
+  while (!accept(L, "}")) {
+    char key[16];
+    int64_t x;
+    grace_status st = GRACE_OK;
+    if (!word(L, key, sizeof key) || !accept(L, "=")) return perr(L, "key=value");
+    if (!strcmp(key, "dims")) st = parse_list(L, &a->ndims, a->dims);
+    else if (!strcmp(key, "shape")) st = parse_list(L, &a->nshape, a->shape);
+    else if (!strcmp(key, "a")) { if (!number(L, &a->a)) return perr(L, "a number"); a->has_a = 1; }
+    else if (!strcmp(key, "b")) { if (!number(L, &a->b)) return perr(L, "a number"); a->has_b = 1; }
+    else if (!strcmp(key, "c")) { if (!number(L, &a->c)) return perr(L, "a number"); }
+    else if (!strcmp(key, "i0")) { if (!integer(L, &a->i0)) return perr(L, "an integer"); }
+    else if (!strcmp(key, "i1")) { if (!integer(L, &a->i1)) return perr(L, "an integer"); }
+    else if (!strcmp(key, "keepdim")) { if (!integer(L, &x)) return perr(L, "0 or 1"); a->keepdim = (int)x; }
+    else if (!strcmp(key, "flag")) { if (!integer(L, &x)) return perr(L, "an integer"); a->flag = (int)x; }
+    else if (!strcmp(key, "dtype")) {
+      char w[16];
+      if (!word(L, w, sizeof w) || !ir_dtype_from_short(w, &a->dtype)) return perr(L, "a dtype");
+      a->has_dtype = 1;
+    } else if (!strcmp(key, "device")) {
+      char w[16];
+      if (!word(L, w, sizeof w)) return perr(L, "a device");
+      a->device = !strcmp(w, "cuda") ? GRACE_CUDA : GRACE_CPU;
+    } else return perr(L, "a known attribute");
+    if (st != GRACE_OK) return st;
+    accept(L, ",");
+  }
+  return GRACE_OK;
+}
+
+static grace_status parse_inst(lexer *L) {
+  grace_ir *ir = L->ir;
+  int32_t res[4];
+  int nres = 0;
+  do {
+    if (nres >= 4 || !value_ref(L, &res[nres])) return perr(L, "a result %N");
+    if (res[nres] != ir->nval + nres) return perr(L, "results numbered in order");
+    nres++;
+  } while (accept(L, ","));
+  if (!accept(L, "=")) return perr(L, "'='");
+  char name[32];
+  if (!word(L, name, sizeof name)) return perr(L, "an op name");
+  int op = ir_op_from_name(name);
+  if (op < 0) return perr(L, "a known op");
+  int64_t index = -1;
+  double lit = 0;
+  int32_t args[64];
+  int nin = 0;
+  if (op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_SCALAR) {
+    if (!accept(L, "#") || !integer(L, &index)) return perr(L, "#index");
+  } else if (op == IR_OP_LITERAL) {
+    if (!number(L, &lit)) return perr(L, "a number");
+  } else {
+    for (;;) {
+      skip_ws(L);
+      if (*L->s != '%' && *L->s != '_') break;
+      if (nin >= 64) return perr(L, "at most 64 inputs");
+      if (accept(L, "_")) args[nin++] = -1;
+      else if (!value_ref(L, &args[nin++])) return perr(L, "an input %N");
+      if (!accept(L, ",")) break;
+    }
+  }
+  grace_attrs a;
+  grace_status st = parse_attrs(L, &a);
+  if (st != GRACE_OK) return st;
+  if (!accept(L, ":")) return perr(L, "':' and the result types");
+  ir_type types[4];
+  for (int r = 0; r < nres; r++) {
+    if (r && !accept(L, ",")) return perr(L, "','");
+    if ((st = parse_type(L, &types[r])) != GRACE_OK) return st;
+  }
+  if (accept(L, "@\"")) {
+    const char *e = strchr(L->s, '"');
+    if (!e) return perr(L, "a closing quote");
+    char loc[256];
+    snprintf(loc, sizeof loc, "%.*s", (int)(e - L->s), L->s);
+    L->s = e + 1;
+    if ((st = grace_ir_set_location(ir, loc)) != GRACE_OK) return st;
+  } else grace_ir_set_location(ir, NULL);
+  if (op == IR_OP_LITERAL) types[0].wrapped = 1;
+  for (int i = 0; i < nin; i++)
+    if (args[i] >= ir->nval) return grace_set_error(L->vm, GRACE_EARG, "ir parse: line %d: %%%d used before it is defined", L->line, args[i]);
+  if (ir_append(ir, op, nin, args, &a, nres, types) < 0) return GRACE_ENOMEM;
+  ir_inst *k = &ir->insts[ir->ninst - 1];
+  k->literal = lit;
+  if (op == IR_OP_INPUT) { k->input_index = (int32_t)index; ir->ninputs++; }
+  else if (op == IR_OP_SCALAR) { k->input_index = (int32_t)index; ir->nscalars++; }
+  else if (op == IR_OP_CONST) {
+    k->input_index = (int32_t)index;
+    if (index != ir->nconst) return perr(L, "consts numbered in order");
+    if (ir->nconst >= ir->cap_const) {
+      int nc = ir->cap_const ? ir->cap_const * 2 : 8;
+      ir_const *p = grace_realloc(L->vm, ir->consts, sizeof *p * (size_t)ir->cap_const, sizeof *p * (size_t)nc);
+      if (!p) return grace_set_error(L->vm, GRACE_ENOMEM, "ir parse: out of host memory");
+      ir->consts = p;
+      ir->cap_const = nc;
+    }
+    ir->consts[ir->nconst++] = (ir_const){NULL, 0};
+  }
+  return GRACE_OK;
+}
+
+grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
+  *out = NULL;
+  lexer L = {.s = text, .line = 1, .vm = vm};
+  char name[64];
+  while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
+  if (!accept(&L, "func") || !accept(&L, "@") || !word(&L, name, sizeof name) || !accept(&L, "{"))
+    return perr(&L, "'func @name {'");
+  grace_ir *ir = L.ir = grace_ir_new(vm, name);
+  if (!ir) return GRACE_ENOMEM;
+  grace_status st = GRACE_OK;
+  for (;;) {
+    while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
+    if (accept(&L, "return")) break;
+    if (!*L.s) { st = perr(&L, "'return'"); break; }
+    if ((st = parse_inst(&L)) != GRACE_OK) break;
+    skip_ws(&L);
+    if (*L.s != '\n') { st = perr(&L, "end of line"); break; }
+  }
+  while (st == GRACE_OK) {
+    int32_t v;
+    skip_ws(&L);
+    if (*L.s != '%') break;
+    if (!value_ref(&L, &v)) { st = perr(&L, "an output %N"); break; }
+    if ((st = grace_ir_output(ir, v)) != GRACE_OK) break;
+    if (!accept(&L, ",")) break;
+  }
+  if (st == GRACE_OK && !accept(&L, "}")) {
+    while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
+    if (!accept(&L, "}")) st = perr(&L, "'}'");
+  }
+  if (st != GRACE_OK) { grace_ir_free(ir); return st; }
+  *out = ir;
+  return GRACE_OK;
+}

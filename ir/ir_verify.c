@@ -1,0 +1,73 @@
+/* ir_verify.c: the IR verifier, run after every pass in tests: SSA order, arity, input numbering,
+ * outputs, and that every result's type is the one type inference gives for its op and inputs. */
+#include <stdio.h>
+#include <string.h>
+#include "ir/ir.h"
+
+static int same_type(const ir_type *a, const ir_type *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d]) return 0;
+  return 1;
+}
+
+grace_status grace_ir_verify(grace_ir *ir) {
+  grace_vm *vm = ir->vm;
+  int seen_in[256] = {0}, seen_sc[256] = {0};
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    const char *name = ir_op_name(k->op);
+    const char *loc = k->loc >= 0 ? ir->locs[k->loc] : "";
+    if (k->op < 0 || k->op >= IR_NOPS) return grace_set_error(vm, GRACE_EINTERNAL, "verify: inst %d has invalid op %d", i, k->op);
+    for (int j = 0; j < k->nin; j++) {
+      int32_t v = ir->args[k->first_arg + j];
+      if (v >= k->first_result || v < -1)
+        return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) uses %%%d before it is defined %s", name,
+                               k->first_result, v, loc);
+    }
+    if (k->op >= GRACE_NOPS) {
+      int *seen = k->op == IR_OP_INPUT ? seen_in : k->op == IR_OP_SCALAR ? seen_sc : NULL;
+      if (k->nin || k->nout != 1) return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s takes no inputs and gives one value", name);
+      if (seen) {
+        int lim = k->op == IR_OP_INPUT ? ir->ninputs : ir->nscalars;
+        if (k->input_index < 0 || k->input_index >= lim || k->input_index >= 256 || seen[k->input_index]++)
+          return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s #%d is out of range or repeated", name, k->input_index);
+      }
+      if (k->op == IR_OP_CONST && (k->input_index < 0 || k->input_index >= ir->nconst))
+        return grace_set_error(vm, GRACE_EINTERNAL, "verify: const #%d has no captured tensor", k->input_index);
+      continue;
+    }
+    int want = grace_op_ninputs((grace_op)k->op);
+    if (want >= 0 ? k->nin != want : k->nin < 1)
+      return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) has %d inputs, the op takes %d %s", name,
+                             k->first_result, k->nin, want, loc);
+    if (k->nout < 1 || k->nout > ir_op_results(k->op, &k->attrs))
+      return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) has %d results", name, k->first_result, k->nout);
+    const ir_type *in[64];
+    for (int j = 0; j < k->nin && j < 64; j++) {
+      int32_t v = ir->args[k->first_arg + j];
+      in[j] = v < 0 ? NULL : &ir->vals[v].type;
+    }
+    ir_type res[2];
+    grace_status st = ir_infer(vm, k->op, k->nin, in, &k->attrs, k->nout, res);
+    if (st != GRACE_OK) {
+      char msg[512];
+      snprintf(msg, sizeof msg, "%s", grace_last_error(vm));
+      return grace_set_error(vm, GRACE_EINTERNAL, "verify: %%%d: %s %s", k->first_result, msg, loc);
+    }
+    for (int r = 0; r < k->nout; r++) {
+      const ir_type *got = &ir->vals[k->first_result + r].type;
+      if (!same_type(got, &res[r])) {
+        char a[160], b[160];
+        return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) is typed %s, inference gives %s %s", name,
+                               k->first_result + r, ir_type_str(got, a, sizeof a), ir_type_str(&res[r], b, sizeof b), loc);
+      }
+    }
+  }
+  for (int i = 0; i < ir->ninputs && i < 256; i++)
+    if (!seen_in[i]) return grace_set_error(vm, GRACE_EINTERNAL, "verify: input #%d is never declared", i);
+  for (int i = 0; i < ir->nout; i++)
+    if (ir->outputs[i] < 0 || ir->outputs[i] >= ir->nval)
+      return grace_set_error(vm, GRACE_EINTERNAL, "verify: output %d is not a value", i);
+  return GRACE_OK;
+}
