@@ -86,9 +86,6 @@ $(BUILD)/obj/stdlib_embed.c: $(BUILD)/bin2c $(STDLIB)
 $(BUILD)/obj/stdlib_embed.o: $(BUILD)/obj/stdlib_embed.c
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-# main.c alone uses readline (line editing in the REPL).
-$(BUILD)/obj/lua/main.o: CFLAGS_ALL += $(RL_DEF)
-
 $(BUILD)/grace: $(BUILD)/obj/lua/main.o $(LUA_OBJ) $(BUILD)/libgrace.a
 	$(CC) -o $@ $^ $(DEP_LIB) -llua5.4 $(RL_LIB) $(LDLIBS_ALL)
 
