@@ -193,6 +193,9 @@ grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *
 /* "file:line" attached to the instructions appended after this call (NULL clears it). */
 grace_status grace_ir_set_location(grace_ir *ir, const char *where);
 grace_status grace_ir_output(grace_ir *ir, grace_value v);
+/* After a run, the tensor behind `target` (an input or a captured tensor) is overwritten with `value`
+ * (in-place updates are functional in the IR and written back once, at the end). */
+grace_status grace_ir_write(grace_ir *ir, grace_value target, grace_value value);
 /* Checks SSA order, arity, attributes and that every value's type is the one inference gives. */
 grace_status grace_ir_verify(grace_ir *ir);
 /* The text form (owned by the IR, valid until it changes); NULL on failure. */
@@ -205,6 +208,32 @@ int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalar
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
  * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
 grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+
+/* ---- tracing: while a trace is active on a VM, every successful grace_run also appends its op to the
+ * trace's IR, so a host records a function by running it once. Tensors are mapped to IR values: declared
+ * inputs and scalars, results of traced ops, and any other tensor an op touches becomes a captured constant
+ * (a wrapped number becomes a literal). Reading a traced tensor's data from the host (grace_tensor_read,
+ * _get) is a graph break. In-place ops update the mapping and become writes at the end. ---- */
+/* Writes "file:line" of the host code running now into buf (called only while tracing). */
+typedef void (*grace_where_fn)(void *ud, char *buf, size_t n);
+grace_status grace_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where, void *ud);
+grace_status grace_trace_input(grace_vm *vm, grace_tensor *t, grace_value *out);
+/* t (0-d) stands for a dynamic scalar input of t's dtype. */
+grace_status grace_trace_scalar(grace_vm *vm, grace_tensor *t, grace_value *out);
+/* The value of t in the trace (an unknown tensor is captured as a constant); for the host's outputs. */
+grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out);
+/* Stops recording (reads and ops run plainly until grace_trace_resume): for host work that is not part of
+ * the traced program. */
+void grace_trace_pause(grace_vm *vm);
+void grace_trace_resume(grace_vm *vm);
+/* The trace's events: breaks and reasons it cannot compile, each with its location, one per line. Empty
+ * when the trace is clean. Valid until grace_trace_end. */
+const char *grace_trace_problems(grace_vm *vm);
+int grace_trace_active(const grace_vm *vm);
+/* Ends the trace: adds the writes of mutated inputs and captures, releases the trace's references.
+ * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
+ * it broke or touched something it cannot express. */
+grace_status grace_trace_end(grace_vm *vm);
 
 #ifdef __cplusplus
 }

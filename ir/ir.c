@@ -61,7 +61,7 @@ void grace_ir_free(grace_ir *ir) {
   for (int i = 0; i < ir->nloc; i++) grace_realloc(vm, ir->locs[i], strlen(ir->locs[i]) + 1, 0);
 #define FREE(field, capf) grace_realloc(vm, ir->field, (size_t)ir->capf * sizeof *ir->field, 0)
   FREE(insts, cap_inst); FREE(vals, cap_val); FREE(args, cap_arg); FREE(outputs, cap_out);
-  FREE(consts, cap_const); FREE(locs, cap_loc);
+  FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write);
 #undef FREE
   if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
   grace_realloc(vm, ir, sizeof *ir, 0);
@@ -120,7 +120,7 @@ grace_status grace_ir_const(grace_ir *ir, grace_tensor *t, grace_value *out) {
   if (v < 0) return GRACE_ENOMEM;
   ir->insts[ir->ninst - 1].input_index = ir->nconst;
   grace_tensor_retain(t);
-  ir->consts[ir->nconst++] = (ir_const){t, grace_tensor_version(t)};
+  ir->consts[ir->nconst++] = (ir_const){t, grace_tensor_version(t), 0};
   *out = v;
   return GRACE_OK;
 }
@@ -141,7 +141,7 @@ grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t) {
   }
   grace_tensor_retain(t);
   grace_tensor_release(ir->consts[index].t);
-  ir->consts[index] = (ir_const){t, grace_tensor_version(t)};
+  ir->consts[index] = (ir_const){t, grace_tensor_version(t), ir->consts[index].local};
   return GRACE_OK;
 }
 
@@ -214,7 +214,19 @@ grace_status grace_ir_output(grace_ir *ir, grace_value v) {
   return GRACE_OK;
 }
 
+grace_status grace_ir_write(grace_ir *ir, grace_value target, grace_value value) {
+  grace_status st;
+  if ((st = check_value(ir, "write", target)) != GRACE_OK || (st = check_value(ir, "write", value)) != GRACE_OK) return st;
+  int op = ir->insts[ir->vals[target].inst].op;
+  if (op != IR_OP_INPUT && op != IR_OP_CONST)
+    return grace_set_error(ir->vm, GRACE_EARG, "write: %%%d is not an input or a captured tensor", (int)target);
+  if (!GROW(ir, writes, cap_write, ir->nwrite + 1)) return GRACE_ENOMEM;
+  ir->writes[ir->nwrite++] = (ir_write){target, value};
+  return GRACE_OK;
+}
+
 int grace_ir_count(const grace_ir *ir, const char *what) {
+  if (!strcmp(what, "writes")) return ir->nwrite;
   if (!strcmp(what, "inputs")) return ir->ninputs;
   if (!strcmp(what, "scalars")) return ir->nscalars;
   if (!strcmp(what, "consts")) return ir->nconst;

@@ -50,9 +50,15 @@ typedef struct ir_value {
   int32_t result;                      /* which result of inst */
 } ir_value;
 
+typedef struct ir_write {
+  int32_t target;                      /* an input or const value */
+  int32_t value;                       /* its new contents */
+} ir_write;
+
 typedef struct ir_const {
   grace_tensor *t;
   uint64_t version;                    /* when captured: a run with another version is stale */
+  int local;                           /* made from host data during the trace: no outside identity to guard */
 } ir_const;
 
 struct grace_ir {
@@ -62,6 +68,7 @@ struct grace_ir {
   ir_value *vals; int nval, cap_val;
   int32_t *args; int narg, cap_arg;
   int32_t *outputs; int nout, cap_out;
+  ir_write *writes; int nwrite, cap_write;
   ir_const *consts; int nconst, cap_const;       /* captured tensors (NULL until bound after a parse) */
   char **locs; int nloc, cap_loc;
   int32_t cur_loc;

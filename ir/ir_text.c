@@ -3,6 +3,7 @@
  *   func @name {
  *     %0 = input #0 : f32[4,8]
  *     %2, %3 = max %1 {dims=[1], keepdim=1} : f32[4,1], i64[4,1]  @"model.lua:12"
+ *     write %0, %4
  *     return %2
  *   }
  * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. */
@@ -86,6 +87,7 @@ const char *grace_ir_text(grace_ir *ir) {
     if (k->loc >= 0) put(&b, "  @\"%s\"", ir->locs[k->loc]);
     put(&b, "\n");
   }
+  for (int i = 0; i < ir->nwrite; i++) put(&b, "  write %%%d, %%%d\n", ir->writes[i].target, ir->writes[i].value);
   put(&b, "  return");
   for (int i = 0; i < ir->nout; i++) put(&b, i ? ", %%%d" : " %%%d", ir->outputs[i]);
   put(&b, "\n}\n");
@@ -279,7 +281,7 @@ static grace_status parse_inst(lexer *L) {
       ir->consts = p;
       ir->cap_const = nc;
     }
-    ir->consts[ir->nconst++] = (ir_const){NULL, 0};
+    ir->consts[ir->nconst++] = (ir_const){NULL, 0, 0};
   }
   return GRACE_OK;
 }
@@ -297,6 +299,12 @@ grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
   for (;;) {
     while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
     if (accept(&L, "return")) break;
+    if (accept(&L, "write")) {
+      int32_t t, v;
+      if (!value_ref(&L, &t) || !accept(&L, ",") || !value_ref(&L, &v)) { st = perr(&L, "write %T, %V"); break; }
+      if ((st = grace_ir_write(ir, t, v)) != GRACE_OK) break;
+      continue;
+    }
     if (!*L.s) { st = perr(&L, "'return'"); break; }
     if ((st = parse_inst(&L)) != GRACE_OK) break;
     skip_ws(&L);

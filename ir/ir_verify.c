@@ -66,6 +66,14 @@ grace_status grace_ir_verify(grace_ir *ir) {
   }
   for (int i = 0; i < ir->ninputs && i < 256; i++)
     if (!seen_in[i]) return grace_set_error(vm, GRACE_EINTERNAL, "verify: input #%d is never declared", i);
+  for (int i = 0; i < ir->nwrite; i++) {
+    const ir_type *t = &ir->vals[ir->writes[i].target].type, *v = &ir->vals[ir->writes[i].value].type;
+    if (!same_type(t, v)) {
+      char a[160], b[160];
+      return grace_set_error(vm, GRACE_EINTERNAL, "verify: write of %s into %%%d of type %s", ir_type_str(v, a, sizeof a),
+                             ir->writes[i].target, ir_type_str(t, b, sizeof b));
+    }
+  }
   for (int i = 0; i < ir->nout; i++)
     if (ir->outputs[i] < 0 || ir->outputs[i] >= ir->nval)
       return grace_set_error(vm, GRACE_EINTERNAL, "verify: output %d is not a value", i);

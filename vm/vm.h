@@ -13,6 +13,7 @@
 #define VM_ERRLEN 512
 
 typedef struct vm_pool vm_pool;
+typedef struct vm_trace vm_trace;
 typedef struct cuda_driver cuda_driver;
 
 struct grace_vm {
@@ -26,6 +27,7 @@ struct grace_vm {
   vm_pool *pool;                 /* CPU workers, started on first parallel loop */
   cuda_driver *cuda;             /* NULL until probed; see cuda/cuda_driver.h */
   int cuda_probed;
+  vm_trace *trace;               /* an active trace (vm_trace.c), or NULL */
   char info[160];
   grace_status status;           /* of the last error set by vm_err */
   char err[VM_ERRLEN];
@@ -201,6 +203,14 @@ typedef void (*vm_range_fn)(void *ctx, int64_t begin, int64_t end);
 /* Runs fn over [0, n) split into chunks of at least `grain`; on the calling thread when small. */
 void vm_parallel_for(grace_vm *vm, int64_t n, int64_t grain, vm_range_fn fn, void *ctx);
 void vm_pool_free(grace_vm *vm);
+
+/* ---- tracing (vm_trace.c) ---- */
+static inline int vm_tracing(const grace_vm *vm) { return vm->trace && grace_trace_active(vm); }
+grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
+                             int nout, grace_tensor **out);
+void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how);
+/* A tensor made from host data while tracing: a constant local to the traced program. */
+grace_status vm_trace_created(grace_vm *vm, grace_tensor *t);
 
 /* ---- random numbers: Philox4x32-10, counter (element index, op offset), key = seed ---- */
 void vm_philox(uint64_t seed, uint64_t offset, uint64_t index, uint32_t out[4]);

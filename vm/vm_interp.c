@@ -47,6 +47,7 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
     for (int j = 0; j < k->nin; j++) if (ir->args[k->first_arg + j] >= 0) last[ir->args[k->first_arg + j]] = i;
   }
   for (int i = 0; i < ir->nout; i++) last[ir->outputs[i]] = ir->ninst;
+  for (int i = 0; i < ir->nwrite; i++) last[ir->writes[i].value] = last[ir->writes[i].target] = ir->ninst;
 
   grace_status st = GRACE_OK;
   for (int i = 0; i < ir->ninst && st == GRACE_OK; i++) {
@@ -110,6 +111,14 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
     }
     for (int r = 0; r < k->nout; r++)
       if (last[k->first_result + r] == i) { grace_tensor_release(val[k->first_result + r]); val[k->first_result + r] = NULL; }
+  }
+  /* writes back in-place updates; a captured tensor's new version is the one the IR expects next time */
+  for (int i = 0; i < ir->nwrite && st == GRACE_OK; i++) {
+    grace_tensor *dst = val[ir->writes[i].target], *src = val[ir->writes[i].value];
+    if (dst == src) continue;
+    st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, NULL, 0, NULL);
+    const ir_inst *k = &ir->insts[ir->vals[ir->writes[i].target].inst];
+    if (st == GRACE_OK && k->op == IR_OP_CONST) ir->consts[k->input_index].version = dst->storage->version;
   }
   if (st == GRACE_OK)
     for (int i = 0; i < nout; i++) { out[i] = val[ir->outputs[i]]; grace_tensor_retain(out[i]); }

@@ -78,7 +78,13 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
   if (dev != GRACE_CPU)
     return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no kernels for device '%s' yet", name, grace_device_name(dev));
   vm->status = GRACE_OK;
+  int record = vm_tracing(vm);
+  if (record) grace_trace_pause(vm);   /* kernels that call grace_run are one op of the trace */
   grace_status st = cpu_family(op)(vm, op, nin, in, attrs, nout, out);
+  if (record) {
+    grace_trace_resume(vm);
+    if (st == GRACE_OK) st = vm_trace_record(vm, op, nin, in, attrs, nout, out);
+  }
   if (st != GRACE_OK) {   /* an op that failed gives back nothing */
     for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
   }

@@ -105,7 +105,8 @@ void grace_tensor_release(grace_tensor *t) {
 grace_status grace_tensor_empty(grace_vm *vm, grace_dtype dt, grace_device dev, int ndim, const int64_t *sizes,
                                 grace_tensor **out) {
   *out = vm_tensor_new(vm, "empty", dt, dev, ndim, sizes);
-  return *out ? GRACE_OK : vm->status;
+  if (!*out) return vm->status;
+  return vm_tracing(vm) ? vm_trace_created(vm, *out) : GRACE_OK;
 }
 
 grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, const int64_t *sizes, grace_dtype src_dt,
@@ -124,7 +125,7 @@ grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, cons
   else
     for (int64_t i = 0; i < n; i++) vm_store_f64(dt, dst + i * ds, vm_load_f64(src_dt, src + i * ss));
   *out = t;
-  return GRACE_OK;
+  return vm_tracing(vm) ? vm_trace_created(vm, t) : GRACE_OK;
 }
 
 grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out) {
@@ -148,9 +149,13 @@ int grace_tensor_is_contiguous(const grace_tensor *t) { return vm_is_contiguous(
 int grace_tensor_is_scalar(const grace_tensor *t) { return t->wrapped; }
 uint64_t grace_tensor_version(const grace_tensor *t) { return t->storage->version; }
 const void *grace_tensor_storage_id(const grace_tensor *t) { return t->storage; }
-void *grace_tensor_data(grace_tensor *t) { return t->storage->device == GRACE_CPU ? vm_ptr(t) : NULL; }
+void *grace_tensor_data(grace_tensor *t) {
+  if (vm_tracing(t->vm)) vm_trace_read(t->vm, t, "taking its data pointer");
+  return t->storage->device == GRACE_CPU ? vm_ptr(t) : NULL;
+}
 
 grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
+  if (vm_tracing(vm)) vm_trace_read(vm, t, "reading its elements (item, tolist, print)");
   if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
   if (t->storage->device != GRACE_CPU) return vm_err(vm, GRACE_EUNSUPPORTED, "read: device tensors not supported yet");
   int64_t n = vm_numel(t->ndim, t->sizes);
@@ -171,6 +176,7 @@ grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype 
 }
 
 static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64_t *index, const char **p) {
+  if (vm_tracing(vm)) vm_trace_read(vm, t, "reading an element (item, tolist, print)");
   if (t->storage->device != GRACE_CPU) return vm_err(vm, GRACE_EUNSUPPORTED, "get: device tensors not supported yet");
   int64_t off = 0;
   for (int d = 0; d < t->ndim; d++) {

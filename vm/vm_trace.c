@@ -1,0 +1,242 @@
+/* vm_trace.c: recording IR by running: while a trace is active, grace_run appends each op it executes to
+ * the trace's IR. Tensors map to IR values (the trace holds a reference to each mapped tensor, so a
+ * pointer is never reused while the map lives). In-place ops are made functional: the written tensor maps
+ * to a new value, and inputs or captures that changed are written back at the end. What the IR cannot
+ * express is recorded as a problem with its location, so the host can explain it and run eagerly. */
+#include <stdio.h>
+#include "ir/ir.h"
+#include "vm/vm.h"
+
+typedef struct { grace_tensor *t; grace_value v; } trace_slot;
+
+struct vm_trace {
+  grace_ir *ir;
+  grace_where_fn where;
+  void *where_ud;
+  int paused;
+  trace_slot *slots;            /* open addressing on the tensor pointer */
+  int nslots, used;
+  grace_value *root;            /* per value: the input/const value it updates, or -1 */
+  int nroot;
+  char *problems;
+  size_t plen, pcap;
+  int nproblems;
+};
+
+static size_t hash_ptr(const void *p, int n) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;
+  return (size_t)(x & (uint64_t)(n - 1));
+}
+
+static trace_slot *find(vm_trace *tr, const grace_tensor *t) {
+  size_t i = hash_ptr(t, tr->nslots);
+  while (tr->slots[i].t && tr->slots[i].t != t) i = (i + 1) & (size_t)(tr->nslots - 1);
+  return &tr->slots[i];
+}
+
+static grace_status problem(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static grace_status problem(grace_vm *vm, const char *fmt, ...) {
+  vm_trace *tr = vm->trace;
+  char msg[512], loc[256] = "";
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
+  size_t need = strlen(msg) + strlen(loc) + 8;
+  if (tr->plen + need >= tr->pcap) {
+    size_t nc = tr->pcap ? tr->pcap * 2 : 1024;
+    while (nc < tr->plen + need + 1) nc *= 2;
+    char *p = vm->alloc(vm->alloc_ud, tr->problems, tr->pcap, nc, VM_ALIGN);
+    if (!p) return GRACE_ENOMEM;
+    tr->problems = p;
+    tr->pcap = nc;
+  }
+  tr->plen += (size_t)snprintf(tr->problems + tr->plen, tr->pcap - tr->plen, "%s%s%s\n", loc, *loc ? ": " : "", msg);
+  tr->nproblems++;
+  return GRACE_OK;
+}
+
+static grace_status map_put(grace_vm *vm, grace_tensor *t, grace_value v) {
+  vm_trace *tr = vm->trace;
+  if ((tr->used + 1) * 2 > tr->nslots) {
+    int n = tr->nslots ? tr->nslots * 2 : 256;
+    trace_slot *s = vm_calloc(vm, sizeof *s * (size_t)n), *old = tr->slots;
+    if (!s) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    int on = tr->nslots;
+    tr->slots = s;
+    tr->nslots = n;
+    for (int i = 0; i < on; i++) if (old[i].t) *find(tr, old[i].t) = old[i];
+    vm_free(vm, old, sizeof *old * (size_t)on);
+  }
+  trace_slot *s = find(tr, t);
+  if (!s->t) { grace_tensor_retain(t); s->t = t; tr->used++; }
+  s->v = v;
+  return GRACE_OK;
+}
+
+/* root[v]: for values that are (updated versions of) an input or a capture, that input's value */
+static grace_status set_root(grace_vm *vm, grace_value v, grace_value root) {
+  vm_trace *tr = vm->trace;
+  if (v >= tr->nroot) {
+    int n = tr->nroot ? tr->nroot : 64;
+    while (n <= v) n *= 2;
+    grace_value *r = vm->alloc(vm->alloc_ud, tr->root, sizeof *r * (size_t)tr->nroot, sizeof *r * (size_t)n, VM_ALIGN);
+    if (!r) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    for (int i = tr->nroot; i < n; i++) r[i] = -1;
+    tr->root = r;
+    tr->nroot = n;
+  }
+  tr->root[v] = root;
+  return GRACE_OK;
+}
+
+static grace_value root_of(vm_trace *tr, grace_value v) { return v >= 0 && v < tr->nroot ? tr->root[v] : -1; }
+
+grace_status grace_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where, void *ud) {
+  if (vm->trace) return vm_err(vm, GRACE_EARG, "trace: a trace is already active (grace.compile inside a traced function?)");
+  vm_trace *tr = vm_calloc(vm, sizeof *tr);
+  if (!tr) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+  tr->ir = ir; tr->where = where; tr->where_ud = ud;
+  vm->trace = tr;
+  return GRACE_OK;
+}
+
+int grace_trace_active(const grace_vm *vm) { return vm->trace != NULL && !vm->trace->paused; }
+void grace_trace_pause(grace_vm *vm) { if (vm->trace) vm->trace->paused++; }
+void grace_trace_resume(grace_vm *vm) { if (vm->trace && vm->trace->paused) vm->trace->paused--; }
+const char *grace_trace_problems(grace_vm *vm) {
+  return vm->trace && vm->trace->problems ? vm->trace->problems : "";
+}
+
+static grace_status declare(grace_vm *vm, grace_tensor *t, int scalar, grace_value *out) {
+  vm_trace *tr = vm->trace;
+  if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
+  if (tr->used && find(tr, t)->t)
+    return vm_err(vm, GRACE_EARG, "trace: the same tensor is passed twice; inputs must be distinct tensors");
+  grace_status st = scalar ? (t->ndim == 0 ? grace_ir_scalar(tr->ir, t->dtype, out)
+                                           : vm_err(vm, GRACE_EARG, "trace: a scalar input must be 0-d"))
+                           : grace_ir_input(tr->ir, t->dtype, t->storage->device, t->ndim, t->sizes, out);
+  if (st == GRACE_OK) st = map_put(vm, t, *out);
+  if (st == GRACE_OK && !scalar) st = set_root(vm, *out, *out);
+  return st;
+}
+
+grace_status grace_trace_input(grace_vm *vm, grace_tensor *t, grace_value *out) { return declare(vm, t, 0, out); }
+grace_status grace_trace_scalar(grace_vm *vm, grace_tensor *t, grace_value *out) { return declare(vm, t, 1, out); }
+
+grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) {
+  vm_trace *tr = vm->trace;
+  if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
+  if (tr->used) {
+    trace_slot *s = find(tr, t);
+    if (s->t) { *out = s->v; return GRACE_OK; }
+  }
+  grace_status st;
+  if (t->wrapped) {
+    double v = vm_load_f64(t->dtype, vm_ptr(t));
+    st = grace_ir_literal(tr->ir, v, t->dtype == GRACE_INT64, out);
+  } else {
+    st = grace_ir_const(tr->ir, t, out);
+    if (st == GRACE_OK) st = set_root(vm, *out, *out);
+  }
+  if (st == GRACE_OK) st = map_put(vm, t, *out);
+  return st;
+}
+
+grace_status vm_trace_created(grace_vm *vm, grace_tensor *t) {
+  vm_trace *tr = vm->trace;
+  if (t->wrapped) return GRACE_OK;   /* numbers become literals when used */
+  grace_value v;
+  grace_status st = grace_ir_const(tr->ir, t, &v);
+  if (st != GRACE_OK) return st;
+  tr->ir->consts[tr->ir->nconst - 1].local = 1;
+  return map_put(vm, t, v);
+}
+
+/* Another mapped tensor shares t's storage (a view, or t is viewed): writing t in place would leave
+ * those values stale in the functional IR. */
+static int aliased(vm_trace *tr, const grace_tensor *t) {
+  for (int i = 0; i < tr->nslots; i++)
+    if (tr->slots[i].t && tr->slots[i].t != t && tr->slots[i].t->storage == t->storage) return 1;
+  return 0;
+}
+
+/* Called by grace_run after op ran successfully on in[] giving out[]. */
+grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
+                             grace_tensor **out) {
+  vm_trace *tr = vm->trace;
+  grace_value args[64], res[2];
+  if (nin > 64) return problem(vm, "%s with %d inputs is too wide to trace", grace_op_name(op), nin);
+  tr->paused++;   /* nothing below is part of the program */
+  char loc[256] = "";
+  if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
+  grace_ir_set_location(tr->ir, *loc ? loc : NULL);
+  grace_status st = GRACE_OK;
+  for (int i = 0; i < nin && st == GRACE_OK; i++) {
+    if (!in[i]) { args[i] = -1; continue; }
+    st = grace_trace_value(vm, in[i], &args[i]);
+  }
+  int inplace = grace_op_kind(op) == GRACE_KIND_INPLACE;
+  if (st == GRACE_OK && inplace && aliased(tr, in[0]))
+    st = problem(vm, "%s writes a tensor that shares storage with another tensor of the trace (a view); "
+                 "write the base tensor (e.g. with index_copy_) instead", grace_op_name(op));
+  int nres = inplace ? 1 : nout;
+  if (st == GRACE_OK && !tr->nproblems) {
+    st = grace_ir_op(tr->ir, op, nin, args, a, nres, res);
+    if (st != GRACE_OK) {
+      char msg[VM_ERRLEN];
+      snprintf(msg, sizeof msg, "%s", vm->err);
+      st = problem(vm, "the IR rejects %s as executed: %s", grace_op_name(op), msg);
+    }
+    grace_tensor *const *results = inplace ? in : out;
+    for (int r = 0; r < nres && st == GRACE_OK && !tr->nproblems; r++) {
+      /* the inferred type must be the executed one: a mismatch is a bug in one of them */
+      const ir_type *ty = &tr->ir->vals[res[r]].type;
+      const grace_tensor *t = results[r];
+      int same = ty->dtype == t->dtype && ty->ndim == t->ndim;
+      for (int d = 0; same && d < t->ndim; d++) same = ty->sizes[d] == t->sizes[d];
+      if (!same) st = problem(vm, "internal: %s traced as %s but executed as %s %s", grace_op_name(op),
+                              ir_type_str(ty, (char[160]){0}, 160), grace_dtype_name(t->dtype), VM_SHAPE(t));
+      else {
+        st = map_put(vm, results[r], res[r]);
+        if (st == GRACE_OK && inplace) st = set_root(vm, res[r], root_of(tr, args[0]));
+      }
+    }
+  }
+  tr->paused--;
+  return st;
+}
+
+/* Called before the host reads a tensor's data. */
+void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
+  vm_trace *tr = vm->trace;
+  if (tr->used && find(tr, t)->t) problem(vm, "graph break: %s reads a traced tensor's value on the host", how);
+}
+
+grace_status grace_trace_end(grace_vm *vm) {
+  vm_trace *tr = vm->trace;
+  if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
+  grace_status st = GRACE_OK;
+  /* writes: every input or capture whose latest value is not itself */
+  for (int i = 0; i < tr->nslots && st == GRACE_OK && !tr->nproblems; i++) {
+    trace_slot *s = &tr->slots[i];
+    if (!s->t) continue;
+    grace_value r = root_of(tr, s->v);
+    if (r < 0 || r == s->v) continue;
+    /* s->t was updated in place; its first value is the root (an input or a capture) */
+    st = grace_ir_write(tr->ir, r, s->v);
+  }
+  if (st == GRACE_OK && tr->nproblems) {
+    const char *nl = strchr(tr->problems, '\n');
+    st = vm_err(vm, GRACE_EUNSUPPORTED, "%.*s", (int)(nl ? nl - tr->problems : (long)strlen(tr->problems)), tr->problems);
+  }
+  for (int i = 0; i < tr->nslots; i++) grace_tensor_release(tr->slots[i].t);
+  vm_free(vm, tr->slots, sizeof *tr->slots * (size_t)tr->nslots);
+  vm_free(vm, tr->root, sizeof *tr->root * (size_t)tr->nroot);
+  vm_free(vm, tr->problems, tr->pcap);
+  vm_free(vm, tr, sizeof *tr);
+  vm->trace = NULL;
+  return st;
+}
