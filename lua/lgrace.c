@@ -1,5 +1,6 @@
 /* lgrace.c: module "grace": the VM owned by a userdata (freed by __gc), module-level functions, and a
  * package searcher for the standard library embedded in the binary. */
+#include <stdlib.h>
 #include <string.h>
 #include <lauxlib.h>
 #include <lualib.h>
@@ -21,6 +22,28 @@ grace_vm *lgrace_vm(lua_State *L) {
 int lgrace_error(lua_State *L, grace_vm *vm) {
   return luaL_error(L, "%s", grace_last_error(vm));
 }
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LGRACE_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(LGRACE_ASAN)
+#define LGRACE_ASAN 1
+#endif
+
+#ifdef LGRACE_ASAN
+/* Under AddressSanitizer tensors live in malloc memory, which it watches (mimalloc's it cannot): a leaked
+ * tensor or an overrun of its storage is then reported. */
+static void *asan_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
+  (void)ud;
+  if (nsize == 0) { free(ptr); return NULL; }
+  void *p = NULL;
+  if (posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, nsize)) return NULL;
+  if (ptr) { memcpy(p, ptr, osize < nsize ? osize : nsize); free(ptr); }
+  return p;
+}
+#endif
 
 static int vm_gc(lua_State *L) {
   grace_vm **pvm = lua_touserdata(L, 1);
@@ -91,6 +114,9 @@ int luaopen_grace(lua_State *L) {
     lua_setmetatable(L, -2);
     char err[256] = "";
     grace_config cfg = {.index_base = 1};
+#ifdef LGRACE_ASAN
+    cfg.alloc = asan_alloc;
+#endif
     *pvm = grace_vm_new(&cfg, err, sizeof err);
     if (!*pvm) return luaL_error(L, "grace: %s", err);
     lua_setfield(L, LUA_REGISTRYINDEX, VM_KEY);

@@ -1,9 +1,553 @@
 /* lgrace_tensor.c: the tensor userdata (owning a grace_tensor reference, released by __gc/__close),
- * its methods and metamethods, and the module's constructors and functional ops. */
-#include <lauxlib.h>
-#include "lua/lgrace.h"
+ * the per-state context owning temporaries, argument parsing shared by the binding, the ops registered
+ * generically from the op table (GRACE_OPS), the metamethods, and lgrace_open_tensor. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "lua/lgrace_tensor.h"
 
-/* Adds the tensor API to the module table on top of the stack. */
+static char ctx_key;   /* its address keys the context in the registry */
+
+/* ---- context and temporaries ---- */
+void lg_drop(lg_ctx *c) {
+  while (c->ntmp > 0) {
+    c->ntmp--;
+    grace_tensor_release(c->tmp[c->ntmp]);
+    c->tmp[c->ntmp] = NULL;
+  }
+}
+
+static int ctx_gc(lua_State *L) {
+  lg_ctx *c = lua_touserdata(L, 1);
+  if (c) lg_drop(c);
+  return 0;
+}
+
+lg_ctx *lg_begin(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
+  lg_ctx *c = lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (!c) luaL_error(L, "grace: the module is not open");
+  if (c->ntmp) lg_drop(c);   /* left over by an error raised in an earlier call */
+  return c;
+}
+
+grace_tensor *lg_keep(lua_State *L, lg_ctx *c, grace_tensor *t) {
+  if (!t) return NULL;
+  if (c->ntmp == LG_MAXTMP) {
+    grace_tensor_release(t);
+    lg_errorf(L, c, "grace: internal error: too many temporaries");
+  }
+  c->tmp[c->ntmp++] = t;
+  return t;
+}
+
+int lg_fail(lua_State *L, lg_ctx *c) {
+  lg_drop(c);
+  return lgrace_error(L, c->vm);
+}
+
+int lg_errorf(lua_State *L, lg_ctx *c, const char *fmt, ...) {
+  char msg[640];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c) lg_drop(c);
+  return luaL_error(L, "%s", msg);
+}
+
+/* ---- the userdata ---- */
+grace_tensor **lg_newslot(lua_State *L) {
+  grace_tensor **p = lua_newuserdatauv(L, sizeof *p, 0);
+  *p = NULL;
+  luaL_setmetatable(L, LG_TENSOR);
+  return p;
+}
+
+grace_tensor *lg_totensor(lua_State *L, int idx) {
+  grace_tensor **p = luaL_testudata(L, idx, LG_TENSOR);
+  return p ? *p : NULL;
+}
+
+int lg_is_tensor(lua_State *L, int idx) { return luaL_testudata(L, idx, LG_TENSOR) != NULL; }
+
+grace_tensor *lg_check(lua_State *L, lg_ctx *c, int idx, const char *op) {
+  grace_tensor **p = luaL_testudata(L, idx, LG_TENSOR);
+  if (p && *p) return *p;
+  if (p) lg_errorf(L, c, "%s: the tensor was closed", op);
+  lg_errorf(L, c, "%s: expected a tensor, got %s", op, luaL_typename(L, idx));
+  return NULL;
+}
+
+grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op) {
+  grace_tensor *s = NULL;
+  grace_status st;
+  switch (lua_type(L, idx)) {
+  case LUA_TUSERDATA: {
+    grace_tensor **p = luaL_testudata(L, idx, LG_TENSOR);
+    if (p && *p) return *p;
+    if (p) lg_errorf(L, c, "%s: the tensor was closed", op);
+    break;
+  }
+  case LUA_TNUMBER:
+    st = lua_isinteger(L, idx) ? grace_tensor_scalar(c->vm, (double)lua_tointeger(L, idx), 1, &s)
+                               : grace_tensor_scalar(c->vm, lua_tonumber(L, idx), 0, &s);
+    if (st != GRACE_OK) lg_fail(L, c);
+    return lg_keep(L, c, s);
+  case LUA_TBOOLEAN:
+    if (grace_tensor_scalar(c->vm, lua_toboolean(L, idx), 1, &s) != GRACE_OK) lg_fail(L, c);
+    return lg_keep(L, c, s);
+  default:
+    break;
+  }
+  lg_errorf(L, c, "%s: expected a tensor or a number, got %s", op, luaL_typename(L, idx));
+  return NULL;
+}
+
+void lg_account(lua_State *L, const grace_tensor *t) {
+  size_t kb = ((size_t)grace_tensor_numel(t) * grace_dtype_size(grace_tensor_dtype(t))) >> 10;
+  if (kb == 0 || !lua_gc(L, LUA_GCISRUNNING)) return;
+  lua_gc(L, LUA_GCSTEP, kb > (1u << 30) ? 1 << 30 : (int)kb);
+}
+
+int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout) {
+  grace_tensor **slot[4], *out[4];
+  for (int i = 0; i < nout; i++) slot[i] = lg_newslot(L);
+  if (grace_run(c->vm, op, nin, in, a, nout, out) != GRACE_OK) return lg_fail(L, c);
+  for (int i = 0; i < nout; i++) *slot[i] = out[i];
+  lg_drop(c);
+  if (grace_op_kind(op) != GRACE_KIND_VIEW)
+    for (int i = 0; i < nout; i++) lg_account(L, out[i]);
+  return nout;
+}
+
+int lg_push(lua_State *L, lg_ctx *c, grace_tensor *t) {
+  grace_tensor **slot = lg_newslot(L);
+  grace_tensor_retain(t);
+  *slot = t;
+  lg_drop(c);
+  return 1;
+}
+
+grace_tensor *lg_run_tmp(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a) {
+  grace_tensor *out = NULL;
+  if (grace_run(c->vm, op, nin, in, a, 1, &out) != GRACE_OK) lg_fail(L, c);
+  return lg_keep(L, c, out);
+}
+
+/* ---- arguments ---- */
+const char *lg_shape_str(char *buf, size_t n, int ndim, const int64_t *sizes) {
+  size_t k = (size_t)snprintf(buf, n, "[");
+  for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+int64_t lg_int(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what) {
+  int isnum;
+  lua_Integer v = lua_tointegerx(L, idx, &isnum);
+  if (!isnum) {
+    if (lua_type(L, idx) == LUA_TNUMBER)
+      lg_errorf(L, c, "%s: %s must be an integer, got %s", op, what, lua_tostring(L, idx));
+    lg_errorf(L, c, "%s: %s must be an integer, got %s", op, what, luaL_typename(L, idx));
+  }
+  return (int64_t)v;
+}
+
+int64_t lg_dim(lua_State *L, lg_ctx *c, int idx, const char *op) {
+  int64_t d = lg_int(L, c, idx, op, "dim");
+  if (d == 0) lg_errorf(L, c, "%s: dim 0 is invalid (dims are 1-based)", op);
+  return d > 0 ? d - 1 : d;
+}
+
+void lg_dims(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a) {
+  a->ndims = 0;
+  if (lua_isnoneornil(L, idx)) return;
+  if (lua_type(L, idx) != LUA_TTABLE) {
+    a->ndims = 1;
+    a->dims[0] = lg_dim(L, c, idx, op);
+    return;
+  }
+  lua_Integer n = luaL_len(L, idx);
+  if (n > GRACE_MAX_DIMS) lg_errorf(L, c, "%s: %d dims given, at most %d are supported", op, (int)n, GRACE_MAX_DIMS);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_geti(L, idx, i);
+    a->dims[i - 1] = lg_dim(L, c, -1, op);
+    lua_pop(L, 1);
+  }
+  a->ndims = (int)n;
+}
+
+int64_t lg_pos(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what) {
+  int64_t p = lg_int(L, c, idx, op, what);
+  if (p == 0) lg_errorf(L, c, "%s: %s 0 is invalid (positions are 1-based)", op, what);
+  return p > 0 ? p - 1 : p;
+}
+
+int lg_norm_dim(lua_State *L, lg_ctx *c, int64_t dim, int ndim, const char *op) {
+  int n = ndim > 0 ? ndim : 1;
+  int64_t d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n)
+    lg_errorf(L, c, "%s: dim %lld out of range for a %d-d tensor (expected 1 to %d, or -%d to -1)", op,
+              (long long)(dim < 0 ? dim : dim + 1), ndim, n, n);
+  return (int)d;
+}
+
+int lg_shape(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, int allow_neg1) {
+  int n = 0, next;
+  if (lua_type(L, idx) == LUA_TTABLE) {
+    lua_Integer len = luaL_len(L, idx);
+    if (len > GRACE_MAX_DIMS) lg_errorf(L, c, "%s: %d dims requested, at most %d are supported", op, (int)len, GRACE_MAX_DIMS);
+    for (lua_Integer i = 1; i <= len; i++) {
+      lua_geti(L, idx, i);
+      a->shape[n++] = lg_int(L, c, -1, op, "a size");
+      lua_pop(L, 1);
+    }
+    next = idx + 1;
+  } else if (lua_type(L, idx) == LUA_TNUMBER) {
+    int i = idx;
+    for (; lua_type(L, i) == LUA_TNUMBER; i++) {
+      if (n == GRACE_MAX_DIMS) lg_errorf(L, c, "%s: more than %d dims requested", op, GRACE_MAX_DIMS);
+      a->shape[n++] = lg_int(L, c, i, op, "a size");
+    }
+    next = i;
+  } else {
+    lg_errorf(L, c, "%s: expected a shape (a table or numbers), got %s", op, luaL_typename(L, idx));
+    return 0;
+  }
+  for (int d = 0; d < n; d++)
+    if (a->shape[d] < 0 && !(allow_neg1 && a->shape[d] == -1))
+      lg_errorf(L, c, "%s: invalid shape %s (sizes must be >= 0)", op, lg_shape_str((char[160]){0}, 160, n, a->shape));
+  a->nshape = n;
+  return next;
+}
+
+grace_dtype lg_dtype(lua_State *L, lg_ctx *c, int idx, const char *op) {
+  grace_dtype dt = GRACE_FLOAT32;
+  if (lua_type(L, idx) != LUA_TSTRING)
+    lg_errorf(L, c, "%s: expected a dtype name, got %s", op, luaL_typename(L, idx));
+  if (grace_dtype_from_name(lua_tostring(L, idx), &dt) != GRACE_OK)
+    lg_errorf(L, c, "%s: unknown dtype '%s' (expected float32, float64, float16, bfloat16, int32, int64, uint8 or bool)",
+              op, lua_tostring(L, idx));
+  return dt;
+}
+
+int lg_parse_device(const char *s, grace_device *out) {
+  if (!strcmp(s, "cpu")) { *out = GRACE_CPU; return 1; }
+  if (!strcmp(s, "cuda") || !strcmp(s, "cuda:0")) { *out = GRACE_CUDA; return 1; }
+  return 0;
+}
+
+void lg_opts(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, int *has_device) {
+  if (has_device) *has_device = 0;
+  if (lua_isnoneornil(L, idx)) return;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    lg_errorf(L, c, "%s: expected an options table {dtype=, device=}, got %s", op, luaL_typename(L, idx));
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+    if (!strcmp(k, "dtype")) {
+      a->dtype = lg_dtype(L, c, -1, op);
+      a->has_dtype = 1;
+    } else if (!strcmp(k, "device")) {
+      grace_device dev;
+      if (lua_type(L, -1) != LUA_TSTRING || !lg_parse_device(lua_tostring(L, -1), &dev))
+        lg_errorf(L, c, "%s: unknown device '%s' (expected cpu or cuda)", op, luaL_tolstring(L, -1, NULL));
+      a->device = dev;
+      if (has_device) *has_device = 1;
+    } else if (strcmp(k, "requires_grad")) {
+      lg_errorf(L, c, "%s: unknown option '%s' (expected dtype or device)", op, luaL_tolstring(L, -2, NULL));
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* ---- ops registered from the op table: argument parsing by kind ---- */
+static grace_op upvalue_op(lua_State *L) { return (grace_op)lua_tointeger(L, lua_upvalueindex(1)); }
+
+static int m_unary(lua_State *L) {
+  grace_op op = upvalue_op(L);
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *x = lg_check(L, c, 1, grace_op_name(op));
+  return lg_run(L, c, op, 1, &x, NULL, 1);
+}
+
+/* Binary and compare ops; either side may be a Lua number (2 - x). add/sub take alpha: x + alpha * y. */
+static int m_binary(lua_State *L) {
+  grace_op op = upvalue_op(L);
+  const char *name = grace_op_name(op);
+  lg_ctx *c = lg_begin(L);
+  if (!lg_is_tensor(L, 1) && !lg_is_tensor(L, 2) && lua_type(L, 1) == LUA_TNUMBER && lua_type(L, 2) == LUA_TNUMBER)
+    lg_errorf(L, c, "%s: expected a tensor, got two numbers", name);
+  grace_tensor *in[2];
+  in[0] = lg_operand(L, c, 1, name);
+  in[1] = lg_operand(L, c, 2, name);
+  if ((op == GRACE_OP_ADD || op == GRACE_OP_SUB) && !lua_isnoneornil(L, 3)) {
+    if (lua_type(L, 3) != LUA_TNUMBER) lg_errorf(L, c, "%s: alpha must be a number, got %s", name, luaL_typename(L, 3));
+    grace_tensor *scaled[2] = {in[1], lg_operand(L, c, 3, name)};
+    in[1] = lg_run_tmp(L, c, GRACE_OP_MUL, 2, scaled, NULL);
+  }
+  return lg_run(L, c, op, 2, in, NULL, 1);
+}
+
+static int m_ternary(lua_State *L) {
+  grace_op op = upvalue_op(L);
+  const char *name = grace_op_name(op);
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *in[3];
+  in[0] = lg_check(L, c, 1, name);
+  in[1] = lg_operand(L, c, 2, name);
+  in[2] = lg_operand(L, c, 3, name);
+  return lg_run(L, c, op, 3, in, NULL, 1);
+}
+
+/* x:sum([dims] [, keepdim]); x:sum(true) keeps dims of a full reduction. */
+static int m_reduce(lua_State *L) {
+  grace_op op = upvalue_op(L);
+  const char *name = grace_op_name(op);
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *x = lg_check(L, c, 1, name);
+  grace_attrs a = {0};
+  int i = 2;
+  if (lua_type(L, 2) == LUA_TNUMBER || lua_type(L, 2) == LUA_TTABLE || lua_isnil(L, 2)) {
+    lg_dims(L, c, 2, name, &a);
+    i = 3;
+  }
+  if (!lua_isnoneornil(L, i)) {
+    if (!lua_isboolean(L, i)) lg_errorf(L, c, "%s: keepdim must be a boolean, got %s", name, luaL_typename(L, i));
+    a.keepdim = lua_toboolean(L, i);
+  }
+  return lg_run(L, c, op, 1, &x, &a, 1);
+}
+
+/* x:cumsum(dim), x:softmax(dim): one dim, required. */
+static int m_scan(lua_State *L) {
+  grace_op op = upvalue_op(L);
+  const char *name = grace_op_name(op);
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *x = lg_check(L, c, 1, name);
+  if (lua_isnoneornil(L, 2)) lg_errorf(L, c, "%s: a dim is required (e.g. x:%s(-1))", name, name);
+  grace_attrs a = {0};
+  a.ndims = 1;
+  a.dims[0] = lg_dim(L, c, 2, name);
+  return lg_run(L, c, op, 1, &x, &a, 1);
+}
+
+/* Ops whose inputs are all tensors and take no attributes (matmul, clone, embedding, copy_, ...). */
+static int m_tensors(lua_State *L) {
+  grace_op op = upvalue_op(L);
+  const char *name = grace_op_name(op);
+  lg_ctx *c = lg_begin(L);
+  int nin = grace_op_ninputs(op);
+  grace_tensor *in[4];
+  if (nin > 4) return lg_errorf(L, c, "%s: not available from Lua", name);
+  for (int i = 0; i < nin; i++) in[i] = lg_check(L, c, i + 1, name);
+  if (grace_op_noutputs(op) == 0) {
+    if (grace_run(c->vm, op, nin, in, NULL, 0, NULL) != GRACE_OK) return lg_fail(L, c);
+    lua_settop(L, 1);
+    return 1;
+  }
+  return lg_run(L, c, op, nin, in, NULL, grace_op_noutputs(op) > 1 ? 1 : grace_op_noutputs(op));
+}
+
+static lua_CFunction generic_for(grace_op op) {
+  if (grace_op_ninputs(op) < 0) return NULL;   /* variadic (cat, stack): module functions only */
+  switch (grace_op_kind(op)) {
+  case GRACE_KIND_UNARY: return m_unary;
+  case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE: return m_binary;
+  case GRACE_KIND_TERNARY: return m_ternary;
+  case GRACE_KIND_REDUCE: return m_reduce;
+  case GRACE_KIND_SCAN: return m_scan;
+  case GRACE_KIND_CREATE: return NULL;   /* module constructors, lgrace_create.c */
+  default: return m_tensors;
+  }
+}
+
+/* ---- metamethods ---- */
+static int t_gc(lua_State *L) {
+  grace_tensor **p = lua_touserdata(L, 1);
+  if (p && *p) { grace_tensor_release(*p); *p = NULL; }
+  return 0;
+}
+
+static int push_sizes(lua_State *L, int n, const int64_t *v) {
+  lua_createtable(L, n, 0);
+  for (int d = 0; d < n; d++) { lua_pushinteger(L, (lua_Integer)v[d]); lua_rawseti(L, -2, d + 1); }
+  return 1;
+}
+
+/* x[i] selects along dim 1; strings are methods, then the fields dtype, device, shape. */
+static int t_index(lua_State *L) {
+  int kt = lua_type(L, 2);
+  if (kt == LUA_TSTRING) {
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    const char *k = lua_tostring(L, 2);
+    int field = !strcmp(k, "dtype") ? 1 : !strcmp(k, "device") ? 2 : !strcmp(k, "shape") ? 3 : 0;
+    if (!field) return 1;   /* nil */
+    lg_ctx *c = lg_begin(L);
+    grace_tensor *x = lg_check(L, c, 1, k);
+    if (field == 1) lua_pushstring(L, grace_dtype_name(grace_tensor_dtype(x)));
+    else if (field == 2) lua_pushstring(L, grace_device_name(grace_tensor_device(x)));
+    else push_sizes(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
+    return 1;
+  }
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *x = lg_check(L, c, 1, "select");
+  if (kt != LUA_TNUMBER)
+    return lg_errorf(L, c, "select: a tensor is indexed by an integer (x[i], 1-based), got %s", luaL_typename(L, 2));
+  grace_attrs a = {0};
+  a.ndims = 1;
+  a.i0 = lg_pos(L, c, 2, "select", "index");
+  return lg_run(L, c, GRACE_OP_SELECT, 1, &x, &a, 1);
+}
+
+int lg_assign(lua_State *L, lg_ctx *c, grace_tensor *dst, int idx, const char *op) {
+  grace_status st;
+  if (lua_type(L, idx) == LUA_TNUMBER || lua_type(L, idx) == LUA_TBOOLEAN) {
+    grace_attrs a = {0};
+    a.a = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+    st = grace_run(c->vm, GRACE_OP_FILL_, 1, &dst, &a, 0, NULL);
+  } else {
+    grace_tensor *in[2] = {dst, lg_totensor(L, idx)};
+    if (!in[1]) return lg_errorf(L, c, "%s: expected a number or a tensor to assign, got %s", op, luaL_typename(L, idx));
+    st = grace_run(c->vm, GRACE_OP_COPY_, 2, in, NULL, 0, NULL);
+  }
+  return st == GRACE_OK ? 0 : lg_fail(L, c);
+}
+
+/* x[i] = v: v (a number or a tensor, broadcast) is copied into x:select(1, i). */
+static int t_newindex(lua_State *L) {
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *x = lg_check(L, c, 1, "x[i] = v");
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return lg_errorf(L, c, "cannot assign to field '%s' of a tensor (only x[i] = v)", luaL_tolstring(L, 2, NULL));
+  grace_attrs a = {0};
+  a.ndims = 1;
+  a.i0 = lg_pos(L, c, 2, "select", "index");
+  grace_tensor *row = lg_run_tmp(L, c, GRACE_OP_SELECT, 1, &x, &a);
+  lg_assign(L, c, row, 3, "x[i] = v");
+  lg_drop(c);
+  return 0;
+}
+
+static int t_len(lua_State *L) {
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *x = lg_check(L, c, 1, "len");
+  if (grace_tensor_ndim(x) == 0) return lg_errorf(L, c, "len: a 0-d tensor has no length (use x:item())");
+  lua_pushinteger(L, (lua_Integer)grace_tensor_sizes(x)[0]);
+  return 1;
+}
+
+static int t_lt(lua_State *L) { return luaL_error(L, "attempt to compare tensors with <: use x:lt(y) (or x:gt(y))"); }
+static int t_le(lua_State *L) { return luaL_error(L, "attempt to compare tensors with <=: use x:le(y) (or x:ge(y))"); }
+
+static const luaL_Reg tensor_meta[] = {
+  {"__gc", t_gc},
+  {"__close", t_gc},
+  {"__newindex", t_newindex},
+  {"__len", t_len},
+  {"__lt", t_lt},
+  {"__le", t_le},
+  {"__tostring", lg_tostring},
+  {NULL, NULL}
+};
+
+static const struct { const char *meta; grace_op op; } operators[] = {
+  {"__add", GRACE_OP_ADD}, {"__sub", GRACE_OP_SUB}, {"__mul", GRACE_OP_MUL}, {"__div", GRACE_OP_DIV},
+  {"__mod", GRACE_OP_REM}, {"__pow", GRACE_OP_POW},
+};
+
+/* ---- opening ---- */
+static int l_is_tensor(lua_State *L) {
+  lua_pushboolean(L, lg_is_tensor(L, 1));
+  return 1;
+}
+
 void lgrace_open_tensor(lua_State *L) {
-  (void)L;
+  int mod = lua_gettop(L);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
+  if (lua_isnil(L, -1)) {
+    lg_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);
+    memset(c, 0, sizeof *c);
+    c->vm = lgrace_vm(L);
+    lua_newtable(L);
+    lua_pushcfunction(L, ctx_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &ctx_key);
+  }
+  lua_pop(L, 1);
+
+  luaL_newmetatable(L, LG_TENSOR);
+  int mt = lua_gettop(L);
+  lua_newtable(L);
+  int methods = lua_gettop(L);
+  /* a new op in include/grace_ops.h appears here with no binding change */
+  for (int op = 0; op < GRACE_NOPS; op++) {
+    lua_CFunction fn = generic_for((grace_op)op);
+    if (!fn) continue;
+    lua_pushinteger(L, op);
+    lua_pushcclosure(L, fn, 1);
+    lua_setfield(L, methods, grace_op_name((grace_op)op));
+    /* and NAME_ (in place) for pointwise ops without parameters */
+    grace_opkind k = grace_op_kind((grace_op)op);
+    if ((k == GRACE_KIND_UNARY || k == GRACE_KIND_BINARY) && op != GRACE_OP_CAST && op != GRACE_OP_GELU &&
+        op != GRACE_OP_CLAMP) {
+      char name[48];
+      snprintf(name, sizeof name, "%s_", grace_op_name((grace_op)op));
+      lua_pushinteger(L, op);
+      lua_pushcclosure(L, lg_inplace, 1);
+      lua_setfield(L, methods, name);
+    }
+  }
+  luaL_setfuncs(L, lg_view_methods, 0);
+  luaL_setfuncs(L, lg_special_methods, 0);
+
+  lua_pushvalue(L, mt);
+  luaL_setfuncs(L, tensor_meta, 0);
+  lua_pop(L, 1);
+  lua_pushvalue(L, methods);
+  lua_pushcclosure(L, t_index, 1);
+  lua_setfield(L, mt, "__index");
+  for (size_t i = 0; i < sizeof operators / sizeof *operators; i++) {
+    lua_pushinteger(L, operators[i].op);
+    lua_pushcclosure(L, m_binary, 1);
+    lua_setfield(L, mt, operators[i].meta);
+  }
+  lua_pushinteger(L, GRACE_OP_NEG);
+  lua_pushcclosure(L, m_unary, 1);
+  lua_setfield(L, mt, "__unm");
+
+  /* the module: dtype names first (grace.bool is "bool", not the method), then constructors, then every
+   * method as a function taking the tensor first, where the name is still free */
+  lua_createtable(L, GRACE_NDTYPES, 0);
+  for (int dt = 0; dt < GRACE_NDTYPES; dt++) {
+    lua_pushstring(L, grace_dtype_name((grace_dtype)dt));
+    lua_pushvalue(L, -1);
+    lua_setfield(L, mod, grace_dtype_name((grace_dtype)dt));
+    lua_rawseti(L, -2, dt + 1);
+  }
+  lua_setfield(L, mod, "dtypes");
+  lua_pushvalue(L, mod);
+  lg_open_create(L);
+  luaL_setfuncs(L, lg_module_shape, 0);
+  lua_pushcfunction(L, l_is_tensor);
+  lua_setfield(L, mod, "is_tensor");
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  while (lua_next(L, methods)) {
+    lua_pushvalue(L, -2);
+    if (lua_rawget(L, mod) == LUA_TNIL) {
+      lua_pushvalue(L, -3);
+      lua_pushvalue(L, -3);
+      lua_rawset(L, mod);
+    }
+    lua_pop(L, 2);
+  }
+  lua_pushvalue(L, methods);
+  lua_setfield(L, mod, "Tensor");   /* Lua code may add methods here */
+  lua_settop(L, mod);
 }

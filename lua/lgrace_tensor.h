@@ -1,0 +1,83 @@
+/* lgrace_tensor.h: internals shared by the files of the Lua binding (lua/lgrace_*.c): the tensor
+ * userdata, the per-state context that owns temporaries, argument parsing (1-based dims and positions,
+ * shapes, dtypes, options) and the run-and-push helpers. Only include/grace.h is used underneath. */
+#ifndef GRACE_LGRACE_TENSOR_H
+#define GRACE_LGRACE_TENSOR_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include "lua/lgrace.h"
+
+#define LG_TENSOR "grace.Tensor"
+#define LG_MAXTMP 16
+
+/* Per Lua state. Wrapped numbers and intermediate results live in tmp while a C function runs: a Lua
+ * error (longjmp) cannot leak them, because the next lg_begin, or the context's __gc, releases them. */
+typedef struct lg_ctx {
+  grace_vm *vm;
+  int ntmp;
+  grace_tensor *tmp[LG_MAXTMP];
+} lg_ctx;
+
+/* Every entry point (a function Lua calls) starts with this; helpers take the ctx instead. */
+lg_ctx *lg_begin(lua_State *L);
+/* Takes ownership of one reference to t (may be NULL) until lg_drop; returns t. */
+grace_tensor *lg_keep(lua_State *L, lg_ctx *c, grace_tensor *t);
+void lg_drop(lg_ctx *c);
+/* Releases the temporaries and raises the VM's last error (resp. a formatted one) at the script line. */
+int lg_fail(lua_State *L, lg_ctx *c);
+int lg_errorf(lua_State *L, lg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- the userdata ---- */
+/* Pushes a new tensor userdata holding NULL and returns its slot: grace_run writes the result there,
+ * so the reference is owned by Lua from the moment it exists. */
+grace_tensor **lg_newslot(lua_State *L);
+/* The live tensor at idx, or NULL (not a tensor, or closed). */
+grace_tensor *lg_totensor(lua_State *L, int idx);
+int lg_is_tensor(lua_State *L, int idx);
+/* The live tensor at idx or an error naming op and the argument. */
+grace_tensor *lg_check(lua_State *L, lg_ctx *c, int idx, const char *op);
+/* A tensor, or a Lua number/boolean turned into a wrapped number (a temporary), or an error. */
+grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op);
+/* Tells the Lua collector about a new tensor's memory, which it cannot see (a userdata is 8 bytes). */
+void lg_account(lua_State *L, const grace_tensor *t);
+/* Runs op into nout new userdata (pushed in order), releases the temporaries; raises on failure. */
+int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout);
+/* Pushes t (a temporary or a borrowed tensor) as a new userdata with its own reference; drops temporaries. */
+int lg_push(lua_State *L, lg_ctx *c, grace_tensor *t);
+/* Copies the value at idx (a number, boolean or tensor, broadcast) into dst (FILL_ or COPY_). */
+int lg_assign(lua_State *L, lg_ctx *c, grace_tensor *dst, int idx, const char *op);
+/* Runs a one-output op into a temporary. */
+grace_tensor *lg_run_tmp(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a);
+
+/* ---- arguments ---- */
+/* "[2, 3]" */
+const char *lg_shape_str(char *buf, size_t n, int ndim, const int64_t *sizes);
+#define LG_SHAPE(t) lg_shape_str((char[160]){0}, 160, grace_tensor_ndim(t), grace_tensor_sizes(t))
+/* A Lua dim (1-based, negative from the end, 0 invalid) as the C API's dim (0-based, negative kept). */
+int64_t lg_dim(lua_State *L, lg_ctx *c, int idx, const char *op);
+/* A dim or a table of dims into a->dims; nil/none leaves ndims 0. */
+void lg_dims(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a);
+/* A 1-based position (negative from the end) as a 0-based one (negative kept). */
+int64_t lg_pos(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what);
+/* Normalises a C dim against ndim like the VM does (error names op); returns 0..ndim-1. */
+int lg_norm_dim(lua_State *L, lg_ctx *c, int64_t dim, int ndim, const char *op);
+/* A shape given as a table at idx or as numbers from idx on, into a->shape; returns the index after it.
+ * allow_neg1: -1 entries are kept (reshape, expand). */
+int lg_shape(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, int allow_neg1);
+int64_t lg_int(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what);
+grace_dtype lg_dtype(lua_State *L, lg_ctx *c, int idx, const char *op);
+/* A device name ("cpu", "cuda", "cuda:0"); returns 0 if the string is not one. */
+int lg_parse_device(const char *s, grace_device *out);
+/* Options table {dtype=, device=} at idx (nil/none allowed); sets a->has_dtype/dtype and a->device. */
+void lg_opts(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, int *has_device);
+
+/* ---- the other files ---- */
+int lg_tostring(lua_State *L);                       /* lgrace_print.c */
+void lg_open_create(lua_State *L);                   /* lgrace_create.c: constructors into the module */
+extern const luaL_Reg lg_special_methods[];          /* lgrace_methods.c */
+int lg_inplace(lua_State *L);                        /* lgrace_methods.c: NAME_ (upvalue: the op) */
+extern const luaL_Reg lg_view_methods[];             /* lgrace_shape.c */
+extern const luaL_Reg lg_module_shape[];             /* lgrace_shape.c: cat, stack, where, ... */
+
+#endif

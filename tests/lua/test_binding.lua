@@ -1,0 +1,466 @@
+-- test_binding.lua: what the Lua binding itself decides (docs/lua_api.md): grace.tensor inference, facts,
+-- item/tolist, PyTorch-style tostring, 1-based and negative dims, x[i] and x[i] = v, split/chunk, views
+-- sharing storage, <close>, version counters, operand order and wrapped-number promotion, the op table
+-- registration, conversions, and many tensors collected without a crash. Kernel math is tested elsewhere.
+local tap = require "tests.lua.tap"
+local grace = require "grace"
+
+-- Each section runs protected, so one failure (a missing kernel) fails its section, not the script.
+local function section(name, fn)
+  local ok, err = xpcall(fn, debug.traceback)
+  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
+end
+
+local function shape(t) return table.concat(t:size(), "x") end
+
+local function same_list(a, b)
+  if type(a) ~= type(b) then return false end
+  if type(a) ~= "table" then return a == b and math.type(a) == math.type(b) end
+  if #a ~= #b then return false end
+  for i = 1, #a do if not same_list(a[i], b[i]) then return false end end
+  return true
+end
+
+section("grace.tensor infers shapes and dtypes", function()
+  local x = grace.tensor({1, 2, 3})
+  tap.is(shape(x), "3", "1-D shape")
+  tap.is(x.dtype, "int64", "all integers give int64")
+  local m = grace.tensor({{1, 2, 3}, {4, 5, 6}})
+  tap.is(shape(m), "2x3", "2-D shape")
+  tap.is(grace.tensor({1, 2.5}).dtype, "float32", "any float gives float32")
+  tap.is(grace.tensor({1.0, 2}).dtype, "float32", "1.0 is a float (math.type)")
+  tap.is(grace.tensor({true, false}).dtype, "bool", "booleans give bool")
+  tap.is(grace.tensor({true, 2}).dtype, "int64", "booleans with integers give int64")
+  local e = grace.tensor({})
+  tap.is(shape(e), "0", "{} is shape [0]")
+  tap.is(e.dtype, "float32", "{} is float32 as in PyTorch")
+  tap.is(shape(grace.tensor({{}, {}})), "2x0", "{{}, {}} is shape [2, 0]")
+  local s = grace.tensor(3)
+  tap.is(s:dim(), 0, "a number gives a 0-d tensor")
+  tap.is(s.dtype, "int64", "an integer gives int64")
+  tap.is(grace.tensor(2.5).dtype, "float32", "a float gives float32")
+  tap.is(grace.tensor(true).dtype, "bool", "a boolean gives bool")
+  tap.is(grace.tensor({1, 2}, {dtype = "float16"}).dtype, "float16", "opts.dtype overrides")
+  tap.is(grace.tensor({1, 2}, {dtype = "half"}).dtype, "float16", "dtype aliases are accepted")
+  tap.is(grace.tensor({1.7, -1.7}, {dtype = "int32"}):tolist()[2], -1, "floats to int32 truncate toward zero")
+  local deep = grace.tensor({{{1}, {2}}, {{3}, {4}}, {{5}, {6}}})
+  tap.is(shape(deep), "3x2x1", "3-D nesting")
+  tap.is(deep[3][2][1]:item(), 6, "3-D values in row-major order")
+  local big = grace.tensor({2 ^ 53 + 0.0, 1})
+  tap.is(big.dtype, "float32", "a large float stays float")
+  local i64 = grace.tensor({math.maxinteger})
+  tap.is(i64:item(), math.maxinteger, "int64 values survive exactly")
+  local copy = grace.tensor(m)
+  tap.ok(copy ~= m and same_list(copy:tolist(), m:tolist()), "grace.tensor(t) copies a tensor")
+end)
+
+section("facts", function()
+  local x = grace.zeros(2, 3, 4)
+  tap.ok(same_list(x:size(), {2, 3, 4}), "size() is a table")
+  tap.is(x:size(1), 2, "size(1) is the first dim")
+  tap.is(x:size(-1), 4, "size(-1) is the last dim")
+  tap.is(x:dim(), 3, "dim")
+  tap.is(x:numel(), 24, "numel")
+  tap.is(x.dtype, "float32", "x.dtype")
+  tap.is(x.device, "cpu", "x.device")
+  tap.ok(same_list(x.shape, {2, 3, 4}), "x.shape")
+  tap.is(#x, 2, "#x is size(1)")
+  tap.ok(same_list(x:stride(), {12, 4, 1}), "stride() of a contiguous tensor")
+  tap.is(x:stride(2), 4, "stride(2)")
+  tap.is(x:stride(-1), 1, "stride(-1)")
+  tap.ok(x:is_contiguous(), "a new tensor is contiguous")
+  local t = x:transpose(1, 3)
+  tap.ok(not t:is_contiguous(), "a transposed view is not contiguous")
+  tap.ok(same_list(t:size(), {4, 3, 2}), "transpose(1, 3) swaps the first and last dims")
+  tap.ok(same_list(t:stride(), {1, 4, 12}), "transpose swaps strides")
+  tap.ok(same_list(grace.zeros({2, 3}):size(), {2, 3}), "a shape as a table")
+  tap.ok(same_list(grace.zeros({}):size(), {}), "zeros({}) is 0-d")
+  tap.is(grace.ones(2, {dtype = "int32"}).dtype, "int32", "shape then options")
+  tap.ok(grace.is_tensor(x) and not grace.is_tensor({}) and not grace.is_tensor(3), "grace.is_tensor")
+  tap.is(grace.float32, "float32", "dtype constants")
+  tap.is(grace.bool, "bool", "grace.bool is the dtype name")
+  tap.is(#grace.dtypes, 8, "grace.dtypes lists the 8 dtypes")
+  tap.is(grace.dtypes[1], "float32", "grace.dtypes in table order")
+  tap.is(x:type(), "float32", "x:type() is the dtype name")
+  tap.is(tostring(getmetatable(x).__name), "grace.Tensor", "__name")
+end)
+
+section("item and tolist", function()
+  local i = grace.tensor({7}):item()
+  tap.is(math.type(i), "integer", "item of int64 is a Lua integer")
+  tap.is(i, 7, "item value")
+  local f = grace.tensor(2.5):item()
+  tap.is(math.type(f), "float", "item of float32 is a float")
+  tap.is(f, 2.5, "item float value")
+  tap.is(grace.tensor({{true}}):item(), true, "item of bool is a boolean")
+  tap.is(grace.tensor(3, {dtype = "uint8"}):item(), 3, "item of uint8")
+  local data = {{1, -2, 3}, {4, 5, -6}}
+  tap.ok(same_list(grace.tensor(data):tolist(), data), "tolist round trip (int64)")
+  local fdata = {{0.5, -1.25}, {2.0, 3.75}}
+  tap.ok(same_list(grace.tensor(fdata):tolist(), fdata), "tolist round trip (float32, exact values)")
+  tap.ok(same_list(grace.tensor({true, false}):tolist(), {true, false}), "tolist of bool gives booleans")
+  tap.is(grace.tensor(4):tolist(), 4, "tolist of a 0-d tensor is a plain number")
+  tap.ok(same_list(grace.zeros(2, 0):tolist(), {{}, {}}), "tolist of a [2, 0] tensor")
+  local m = grace.tensor(data)
+  tap.ok(same_list(m:t():tolist(), {{1, 4}, {-2, 5}, {3, -6}}), "tolist reads views in logical order")
+end)
+
+section("tostring follows PyTorch", function()
+  tap.is(tostring(grace.tensor({1.5, -2})), "tensor([ 1.5000, -2.0000])", "floats: 4 decimals, aligned")
+  tap.is(tostring(grace.tensor({{1, -2.5}, {3, 4}})), "tensor([[ 1.0000, -2.5000],\n        [ 3.0000,  4.0000]])",
+         "2-D: rows aligned under the first")
+  tap.is(tostring(grace.tensor({1, 2, 3})), "tensor([1, 2, 3])", "int64: plain, no dtype")
+  tap.is(tostring(grace.tensor({-1, 100})), "tensor([ -1, 100])", "integers right-aligned")
+  tap.is(tostring(grace.tensor({1.0, 2.0})), "tensor([1., 2.])", "integer-valued floats print as 1.")
+  tap.is(tostring(grace.zeros(2)), "tensor([0., 0.])", "zeros print as 0.")
+  tap.is(tostring(grace.tensor({true, false})), "tensor([ true, false])", "bools")
+  tap.is(tostring(grace.tensor(3.5)), "tensor(3.5000)", "0-d float")
+  tap.is(tostring(grace.tensor(7)), "tensor(7)", "0-d int")
+  tap.is(tostring(grace.zeros(0, 3)), "tensor([], size=(0, 3))", "zero-size shows its size")
+  tap.is(tostring(grace.zeros(0)), "tensor([])", "1-D empty shows no size")
+  tap.is(tostring(grace.zeros(0, {dtype = "int64"})), "tensor([], dtype=int64)", "empty int64 shows its dtype")
+  tap.is(tostring(grace.tensor({1, 2}, {dtype = "float16"})), "tensor([1., 2.], dtype=float16)", "float16 suffix")
+  tap.is(tostring(grace.tensor({1, 2}, {dtype = "int32"})), "tensor([1, 2], dtype=int32)", "int32 suffix")
+  tap.is(tostring(grace.tensor(2.5, {dtype = "float64"})), "tensor(2.5000, dtype=float64)", "0-d with suffix")
+  tap.is(tostring(grace.tensor({1e10, 1})), "tensor([1.0000e+10, 1.0000e+00])", "large ratio: scientific")
+  tap.is(tostring(grace.tensor({0.5, 1e-5})), "tensor([5.0000e-01, 1.0000e-05])", "tiny values: scientific")
+  tap.is(tostring(grace.tensor({0 / 0, 1.5})), "tensor([   nan, 1.5000])", "nan padded to the width")
+  tap.is(tostring(grace.tensor({math.huge, 1.0})), "tensor([inf, 1.])", "inf in integer mode")
+  tap.is(tostring(grace.tensor({-math.huge, 0.25})), "tensor([  -inf, 0.2500])", "-inf")
+  tap.is(tostring(grace.arange(8):reshape(2, 2, 2)),
+         "tensor([[[0, 1],\n         [2, 3]],\n\n        [[4, 5],\n         [6, 7]]])", "3-D: blank line between blocks")
+  tap.is(tostring(grace.arange(30)),
+         "tensor([ 0,  1,  2,  3,  4,  5,  6,  7,  8,  9, 10, 11, 12, 13, 14, 15, 16, 17,\n" ..
+         "        18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29])", "long rows wrap at 80 columns")
+  tap.is(tostring(grace.arange(14, {dtype = "float16"})),
+         "tensor([ 0.,  1.,  2.,  3.,  4.,  5.,  6.,  7.,  8.,  9., 10., 11., 12., 13.],\n       dtype=float16)",
+         "a suffix that does not fit goes on its own line")
+  tap.is(tostring(grace.arange(2000)), "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])",
+         "more than 1000 elements: 3 edge items and ...")
+  local row = "[0, 0, 0,  ..., 0, 0, 0]"
+  local want = "tensor([" .. row
+  for i = 2, 3 do want = want .. ",\n        " .. row end
+  want = want .. ",\n        ...,\n        " .. row .. ",\n        " .. row .. ",\n        " .. row .. "])"
+  tap.is(tostring(grace.zeros(40, 50, {dtype = "int64"})), want, "2-D summary: rows and columns")
+  tap.is(tostring(grace.tensor({{1, 2}, {3, 4}}):t()), "tensor([[1, 3],\n        [2, 4]])", "views print logically")
+end)
+
+section("1-based and negative dims", function()
+  local x = grace.tensor({{1, 2, 3}, {4, 5, 6}})
+  local s1 = x:sum(1)
+  tap.ok(same_list(s1:size(), {3}), "x:sum(1) on 2x3 has size {3}")
+  tap.ok(same_list(s1:tolist(), {5, 7, 9}), "x:sum(1) sums the rows")
+  tap.ok(same_list(x:sum(2):tolist(), {6, 15}), "x:sum(2) sums along the second dim")
+  tap.ok(same_list(x:sum(-1):tolist(), {6, 15}), "x:sum(-1) is the last dim")
+  tap.ok(same_list(x:sum(-2):tolist(), {5, 7, 9}), "x:sum(-2) is the first dim of 2")
+  tap.ok(same_list(x:sum(2, true):size(), {2, 1}), "keepdim")
+  tap.is(x:sum():item(), 21, "sum() of all")
+  tap.ok(same_list(x:sum({1, 2}):size(), {}), "a table of dims")
+  tap.ok(same_list(grace.sum(x, 1):tolist(), {5, 7, 9}), "grace.sum(x, 1) is the method")
+  tap.ok(same_list(x:unsqueeze(1):size(), {1, 2, 3}), "unsqueeze(1) adds a leading dim")
+  tap.ok(same_list(x:unsqueeze(-1):size(), {2, 3, 1}), "unsqueeze(-1) adds a trailing dim")
+  tap.ok(same_list(x:unsqueeze(3):size(), {2, 3, 1}), "unsqueeze(ndim+1) appends")
+  tap.ok(same_list(x:permute(2, 1):size(), {3, 2}), "permute(2, 1)")
+  tap.ok(same_list(x:permute({2, 1}):tolist(), {{1, 4}, {2, 5}, {3, 6}}), "permute({2, 1}) values")
+  tap.ok(same_list(x:narrow(2, 2, 2):tolist(), {{2, 3}, {5, 6}}), "narrow(2, 2, 2): start is 1-based")
+  tap.ok(same_list(x:narrow(2, -2, 2):tolist(), {{2, 3}, {5, 6}}), "narrow with a negative start")
+  tap.ok(same_list(x:select(2, 1):tolist(), {1, 4}), "select(2, 1)")
+  tap.ok(same_list(x:select(1, -1):tolist(), {4, 5, 6}), "select(1, -1)")
+  local v, i = x:max(2)
+  tap.ok(same_list(v:tolist(), {3, 6}), "max(2) values")
+  tap.ok(same_list(i:tolist(), {3, 3}), "max(2) indices are 1-based")
+  tap.is(x:argmax():item(), 6, "argmax() is 1-based")
+  tap.is(x:max():item(), 6, "max() is the maximum element")
+  tap.ok(same_list(x:max(grace.full({2, 3}, 4)):tolist(), {{4, 4, 4}, {4, 5, 6}}), "max(tensor) is elementwise")
+  tap.ok(same_list(x:transpose(1, -1):size(), {3, 2}), "transpose(1, -1)")
+  tap.ok(same_list(x:flatten():size(), {6}), "flatten()")
+  tap.ok(same_list(grace.zeros(2, 3, 4):flatten(2):size(), {2, 12}), "flatten(2)")
+  tap.ok(same_list(grace.zeros(2, 3, 4, 5):flatten(2, 3):size(), {2, 12, 5}), "flatten(2, 3)")
+  tap.ok(same_list(grace.zeros(1, 3, 1):squeeze():size(), {3}), "squeeze()")
+  tap.ok(same_list(grace.zeros(1, 3, 1):squeeze(1):size(), {3, 1}), "squeeze(1)")
+  tap.ok(same_list(x:reshape(3, -1):size(), {3, 2}), "reshape with -1")
+  tap.ok(same_list(x:view({6}):size(), {6}), "view with a table")
+  tap.ok(same_list(grace.zeros(3, 1):expand(3, 4):size(), {3, 4}), "expand")
+  tap.ok(same_list(grace.zeros(3, 1):expand(-1, 4):size(), {3, 4}), "expand with -1")
+  tap.ok(same_list(x:rep(2, 1):size(), {4, 3}), "rep(2, 1) is repeat")
+  tap.ok(same_list(x["repeat"](x, 1, 2):size(), {2, 6}), "x[\"repeat\"] works too")
+  tap.ok(same_list(grace.cat({x, x}, 2):size(), {2, 6}), "cat along dim 2")
+  tap.ok(same_list(grace.cat({x, x}):size(), {4, 3}), "cat defaults to dim 1")
+  tap.ok(same_list(grace.stack({x, x}, 3):size(), {2, 3, 2}), "stack(…, 3)")
+  tap.ok(same_list(x:index_select(2, grace.tensor({3, 1})):tolist(), {{3, 1}, {6, 4}}), "index_select is 1-based")
+  tap.ok(same_list(x:gather(2, grace.tensor({{1}, {3}})):tolist(), {{1}, {6}}), "gather is 1-based")
+  local top, ti = grace.tensor({5, 1, 9, 3}):topk(2)
+  tap.ok(same_list(top:tolist(), {9, 5}) and same_list(ti:tolist(), {3, 1}), "topk values and 1-based indices")
+  local sv, si = grace.tensor({5, 1, 9}):sort()
+  tap.ok(same_list(sv:tolist(), {1, 5, 9}) and same_list(si:tolist(), {2, 1, 3}), "sort ascending")
+  local dv = grace.tensor({5, 1, 9}):sort(true)
+  tap.ok(same_list(dv:tolist(), {9, 5, 1}), "sort(true) is descending")
+end)
+
+section("x[i] and x[i] = v", function()
+  local x = grace.tensor({{1, 2, 3}, {4, 5, 6}})
+  tap.ok(same_list(x[1]:tolist(), {1, 2, 3}), "x[1] is the first row")
+  tap.ok(same_list(x[-1]:tolist(), {4, 5, 6}), "x[-1] is the last row")
+  tap.is(x[2][3]:dim(), 0, "indexing a 1-D tensor gives a 0-d tensor")
+  tap.is(x[2][3]:item(), 6, "x[2][3]")
+  x[1] = 0
+  tap.ok(same_list(x:tolist(), {{0, 0, 0}, {4, 5, 6}}), "x[1] = number fills the row")
+  x[2] = grace.tensor({7, 8, 9})
+  tap.ok(same_list(x:tolist(), {{0, 0, 0}, {7, 8, 9}}), "x[2] = tensor copies")
+  x[-1] = grace.tensor(1)
+  tap.ok(same_list(x[2]:tolist(), {1, 1, 1}), "x[-1] = 0-d tensor broadcasts")
+  x[1][2] = 5
+  tap.is(x[1][2]:item(), 5, "x[1][2] = v writes one element")
+  local f = grace.zeros(2, 2)
+  f[1] = 2.5
+  tap.ok(same_list(f:tolist(), {{2.5, 2.5}, {0.0, 0.0}}), "float fill")
+  local b = grace.tensor({false, false})
+  b[2] = true
+  tap.ok(same_list(b:tolist(), {false, true}), "bool assignment")
+end)
+
+section("split and chunk", function()
+  local x = grace.arange(10)
+  local p = x:split(4)
+  tap.is(#p, 3, "split(4) of 10 gives 3 pieces")
+  tap.ok(#p == 3 and same_list(p[3]:tolist(), {8, 9}), "the last piece is smaller")
+  local q = x:split({3, 7})
+  tap.ok(#q == 2 and shape(q[1]) == "3" and shape(q[2]) == "7", "split with sizes")
+  local m = grace.zeros(4, 6)
+  local cols = m:split(2, 2)
+  tap.ok(#cols == 3 and shape(cols[1]) == "4x2", "split along dim 2")
+  local ch = x:chunk(3)
+  tap.ok(#ch == 3 and shape(ch[1]) == "4" and shape(ch[3]) == "2", "chunk(3) of 10: 4, 4, 2")
+  local ch2 = grace.arange(6):chunk(4)
+  tap.is(#ch2, 3, "chunk(4) of 6 gives 3 pieces of 2, as PyTorch")
+  tap.ok(same_list(m:chunk(2, -1)[2]:size(), {4, 3}), "chunk along dim -1")
+  p[2][1] = 100
+  tap.is(x[5]:item(), 100, "split pieces are views")
+end)
+
+section("views share storage", function()
+  local x = grace.zeros(3, 4)
+  local row = x[2]
+  row:fill_(7)
+  tap.ok(same_list(x[2]:tolist(), {7.0, 7.0, 7.0, 7.0}), "fill_ through a row view is seen by the base")
+  local n = x:narrow(2, 1, 2)
+  n[1] = 3
+  tap.ok(same_list(x[1]:tolist(), {3.0, 3.0, 0.0, 0.0}), "write through a narrow view")
+  local t = x:t()
+  t[4] = 9
+  tap.ok(same_list(x:select(2, 4):tolist(), {9.0, 9.0, 9.0}), "write through a transposed view")
+  local r = x:reshape(12)
+  r[1] = -1
+  tap.is(x[1][1]:item(), -1.0, "reshape of a contiguous tensor is a view")
+  x[3] = 5
+  tap.is(r[12]:item(), 5.0, "a write to the base is seen by the view")
+  local c = x:clone()
+  c[1] = 42
+  tap.is(x[1][1]:item(), -1.0, "clone does not share")
+  tap.ok(x:contiguous() == x, "contiguous() of a contiguous tensor is itself")
+end)
+
+section("<close> releases the tensor", function()
+  local ref
+  do
+    local t <close> = grace.ones(3)
+    ref = t
+    tap.is(t:sum():item(), 3.0, "usable inside the block")
+  end
+  tap.is(tostring(ref), "tensor(<closed>)", "closed after the block")
+  tap.raises(function() return ref:sum() end, "closed", "a closed tensor cannot be used")
+  local mt = getmetatable(ref)
+  mt.__close(ref)
+  tap.ok(true, "closing twice is harmless")
+  local t2 = grace.ones(2)
+  mt.__gc(t2)
+  tap.raises(function() return t2 + 1 end, "closed", "after __gc the tensor is closed")
+end)
+
+section("version counters", function()
+  local x = grace.zeros(2, 2)
+  local v0 = x:version()
+  x:add_(1)
+  tap.ok(x:version() > v0, "add_ bumps the version")
+  local v1 = x:version()
+  x:fill_(3)
+  tap.ok(x:version() > v1, "fill_ bumps")
+  local v2 = x:version()
+  x[1] = 2
+  tap.ok(x:version() > v2, "x[i] = v bumps")
+  local v3 = x:version()
+  local view = x[2]
+  view:mul_(2)
+  tap.ok(x:version() > v3, "an in-place op on a view bumps the base (shared counter)")
+  local v4 = x:version()
+  local _ = x + 1
+  tap.is(x:version(), v4, "an out-of-place op does not bump")
+  tap.ok(same_list(x:tolist(), {{2.0, 2.0}, {6.0, 6.0}}), "values after the in-place ops")
+  tap.ok(x:sub_(1) == x, "in-place ops return x itself")
+  x:zero_()
+  tap.is(x:sum():item(), 0.0, "zero_")
+  x:copy_(grace.tensor({1, 2}))
+  tap.ok(same_list(x:tolist(), {{1.0, 2.0}, {1.0, 2.0}}), "copy_ broadcasts and converts")
+  x:clamp_(1.5, nil)
+  tap.ok(same_list(x:tolist(), {{1.5, 2.0}, {1.5, 2.0}}), "clamp_")
+  x:masked_fill_(grace.tensor({true, false}), 0)
+  tap.ok(same_list(x:tolist(), {{0.0, 2.0}, {0.0, 2.0}}), "masked_fill_")
+  x:add_(grace.ones(2, 2), 2)
+  tap.ok(same_list(x:tolist(), {{2.0, 4.0}, {2.0, 4.0}}), "add_ with alpha")
+  local idx = grace.zeros(3, 2)
+  idx:index_copy_(1, grace.tensor({3, 1}), grace.tensor({{1, 2}, {3, 4}}))
+  tap.ok(same_list(idx:tolist(), {{3.0, 4.0}, {0.0, 0.0}, {1.0, 2.0}}), "index_copy_ with 1-based indices")
+  local e = grace.tensor({0.0, 1.0})
+  e:exp_()
+  tap.near(e[2]:item(), math.exp(1), "exp_ derived from the op table", 1e-6)
+end)
+
+section("operators, operand order, wrapped numbers", function()
+  local x = grace.tensor({1, 2, 4})
+  tap.ok(same_list((x - 2):tolist(), {-1, 0, 2}), "x - 2")
+  tap.ok(same_list((2 - x):tolist(), {1, 0, -2}), "2 - x")
+  tap.ok(same_list((x + x):tolist(), {2, 4, 8}), "x + x")
+  tap.ok(same_list((3 * x):tolist(), {3, 6, 12}), "3 * x")
+  tap.ok(same_list((8 / x):tolist(), {8.0, 4.0, 2.0}), "8 / x (true division)")
+  tap.is((x / 2).dtype, "float32", "integer / number is float32")
+  tap.ok(same_list((x % 3):tolist(), {1, 2, 1}), "x % 3")
+  tap.ok(same_list((-x):tolist(), {-1, -2, -4}), "-x")
+  tap.ok(same_list((x ^ 2):tolist(), {1, 4, 16}), "x ^ 2")
+  tap.ok(same_list((2 ^ x):tolist(), {2, 4, 16}), "2 ^ x")
+  tap.is((grace.tensor({1, 2}) + 0.5).dtype, "float32", "int64 + 0.5 is float32")
+  tap.is((grace.tensor({1, 2}) * 2).dtype, "int64", "int64 * 2 stays int64")
+  tap.is((grace.tensor({1, 2}, {dtype = "float16"}) * 3).dtype, "float16", "float16 * 3 stays float16")
+  tap.is((grace.tensor({1, 2}, {dtype = "float16"}) * 3.5).dtype, "float16", "float16 * 3.5 stays float16")
+  tap.is((grace.tensor({1, 2}, {dtype = "int32"}) + 1).dtype, "int32", "int32 + 1 stays int32")
+  tap.is((grace.tensor({true}) + 1).dtype, "int64", "bool + 1 is int64")
+  tap.is(x:pow(2).dtype, "int64", "x:pow(2) with a number")
+  tap.ok(same_list(grace.where(grace.tensor({true, false}), 1, grace.tensor({5, 6})):tolist(), {1, 6}),
+         "grace.where with a number")
+  tap.ok(same_list(grace.tensor({5, 6}):where(grace.tensor({false, true}), 0):tolist(), {0, 6}),
+         "x:where(cond, y) is PyTorch's Tensor.where")
+  tap.ok(same_list(x:masked_fill(grace.tensor({true, false, true}), -1):tolist(), {-1, 2, -1}), "masked_fill")
+  tap.ok(same_list(x:add(x, 2):tolist(), {3, 6, 12}), "add with alpha")
+  tap.ok(same_list(x:sub(1, 2):tolist(), {-1, 0, 2}), "sub with alpha")
+  tap.ok(same_list(x:eq(2):tolist(), {false, true, false}), "eq with a number")
+  tap.ok(x == x and x ~= grace.tensor({1, 2, 4}), "== is identity")
+  tap.is(x:gt(1).dtype, "bool", "comparisons give bool")
+  tap.ok(same_list(x:float():clamp(nil, 2):tolist(), {1.0, 2.0, 2.0}), "clamp with only max")
+end)
+
+section("op table registration", function()
+  local x = grace.ones(2)
+  local missing = {}
+  for _, name in ipairs({"neg", "abs", "exp", "log", "sqrt", "relu", "gelu", "silu", "sigmoid", "tanh", "add", "sub",
+                         "mul", "div", "remainder", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+                         "logical_and", "logical_or", "logical_not", "masked_fill", "sum", "mean", "prod", "max",
+                         "min", "argmax", "argmin", "var", "std", "logsumexp", "all", "any", "cumsum", "softmax",
+                         "log_softmax", "topk", "sort", "matmul", "reshape", "view", "transpose", "permute", "expand",
+                         "narrow", "select", "squeeze", "unsqueeze", "contiguous", "clone", "to", "index_select",
+                         "gather", "scatter", "triu", "tril", "embedding", "layer_norm", "rms_norm", "copy_",
+                         "fill_", "index_copy_", "add_", "relu_", "mm", "t", "flatten", "split", "chunk", "rep",
+                         "item", "tolist", "size", "stride", "float", "half", "cast", "clamp"}) do
+    if type(x[name]) ~= "function" then missing[#missing + 1] = "x:" .. name end
+    if type(grace[name]) ~= "function" then missing[#missing + 1] = "grace." .. name end
+  end
+  tap.is(table.concat(missing, " "), "", "every method is a method and a module function")
+  tap.is(type(grace.Tensor), "table", "grace.Tensor is the methods table")
+  tap.is(x.no_such_method, nil, "unknown names are nil")
+  tap.is(type(x.version), "function", "x:version() is a method")
+  tap.is(type(grace.version), "string", "grace.version stays the version string")
+  tap.ok(same_list(grace.exp(grace.zeros(2)):tolist(), {1.0, 1.0}), "grace.exp(x)")
+  tap.ok(same_list(grace.tensor({-1.5, 2}):relu():tolist(), {0.0, 2.0}), "x:relu()")
+end)
+
+section("conversions", function()
+  local x = grace.tensor({1.5, -2.5})
+  tap.ok(x:to("float32") == x, "to(the same dtype) is x itself")
+  tap.ok(x:to("cpu") == x, "to(the same device) is x itself")
+  tap.ok(x:float() == x, "float() of float32 is x itself")
+  local d = x:to("float64")
+  tap.is(d.dtype, "float64", "to(dtype)")
+  tap.is(x:to("cpu", "float16").dtype, "float16", "to(device, dtype)")
+  tap.is(x:to({dtype = "int32"}).dtype, "int32", "to(options)")
+  tap.is(x:to(grace.tensor({1})).dtype, "int64", "to(tensor) takes its dtype")
+  tap.ok(same_list(x:long():tolist(), {1, -2}), "long() truncates")
+  tap.is(x:double().dtype, "float64", "double()")
+  tap.is(x:half().dtype, "float16", "half()")
+  tap.is(x:bfloat16().dtype, "bfloat16", "bfloat16()")
+  tap.is(x:int().dtype, "int32", "int()")
+  tap.is(x:byte().dtype, "uint8", "byte()")
+  tap.ok(same_list(grace.tensor({0, 3}):bool():tolist(), {false, true}), "bool()")
+  tap.is(x:type("float64").dtype, "float64", "type(dtype)")
+  tap.is(x:cast("int64").dtype, "int64", "cast(dtype)")
+  tap.ok(x:cpu() == x, "cpu() of a cpu tensor is itself")
+  local i = grace.tensor({1, 2})
+  tap.ok(same_list(i:t():tolist(), {1, 2}) and i:t() == i, "t() of 1-D is unchanged")
+  tap.ok(same_list(grace.eye(2, 3):t():size(), {3, 2}), "t() of 2-D")
+  tap.is(shape(grace.eye(2):mm(grace.ones(2, 3))), "2x3", "mm")
+end)
+
+section("constructors", function()
+  tap.is(grace.arange(5).dtype, "int64", "arange of integers is int64")
+  tap.is(grace.arange(0, 1, 0.25).dtype, "float32", "arange with a float step is float32")
+  tap.ok(same_list(grace.arange(2, 8, 3):tolist(), {2, 5}), "arange(start, end, step), end exclusive")
+  tap.is(grace.arange(3, {dtype = "float64"}).dtype, "float64", "arange with options")
+  tap.ok(same_list(grace.linspace(0, 1, 5):tolist(), {0.0, 0.25, 0.5, 0.75, 1.0}), "linspace")
+  tap.ok(same_list(grace.eye(2):tolist(), {{1.0, 0.0}, {0.0, 1.0}}), "eye")
+  tap.is(grace.full({2}, 3).dtype, "int64", "full with an integer is int64 (PyTorch)")
+  tap.is(grace.full({2}, 3.5).dtype, "float32", "full with a float is float32")
+  tap.is(grace.full({2}, true).dtype, "bool", "full with a boolean is bool")
+  tap.ok(same_list(grace.full(2, 2, 0.5):tolist(), {{0.5, 0.5}, {0.5, 0.5}}), "full with a shape as numbers")
+  tap.ok(same_list(grace.full(2, true):tolist(), {true, true}), "full(2, true)")
+  tap.is(grace.ones(2, 3):sum():item(), 6.0, "ones")
+  tap.is(shape(grace.empty(2, 5)), "2x5", "empty")
+  tap.is(grace.randint(0, 10, {100}).dtype, "int64", "randint is int64")
+  local r = grace.randint(3, 5, 50):tolist()
+  local inrange = true
+  for _, v in ipairs(r) do if v < 3 or v >= 5 then inrange = false end end
+  tap.ok(inrange, "randint stays in [low, high)")
+  grace.manual_seed(7)
+  local a = grace.rand(4):tolist()
+  grace.manual_seed(7)
+  tap.ok(same_list(a, grace.rand(4):tolist()), "manual_seed repeats rand")
+  local x = grace.tensor({{1, 2}}, {dtype = "int32"})
+  tap.is(grace.zeros_like(x).dtype, "int32", "zeros_like keeps the dtype")
+  tap.ok(same_list(grace.ones_like(x, {dtype = "float32"}):tolist(), {{1.0, 1.0}}), "ones_like with options")
+  tap.ok(same_list(grace.full_like(x, 7):tolist(), {{7, 7}}), "full_like")
+  tap.is(shape(grace.randn_like(grace.zeros(3, 2))), "3x2", "randn_like")
+  tap.is(grace.rand_like(grace.zeros(3)).dtype, "float32", "rand_like")
+end)
+
+section("arguments passed through to the kernels", function()
+  local ln = grace.layer_norm(grace.tensor({{1.0, 3.0}}), nil, nil, 3.0)
+  tap.ok(same_list(ln:tolist(), {{-0.5, 0.5}}), "layer_norm passes eps (var 1 + eps 3 -> divide by 2)")
+  local rn = grace.rms_norm(grace.tensor({3.0, 4.0}), nil, 3.5)
+  tap.ok(same_list(rn:tolist(), {0.75, 1.0}), "rms_norm passes eps (mean square 12.5 + 3.5 -> divide by 4)")
+  local sc = grace.zeros(2, 3):scatter(2, grace.tensor({{2}, {3}}), -7)
+  tap.is(sc.dtype, "float32", "scatter with a number keeps x's dtype")
+  tap.ok(same_list(sc:tolist(), {{0.0, -7.0, 0.0}, {0.0, 0.0, -7.0}}), "scatter with a number, 1-based index")
+  local g = grace.tensor({-1.0, 1.0})
+  tap.ok(math.abs(g:gelu("tanh")[2]:item() - g:gelu()[2]:item()) > 1e-6, "gelu(\"tanh\") differs from exact gelu")
+  tap.ok(same_list(grace.tensor({{1, 2}, {3, 4}}):triu(1):tolist(), {{0, 2}, {0, 0}}), "triu(k)")
+  local var1 = grace.tensor({1.0, 3.0}):var()
+  local var0 = grace.tensor({1.0, 3.0}):var(nil, false)
+  tap.ok(var1:item() == 2.0 and var0:item() == 1.0, "var: unbiased by default, var(nil, false) biased")
+  tap.ok(same_list(grace.tensor({{1.0, 3.0}}):std(2, true, true):size(), {1, 1}), "std(dim, unbiased, keepdim)")
+  tap.is(grace.zeros(2).cat, nil, "cat is not a method (variadic ops are module functions)")
+end)
+
+section("many tensors, then collectgarbage", function()
+  local keep = grace.zeros(4)
+  for i = 1, 3000 do
+    local t = grace.full({8, 8}, i) + i
+    if i % 100 == 0 then keep = keep + t:sum() end
+    local _ = t[1]
+  end
+  collectgarbage()
+  collectgarbage()
+  tap.is(keep:numel(), 4, "tensors survive collection when referenced")
+  local big = {}
+  for i = 1, 50 do big[i] = grace.zeros(256, 256) end   -- 12.5 MB that the GC cannot see as userdata size
+  big = nil
+  collectgarbage()
+  tap.ok(collectgarbage("count") < 1e5, "the Lua heap stays small")
+end)
+
+tap.done()
