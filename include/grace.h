@@ -203,6 +203,14 @@ const char *grace_ir_text(grace_ir *ir);
 /* Parses the text form; captured tensors must then be bound with grace_ir_bind_const before a run. */
 grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out);
 grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t);
+/* Captured tensor k (borrowed; NULL if unbound), and whether it was made from host data during a trace
+ * (a constant of the program rather than a tensor that lives outside it). */
+grace_tensor *grace_ir_const_tensor(const grace_ir *ir, int k);
+int grace_ir_const_is_local(const grace_ir *ir, int k);
+/* Whether every captured tensor still has the version it was captured at; grace_ir_recapture accepts the
+ * current versions (valid while no pass has folded a capture's contents into the program). */
+int grace_ir_consts_current(const grace_ir *ir);
+void grace_ir_recapture(grace_ir *ir);
 int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts" */
 /* Runs the IR on the CPU, one op at a time: `in` holds the tensor inputs then the scalar inputs (0-d
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose

@@ -145,6 +145,20 @@ grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t) {
   return GRACE_OK;
 }
 
+grace_tensor *grace_ir_const_tensor(const grace_ir *ir, int k) { return k >= 0 && k < ir->nconst ? ir->consts[k].t : NULL; }
+int grace_ir_const_is_local(const grace_ir *ir, int k) { return k >= 0 && k < ir->nconst && ir->consts[k].local; }
+
+int grace_ir_consts_current(const grace_ir *ir) {
+  for (int k = 0; k < ir->nconst; k++)
+    if (ir->consts[k].t && grace_tensor_version(ir->consts[k].t) != ir->consts[k].version) return 0;
+  return 1;
+}
+
+void grace_ir_recapture(grace_ir *ir) {
+  for (int k = 0; k < ir->nconst; k++)
+    if (ir->consts[k].t) ir->consts[k].version = grace_tensor_version(ir->consts[k].t);
+}
+
 grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out) {
   if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(ir->vm, GRACE_EARG, "scalar: invalid dtype");
   ir_type t = {.dtype = dt, .device = GRACE_CPU, .ndim = 0};

@@ -76,6 +76,7 @@ const char *grace_ir_text(grace_ir *ir) {
     for (int r = 0; r < k->nout; r++) put(&b, r ? ", %%%d" : "%%%d", k->first_result + r);
     put(&b, " = %s", ir_op_name(k->op));
     if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST || k->op == IR_OP_SCALAR) put(&b, " #%d", k->input_index);
+    if (k->op == IR_OP_SCALAR && ir->vals[k->first_result].type.wrapped) put(&b, " wrapped");
     else if (k->op == IR_OP_LITERAL) put(&b, " %.17g", k->literal);
     for (int j = 0; j < k->nin; j++) {
       int32_t v = ir->args[k->first_arg + j];
@@ -232,8 +233,10 @@ static grace_status parse_inst(lexer *L) {
   double lit = 0;
   int32_t args[64];
   int nin = 0;
+  int wrapped = 0;
   if (op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_SCALAR) {
     if (!accept(L, "#") || !integer(L, &index)) return perr(L, "#index");
+    wrapped = op == IR_OP_SCALAR && accept(L, "wrapped");
   } else if (op == IR_OP_LITERAL) {
     if (!number(L, &lit)) return perr(L, "a number");
   } else {
@@ -263,7 +266,7 @@ static grace_status parse_inst(lexer *L) {
     L->s = e + 1;
     if ((st = grace_ir_set_location(ir, loc)) != GRACE_OK) return st;
   } else grace_ir_set_location(ir, NULL);
-  if (op == IR_OP_LITERAL) types[0].wrapped = 1;
+  if (op == IR_OP_LITERAL || wrapped) types[0].wrapped = 1;
   for (int i = 0; i < nin; i++)
     if (args[i] >= ir->nval) return grace_set_error(L->vm, GRACE_EARG, "ir parse: line %d: %%%d used before it is defined", L->line, args[i]);
   if (ir_append(ir, op, nin, args, &a, nres, types) < 0) return GRACE_ENOMEM;

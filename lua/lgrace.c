@@ -100,6 +100,7 @@ static const luaL_Reg grace_funcs[] = {
 
 /* Tensor methods and constructors live in lgrace_tensor.c. */
 void lgrace_open_tensor(lua_State *L);
+void lgrace_open_compile(lua_State *L);   /* lgrace_compile.c: compile, explain, clock */
 
 int luaopen_grace(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
@@ -138,5 +139,6 @@ int luaopen_grace(lua_State *L) {
   lua_pushliteral(L, GRACE_VERSION);
   lua_setfield(L, -2, "version");
   lgrace_open_tensor(L);
+  lgrace_open_compile(L);
   return 1;
 }

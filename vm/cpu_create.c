@@ -17,8 +17,11 @@ static void rand_range(void *ctx, int64_t b, int64_t e) {
       uint64_t u = ((uint64_t)r[1] << 32) | r[0];
       vm_store_i64(dt, p + i * es, j->low + (int64_t)(u % (uint64_t)j->span));
     } else if (j->op == GRACE_OP_RAND) {
+      /* as many random bits as the dtype's significand holds, so rounding never reaches 1.0 */
       double v = dt == GRACE_FLOAT64 ? (double)((((uint64_t)r[0] << 32) | r[1]) >> 11) * 0x1p-53
-                                     : (double)(r[0] >> 8) * 0x1p-24;
+                 : dt == GRACE_FLOAT16 ? (double)(r[0] >> 21) * 0x1p-11
+                 : dt == GRACE_BFLOAT16 ? (double)(r[0] >> 24) * 0x1p-8
+                                        : (double)(r[0] >> 8) * 0x1p-24;
       vm_store_f64(dt, p + i * es, v);
     } else {  /* RANDN: Box-Muller on two uniforms, u1 in (0, 1] */
       double u1 = ((double)r[0] + 1.0) * 0x1p-32, u2 = (double)r[1] * 0x1p-32;
@@ -75,7 +78,7 @@ grace_status cpu_create_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
     /* symmetric from both ends, so the last value is exactly `end` */
     double step = n > 1 ? (a->b - a->a) / (double)(n - 1) : 0;
     for (int64_t i = 0; i < n; i++)
-      vm_store_f64(dt, p + i * es, i < n / 2 ? a->a + step * (double)i : a->b - step * (double)(n - 1 - i));
+      vm_store_f64(dt, p + i * es, n == 1 ? a->a : i < n / 2 ? a->a + step * (double)i : a->b - step * (double)(n - 1 - i));
     break;
   }
   case GRACE_OP_EYE:

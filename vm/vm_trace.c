@@ -118,6 +118,7 @@ static grace_status declare(grace_vm *vm, grace_tensor *t, int scalar, grace_val
   grace_status st = scalar ? (t->ndim == 0 ? grace_ir_scalar(tr->ir, t->dtype, out)
                                            : vm_err(vm, GRACE_EARG, "trace: a scalar input must be 0-d"))
                            : grace_ir_input(tr->ir, t->dtype, t->storage->device, t->ndim, t->sizes, out);
+  if (st == GRACE_OK && scalar) tr->ir->vals[*out].type.wrapped = t->wrapped;
   if (st == GRACE_OK) st = map_put(vm, t, *out);
   if (st == GRACE_OK && !scalar) st = set_root(vm, *out, *out);
   return st;

@@ -1,0 +1,936 @@
+/* lgrace_compile.c: grace.compile and grace.explain, grace's TorchDynamo for Lua. A call checks the
+ * guards of the cached entries and runs the first that passes (the Lua function does not run); otherwise
+ * it traces the function by running it once under a core trace (every tensor op is recorded into IR),
+ * and caches the IR with guards on what the trace depended on: the arguments (tensor types, values of
+ * numbers, strings and booleans, identity of tables and functions), the globals it read, the numbers in
+ * its upvalues, and the captured tensors found by walking its upvalues and arguments (identity, version).
+ * A number argument that changes value becomes a dynamic scalar input. What cannot be compiled runs
+ * eagerly, and says why once. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "lua/lgrace_tensor.h"
+
+#define LG_COMPILED "grace.Compiled"
+#define LG_ENTRY "grace.Entry"
+#define MAXARGS 32
+
+typedef enum { G_NIL, G_BOOL, G_INT, G_FLOAT, G_VALUE, G_TENSOR, G_SCALAR } gkind;
+
+typedef struct arg_guard {
+  gkind kind;
+  grace_dtype dt;
+  grace_device dev;
+  int ndim, contiguous;
+  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
+  lua_Integer i;
+  lua_Number f;
+  int scalar_int;                       /* G_SCALAR: the number's subtype */
+} arg_guard;
+
+/* A compiled entry: userdata with __gc freeing the IR; its uservalue table holds the Lua-side data:
+ * [1] guard values (G_VALUE args), [2] paths, [3] expected values at the paths, [4] constant returns. */
+typedef struct entry {
+  grace_ir *ir;                         /* NULL: this guard set runs eagerly (reason in the uservalue [5]) */
+  int nargs;
+  arg_guard args[MAXARGS];
+  int input_arg[MAXARGS], ninput;       /* IR tensor input k is argument input_arg[k] */
+  int scalar_arg[MAXARGS], nscalar;     /* IR scalar input k is argument scalar_arg[k] */
+  int nret;
+  int ret_output[MAXARGS];              /* >= 0: IR output index; -1: constant from the uservalue */
+  int npaths;
+  long hits;
+} entry;
+
+typedef struct compiled {
+  int cache_limit;
+  int dynamic;                          /* promote changing number arguments (default on) */
+  int dynamic_arg[MAXARGS];
+  int eager_forever, warned;
+  long calls, hits, traces, eager_calls, recaptures;
+  char name[96];
+  char irname[64];                      /* the name as an identifier, for the IR's text form */
+  char last_miss[400];
+} compiled;
+
+/* ---- timing ---- */
+static int l_clock(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+  return 1;
+}
+
+/* ---- locations: the first frame of user code (the standard library is skipped) ---- */
+typedef struct { lua_State *L; } where_ctx;
+
+static void where_cb(void *ud, char *buf, size_t n) {
+  lua_State *L = ((where_ctx *)ud)->L;
+  lua_Debug ar;
+  const char *first = NULL;
+  int first_line = 0;
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;
+    if (!first) { first = ar.short_src; first_line = ar.currentline; }
+    if (strncmp(ar.source, "@stdlib/", 8) != 0) { snprintf(buf, n, "%s:%d", ar.short_src, ar.currentline); return; }
+  }
+  if (first) snprintf(buf, n, "%s:%d", first, first_line);
+}
+
+/* ---- guards on arguments ---- */
+static void tensor_guard(arg_guard *g, const grace_tensor *t) {
+  g->kind = G_TENSOR;
+  g->dt = grace_tensor_dtype(t);
+  g->dev = grace_tensor_device(t);
+  g->ndim = grace_tensor_ndim(t);
+  g->contiguous = grace_tensor_is_contiguous(t);
+  memcpy(g->sizes, grace_tensor_sizes(t), sizeof(int64_t) * (size_t)g->ndim);
+  memcpy(g->strides, grace_tensor_strides(t), sizeof(int64_t) * (size_t)g->ndim);
+}
+
+static const char *tensor_desc(const arg_guard *g, char *buf, size_t n) {
+  char s[160];
+  snprintf(buf, n, "%s %s%s", grace_dtype_name(g->dt), lg_shape_str(s, sizeof s, g->ndim, g->sizes),
+           g->contiguous ? "" : " (strided)");
+  return buf;
+}
+
+/* Why the value at idx fails guard g (NULL: it passes). vals: index of the guard-values table. */
+static const char *arg_miss(lua_State *L, const arg_guard *g, int idx, int vals, int i, char *buf, size_t n) {
+  switch (g->kind) {
+  case G_NIL: return lua_isnil(L, idx) ? NULL : "is no longer nil";
+  case G_BOOL: return lua_isboolean(L, idx) && lua_toboolean(L, idx) == (int)g->i ? NULL : "boolean changed";
+  case G_INT:
+    if (lua_isinteger(L, idx) && lua_tointeger(L, idx) == g->i) return NULL;
+    snprintf(buf, n, "number changed (%lld at trace time)", (long long)g->i);
+    return buf;
+  case G_FLOAT:
+    if (lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx) && lua_tonumber(L, idx) == g->f) return NULL;
+    snprintf(buf, n, "number changed (%.17g at trace time)", g->f);
+    return buf;
+  case G_SCALAR:
+    return lua_type(L, idx) == LUA_TNUMBER && lua_isinteger(L, idx) == g->scalar_int ? NULL : "number subtype changed";
+  case G_VALUE: {
+    lua_rawgeti(L, vals, i);
+    int same = lua_rawequal(L, idx, -1);
+    lua_pop(L, 1);
+    return same ? NULL : "a different value (strings by value, tables and functions by identity)";
+  }
+  case G_TENSOR: {
+    grace_tensor *t = lg_totensor(L, idx);
+    if (!t) return "not a tensor";
+    int same = grace_tensor_dtype(t) == g->dt && grace_tensor_device(t) == g->dev && grace_tensor_ndim(t) == g->ndim;
+    for (int d = 0; same && d < g->ndim; d++) same = grace_tensor_sizes(t)[d] == g->sizes[d];
+    if (same && !g->contiguous)
+      for (int d = 0; same && d < g->ndim; d++) same = grace_tensor_strides(t)[d] == g->strides[d];
+    if (same && g->contiguous) same = grace_tensor_is_contiguous(t);
+    if (same) return NULL;
+    char want[200], s[160];
+    snprintf(buf, n, "tensor %s %s%s, traced with %s", grace_dtype_name(grace_tensor_dtype(t)),
+             lg_shape_str(s, sizeof s, grace_tensor_ndim(t), grace_tensor_sizes(t)),
+             grace_tensor_is_contiguous(t) ? "" : " (strided)", tensor_desc(g, want, sizeof want));
+    return buf;
+  }
+  }
+  return "unknown guard";
+}
+
+/* ---- paths: where a captured tensor or a guarded number lives, re-read on every call ----
+ * A path is a table {root, k1, k2, ...}: root "a<i>" (argument i), "u<i>" (upvalue i of the function),
+ * "g" (a global: k1 is its name); then the keys of nested tables (raw access) or "u<i>" for an upvalue
+ * of a function met on the way. */
+static void push_path_value(lua_State *L, int fn, int args, int path) {
+  lua_rawgeti(L, path, 1);
+  const char *root = lua_tostring(L, -1);
+  int start = 2;
+  if (root[0] == 'a') {
+    lua_pop(L, 1);
+    lua_pushvalue(L, args + atoi(root + 1) - 1);
+  } else if (root[0] == 'u') {
+    lua_pop(L, 1);
+    if (!lua_getupvalue(L, fn, atoi(root + 1))) lua_pushnil(L);
+  } else {
+    lua_pop(L, 1);
+    const char *up = NULL;
+    int i = 1;
+    while ((up = lua_getupvalue(L, fn, i)) != NULL) {   /* the function's _ENV */
+      if (!strcmp(up, "_ENV")) break;
+      lua_pop(L, 1);
+      i++;
+    }
+    if (!up) lua_pushglobaltable(L);
+  }
+  lua_Integer n = luaL_len(L, path);
+  for (lua_Integer k = start; k <= n; k++) {
+    lua_rawgeti(L, path, k);
+    int ty = lua_type(L, -2);
+    if (ty == LUA_TFUNCTION && lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u' && k > 1) {
+      int ui = atoi(lua_tostring(L, -1) + 1);
+      lua_pop(L, 1);
+      if (!lua_getupvalue(L, -1, ui)) lua_pushnil(L);
+      lua_remove(L, -2);
+    } else if (ty == LUA_TTABLE) {
+      lua_rawget(L, -2);
+      lua_remove(L, -2);
+    } else {
+      lua_pop(L, 2);
+      lua_pushnil(L);
+      return;
+    }
+  }
+}
+
+/* Why the path guards of e fail (NULL: they pass). */
+static const char *paths_miss(lua_State *L, int fn, int args, int ud, char *buf, size_t n) {
+  lua_getiuservalue(L, ud, 1);
+  int data = lua_gettop(L);
+  lua_rawgeti(L, data, 2);
+  lua_rawgeti(L, data, 3);
+  int paths = data + 1, expect = data + 2;
+  entry *e = lua_touserdata(L, ud);
+  const char *why = NULL;
+  for (int i = 1; i <= e->npaths && !why; i++) {
+    lua_rawgeti(L, paths, i);
+    push_path_value(L, fn, args, lua_gettop(L));
+    lua_rawgeti(L, expect, i);
+    int same;
+    grace_tensor *a = lg_totensor(L, -2), *b = lg_totensor(L, -1);
+    if (a || b) same = a == b;
+    else same = lua_rawequal(L, -2, -1) && (lua_type(L, -1) != LUA_TNUMBER || lua_isinteger(L, -1) == lua_isinteger(L, -2));
+    if (!same) {
+      lua_rawgeti(L, -3, 1);
+      snprintf(buf, n, "captured value #%d (path root %s) changed identity or value", i, lua_tostring(L, -1));
+      lua_pop(L, 1);
+      why = buf;
+    }
+    lua_pop(L, 3);
+  }
+  lua_settop(L, data - 1);
+  return why;
+}
+
+/* ---- the walk that finds captured tensors and the numbers a trace depends on ---- */
+typedef struct walk {
+  lua_State *L;
+  int fn, args, nargs;
+  int seen;           /* table: visited tables/functions */
+  int targets;        /* table: tensor userdata -> true (captured tensors still to find) */
+  int paths, expect;  /* output lists */
+  int npaths, budget;
+} walk;
+
+static void add_guard(walk *w, int path_idx, int value_idx) {
+  lua_State *L = w->L;
+  w->npaths++;
+  lua_pushvalue(L, path_idx);
+  lua_rawseti(L, w->paths, w->npaths);
+  lua_pushvalue(L, value_idx);
+  lua_rawseti(L, w->expect, w->npaths);
+}
+
+/* Visits the value on top of the stack, reached by the path at path_idx (a table). depth bounds it;
+ * scalars are guarded when `guard_scalars` (direct upvalues, fields of tables holding a captured tensor). */
+static void visit(walk *w, int path_idx, int depth, int guard_scalars);
+
+static void visit_child(walk *w, int path_idx, int key_idx, int depth, int guard_scalars) {
+  lua_State *L = w->L;
+  /* child path = copy of path + key */
+  lua_newtable(L);
+  lua_Integer n = luaL_len(L, path_idx);
+  for (lua_Integer k = 1; k <= n; k++) { lua_rawgeti(L, path_idx, k); lua_rawseti(L, -2, k); }
+  lua_pushvalue(L, key_idx);
+  lua_rawseti(L, -2, n + 1);
+  int child_path = lua_gettop(L);
+  lua_pushvalue(L, -3);   /* the child value, below path and key */
+  visit(w, child_path, depth, guard_scalars);
+  lua_settop(L, child_path - 1);
+}
+
+static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
+  lua_State *L = w->L;
+  int v = lua_gettop(L);
+  int ty = lua_type(L, v);
+  if (--w->budget < 0) return;
+  if (ty == LUA_TUSERDATA) {
+    grace_tensor *t = lg_totensor(L, v);
+    if (!t) return;
+    lua_pushlightuserdata(L, t);
+    lua_rawget(L, w->targets);
+    int wanted = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (wanted) {
+      add_guard(w, path_idx, v);
+      lua_pushlightuserdata(L, t);
+      lua_pushnil(L);
+      lua_rawset(L, w->targets);
+    }
+    return;
+  }
+  if ((ty == LUA_TNUMBER || ty == LUA_TSTRING || ty == LUA_TBOOLEAN) && guard_scalars) {
+    add_guard(w, path_idx, v);
+    return;
+  }
+  if ((ty != LUA_TTABLE && ty != LUA_TFUNCTION) || depth <= 0) return;
+  lua_pushvalue(L, v);
+  lua_rawget(L, w->seen);
+  int seen = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (seen) return;
+  lua_pushvalue(L, v);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, w->seen);
+  if (ty == LUA_TFUNCTION) {
+    for (int i = 1;; i++) {
+      const char *name = lua_getupvalue(L, v, i);
+      if (!name) break;
+      if (!strcmp(name, "_ENV")) { lua_pop(L, 1); continue; }   /* globals are guarded as they are read */
+      lua_pushfstring(L, "u%d", i);
+      int key = lua_gettop(L);
+      lua_pushvalue(L, key - 1);
+      lua_remove(L, key - 1);   /* stack: ..., key, value */
+      visit_child(w, path_idx, key - 1, depth - 1, 1);
+      lua_settop(L, v);
+    }
+    return;
+  }
+  /* a table: does it hold a captured tensor directly? then its scalar fields are guarded too */
+  int holds = 0;
+  lua_pushnil(L);
+  while (lua_next(L, v)) {
+    grace_tensor *t = lg_totensor(L, -1);
+    if (t) {
+      lua_pushlightuserdata(L, t);
+      lua_rawget(L, w->targets);
+      holds |= lua_toboolean(L, -1);
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushnil(L);
+  while (lua_next(L, v)) {
+    int kt = lua_type(L, -2);
+    if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
+      int value = lua_gettop(L);
+      visit_child(w, path_idx, value - 1, depth - 1, holds);
+      lua_settop(L, value);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* "model.lua", 12 -> "model_lua_12" */
+static void set_irname(compiled *cp, const char *src, int line) {
+  const char *base = strrchr(src, '/');
+  base = base ? base + 1 : src;
+  size_t k = 0;
+  for (const char *p = base; *p && k + 12 < sizeof cp->irname; p++)
+    cp->irname[k++] = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ? *p : '_';
+  if (line >= 0) k += (size_t)snprintf(cp->irname + k, sizeof cp->irname - k, "_%d", line);
+  cp->irname[k] = 0;
+}
+
+/* ---- the compiled object ---- */
+static compiled *check_compiled(lua_State *L, int idx) { return luaL_checkudata(L, idx, LG_COMPILED); }
+
+static int entry_gc(lua_State *L) {
+  entry *e = luaL_checkudata(L, 1, LG_ENTRY);
+  grace_ir_free(e->ir);
+  e->ir = NULL;
+  return 0;
+}
+
+/* Pushes the value returned number j of entry e at stack index ud. */
+static void push_const_ret(lua_State *L, int ud, int j) {
+  lua_getiuservalue(L, ud, 1);
+  lua_rawgeti(L, -1, 4);
+  lua_rawgeti(L, -1, j + 1);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
+}
+
+/* Runs entry e (userdata at ud) on the arguments at args..args+nargs-1; pushes the results. */
+static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
+  entry *e = lua_touserdata(L, ud);
+  grace_tensor *in[2 * MAXARGS], *out[MAXARGS];
+  int n = 0;
+  for (int k = 0; k < e->ninput; k++) in[n++] = lg_totensor(L, args + e->input_arg[k]);
+  int first_tmp = c->ntmp;
+  for (int k = 0; k < e->nscalar; k++) {
+    int a = args + e->scalar_arg[k];
+    grace_tensor *s = NULL;
+    grace_status st = lua_isinteger(L, a) ? grace_tensor_scalar(c->vm, (double)lua_tointeger(L, a), 1, &s)
+                                          : grace_tensor_scalar(c->vm, lua_tonumber(L, a), 0, &s);
+    if (st != GRACE_OK) return lg_fail(L, c);
+    in[n++] = lg_keep(L, c, s);
+  }
+  (void)first_tmp;
+  int nout = grace_ir_count(e->ir, "outputs");
+  grace_tensor **slots[MAXARGS];
+  for (int j = 0; j < e->nret; j++) {
+    if (e->ret_output[j] >= 0) slots[j] = lg_newslot(L);
+    else push_const_ret(L, ud, j);
+  }
+  if (grace_ir_run(e->ir, n, in, nout, out) != GRACE_OK) return lg_fail(L, c);
+  for (int j = 0; j < e->nret; j++)
+    if (e->ret_output[j] >= 0) { *slots[j] = out[e->ret_output[j]]; grace_tensor_retain(*slots[j]); }
+  for (int k = 0; k < nout; k++) grace_tensor_release(out[k]);
+  lg_drop(c);
+  e->hits++;
+  return e->nret;
+}
+
+/* ---- tracing ---- */
+typedef struct trace_result {
+  int ok;
+  char reason[1024];
+} trace_result;
+
+/* The _ENV proxy: reads are recorded in its uservalue-free upvalue table, writes go through. */
+static int env_index(lua_State *L) {
+  lua_pushvalue(L, 2);
+  lua_gettable(L, lua_upvalueindex(1));       /* the real environment */
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, lua_upvalueindex(2));        /* reads: name -> value */
+  }
+  return 1;
+}
+static int env_newindex(lua_State *L) {
+  lua_settop(L, 3);
+  lua_settable(L, lua_upvalueindex(1));
+  return 0;
+}
+
+static int find_env(lua_State *L, int fn) {
+  for (int i = 1;; i++) {
+    const char *name = lua_getupvalue(L, fn, i);
+    if (!name) return 0;
+    lua_pop(L, 1);
+    if (!strcmp(name, "_ENV")) return i;
+  }
+}
+
+/* Traces fn (at fn) on the arguments args..args+nargs-1; on success leaves a new entry userdata on top,
+ * below the function's results; returns the number of results. On failure to compile (not an error of
+ * the function) the entry is an eager one with the reason. Lua errors of fn propagate, nothing leaks. */
+static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, int nargs, int *nres) {
+  grace_vm *vm = c->vm;
+  int base = lua_gettop(L);
+  entry *e = lua_newuserdatauv(L, sizeof *e, 1);
+  memset(e, 0, sizeof *e);
+  luaL_setmetatable(L, LG_ENTRY);
+  int ud = lua_gettop(L);
+  lua_createtable(L, 5, 0);   /* [1] guard values [2] paths [3] expected [4] constant returns [5] reason */
+  int data = lua_gettop(L);
+  for (int k = 1; k <= 4; k++) { lua_newtable(L); lua_rawseti(L, data, k); }
+  lua_pushvalue(L, data);
+  lua_setiuservalue(L, ud, 1);
+  e->nargs = nargs;
+  char irname[64];
+  snprintf(irname, sizeof irname, "%s", cp->irname);
+  e->ir = grace_ir_new(vm, irname);
+  if (!e->ir) return lg_fail(L, c);
+  where_ctx wc = {L};
+  if (grace_trace_begin(vm, e->ir, where_cb, &wc) != GRACE_OK) return lg_fail(L, c);
+  /* arguments: guards, trace inputs, proxies for dynamic scalars */
+  lua_pushvalue(L, fn);
+  int callf = lua_gettop(L);
+  char why[1024] = "";
+  for (int i = 0; i < nargs; i++) {
+    int a = args + i;
+    arg_guard *g = &e->args[i];
+    grace_tensor *t = lg_totensor(L, a);
+    grace_value v;
+    switch (lua_type(L, a)) {
+    case LUA_TNIL: g->kind = G_NIL; break;
+    case LUA_TBOOLEAN: g->kind = G_BOOL; g->i = lua_toboolean(L, a); break;
+    case LUA_TNUMBER:
+      if (cp->dynamic && i < MAXARGS && cp->dynamic_arg[i]) {
+        g->kind = G_SCALAR;
+        g->scalar_int = lua_isinteger(L, a);
+        grace_tensor *s = NULL;
+        grace_trace_pause(vm);
+        grace_status st = g->scalar_int ? grace_tensor_scalar(vm, (double)lua_tointeger(L, a), 1, &s)
+                                        : grace_tensor_scalar(vm, lua_tonumber(L, a), 0, &s);
+        grace_trace_resume(vm);
+        if (st != GRACE_OK) { grace_trace_end(vm); return lg_fail(L, c); }
+        grace_tensor **slot = lg_newslot(L);
+        *slot = s;
+        if (grace_trace_scalar(vm, s, &v) != GRACE_OK) snprintf(why, sizeof why, "%s", grace_last_error(vm));
+        e->scalar_arg[e->nscalar++] = i;
+        continue;   /* the proxy is already pushed as the argument */
+      }
+      if (lua_isinteger(L, a)) { g->kind = G_INT; g->i = lua_tointeger(L, a); }
+      else { g->kind = G_FLOAT; g->f = lua_tonumber(L, a); }
+      break;
+    default:
+      if (t) {
+        tensor_guard(g, t);
+        if (grace_trace_input(vm, t, &v) != GRACE_OK) snprintf(why, sizeof why, "argument %d: %s", i + 1, grace_last_error(vm));
+        e->input_arg[e->ninput++] = i;
+      } else {
+        g->kind = G_VALUE;
+        lua_rawgeti(L, data, 1);
+        lua_pushvalue(L, a);
+        lua_rawseti(L, -2, i);
+        lua_pop(L, 1);
+      }
+      break;
+    }
+    lua_pushvalue(L, a);
+  }
+  /* globals read during the trace are recorded through a proxy _ENV */
+  int envi = find_env(L, fn);
+  int reads = 0, realenv = 0;
+  if (envi) {
+    lua_getupvalue(L, fn, envi);
+    realenv = lua_gettop(L);
+    lua_newtable(L);
+    reads = lua_gettop(L);
+    lua_newtable(L);   /* the proxy */
+    lua_newtable(L);   /* its metatable */
+    lua_pushvalue(L, realenv); lua_pushvalue(L, reads);
+    lua_pushcclosure(L, env_index, 2);
+    lua_setfield(L, -2, "__index");
+    lua_pushvalue(L, realenv);
+    lua_pushcclosure(L, env_newindex, 1);
+    lua_setfield(L, -2, "__newindex");
+    lua_setmetatable(L, -2);
+    lua_setupvalue(L, fn, envi);
+    /* move the call (function and its arguments) above the env bookkeeping */
+    int ncall = nargs + 1;
+    for (int k = 0; k < ncall; k++) { lua_pushvalue(L, callf); lua_remove(L, callf); }
+    callf = lua_gettop(L) - ncall + 1;
+    realenv -= ncall; reads -= ncall;
+  }
+  int top_before = callf - 1;
+  int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
+  if (envi) { lua_pushvalue(L, realenv); lua_setupvalue(L, fn, envi); }
+  if (st != LUA_OK) {
+    grace_trace_end(vm);
+    return lua_error(L);   /* the entry (and its IR) is garbage now; its __gc frees it */
+  }
+  int first = top_before + 1, n = lua_gettop(L) - top_before;
+  *nres = n;
+  /* results */
+  e->nret = n;
+  if (n > MAXARGS && !*why) snprintf(why, sizeof why, "more than %d results", MAXARGS);
+  int nouts = 0;
+  for (int j = 0; j < n && j < MAXARGS; j++) {
+    grace_tensor *t = lg_totensor(L, first + j);
+    if (t) {
+      grace_value v;
+      if (grace_trace_value(vm, t, &v) != GRACE_OK || grace_ir_output(e->ir, v) != GRACE_OK) { grace_trace_end(vm); return lg_fail(L, c); }
+      e->ret_output[j] = nouts++;
+    } else {
+      if (lua_type(L, first + j) == LUA_TTABLE && !*why)
+        snprintf(why, sizeof why, "result %d is a table: return tensors and numbers directly", j + 1);
+      e->ret_output[j] = -1;
+      lua_rawgeti(L, data, 4);
+      lua_pushvalue(L, first + j);
+      lua_rawseti(L, -2, j + 1);
+      lua_pop(L, 1);
+    }
+  }
+  char problems[1024];
+  snprintf(problems, sizeof problems, "%s", grace_trace_problems(vm));
+  grace_status ts = grace_trace_end(vm);
+  if (ts != GRACE_OK && !*why) snprintf(why, sizeof why, "%s", problems[0] ? problems : grace_last_error(vm));
+  /* captured tensors: find each one's path from the arguments and upvalues */
+  if (!*why) {
+    lua_newtable(L); int seen = lua_gettop(L);
+    lua_newtable(L); int targets = lua_gettop(L);
+    lua_rawgeti(L, data, 2); int paths = lua_gettop(L);
+    lua_rawgeti(L, data, 3); int expect = lua_gettop(L);
+    int ntarget = 0;
+    /* targets: the captured tensors that are not local constants of the trace */
+    lua_Integer nconst = grace_ir_count(e->ir, "consts");
+    for (int k = 0; k < nconst; k++) {
+      grace_tensor *t = grace_ir_const_tensor(e->ir, k);
+      if (!t || grace_ir_const_is_local(e->ir, k)) continue;
+      lua_pushlightuserdata(L, t);
+      lua_pushboolean(L, 1);
+      lua_rawset(L, targets);
+      ntarget++;
+    }
+    walk w = {L, fn, args, nargs, seen, targets, paths, expect, 0, 200000};
+    for (int i = 0; i < nargs; i++) {
+      if (!lua_istable(L, args + i) && !lua_isfunction(L, args + i)) continue;
+      lua_newtable(L);
+      lua_pushfstring(L, "a%d", i + 1);
+      lua_rawseti(L, -2, 1);
+      lua_pushvalue(L, args + i);
+      visit(&w, lua_gettop(L) - 1, 8, 0);
+      lua_settop(L, expect);
+    }
+    lua_newtable(L);
+    lua_pushliteral(L, "f");
+    lua_rawseti(L, -2, 1);
+    int fpath = lua_gettop(L);
+    (void)fpath;
+    /* the function itself: its upvalues are roots "u<i>" */
+    lua_pushvalue(L, fn);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, seen);
+    for (int i = 1;; i++) {
+      const char *name = lua_getupvalue(L, fn, i);
+      if (!name) break;
+      if (!strcmp(name, "_ENV")) { lua_pop(L, 1); continue; }
+      lua_newtable(L);
+      lua_pushfstring(L, "u%d", i);
+      lua_rawseti(L, -2, 1);
+      lua_insert(L, -2);
+      visit(&w, lua_gettop(L) - 1, 8, 1);
+      lua_settop(L, expect);
+    }
+    /* globals read: guarded by value (numbers, strings, booleans) or identity (anything else) */
+    if (reads) {
+      lua_pushnil(L);
+      while (lua_next(L, reads)) {
+        lua_newtable(L);
+        lua_pushliteral(L, "g");
+        lua_rawseti(L, -2, 1);
+        lua_pushvalue(L, -3);
+        lua_rawseti(L, -2, 2);
+        add_guard(&w, lua_gettop(L), lua_gettop(L) - 1);
+        lua_pop(L, 1);
+        /* a tensor read from a global is found here too */
+        grace_tensor *t = lg_totensor(L, -1);
+        if (t) { lua_pushlightuserdata(L, t); lua_pushnil(L); lua_rawset(L, targets); }
+        lua_pop(L, 1);
+      }
+    }
+    e->npaths = w.npaths;
+    lua_pushnil(L);
+    if (lua_next(L, targets)) {
+      lua_pop(L, 2);
+      snprintf(why, sizeof why, "a captured tensor is not reachable from the function's arguments, upvalues or globals "
+               "(reached through a C function or a metatable?); pass it as an argument");
+    }
+    (void)ntarget;
+    lua_settop(L, expect);
+    lua_pop(L, 4);
+  }
+  if (!*why && grace_ir_verify(e->ir) != GRACE_OK) snprintf(why, sizeof why, "internal: %s", grace_last_error(vm));
+  if (*why) {
+    grace_ir_free(e->ir);
+    e->ir = NULL;
+    lua_pushstring(L, why);
+    lua_rawseti(L, data, 5);
+  }
+  /* leave: entry, results */
+  lua_pushvalue(L, ud);
+  lua_insert(L, first);
+  /* remove everything between base and the entry (the data table, env bookkeeping) */
+  int junk = first - base - 1;
+  for (int k = 0; k < junk; k++) lua_remove(L, base + 1);
+  return n;
+}
+
+/* Tells once, on stderr, why a compiled function runs eagerly. */
+static void say_once(compiled *cp, const char *what) {
+  if (cp->warned) return;
+  cp->warned = 1;
+  fprintf(stderr, "grace.compile: %s runs eagerly: %s\n", cp->name, what);
+}
+
+static int compiled_call(lua_State *L) {
+  compiled *cp = check_compiled(L, 1);
+  lg_ctx *c = lg_begin(L);
+  int nargs = lua_gettop(L) - 1, args = 2;
+  cp->calls++;
+  lua_getiuservalue(L, 1, 1);          /* {fn, entries} */
+  int info = lua_gettop(L);
+  lua_rawgeti(L, info, 1);
+  int fn = lua_gettop(L);
+  if (cp->eager_forever || nargs > MAXARGS || grace_trace_active(c->vm)) {
+    cp->eager_calls++;
+    lua_pushvalue(L, fn);
+    for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
+    lua_call(L, nargs, LUA_MULTRET);
+    return lua_gettop(L) - fn;
+  }
+  lua_rawgeti(L, info, 2);
+  int entries = lua_gettop(L);
+  lua_Integer ne = luaL_len(L, entries);
+  char buf[256];
+  for (lua_Integer k = 1; k <= ne; k++) {
+    lua_rawgeti(L, entries, k);
+    int ud = lua_gettop(L);
+    entry *e = lua_touserdata(L, ud);
+    const char *miss = e->nargs == nargs ? NULL : "number of arguments changed";
+    lua_getiuservalue(L, ud, 1);
+    lua_rawgeti(L, -1, 1);
+    int vals = lua_gettop(L);
+    for (int i = 0; i < nargs && !miss; i++) {
+      miss = arg_miss(L, &e->args[i], args + i, vals, i, buf, sizeof buf);
+      if (miss) {
+        char tmp[300];
+        snprintf(tmp, sizeof tmp, "argument %d: %s", i + 1, miss);
+        snprintf(cp->last_miss, sizeof cp->last_miss, "%s", tmp);
+        /* a number that changed value becomes a dynamic scalar input next time */
+        if ((e->args[i].kind == G_INT || e->args[i].kind == G_FLOAT) && lua_type(L, args + i) == LUA_TNUMBER && cp->dynamic)
+          cp->dynamic_arg[i] = 1;
+      }
+    }
+    lua_settop(L, ud);
+    if (!miss) miss = paths_miss(L, fn, args, ud, buf, sizeof buf);
+    if (miss) {
+      if (!cp->last_miss[0] || strstr(miss, "captured")) snprintf(cp->last_miss, sizeof cp->last_miss, "%s", miss);
+      lua_settop(L, entries);
+      continue;
+    }
+    cp->hits++;
+    if (e->ir && !grace_ir_consts_current(e->ir)) {
+      /* a captured tensor was written in place: nothing in the program was derived from its contents,
+       * so re-recording means accepting its new version */
+      grace_ir_recapture(e->ir);
+      cp->recaptures++;
+    }
+    if (!e->ir) {   /* this guard set runs eagerly */
+      cp->eager_calls++;
+      lua_settop(L, fn);
+      for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
+      lua_call(L, nargs, LUA_MULTRET);
+      return lua_gettop(L) - fn;
+    }
+    return run_entry(L, c, ud, args);
+  }
+  if (ne >= cp->cache_limit) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%d compiled versions reached the cache limit (last guard failure: %s); "
+             "raise opts.cache_limit or make the changing argument a tensor", (int)ne, cp->last_miss);
+    say_once(cp, msg);
+    cp->eager_forever = 1;
+    cp->eager_calls++;
+    lua_settop(L, fn);
+    for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
+    lua_call(L, nargs, LUA_MULTRET);
+    return lua_gettop(L) - fn;
+  }
+  cp->traces++;
+  int nres = 0;
+  lua_settop(L, entries);
+  trace_call(L, c, cp, fn, args, nargs, &nres);
+  /* stack: ..., entries, entry, results... */
+  int eidx = entries + 1;
+  entry *e = lua_touserdata(L, eidx);
+  lua_pushvalue(L, eidx);
+  lua_rawseti(L, entries, ne + 1);
+  if (!e->ir) {
+    lua_getiuservalue(L, eidx, 1);
+    lua_rawgeti(L, -1, 5);
+    say_once(cp, lua_tostring(L, -1));
+    lua_pop(L, 2);
+  }
+  return nres;
+}
+
+static int compiled_tostring(lua_State *L) {
+  compiled *cp = check_compiled(L, 1);
+  lua_pushfstring(L, "grace.compiled(%s: %d calls, %d traces, %d eager)", cp->name, (int)cp->calls, (int)cp->traces,
+                  (int)cp->eager_calls);
+  return 1;
+}
+
+static int compiled_stats(lua_State *L) {
+  compiled *cp = check_compiled(L, 1);
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, cp->calls); lua_setfield(L, -2, "calls");
+  lua_pushinteger(L, cp->hits); lua_setfield(L, -2, "hits");
+  lua_pushinteger(L, cp->traces); lua_setfield(L, -2, "traces");
+  lua_pushinteger(L, cp->eager_calls); lua_setfield(L, -2, "eager_calls");
+  lua_pushinteger(L, cp->recaptures); lua_setfield(L, -2, "recaptures");
+  lua_pushboolean(L, cp->eager_forever); lua_setfield(L, -2, "eager");
+  lua_pushstring(L, cp->last_miss); lua_setfield(L, -2, "last_guard_failure");
+  lua_newtable(L);
+  for (int i = 0, k = 1; i < MAXARGS; i++) if (cp->dynamic_arg[i]) { lua_pushinteger(L, i + 1); lua_rawseti(L, -2, k++); }
+  lua_setfield(L, -2, "dynamic_args");
+  lua_getiuservalue(L, 1, 1);
+  lua_rawgeti(L, -1, 2);
+  lua_pushinteger(L, luaL_len(L, -1));
+  lua_setfield(L, -4, "entries");
+  lua_pop(L, 2);
+  return 1;
+}
+
+/* f:ir([k]): the IR text of entry k (default: the latest), or nil and the reason it runs eagerly. */
+static int compiled_ir(lua_State *L) {
+  check_compiled(L, 1);
+  lua_Integer k = luaL_optinteger(L, 2, 0);
+  lua_getiuservalue(L, 1, 1);
+  lua_rawgeti(L, -1, 2);
+  lua_Integer n = luaL_len(L, -1);
+  if (k == 0) k = n;
+  if (k < 1 || k > n) { lua_pushnil(L); lua_pushliteral(L, "no such entry"); return 2; }
+  lua_rawgeti(L, -1, k);
+  entry *e = lua_touserdata(L, -1);
+  if (!e->ir) {
+    lua_getiuservalue(L, -1, 1);
+    lua_pushnil(L);
+    lua_rawgeti(L, -2, 5);
+    return 2;
+  }
+  const char *text = grace_ir_text(e->ir);
+  if (!text) return lgrace_error(L, lgrace_vm(L));
+  lua_pushstring(L, text);
+  return 1;
+}
+
+static int l_compile(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 2);
+  compiled *cp = lua_newuserdatauv(L, sizeof *cp, 1);
+  memset(cp, 0, sizeof *cp);
+  cp->cache_limit = 8;
+  cp->dynamic = 1;
+  lua_Debug ar;
+  lua_pushvalue(L, 1);
+  lua_getinfo(L, ">S", &ar);
+  snprintf(cp->name, sizeof cp->name, "function at %s:%d", ar.short_src, ar.linedefined);
+  set_irname(cp, ar.short_src, ar.linedefined);
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "cache_limit");
+    if (!lua_isnil(L, -1)) cp->cache_limit = (int)luaL_checkinteger(L, -1);
+    lua_getfield(L, 2, "dynamic");
+    if (lua_isboolean(L, -1)) cp->dynamic = lua_toboolean(L, -1);
+    else if (lua_istable(L, -1)) {   /* a list of argument positions to make dynamic from the start */
+      lua_Integer n = luaL_len(L, -1);
+      for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, -1, i);
+        lua_Integer a = luaL_checkinteger(L, -1);
+        if (a >= 1 && a <= MAXARGS) cp->dynamic_arg[a - 1] = 1;
+        lua_pop(L, 1);
+      }
+    }
+    lua_getfield(L, 2, "name");
+    if (lua_isstring(L, -1)) {
+      snprintf(cp->name, sizeof cp->name, "%s", lua_tostring(L, -1));
+      set_irname(cp, cp->name, -1);
+    }
+    lua_pop(L, 3);
+  } else if (!lua_isnoneornil(L, 2))
+    return luaL_error(L, "compile: options must be a table, got %s", luaL_typename(L, 2));
+  if (cp->cache_limit < 1) return luaL_error(L, "compile: cache_limit must be at least 1");
+  luaL_setmetatable(L, LG_COMPILED);
+  lua_createtable(L, 2, 0);
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, 1);
+  lua_newtable(L);
+  lua_rawseti(L, -2, 2);
+  lua_setiuservalue(L, -2, 1);
+  return 1;
+}
+
+/* grace.explain(f, ...): traces f (a function or a compiled function) on the arguments once, without
+ * caching, and returns (and prints) what grace does with it. */
+static int l_explain(lua_State *L) {
+  int nargs = lua_gettop(L) - 1;
+  if (luaL_testudata(L, 1, LG_COMPILED)) {
+    lua_getiuservalue(L, 1, 1);
+    lua_rawgeti(L, -1, 1);
+    lua_replace(L, 1);
+    lua_pop(L, 1);
+  }
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lg_ctx *c = lg_begin(L);
+  /* a throwaway compiled object with every number argument static */
+  compiled tmp = {.cache_limit = 1, .dynamic = 0};
+  lua_Debug ar;
+  lua_pushvalue(L, 1);
+  lua_getinfo(L, ">S", &ar);
+  snprintf(tmp.name, sizeof tmp.name, "function at %s:%d", ar.short_src, ar.linedefined);
+  set_irname(&tmp, ar.short_src, ar.linedefined);
+  int nres = 0;
+  int base = lua_gettop(L);
+  trace_call(L, c, &tmp, 1, 2, nargs, &nres);
+  entry *e = lua_touserdata(L, base + 1);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char line[512];
+  snprintf(line, sizeof line, "grace.explain: %s\n", tmp.name);
+  luaL_addstring(&b, line);
+  if (e->ir) {
+    const char *text = grace_ir_text(e->ir);
+    int counts[GRACE_NOPKINDS] = {0}, total = 0;
+    for (const char *p = text; p && (p = strstr(p, " = ")); p += 3) {
+      char name[32];
+      if (sscanf(p + 3, "%31[a-z_0-9]", name) != 1) continue;
+      grace_op op;
+      if (grace_op_from_name(name, &op) == GRACE_OK) { counts[grace_op_kind(op)]++; total++; }
+    }
+    snprintf(line, sizeof line, "  compiles to 1 partition of %d ops (%d inputs, %d dynamic scalars, %d captured tensors, %d writes back)\n",
+             total, grace_ir_count(e->ir, "inputs"), grace_ir_count(e->ir, "scalars"), grace_ir_count(e->ir, "consts"),
+             grace_ir_count(e->ir, "writes"));
+    luaL_addstring(&b, line);
+    static const char *kinds[] = {
+#define KIND_NAME(k) #k,
+      GRACE_OPKINDS(KIND_NAME)
+#undef KIND_NAME
+    };
+    luaL_addstring(&b, "  ops by kind:");
+    for (int k = 0; k < GRACE_NOPKINDS; k++)
+      if (counts[k]) { snprintf(line, sizeof line, " %s %d", kinds[k], counts[k]); luaL_addstring(&b, line); }
+    luaL_addstring(&b, "\n  graph breaks: none\n");
+  } else {
+    lua_getiuservalue(L, base + 1, 1);
+    lua_rawgeti(L, -1, 5);
+    snprintf(line, sizeof line, "  runs eagerly (no compiled partition):\n    %s\n", lua_tostring(L, -1));
+    lua_pop(L, 2);
+    luaL_addstring(&b, line);
+  }
+  luaL_addstring(&b, "  guards:\n");
+  for (int i = 0; i < e->nargs; i++) {
+    const arg_guard *g = &e->args[i];
+    char d[200];
+    switch (g->kind) {
+    case G_NIL: snprintf(line, sizeof line, "    argument %d is nil\n", i + 1); break;
+    case G_BOOL: snprintf(line, sizeof line, "    argument %d == %s\n", i + 1, g->i ? "true" : "false"); break;
+    case G_INT: snprintf(line, sizeof line, "    argument %d == %lld (becomes a dynamic scalar if it changes)\n", i + 1, (long long)g->i); break;
+    case G_FLOAT: snprintf(line, sizeof line, "    argument %d == %.17g (becomes a dynamic scalar if it changes)\n", i + 1, g->f); break;
+    case G_SCALAR: snprintf(line, sizeof line, "    argument %d is a dynamic scalar\n", i + 1); break;
+    case G_VALUE: snprintf(line, sizeof line, "    argument %d is the same %s\n", i + 1, "value (identity)"); break;
+    case G_TENSOR: snprintf(line, sizeof line, "    argument %d is a tensor %s\n", i + 1, tensor_desc(g, d, sizeof d)); break;
+    }
+    luaL_addstring(&b, line);
+  }
+  snprintf(line, sizeof line, "    %d captured values (tensors by identity and version, upvalue and global numbers by value)\n", e->npaths);
+  luaL_addstring(&b, line);
+  luaL_pushresult(&b);
+  lua_pushvalue(L, -1);
+  lua_getglobal(L, "print");
+  if (lua_isfunction(L, -1)) { lua_insert(L, -2); lua_call(L, 1, 0); } else lua_pop(L, 2);
+  return 1;
+}
+
+static const luaL_Reg compiled_meta[] = {
+  {"__call", compiled_call},
+  {"__tostring", compiled_tostring},
+  {NULL, NULL}
+};
+static const luaL_Reg compiled_methods[] = {
+  {"stats", compiled_stats},
+  {"ir", compiled_ir},
+  {NULL, NULL}
+};
+static const luaL_Reg compile_funcs[] = {
+  {"compile", l_compile},
+  {"explain", l_explain},
+  {"clock", l_clock},
+  {NULL, NULL}
+};
+
+void lgrace_open_compile(lua_State *L) {
+  luaL_newmetatable(L, LG_ENTRY);
+  lua_pushcfunction(L, entry_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, LG_COMPILED);
+  luaL_setfuncs(L, compiled_meta, 0);
+  luaL_newlib(L, compiled_methods);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_setfuncs(L, compile_funcs, 0);
+}
