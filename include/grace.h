@@ -238,6 +238,8 @@ void grace_trace_resume(grace_vm *vm);
  * when the trace is clean. Valid until grace_trace_end. */
 const char *grace_trace_problems(grace_vm *vm);
 int grace_trace_active(const grace_vm *vm);
+/* Records a reason the trace cannot be one program (a break the host saw), with the current location. */
+grace_status grace_trace_note(grace_vm *vm, const char *why);
 /* Ends the trace: adds the writes of mutated inputs and captures, releases the trace's references.
  * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
  * it broke or touched something it cannot express. */

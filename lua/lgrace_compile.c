@@ -319,6 +319,15 @@ static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
   }
 }
 
+/* Whether $GRACE_LOG (a comma-separated list) names topic. */
+static int log_topic(const char *topic) {
+  const char *v = getenv("GRACE_LOG");
+  size_t n = strlen(topic);
+  for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, topic, n) && (p[n] == ',' || p[n] == 0)) return 1;
+  return 0;
+}
+
 /* "model.lua", 12 -> "model_lua_12" */
 static void set_irname(compiled *cp, const char *src, int line) {
   const char *base = strrchr(src, '/');
@@ -537,7 +546,11 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   char problems[1024];
   snprintf(problems, sizeof problems, "%s", grace_trace_problems(vm));
   grace_status ts = grace_trace_end(vm);
-  if (ts != GRACE_OK && !*why) snprintf(why, sizeof why, "%s", problems[0] ? problems : grace_last_error(vm));
+  if (ts != GRACE_OK && !*why) {
+    snprintf(why, sizeof why, "%s", problems[0] ? problems : grace_last_error(vm));
+    size_t wl = strlen(why);
+    while (wl && why[wl - 1] == '\n') why[--wl] = 0;   /* several problems stay one per line */
+  }
   /* captured tensors: find each one's path from the arguments and upvalues */
   if (!*why) {
     lua_newtable(L); int seen = lua_gettop(L);
@@ -614,6 +627,10 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     lua_pop(L, 4);
   }
   if (!*why && grace_ir_verify(e->ir) != GRACE_OK) snprintf(why, sizeof why, "internal: %s", grace_last_error(vm));
+  if (log_topic("ir")) {
+    if (*why) fprintf(stderr, "grace: %s: no IR, runs eagerly: %s\n", cp->name, why);
+    else fprintf(stderr, "grace: %s traced:\n%s", cp->name, grace_ir_text(e->ir));
+  }
   if (*why) {
     grace_ir_free(e->ir);
     e->ir = NULL;
@@ -636,6 +653,16 @@ static void say_once(compiled *cp, const char *what) {
   fprintf(stderr, "grace.compile: %s runs eagerly: %s\n", cp->name, what);
 }
 
+/* Calls the function at fn on the arguments as plain Lua; returns the number of results, which replace
+ * everything from fn up. */
+static int call_eager(lua_State *L, compiled *cp, int fn, int args, int nargs) {
+  cp->eager_calls++;
+  lua_settop(L, fn);
+  for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
+  lua_call(L, nargs, LUA_MULTRET);
+  return lua_gettop(L) - fn + 1;
+}
+
 static int compiled_call(lua_State *L) {
   compiled *cp = check_compiled(L, 1);
   lg_ctx *c = lg_begin(L);
@@ -645,13 +672,7 @@ static int compiled_call(lua_State *L) {
   int info = lua_gettop(L);
   lua_rawgeti(L, info, 1);
   int fn = lua_gettop(L);
-  if (cp->eager_forever || nargs > MAXARGS || grace_trace_active(c->vm)) {
-    cp->eager_calls++;
-    lua_pushvalue(L, fn);
-    for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
-    lua_call(L, nargs, LUA_MULTRET);
-    return lua_gettop(L) - fn;
-  }
+  if (cp->eager_forever || nargs > MAXARGS || grace_trace_active(c->vm)) return call_eager(L, cp, fn, args, nargs);
   lua_rawgeti(L, info, 2);
   int entries = lua_gettop(L);
   lua_Integer ne = luaL_len(L, entries);
@@ -689,13 +710,7 @@ static int compiled_call(lua_State *L) {
       grace_ir_recapture(e->ir);
       cp->recaptures++;
     }
-    if (!e->ir) {   /* this guard set runs eagerly */
-      cp->eager_calls++;
-      lua_settop(L, fn);
-      for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
-      lua_call(L, nargs, LUA_MULTRET);
-      return lua_gettop(L) - fn;
-    }
+    if (!e->ir) return call_eager(L, cp, fn, args, nargs);   /* this guard set runs eagerly */
     return run_entry(L, c, ud, args);
   }
   if (ne >= cp->cache_limit) {
@@ -704,11 +719,7 @@ static int compiled_call(lua_State *L) {
              "raise opts.cache_limit or make the changing argument a tensor", (int)ne, cp->last_miss);
     say_once(cp, msg);
     cp->eager_forever = 1;
-    cp->eager_calls++;
-    lua_settop(L, fn);
-    for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
-    lua_call(L, nargs, LUA_MULTRET);
-    return lua_gettop(L) - fn;
+    return call_eager(L, cp, fn, args, nargs);
   }
   cp->traces++;
   int nres = 0;
@@ -905,6 +916,21 @@ static int l_explain(lua_State *L) {
   return 1;
 }
 
+/* grace.eager(fn, ...): runs fn as plain Lua and eager ops. Inside a traced function it is a graph break. */
+static int l_eager(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  grace_vm *vm = lgrace_vm(L);
+  int n = lua_gettop(L) - 1, tracing = grace_trace_active(vm);
+  if (tracing) {
+    grace_trace_note(vm, "graph break: grace.eager");
+    grace_trace_pause(vm);
+  }
+  int st = lua_pcall(L, n, LUA_MULTRET, 0);
+  if (tracing) grace_trace_resume(vm);
+  if (st != LUA_OK) return lua_error(L);
+  return lua_gettop(L);
+}
+
 static const luaL_Reg compiled_meta[] = {
   {"__call", compiled_call},
   {"__tostring", compiled_tostring},
@@ -919,6 +945,7 @@ static const luaL_Reg compile_funcs[] = {
   {"compile", l_compile},
   {"explain", l_explain},
   {"clock", l_clock},
+  {"eager", l_eager},
   {NULL, NULL}
 };
 

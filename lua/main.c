@@ -71,6 +71,7 @@ static void print_usage(FILE *f) {
           "  -E               ignore environment variables (GRACE_INIT, GRACE_DEVICE, LUA_PATH, LUA_CPATH)\n"
           "  -W               turn warnings on\n"
           "  --device DEV     default device: cpu, cuda or auto (default: $GRACE_DEVICE, else auto)\n"
+          "  --dump-ir        print the IR of every function grace.compile traces (as GRACE_LOG=ir)\n"
           "  --               stop handling options\n"
           "  -                stop handling options and execute stdin\n"
           "With no script, %s starts the REPL when stdin is a terminal, and runs stdin otherwise.\n"
@@ -201,7 +202,7 @@ static int handle_init(lua_State *L) {
 
 /* ---- command line ---- */
 
-enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, NO_ENV = 8, HAS_HELP = 16 };
+enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, NO_ENV = 8, HAS_HELP = 16, DUMP_IR = 32 };
 
 typedef struct {
   int flags;
@@ -221,6 +222,7 @@ static int collect_args(int argc, char **argv, Options *o) {
       if (a[2] == '\0') { o->script = i + 1; return 0; } /* "--" */
       if (strcmp(a, "--version") == 0) o->flags |= HAS_V;
       else if (strcmp(a, "--help") == 0) o->flags |= HAS_HELP;
+      else if (strcmp(a, "--dump-ir") == 0) o->flags |= DUMP_IR;
       else if (strncmp(a, "--device=", 9) == 0) {
         o->device = a + 9;
         if (!*o->device) goto needs_device;
@@ -776,6 +778,13 @@ static int pmain(lua_State *L) {
     }
   } else if (o.flags & NO_ENV)
     unsetenv("GRACE_DEVICE");
+  if (o.flags & DUMP_IR) {
+    /* GRACE_LOG is a comma-separated list of topics; add "ir" to what is there */
+    const char *old = (o.flags & NO_ENV) ? NULL : getenv("GRACE_LOG");
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s%sir", old && *old ? old : "", old && *old ? "," : "");
+    setenv("GRACE_LOG", buf, 1);
+  }
   luaL_openlibs(L);
   if (open_grace(L) != LUA_OK) return 0;
   createargtable(L, argv, argc, o.script);

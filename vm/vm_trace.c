@@ -216,6 +216,11 @@ void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   if (tr->used && find(tr, t)->t) problem(vm, "graph break: %s reads a traced tensor's value on the host", how);
 }
 
+grace_status grace_trace_note(grace_vm *vm, const char *why) {
+  if (!vm->trace) return vm_err(vm, GRACE_EARG, "trace: no active trace");
+  return problem(vm, "%s", why);
+}
+
 grace_status grace_trace_end(grace_vm *vm) {
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
