@@ -242,7 +242,7 @@ static void visit_child(walk *w, int path_idx, int key_idx, int depth, int guard
   lua_pushvalue(L, key_idx);
   lua_rawseti(L, -2, n + 1);
   int child_path = lua_gettop(L);
-  lua_pushvalue(L, -3);   /* the child value, below path and key */
+  lua_pushvalue(L, -2);   /* the child value, just below the new path */
   visit(w, child_path, depth, guard_scalars);
   lua_settop(L, child_path - 1);
 }
@@ -790,9 +790,20 @@ static int compiled_ir(lua_State *L) {
   return 1;
 }
 
+/* A callable object (an nn module) becomes a Lua closure over it, so the walk finds its tensors. */
+static void wrap_callable(lua_State *L, int idx, const char *op) {
+  if (lua_isfunction(L, idx)) return;
+  if (!luaL_getmetafield(L, idx, "__call")) luaL_error(L, "%s: expected a function or a callable object, got %s", op, luaL_typename(L, idx));
+  lua_pop(L, 1);
+  if (luaL_loadstring(L, "local m = ... return function(...) return m(...) end") != LUA_OK) lua_error(L);
+  lua_pushvalue(L, idx);
+  lua_call(L, 1, 1);
+  lua_replace(L, idx);
+}
+
 static int l_compile(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TFUNCTION);
   lua_settop(L, 2);
+  wrap_callable(L, 1, "compile");
   compiled *cp = lua_newuserdatauv(L, sizeof *cp, 1);
   memset(cp, 0, sizeof *cp);
   cp->cache_limit = 8;
@@ -845,7 +856,7 @@ static int l_explain(lua_State *L) {
     lua_replace(L, 1);
     lua_pop(L, 1);
   }
-  luaL_checktype(L, 1, LUA_TFUNCTION);
+  wrap_callable(L, 1, "explain");
   lg_ctx *c = lg_begin(L);
   /* a throwaway compiled object with every number argument static */
   compiled tmp = {.cache_limit = 1, .dynamic = 0};
