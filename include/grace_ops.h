@@ -107,6 +107,8 @@
   _(TRIL,        "tril",        MOVE, 1, 1) \
   _(REPEAT,      "repeat",      MOVE, 1, 1) /* attrs.shape: repeats per dim */ \
   _(EMBEDDING,   "embedding",   MOVE, 2, 1) /* ids, weight */ \
+  _(SLICE_SCATTER,"slice_scatter",MOVE, 2, 1) /* base, src: base with narrow(dims[0], i0, i1) replaced by src; \
+                                                  flag: src is a select at i0 (no dim) */ \
   /* normalisation over the last dim */ \
   _(LAYER_NORM,  "layer_norm",  NORM, 3, 1) /* x, weight, bias (either may be NULL); attrs.a: eps */ \
   _(RMS_NORM,    "rms_norm",    NORM, 2, 1) /* x, weight (may be NULL); attrs.a: eps */ \

@@ -202,6 +202,8 @@ static grace_status infer_matmul(grace_vm *vm, const ir_type *x, const ir_type *
   return GRACE_OK;
 }
 
+static grace_status infer_view(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o);
+
 static grace_status infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o) {
   const char *name = grace_op_name(op);
   const ir_type *x = in[0];
@@ -258,6 +260,17 @@ static grace_status infer_move(grace_vm *vm, grace_op op, int nin, const ir_type
       memcpy(o->sizes, idx->sizes, sizeof o->sizes);
       memcpy(o->sym, idx->sym, sizeof o->sym);
     }
+    return GRACE_OK;
+  }
+  case GRACE_OP_SLICE_SCATTER: {
+    ir_type view;
+    st = infer_view(vm, a->flag ? GRACE_OP_SELECT : GRACE_OP_NARROW, x, a, &view);
+    if (st != GRACE_OK) return st;
+    const ir_type *src = in[1], *both[2] = {&view, src};
+    ir_type b;
+    if ((st = broadcast(vm, name, 2, both, &b))) return st;
+    if (b.ndim != view.ndim || memcmp(b.sizes, view.sizes, sizeof(int64_t) * (size_t)b.ndim))
+      return grace_set_error(vm, GRACE_ESHAPE, "slice_scatter: source of shape %s does not fit the region %s", SHAPE(src), SHAPE(&view));
     return GRACE_OK;
   }
   case GRACE_OP_REPEAT: {

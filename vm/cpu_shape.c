@@ -478,6 +478,25 @@ static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *
   return o ? GRACE_OK : vm->status;
 }
 
+/* The functional form of writing a narrowed or selected view: a copy of base with that region = src. */
+static grace_status op_slice_scatter(grace_vm *vm, grace_tensor *base, grace_tensor *src, const grace_attrs *a,
+                                     grace_tensor **out) {
+  grace_tensor *copy = NULL, *view = NULL;
+  grace_attrs va = *a;
+  grace_status st = cpu_contiguous(vm, "slice_scatter", base, &copy);
+  if (st == GRACE_OK && copy == base) {   /* already contiguous: still needs its own storage */
+    grace_tensor_release(copy);
+    copy = vm_tensor_new(vm, "slice_scatter", base->dtype, GRACE_CPU, base->ndim, base->sizes);
+    st = copy ? cpu_copy_into(vm, "slice_scatter", copy, base) : vm->status;
+  }
+  if (st == GRACE_OK) st = vm_view_run(vm, a->flag ? GRACE_OP_SELECT : GRACE_OP_NARROW, 1, &copy, &va, 1, &view);
+  if (st == GRACE_OK) st = cpu_copy_into(vm, "slice_scatter", view, src);
+  grace_tensor_release(view);
+  if (st != GRACE_OK) { grace_tensor_release(copy); return st; }
+  *out = copy;
+  return GRACE_OK;
+}
+
 grace_status cpu_shape_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                            int nout, grace_tensor **out) {
   switch (op) {
@@ -490,6 +509,7 @@ grace_status cpu_shape_run(grace_vm *vm, grace_op op, int nin, grace_tensor *con
   case GRACE_OP_REPEAT: return op_repeat(vm, in[0], a, out);
   case GRACE_OP_EMBEDDING: return op_embedding(vm, in[0], in[1], out);
   case GRACE_OP_INDEX_COPY_: return op_index_copy(vm, in[0], in[1], in[2], a);
+  case GRACE_OP_SLICE_SCATTER: return op_slice_scatter(vm, in[0], in[1], a, out);
   default:
     return vm_err(vm, GRACE_EUNSUPPORTED, "%s: not a data movement op of the CPU backend", grace_op_name(op));
   }

@@ -7,7 +7,17 @@
 #include "ir/ir.h"
 #include "vm/vm.h"
 
-typedef struct { grace_tensor *t; grace_value v; } trace_slot;
+/* v: the tensor's current value; POISONED: a view made before its storage was written through another
+ * view (its recorded value is stale). parent/vop/va: how a view was made, to turn a write through it into
+ * an update of its base. */
+#define POISONED (-2)
+typedef struct {
+  grace_tensor *t;
+  grace_value v;
+  grace_tensor *parent;
+  grace_op vop;
+  grace_attrs va;
+} trace_slot;
 
 struct vm_trace {
   grace_ir *ir;
@@ -71,7 +81,7 @@ static grace_status map_put(grace_vm *vm, grace_tensor *t, grace_value v) {
     vm_free(vm, old, sizeof *old * (size_t)on);
   }
   trace_slot *s = find(tr, t);
-  if (!s->t) { grace_tensor_retain(t); s->t = t; tr->used++; }
+  if (!s->t) { grace_tensor_retain(t); s->t = t; s->parent = NULL; tr->used++; }
   s->v = v;
   return GRACE_OK;
 }
@@ -132,6 +142,11 @@ grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) 
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   if (tr->used) {
     trace_slot *s = find(tr, t);
+    if (s->t && s->v == POISONED) {
+      *out = -1;
+      return problem(vm, "uses a view made before its tensor was written through another view; make the view "
+                     "again after the write");
+    }
     if (s->t) { *out = s->v; return GRACE_OK; }
   }
   grace_status st;
@@ -156,12 +171,80 @@ grace_status vm_trace_created(grace_vm *vm, grace_tensor *t) {
   return map_put(vm, t, v);
 }
 
-/* Another mapped tensor shares t's storage (a view, or t is viewed): writing t in place would leave
- * those values stale in the functional IR. */
+/* Another mapped tensor shares t's storage (a view, or t is viewed). */
 static int aliased(vm_trace *tr, const grace_tensor *t) {
   for (int i = 0; i < tr->nslots; i++)
     if (tr->slots[i].t && tr->slots[i].t != t && tr->slots[i].t->storage == t->storage) return 1;
   return 0;
+}
+
+/* A write through view t (its new value newv) made functional: each view level is undone on the new
+ * value (a narrow or select becomes a slice_scatter into the parent's value, the other views are inverted),
+ * up to the base, which maps to its new value; every other view of that storage is poisoned. */
+static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_value newv) {
+  vm_trace *tr = vm->trace;
+  grace_ir *ir = tr->ir;
+  grace_tensor *chain[64];
+  int n = 0;
+  for (grace_tensor *c = t; c; c = find(tr, c)->parent) {
+    if (n == 64) return problem(vm, "writes through a chain of more than 64 views");
+    chain[n++] = c;
+  }
+  grace_tensor *base = chain[n - 1];
+  if (n == 1) return problem(vm, "writes a tensor that shares storage with a view of it; write the base before making views");
+  for (int i = 0; i < tr->nslots; i++) {   /* views not on the chain go stale */
+    trace_slot *s = &tr->slots[i];
+    int on_chain = 0;
+    for (int k = 0; k < n; k++) on_chain |= s->t == chain[k];
+    if (s->t && !on_chain && s->t->storage == t->storage) s->v = POISONED;
+  }
+  grace_value cur = newv;
+  grace_status st = GRACE_OK;
+  for (int k = 0; k + 1 < n && st == GRACE_OK && !tr->nproblems; k++) {
+    trace_slot *cs = find(tr, chain[k]), *ps = find(tr, chain[k + 1]);
+    if (ps->v == POISONED) return problem(vm, "writes through a view whose base was written through another view");
+    map_put(vm, chain[k], cur);
+    grace_attrs a = cs->va;
+    grace_value pv = ps->v, next;
+    switch (cs->vop) {
+    case GRACE_OP_NARROW: case GRACE_OP_SELECT:
+      a.flag = cs->vop == GRACE_OP_SELECT;
+      if (cs->vop == GRACE_OP_SELECT) a.i1 = 1;
+      st = grace_ir_op(ir, GRACE_OP_SLICE_SCATTER, 2, (grace_value[]){pv, cur}, &a, 1, &next);
+      break;
+    case GRACE_OP_TRANSPOSE:
+      st = grace_ir_op(ir, GRACE_OP_TRANSPOSE, 1, &cur, &a, 1, &next);
+      break;
+    case GRACE_OP_PERMUTE: {
+      grace_attrs inv = {.ndims = a.ndims};
+      for (int d = 0; d < a.ndims; d++) {
+        int64_t pd = a.dims[d] < 0 ? a.dims[d] + a.ndims : a.dims[d];
+        inv.dims[pd] = d;
+      }
+      st = grace_ir_op(ir, GRACE_OP_PERMUTE, 1, &cur, &inv, 1, &next);
+      break;
+    }
+    case GRACE_OP_RESHAPE: case GRACE_OP_VIEW: case GRACE_OP_SQUEEZE: case GRACE_OP_UNSQUEEZE: {
+      grace_tensor *p = chain[k + 1];
+      grace_attrs r = {.nshape = p->ndim};
+      memcpy(r.shape, p->sizes, sizeof(int64_t) * (size_t)p->ndim);
+      st = grace_ir_op(ir, GRACE_OP_RESHAPE, 1, &cur, &r, 1, &next);
+      break;
+    }
+    default:
+      return problem(vm, "writes through a %s view, which cannot be turned into an update of its base", grace_op_name(cs->vop));
+    }
+    if (st != GRACE_OK) {
+      char msg[VM_ERRLEN];
+      snprintf(msg, sizeof msg, "%s", vm->err);
+      return problem(vm, "internal: undoing a view for a write: %s", msg);
+    }
+    cur = next;
+  }
+  if (tr->nproblems) return GRACE_OK;
+  grace_value broot = root_of(tr, find(tr, base)->v);
+  if ((st = map_put(vm, base, cur)) == GRACE_OK) st = set_root(vm, cur, broot);
+  return st;
 }
 
 /* Called by grace_run after op ran successfully on in[] giving out[]. */
@@ -180,9 +263,7 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
     st = grace_trace_value(vm, in[i], &args[i]);
   }
   int inplace = grace_op_kind(op) == GRACE_KIND_INPLACE;
-  if (st == GRACE_OK && inplace && aliased(tr, in[0]))
-    st = problem(vm, "%s writes a tensor that shares storage with another tensor of the trace (a view); "
-                 "write the base tensor (e.g. with index_copy_) instead", grace_op_name(op));
+  int through_view = inplace && aliased(tr, in[0]);
   int nres = inplace ? 1 : nout;
   if (st == GRACE_OK && !tr->nproblems) {
     st = grace_ir_op(tr->ir, op, nin, args, a, nres, res);
@@ -200,9 +281,14 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
       for (int d = 0; same && d < t->ndim; d++) same = ty->sizes[d] == t->sizes[d];
       if (!same) st = problem(vm, "internal: %s traced as %s but executed as %s %s", grace_op_name(op),
                               ir_type_str(ty, (char[160]){0}, 160), grace_dtype_name(t->dtype), VM_SHAPE(t));
+      else if (through_view) st = write_through_view(vm, in[0], res[r]);
       else {
         st = map_put(vm, results[r], res[r]);
         if (st == GRACE_OK && inplace) st = set_root(vm, res[r], root_of(tr, args[0]));
+        if (st == GRACE_OK && grace_op_kind(op) == GRACE_KIND_VIEW) {   /* remember how the view was made */
+          trace_slot *vs = find(tr, results[r]);
+          vs->parent = in[0]; vs->vop = op; vs->va = *a;
+        }
       }
     }
   }
