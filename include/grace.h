@@ -240,6 +240,8 @@ const char *grace_trace_problems(grace_vm *vm);
 int grace_trace_active(const grace_vm *vm);
 /* Records a reason the trace cannot be one program (a break the host saw), with the current location. */
 grace_status grace_trace_note(grace_vm *vm, const char *why);
+/* Whether the trace has written in place to a tensor that outlives it (an input or a capture). */
+int grace_trace_mutated(const grace_vm *vm);
 /* Ends the trace: adds the writes of mutated inputs and captures, releases the trace's references.
  * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
  * it broke or touched something it cannot express. */

@@ -47,6 +47,7 @@ typedef struct compiled {
   int cache_limit;
   int dynamic;                          /* promote changing number arguments (default on) */
   int dynamic_arg[MAXARGS];
+  int static_arg[MAXARGS];              /* numbers the function needs as host values: never dynamic */
   int eager_forever, warned;
   long calls, hits, traces, eager_calls, recaptures;
   char name[96];
@@ -456,7 +457,7 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     case LUA_TNIL: g->kind = G_NIL; break;
     case LUA_TBOOLEAN: g->kind = G_BOOL; g->i = lua_toboolean(L, a); break;
     case LUA_TNUMBER:
-      if (cp->dynamic && i < MAXARGS && cp->dynamic_arg[i]) {
+      if (cp->dynamic && i < MAXARGS && cp->dynamic_arg[i] && !cp->static_arg[i]) {
         g->kind = G_SCALAR;
         g->scalar_int = lua_isinteger(L, a);
         grace_tensor *s = NULL;
@@ -518,7 +519,15 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
   if (envi) { lua_pushvalue(L, realenv); lua_setupvalue(L, fn, envi); }
   if (st != LUA_OK) {
+    int mutated = grace_trace_mutated(vm);
     grace_trace_end(vm);
+    if (e->nscalar > 0 && !mutated) {
+      /* the error may come from a dynamic scalar used where Lua needs a number (math.type, a size): the
+       * function had changed nothing outside itself yet, so it is traced again with its numbers static */
+      for (int k = 0; k < e->nscalar; k++) cp->static_arg[e->scalar_arg[k]] = 1;
+      lua_settop(L, base);
+      return trace_call(L, c, cp, fn, args, nargs, nres);
+    }
     return lua_error(L);   /* the entry (and its IR) is garbage now; its __gc frees it */
   }
   int first = top_before + 1, n = lua_gettop(L) - top_before;
@@ -631,6 +640,12 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     if (*why) fprintf(stderr, "grace: %s: no IR, runs eagerly: %s\n", cp->name, why);
     else fprintf(stderr, "grace: %s traced:\n%s", cp->name, grace_ir_text(e->ir));
   }
+  if (*why && e->nscalar > 0 && strstr(why, "graph break")) {
+    /* a dynamic scalar was needed as a host number (a size, a position): this function keeps its
+     * numbers static, and the next call traces again with the value guarded instead */
+    for (int k = 0; k < e->nscalar; k++) cp->static_arg[e->scalar_arg[k]] = 1;
+    e->nargs = -1;   /* never matches */
+  }
   if (*why) {
     grace_ir_free(e->ir);
     e->ir = NULL;
@@ -692,7 +707,8 @@ static int compiled_call(lua_State *L) {
         snprintf(tmp, sizeof tmp, "argument %d: %s", i + 1, miss);
         snprintf(cp->last_miss, sizeof cp->last_miss, "%s", tmp);
         /* a number that changed value becomes a dynamic scalar input next time */
-        if ((e->args[i].kind == G_INT || e->args[i].kind == G_FLOAT) && lua_type(L, args + i) == LUA_TNUMBER && cp->dynamic)
+        if ((e->args[i].kind == G_INT || e->args[i].kind == G_FLOAT) && lua_type(L, args + i) == LUA_TNUMBER && cp->dynamic &&
+            !cp->static_arg[i])
           cp->dynamic_arg[i] = 1;
       }
     }

@@ -302,6 +302,17 @@ void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   if (tr->used && find(tr, t)->t) problem(vm, "graph break: %s reads a traced tensor's value on the host", how);
 }
 
+int grace_trace_mutated(const grace_vm *vm) {
+  const vm_trace *tr = vm->trace;
+  if (!tr) return 0;
+  for (int i = 0; i < tr->nslots; i++) {
+    const trace_slot *s = &tr->slots[i];
+    grace_value r = s->t && s->v >= 0 ? root_of((vm_trace *)tr, s->v) : -1;
+    if (r >= 0 && r != s->v) return 1;
+  }
+  return 0;
+}
+
 grace_status grace_trace_note(grace_vm *vm, const char *why) {
   if (!vm->trace) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   return problem(vm, "%s", why);
