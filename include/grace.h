@@ -120,6 +120,8 @@ grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, cons
 /* A 0-d tensor for a host number (a Lua number in `x + 2`): it takes part in type promotion as a
  * PyTorch "wrapped number" (it does not widen a tensor's dtype within the same category). */
 grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out);
+/* The same for an integer, exactly (int64 values past 2^53 survive). */
+grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out);
 void grace_tensor_retain(grace_tensor *t);
 void grace_tensor_release(grace_tensor *t);
 
@@ -151,6 +153,8 @@ typedef struct grace_attrs {
   int64_t shape[GRACE_MAX_DIMS];
   double a, b, c;                   /* scalar parameters (see the op table) */
   int has_a, has_b;
+  int exact;                        /* bit 1, 2, 4: a, b, c is exactly the integer ia, ib, ic (int64 past 2^53) */
+  int64_t ia, ib, ic;
   int64_t i0, i1;                   /* integer parameters (see the op table) */
   int keepdim;
   int flag;                         /* per op: unbiased, tanh gelu, descending, smallest */
@@ -186,6 +190,7 @@ grace_status grace_ir_const(grace_ir *ir, grace_tensor *t, grace_value *out);
 grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out);
 /* A number fixed when the IR was built; in type promotion it is a wrapped number. */
 grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_value *out);
+grace_status grace_ir_literal_int(grace_ir *ir, int64_t v, grace_value *out);
 /* Appends an op over earlier values; result types are inferred, and inputs the op rejects give the error
  * eager execution would give. INPLACE ops are functional in the IR: their one result is the updated tensor. */
 grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *in, const grace_attrs *attrs,

@@ -174,8 +174,15 @@ grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_valu
   int32_t id = ir_append(ir, IR_OP_LITERAL, 0, NULL, NULL, 1, &t);
   if (id < 0) return GRACE_ENOMEM;
   ir->insts[ir->ninst - 1].literal = v;
+  ir->insts[ir->ninst - 1].iliteral = is_integer ? (int64_t)v : 0;
   *out = id;
   return GRACE_OK;
+}
+
+grace_status grace_ir_literal_int(grace_ir *ir, int64_t v, grace_value *out) {
+  grace_status st = grace_ir_literal(ir, (double)v, 1, out);
+  if (st == GRACE_OK) ir->insts[ir->ninst - 1].iliteral = v;
+  return st;
 }
 
 grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *in, const grace_attrs *attrs,

@@ -40,6 +40,7 @@ typedef struct ir_inst {
   int32_t first_result;                /* value id of result 0; results are consecutive */
   grace_attrs attrs;
   double literal;                      /* IR_OP_LITERAL */
+  int64_t iliteral;                    /* IR_OP_LITERAL of type i64: the exact value */
   int32_t input_index;                 /* IR_OP_INPUT / CONST / SCALAR: position among inputs of its kind */
   int32_t loc;                         /* index into ir->locs, -1 none */
 } ir_inst;

@@ -401,6 +401,10 @@ static grace_status infer_create(grace_vm *vm, grace_op op, const grace_attrs *a
     if (!(n >= 0)) return grace_set_error(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", a->a, a->b, a->c);
     o->ndim = 1;
     o->sizes[0] = (int64_t)n + ((double)(int64_t)n < n);
+    if ((a->exact & 7) == 7 && !grace_dtype_is_float(o->dtype)) {   /* as the kernel: exact integer range */
+      int64_t s = a->ia, e = a->ib, k = a->ic;
+      o->sizes[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
+    }
   } else if (op == GRACE_OP_LINSPACE) { o->ndim = 1; o->sizes[0] = a->i0; }
   else if (op == GRACE_OP_EYE) { o->ndim = 2; if (a->nshape == 1) o->sizes[1] = a->shape[0]; }
   for (int d = 0; d < o->ndim; d++)

@@ -53,9 +53,10 @@ static void put_attrs(sbuf *b, int op, const grace_attrs *a) {
 #define SEP() put(b, n++ ? ", " : " {")
   if (a->ndims) { SEP(); put_list(b, "dims", a->ndims, a->dims); }
   if (a->nshape || shape_always(op)) { SEP(); put_list(b, "shape", a->nshape, a->shape); }
-  if (a->has_a || a->a != 0) { SEP(); put(b, "a=%.17g", a->a); }
-  if (a->has_b || a->b != 0) { SEP(); put(b, "b=%.17g", a->b); }
-  if (a->c != 0) { SEP(); put(b, "c=%.17g", a->c); }
+  /* an exact integer prints as one, so it parses back exact */
+  if (a->has_a || a->a != 0 || (a->exact & 1)) { SEP(); if (a->exact & 1) put(b, "a=%lld", (long long)a->ia); else put(b, "a=%.17g", a->a); }
+  if (a->has_b || a->b != 0 || (a->exact & 2)) { SEP(); if (a->exact & 2) put(b, "b=%lld", (long long)a->ib); else put(b, "b=%.17g", a->b); }
+  if (a->c != 0 || (a->exact & 4)) { SEP(); if (a->exact & 4) put(b, "c=%lld", (long long)a->ic); else put(b, "c=%.17g", a->c); }
   if (a->i0) { SEP(); put(b, "i0=%lld", (long long)a->i0); }
   if (a->i1) { SEP(); put(b, "i1=%lld", (long long)a->i1); }
   if (a->keepdim) { SEP(); put(b, "keepdim=1"); }
@@ -77,6 +78,7 @@ const char *grace_ir_text(grace_ir *ir) {
     put(&b, " = %s", ir_op_name(k->op));
     if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST || k->op == IR_OP_SCALAR) put(&b, " #%d", k->input_index);
     if (k->op == IR_OP_SCALAR && ir->vals[k->first_result].type.wrapped) put(&b, " wrapped");
+    else if (k->op == IR_OP_LITERAL && ir->vals[k->first_result].type.dtype == GRACE_INT64) put(&b, " %lld", (long long)k->iliteral);
     else if (k->op == IR_OP_LITERAL) put(&b, " %.17g", k->literal);
     for (int j = 0; j < k->nin; j++) {
       int32_t v = ir->args[k->first_arg + j];
@@ -145,6 +147,18 @@ static int number(lexer *L, double *v) {
   *v = x;
   return 1;
 }
+/* A number; *exact set (and *iv the value) when it is written as an integer. */
+static int number_exact(lexer *L, double *v, int64_t *iv, int *exact) {
+  skip_ws(L);
+  const char *start = L->s;
+  if (!number(L, v)) return 0;
+  char *end;
+  long long x = strtoll(start, &end, 10);
+  *exact = end == L->s;
+  *iv = *exact ? x : 0;
+  return 1;
+}
+
 static int value_ref(lexer *L, int32_t *v) {
   int64_t x;
   if (!accept(L, "%") || !integer(L, &x)) return 0;
@@ -193,9 +207,14 @@ static grace_status parse_attrs(lexer *L, grace_attrs *a) {
     if (!word(L, key, sizeof key) || !accept(L, "=")) return perr(L, "key=value");
     if (!strcmp(key, "dims")) st = parse_list(L, &a->ndims, a->dims);
     else if (!strcmp(key, "shape")) st = parse_list(L, &a->nshape, a->shape);
-    else if (!strcmp(key, "a")) { if (!number(L, &a->a)) return perr(L, "a number"); a->has_a = 1; }
-    else if (!strcmp(key, "b")) { if (!number(L, &a->b)) return perr(L, "a number"); a->has_b = 1; }
-    else if (!strcmp(key, "c")) { if (!number(L, &a->c)) return perr(L, "a number"); }
+    else if (!strcmp(key, "a") || !strcmp(key, "b") || !strcmp(key, "c")) {
+      int k = key[0] - 'a', ex;
+      double *d = k == 0 ? &a->a : k == 1 ? &a->b : &a->c;
+      int64_t *i = k == 0 ? &a->ia : k == 1 ? &a->ib : &a->ic;
+      if (!number_exact(L, d, i, &ex)) return perr(L, "a number");
+      if (ex) a->exact |= 1 << k;
+      if (k == 0) a->has_a = 1; else if (k == 1) a->has_b = 1;
+    }
     else if (!strcmp(key, "i0")) { if (!integer(L, &a->i0)) return perr(L, "an integer"); }
     else if (!strcmp(key, "i1")) { if (!integer(L, &a->i1)) return perr(L, "an integer"); }
     else if (!strcmp(key, "keepdim")) { if (!integer(L, &x)) return perr(L, "0 or 1"); a->keepdim = (int)x; }
@@ -229,7 +248,7 @@ static grace_status parse_inst(lexer *L) {
   if (!word(L, name, sizeof name)) return perr(L, "an op name");
   int op = ir_op_from_name(name);
   if (op < 0) return perr(L, "a known op");
-  int64_t index = -1;
+  int64_t index = -1, ilit = 0;
   double lit = 0;
   int32_t args[64];
   int nin = 0;
@@ -238,7 +257,11 @@ static grace_status parse_inst(lexer *L) {
     if (!accept(L, "#") || !integer(L, &index)) return perr(L, "#index");
     wrapped = op == IR_OP_SCALAR && accept(L, "wrapped");
   } else if (op == IR_OP_LITERAL) {
+    const char *start = (skip_ws(L), L->s);
     if (!number(L, &lit)) return perr(L, "a number");
+    char *end;
+    long long x = strtoll(start, &end, 10);
+    if (end == L->s) ilit = x; else ilit = (int64_t)lit;
   } else {
     for (;;) {
       skip_ws(L);
@@ -272,6 +295,7 @@ static grace_status parse_inst(lexer *L) {
   if (ir_append(ir, op, nin, args, &a, nres, types) < 0) return GRACE_ENOMEM;
   ir_inst *k = &ir->insts[ir->ninst - 1];
   k->literal = lit;
+  k->iliteral = ilit;
   if (op == IR_OP_INPUT) { k->input_index = (int32_t)index; ir->ninputs++; }
   else if (op == IR_OP_SCALAR) { k->input_index = (int32_t)index; ir->nscalars++; }
   else if (op == IR_OP_CONST) {

@@ -70,7 +70,10 @@ static int l_cuda_available(lua_State *L) {
 }
 
 static int l_manual_seed(lua_State *L) {
-  grace_manual_seed(lgrace_vm(L), (uint64_t)luaL_checkinteger(L, 1));
+  grace_vm *vm = lgrace_vm(L);
+  /* a compiled program would not seed again when it replays: inside a trace this is a break */
+  if (grace_trace_active(vm)) grace_trace_note(vm, "graph break: grace.manual_seed inside a compiled function");
+  grace_manual_seed(vm, (uint64_t)luaL_checkinteger(L, 1));
   return 0;
 }
 

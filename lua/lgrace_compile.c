@@ -540,8 +540,11 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     grace_tensor *t = lg_totensor(L, first + j);
     if (t) {
       grace_value v;
-      if (grace_trace_value(vm, t, &v) != GRACE_OK || grace_ir_output(e->ir, v) != GRACE_OK) { grace_trace_end(vm); return lg_fail(L, c); }
-      e->ret_output[j] = nouts++;
+      if (grace_trace_value(vm, t, &v) != GRACE_OK || (v >= 0 && grace_ir_output(e->ir, v) != GRACE_OK)) {
+        grace_trace_end(vm);
+        return lg_fail(L, c);
+      }
+      e->ret_output[j] = nouts++;   /* v < 0: a problem was noted, and the entry will run eagerly */
     } else {
       if (lua_type(L, first + j) == LUA_TTABLE && !*why)
         snprintf(why, sizeof why, "result %d is a table: return tensors and numbers directly", j + 1);

@@ -155,10 +155,11 @@ static grace_dtype value_dtype(lua_State *L, int idx) {
   return lua_isboolean(L, idx) ? GRACE_BOOL : lua_isinteger(L, idx) ? GRACE_INT64 : GRACE_FLOAT32;
 }
 
-static double value_of(lua_State *L, lg_ctx *c, int idx, const char *op) {
-  if (lua_isboolean(L, idx)) return lua_toboolean(L, idx);
-  if (lua_type(L, idx) != LUA_TNUMBER) lg_errorf(L, c, "%s: the fill value must be a number, got %s", op, luaL_typename(L, idx));
-  return lua_tonumber(L, idx);
+/* The fill value at idx into attribute a (exact for integers). */
+static void value_of(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a) {
+  if (!lua_isboolean(L, idx) && lua_type(L, idx) != LUA_TNUMBER)
+    lg_errorf(L, c, "%s: the fill value must be a number, got %s", op, luaL_typename(L, idx));
+  lg_number_attr(L, idx, a, 0);
 }
 
 /* grace.full(shape, value [, opts]) */
@@ -181,7 +182,7 @@ static int l_full(lua_State *L) {
   } else {
     next = lg_shape(L, c, 1, "full", &a, 0);
   }
-  a.a = value_of(L, c, next, "full");
+  value_of(L, c, next, "full", &a);
   grace_dtype vdt = value_dtype(L, next);
   lg_opts(L, c, next + 1, "full", &a, NULL);
   if (!a.has_dtype) a.dtype = vdt;
@@ -194,17 +195,17 @@ static int l_arange(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_attrs a = {0};
   default_device(c, &a);
-  double v[3];
   int n = 0, all_int = 1, i = 1;
-  for (; i <= 3 && lua_type(L, i) == LUA_TNUMBER; i++) {
-    all_int &= lua_isinteger(L, i);
-    v[n++] = lua_tonumber(L, i);
-  }
+  for (; i <= 3 && lua_type(L, i) == LUA_TNUMBER; i++, n++) all_int &= lua_isinteger(L, i);
   if (n == 0) return lg_errorf(L, c, "arange: expected numbers ([start,] end [, step]), got %s", luaL_typename(L, 1));
   lg_opts(L, c, i, "arange", &a, NULL);
-  a.a = n >= 2 ? v[0] : 0;
-  a.b = n >= 2 ? v[1] : v[0];
-  a.c = n == 3 ? v[2] : 1;
+  lua_pushinteger(L, 0);
+  lua_pushinteger(L, 1);
+  int zero = lua_gettop(L) - 1, one = zero + 1;
+  lg_number_attr(L, n >= 2 ? 1 : zero, &a, 0);    /* start */
+  lg_number_attr(L, n >= 2 ? 2 : 1, &a, 1);       /* end */
+  lg_number_attr(L, n == 3 ? 3 : one, &a, 2);     /* step */
+  lua_pop(L, 2);
   if (!a.has_dtype) a.dtype = all_int ? GRACE_INT64 : GRACE_FLOAT32;
   a.has_dtype = 1;
   return lg_run(L, c, GRACE_OP_ARANGE, 0, NULL, &a, 1);
@@ -269,7 +270,7 @@ static int like(lua_State *L, int which) {
   a.dtype = grace_tensor_dtype(x);
   a.device = grace_tensor_device(x);
   int oi = 2;
-  if (which == 5) { a.a = value_of(L, c, 2, name); oi = 3; }
+  if (which == 5) { value_of(L, c, 2, name, &a); oi = 3; }
   else a.a = which == 1;
   lg_opts(L, c, oi, name, &a, NULL);
   a.has_dtype = 1;

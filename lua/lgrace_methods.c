@@ -219,8 +219,8 @@ static void clamp_args(lua_State *L, lg_ctx *c, const char *op, grace_attrs *a) 
     if (lua_type(L, i) != LUA_TNUMBER)
       lg_errorf(L, c, "%s: min and max must be numbers or nil, got %s (use maximum/minimum for tensors)", op,
                 luaL_typename(L, i));
-    if (i == 2) { a->has_a = 1; a->a = lua_tonumber(L, i); }
-    else { a->has_b = 1; a->b = lua_tonumber(L, i); }
+    if (i == 2) a->has_a = 1; else a->has_b = 1;
+    lg_number_attr(L, i, a, i - 2);
   }
   if (!a->has_a && !a->has_b) lg_errorf(L, c, "%s: at least one of min and max must be given", op);
 }

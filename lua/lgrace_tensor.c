@@ -91,7 +91,7 @@ grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op) {
     break;
   }
   case LUA_TNUMBER:
-    st = lua_isinteger(L, idx) ? grace_tensor_scalar(c->vm, (double)lua_tointeger(L, idx), 1, &s)
+    st = lua_isinteger(L, idx) ? grace_tensor_scalar_int(c->vm, lua_tointeger(L, idx), &s)
                                : grace_tensor_scalar(c->vm, lua_tonumber(L, idx), 0, &s);
     if (st != GRACE_OK) lg_fail(L, c);
     return lg_keep(L, c, s);
@@ -142,6 +142,14 @@ const char *lg_shape_str(char *buf, size_t n, int ndim, const int64_t *sizes) {
   for (int d = 0; d < ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)sizes[d]);
   if (k < n) snprintf(buf + k, n - k, "]");
   return buf;
+}
+
+void lg_number_attr(lua_State *L, int idx, grace_attrs *a, int k) {
+  double d = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+  int64_t i = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_isinteger(L, idx) ? lua_tointeger(L, idx) : 0;
+  int exact = lua_isboolean(L, idx) || lua_isinteger(L, idx);
+  if (k == 0) { a->a = d; a->ia = i; } else if (k == 1) { a->b = d; a->ib = i; } else { a->c = d; a->ic = i; }
+  if (exact) a->exact |= 1 << k; else a->exact &= ~(1 << k);
 }
 
 int64_t lg_int(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what) {
@@ -415,7 +423,7 @@ int lg_assign(lua_State *L, lg_ctx *c, grace_tensor *dst, int idx, const char *o
   grace_status st;
   if (lua_type(L, idx) == LUA_TNUMBER || lua_type(L, idx) == LUA_TBOOLEAN) {
     grace_attrs a = {0};
-    a.a = lua_isboolean(L, idx) ? lua_toboolean(L, idx) : lua_tonumber(L, idx);
+    lg_number_attr(L, idx, &a, 0);
     st = grace_run(c->vm, GRACE_OP_FILL_, 1, &dst, &a, 0, NULL);
   } else {
     grace_tensor *in[2] = {dst, lg_totensor(L, idx)};

@@ -66,6 +66,8 @@ int lg_norm_dim(lua_State *L, lg_ctx *c, int64_t dim, int ndim, const char *op);
  * allow_neg1: -1 entries are kept (reshape, expand). */
 int lg_shape(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, int allow_neg1);
 int64_t lg_int(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what);
+/* The number (or boolean) at idx as scalar attribute k (0: a, 1: b, 2: c), exact for Lua integers. */
+void lg_number_attr(lua_State *L, int idx, grace_attrs *a, int k);
 grace_dtype lg_dtype(lua_State *L, lg_ctx *c, int idx, const char *op);
 /* A device name ("cpu", "cuda", "cuda:0"); returns 0 if the string is not one. */
 int lg_parse_device(const char *s, grace_device *out);

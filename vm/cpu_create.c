@@ -44,7 +44,11 @@ grace_status cpu_create_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
     if ((end - start) * step < 0)
       return vm_err(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", start, end, step);
     nd = 1;
-    shape[0] = (int64_t)ceil((end - start) / step);
+    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {   /* exact integer range */
+      int64_t s = a->ia, e = a->ib, k = a->ic;
+      shape[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
+    } else
+      shape[0] = (int64_t)ceil((end - start) / step);
   } else if (op == GRACE_OP_LINSPACE) {
     if (a->i0 < 0) return vm_err(vm, GRACE_EARG, "linspace: number of steps must be non-negative, got %lld", (long long)a->i0);
     nd = 1;
@@ -66,13 +70,16 @@ grace_status cpu_create_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
   switch (op) {
   case GRACE_OP_FULL: {
     char v[8];
-    if (grace_dtype_is_int(dt) && a->a == floor(a->a)) vm_store_i64(dt, v, (int64_t)a->a);
+    if (grace_dtype_is_int(dt) && ((a->exact & 1) || a->a == floor(a->a))) vm_store_i64(dt, v, vm_attr_int(a, 0));
     else vm_store_f64(dt, v, a->a);
     for (int64_t i = 0; i < n; i++) memcpy(p + i * es, v, es);
     break;
   }
   case GRACE_OP_ARANGE:
-    for (int64_t i = 0; i < n; i++) vm_store_f64(dt, p + i * es, a->a + (double)i * a->c);
+    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt))
+      for (int64_t i = 0; i < n; i++) vm_store_i64(dt, p + i * es, a->ia + i * a->ic);
+    else
+      for (int64_t i = 0; i < n; i++) vm_store_f64(dt, p + i * es, a->a + (double)i * a->c);
     break;
   case GRACE_OP_LINSPACE: {
     /* symmetric from both ends, so the last value is exactly `end` */

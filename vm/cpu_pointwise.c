@@ -646,11 +646,12 @@ grace_status cpu_contiguous(grace_vm *vm, const char *op, grace_tensor *src, gra
   return pw_clone(vm, op, src, out);
 }
 
-static grace_status fill(grace_vm *vm, grace_tensor *dst, double v) {
+static grace_status fill(grace_vm *vm, grace_tensor *dst, const grace_attrs *a) {
   grace_status st = check_writable(vm, "fill_", dst);
   if (st != GRACE_OK) return st;
   _Alignas(8) char value[8];
-  vm_store_f64(dst->dtype, value, v);
+  if (grace_dtype_is_int(dst->dtype) && ((a->exact & 1) || a->a == floor(a->a))) vm_store_i64(dst->dtype, value, vm_attr_int(a, 0));
+  else vm_store_f64(dst->dtype, value, a->a);
   int64_t zero[GRACE_MAX_DIMS] = {0};
   if (vm_numel(dst->ndim, dst->sizes) > 0) raw_copy(vm, dst, value, zero);
   vm_bump_version(dst);
@@ -682,8 +683,8 @@ static grace_status clamp_setup(grace_vm *vm, const grace_tensor *x, const grace
     *cdt = GRACE_FLOAT32;
   args->lo = a->has_a ? a->a : -INFINITY;
   args->hi = a->has_b ? a->b : INFINITY;
-  args->ilo = a->has_a ? pw_f2i(a->a) : INT64_MIN;
-  args->ihi = a->has_b ? pw_f2i(a->b) : INT64_MAX;
+  args->ilo = !a->has_a ? INT64_MIN : (a->exact & 1) ? a->ia : pw_f2i(a->a);
+  args->ihi = !a->has_b ? INT64_MAX : (a->exact & 2) ? a->ib : pw_f2i(a->b);
   return GRACE_OK;
 }
 
@@ -762,7 +763,7 @@ grace_status cpu_pointwise_run(grace_vm *vm, grace_op op, int nin, grace_tensor 
     vm_bump_version(in[0]);
     return GRACE_OK;
   case GRACE_OP_FILL_:
-    return fill(vm, in[0], a->a);
+    return fill(vm, in[0], a);
   case GRACE_OP_CONTIGUOUS:
     return cpu_contiguous(vm, "contiguous", in[0], out);
   case GRACE_OP_CLONE:

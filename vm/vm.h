@@ -198,6 +198,13 @@ static inline void vm_store_i64(grace_dtype dt, void *p, int64_t v) {
   }
 }
 
+/* Scalar attribute k (0: a, 1: b, 2: c) as an integer, exact where the caller gave one. */
+static inline int64_t vm_attr_int(const grace_attrs *a, int k) {
+  double d = k == 0 ? a->a : k == 1 ? a->b : a->c;
+  if (a->exact & (1 << k)) return k == 0 ? a->ia : k == 1 ? a->ib : a->ic;
+  return d != d ? 0 : d >= 9.2233720368547758e18 ? INT64_MAX : d <= -9.2233720368547758e18 ? INT64_MIN : (int64_t)d;
+}
+
 /* ---- CPU worker pool ---- */
 typedef void (*vm_range_fn)(void *ctx, int64_t begin, int64_t end);
 /* Runs fn over [0, n) split into chunks of at least `grain`; on the calling thread when small. */

@@ -75,7 +75,8 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
       *res = ir->consts[k->input_index].t;
       break;
     case IR_OP_LITERAL:
-      st = grace_tensor_scalar(vm, k->literal, t0->dtype == GRACE_INT64, res);
+      st = t0->dtype == GRACE_INT64 ? grace_tensor_scalar_int(vm, k->iliteral, res)
+                                    : grace_tensor_scalar(vm, k->literal, 0, res);
       break;
     default: {
       grace_tensor *args[64];

@@ -138,6 +138,15 @@ grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_t
   return GRACE_OK;
 }
 
+grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out) {
+  grace_tensor *t = vm_tensor_new(vm, "scalar", GRACE_INT64, GRACE_CPU, 0, NULL);
+  if (!t) { *out = NULL; return vm->status; }
+  *(int64_t *)vm_ptr(t) = v;
+  t->wrapped = 1;
+  *out = t;
+  return GRACE_OK;
+}
+
 int grace_tensor_ndim(const grace_tensor *t) { return t->ndim; }
 const int64_t *grace_tensor_sizes(const grace_tensor *t) { return t->sizes; }
 const int64_t *grace_tensor_strides(const grace_tensor *t) { return t->strides; }

@@ -7,10 +7,10 @@
 #include "ir/ir.h"
 #include "vm/vm.h"
 
-/* v: the tensor's current value; POISONED: a view made before its storage was written through another
- * view (its recorded value is stale). parent/vop/va: how a view was made, to turn a write through it into
- * an update of its base. */
-#define POISONED (-2)
+/* v: the tensor's current value; STALE: a view whose storage was written since it was made, remade from
+ * its parent when next used. parent/vop/va: how a view was made, to turn a write through it into an
+ * update of its base, and to remake it. */
+#define STALE (-2)
 typedef struct {
   grace_tensor *t;
   grace_value v;
@@ -137,22 +137,24 @@ static grace_status declare(grace_vm *vm, grace_tensor *t, int scalar, grace_val
 grace_status grace_trace_input(grace_vm *vm, grace_tensor *t, grace_value *out) { return declare(vm, t, 0, out); }
 grace_status grace_trace_scalar(grace_vm *vm, grace_tensor *t, grace_value *out) { return declare(vm, t, 1, out); }
 
+static grace_status remake_view(grace_vm *vm, trace_slot *s);
+
 grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) {
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   if (tr->used) {
     trace_slot *s = find(tr, t);
-    if (s->t && s->v == POISONED) {
-      *out = -1;
-      return problem(vm, "uses a view made before its tensor was written through another view; make the view "
-                     "again after the write");
+    if (s->t && s->v == STALE) {
+      grace_status st = remake_view(vm, s);
+      *out = s->v;
+      return st;
     }
     if (s->t) { *out = s->v; return GRACE_OK; }
   }
   grace_status st;
   if (t->wrapped) {
-    double v = vm_load_f64(t->dtype, vm_ptr(t));
-    st = grace_ir_literal(tr->ir, v, t->dtype == GRACE_INT64, out);
+    st = t->dtype == GRACE_INT64 ? grace_ir_literal_int(tr->ir, *(const int64_t *)vm_ptr(t), out)
+                                 : grace_ir_literal(tr->ir, vm_load_f64(t->dtype, vm_ptr(t)), 0, out);
   } else {
     st = grace_ir_const(tr->ir, t, out);
     if (st == GRACE_OK) st = set_root(vm, *out, *out);
@@ -178,9 +180,35 @@ static int aliased(vm_trace *tr, const grace_tensor *t) {
   return 0;
 }
 
+static grace_tensor *base_of(vm_trace *tr, grace_tensor *t) {
+  for (int n = 0; n < 64; n++) {
+    trace_slot *s = find(tr, t);
+    if (!s->t || !s->parent) return t;
+    t = s->parent;
+  }
+  return NULL;
+}
+
+/* A view made before its storage was written: made again from its parent's current value. */
+static grace_status remake_view(grace_vm *vm, trace_slot *s) {
+  vm_trace *tr = vm->trace;
+  trace_slot *p = s->parent ? find(tr, s->parent) : NULL;
+  if (!p || !p->t) {
+    s->v = -1;
+    return problem(vm, "internal: a stale view has no parent to remake it from");
+  }
+  grace_status st = p->v == STALE ? remake_view(vm, p) : GRACE_OK;
+  if (st != GRACE_OK || p->v < 0) { s->v = -1; return st; }
+  grace_value v;
+  st = grace_ir_op(tr->ir, s->vop, 1, &p->v, &s->va, 1, &v);
+  s->v = st == GRACE_OK ? v : -1;
+  return st;
+}
+
 /* A write through view t (its new value newv) made functional: each view level is undone on the new
  * value (a narrow or select becomes a slice_scatter into the parent's value, the other views are inverted),
- * up to the base, which maps to its new value; every other view of that storage is poisoned. */
+ * up to the base, which maps to its new value. Every other view of that storage is remade when next used;
+ * a tensor sharing the storage without being a view of the same base cannot be kept right, and is refused. */
 static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_value newv) {
   vm_trace *tr = vm->trace;
   grace_ir *ir = tr->ir;
@@ -191,18 +219,21 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
     chain[n++] = c;
   }
   grace_tensor *base = chain[n - 1];
-  if (n == 1) return problem(vm, "writes a tensor that shares storage with a view of it; write the base before making views");
-  for (int i = 0; i < tr->nslots; i++) {   /* views not on the chain go stale */
+  for (int i = 0; i < tr->nslots; i++) {
     trace_slot *s = &tr->slots[i];
     int on_chain = 0;
     for (int k = 0; k < n; k++) on_chain |= s->t == chain[k];
-    if (s->t && !on_chain && s->t->storage == t->storage) s->v = POISONED;
+    if (!s->t || on_chain || s->t->storage != t->storage) continue;
+    if (base_of(tr, s->t) != base)
+      return problem(vm, "writes a tensor whose storage is shared with another argument or captured tensor; "
+                     "pass tensors that do not overlap");
+    s->v = STALE;
   }
   grace_value cur = newv;
   grace_status st = GRACE_OK;
   for (int k = 0; k + 1 < n && st == GRACE_OK && !tr->nproblems; k++) {
     trace_slot *cs = find(tr, chain[k]), *ps = find(tr, chain[k + 1]);
-    if (ps->v == POISONED) return problem(vm, "writes through a view whose base was written through another view");
+    if (ps->v == STALE && (st = remake_view(vm, ps)) != GRACE_OK) return st;
     map_put(vm, chain[k], cur);
     grace_attrs a = cs->va;
     grace_value pv = ps->v, next;
@@ -307,7 +338,7 @@ int grace_trace_mutated(const grace_vm *vm) {
   if (!tr) return 0;
   for (int i = 0; i < tr->nslots; i++) {
     const trace_slot *s = &tr->slots[i];
-    grace_value r = s->t && s->v >= 0 ? root_of((vm_trace *)tr, s->v) : -1;
+    grace_value r = s->t && s->v >= 0 ? root_of((vm_trace *)tr, s->v) : -1;   /* stale views are never roots */
     if (r >= 0 && r != s->v) return 1;
   }
   return 0;
