@@ -54,7 +54,7 @@ function tap.diag(msg) io.write("# ", (tostring(msg):gsub("\n", "\n# ")), "\n") 
 function tap.done()
   io.write("1..", n, "\n")
   io.flush()
-  os.exit(failed == 0 and 0 or 1)
+  os.exit(failed == 0 and 0 or 1, true)   -- close the state, so leak checkers see everything freed
 end
 
 return tap
