@@ -215,8 +215,17 @@ int grace_ir_const_is_local(const grace_ir *ir, int k);
 /* Whether every captured tensor still has the version it was captured at; grace_ir_recapture accepts the
  * current versions (valid while no pass has folded a capture's contents into the program). */
 int grace_ir_consts_current(const grace_ir *ir);
+/* Two recordings of one function: -1 if they differ other than in the values of literals, else the number
+ * of literal instructions whose values differ, their indices written to lits (at most max). */
+int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int max);
+/* Literal instruction k's value (exact for integers). */
+grace_status grace_ir_literal_value(const grace_ir *ir, int k, double *v, int64_t *iv, int *is_int);
+/* Turns literal instruction k into the next dynamic scalar input (a wrapped number given per run). */
+grace_status grace_ir_literal_to_scalar(grace_ir *ir, int k);
 void grace_ir_recapture(grace_ir *ir);
-int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts" */
+int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts", "breaks", "writes" */
+/* Break k: the instruction it follows (-1: none) and where it was (NULL if unknown). */
+grace_status grace_ir_break(const grace_ir *ir, int k, int *after, const char **where);
 /* Runs the IR on the CPU, one op at a time: `in` holds the tensor inputs then the scalar inputs (0-d
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
  * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
@@ -247,6 +256,14 @@ int grace_trace_active(const grace_vm *vm);
 grace_status grace_trace_note(grace_vm *vm, const char *why);
 /* Whether the trace has written in place to a tensor that outlives it (an input or a capture). */
 int grace_trace_mutated(const grace_vm *vm);
+/* Replaying: runs a function again against the paths recorded for it (IR with breaks). Each grace_run
+ * is matched against the paths and deferred; a host read (a break) or the end runs what was deferred.
+ * A call that leaves every path is recorded from there on as a new path (prefix included), which
+ * grace_replay_end hands to the host. Inputs are declared with grace_trace_input as for a trace. */
+grace_status grace_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths, grace_where_fn where, void *ud);
+/* Runs what is deferred and ends the replay; *recorded: NULL, or the new path (the caller owns it). A
+ * new path that cannot be replayed gives GRACE_EUNSUPPORTED with the reason. */
+grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded);
 /* Ends the trace: adds the writes of mutated inputs and captures, releases the trace's references.
  * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
  * it broke or touched something it cannot express. */

@@ -31,6 +31,62 @@ int ir_op_results(int op, const grace_attrs *a) {
   return grace_op_noutputs((grace_op)op);
 }
 
+int ir_attrs_equal(const grace_attrs *x, const grace_attrs *y) {
+  if (x->ndims != y->ndims || x->nshape != y->nshape || x->has_a != y->has_a || x->has_b != y->has_b ||
+      x->exact != y->exact || x->i0 != y->i0 || x->i1 != y->i1 || x->keepdim != y->keepdim || x->flag != y->flag ||
+      x->has_dtype != y->has_dtype || (x->has_dtype && x->dtype != y->dtype) || x->device != y->device)
+    return 0;
+  if (memcmp(x->dims, y->dims, sizeof(int64_t) * (size_t)x->ndims) || memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->nshape))
+    return 0;
+  if (memcmp(&x->a, &y->a, sizeof x->a) || memcmp(&x->b, &y->b, sizeof x->b) || memcmp(&x->c, &y->c, sizeof x->c)) return 0;
+  return (!(x->exact & 1) || x->ia == y->ia) && (!(x->exact & 2) || x->ib == y->ib) && (!(x->exact & 4) || x->ic == y->ic);
+}
+
+static int same_type(const ir_type *a, const ir_type *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device || a->wrapped != b->wrapped) return 0;
+  return !memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int max) {
+  if (a->ninst != b->ninst || a->nout != b->nout || a->nwrite != b->nwrite || a->nbreak != b->nbreak || a->nconst != b->nconst)
+    return -1;
+  if (memcmp(a->outputs, b->outputs, sizeof *a->outputs * (size_t)a->nout)) return -1;
+  for (int i = 0; i < a->nwrite; i++)
+    if (a->writes[i].target != b->writes[i].target || a->writes[i].value != b->writes[i].value) return -1;
+  for (int i = 0; i < a->nconst; i++) if (a->consts[i].t != b->consts[i].t) return -1;
+  int n = 0;
+  for (int i = 0; i < a->ninst; i++) {
+    const ir_inst *x = &a->insts[i], *y = &b->insts[i];
+    if (x->op != y->op || x->nin != y->nin || x->nout != y->nout || x->input_index != y->input_index ||
+        !ir_attrs_equal(&x->attrs, &y->attrs) || memcmp(&a->args[x->first_arg], &b->args[y->first_arg], sizeof(int32_t) * (size_t)x->nin))
+      return -1;
+    for (int r = 0; r < x->nout; r++)
+      if (!same_type(&a->vals[x->first_result + r].type, &b->vals[y->first_result + r].type)) return -1;
+    if (x->op == IR_OP_LITERAL && (memcmp(&x->literal, &y->literal, sizeof x->literal) || x->iliteral != y->iliteral)) {
+      if (n == max) return -1;
+      lits[n++] = i;
+    }
+  }
+  return n;
+}
+
+grace_status grace_ir_literal_value(const grace_ir *ir, int k, double *v, int64_t *iv, int *is_int) {
+  if (k < 0 || k >= ir->ninst || ir->insts[k].op != IR_OP_LITERAL)
+    return grace_set_error(ir->vm, GRACE_EARG, "literal: instruction %d is not a literal", k);
+  *v = ir->insts[k].literal;
+  *iv = ir->insts[k].iliteral;
+  *is_int = ir->vals[ir->insts[k].first_result].type.dtype == GRACE_INT64;
+  return GRACE_OK;
+}
+
+grace_status grace_ir_literal_to_scalar(grace_ir *ir, int k) {
+  if (k < 0 || k >= ir->ninst || ir->insts[k].op != IR_OP_LITERAL)
+    return grace_set_error(ir->vm, GRACE_EARG, "literal: instruction %d is not a literal", k);
+  ir->insts[k].op = IR_OP_SCALAR;
+  ir->insts[k].input_index = ir->nscalars++;
+  return GRACE_OK;   /* its type stays the literal's: a wrapped number */
+}
+
 /* Grows *arr (of *cap elements of size es) to hold need elements. */
 static int grow(grace_ir *ir, void **arr, int *cap, int need, size_t es) {
   if (need <= *cap) return 1;
@@ -61,7 +117,7 @@ void grace_ir_free(grace_ir *ir) {
   for (int i = 0; i < ir->nloc; i++) grace_realloc(vm, ir->locs[i], strlen(ir->locs[i]) + 1, 0);
 #define FREE(field, capf) grace_realloc(vm, ir->field, (size_t)ir->capf * sizeof *ir->field, 0)
   FREE(insts, cap_inst); FREE(vals, cap_val); FREE(args, cap_arg); FREE(outputs, cap_out);
-  FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write);
+  FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write); FREE(breaks, cap_break);
 #undef FREE
   if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
   grace_realloc(vm, ir, sizeof *ir, 0);
@@ -242,11 +298,26 @@ grace_status grace_ir_write(grace_ir *ir, grace_value target, grace_value value)
   if (op != IR_OP_INPUT && op != IR_OP_CONST)
     return grace_set_error(ir->vm, GRACE_EARG, "write: %%%d is not an input or a captured tensor", (int)target);
   if (!GROW(ir, writes, cap_write, ir->nwrite + 1)) return GRACE_ENOMEM;
-  ir->writes[ir->nwrite++] = (ir_write){target, value};
+  ir->writes[ir->nwrite++] = (ir_write){target, value, 1};
+  return GRACE_OK;
+}
+
+grace_status grace_ir_break(const grace_ir *ir, int k, int *after, const char **where) {
+  if (k < 0 || k >= ir->nbreak) return grace_set_error(ir->vm, GRACE_EARG, "break %d: the IR has %d", k, ir->nbreak);
+  *after = ir->breaks[k].after;
+  *where = ir->breaks[k].loc >= 0 ? ir->locs[ir->breaks[k].loc] : NULL;
+  return GRACE_OK;
+}
+
+grace_status ir_add_break(grace_ir *ir) {
+  if (ir->nbreak && ir->breaks[ir->nbreak - 1].after == ir->ninst - 1) return GRACE_OK;   /* one per point */
+  if (!GROW(ir, breaks, cap_break, ir->nbreak + 1)) return GRACE_ENOMEM;
+  ir->breaks[ir->nbreak++] = (ir_break){ir->ninst - 1, ir->cur_loc};
   return GRACE_OK;
 }
 
 int grace_ir_count(const grace_ir *ir, const char *what) {
+  if (!strcmp(what, "breaks")) return ir->nbreak;
   if (!strcmp(what, "writes")) return ir->nwrite;
   if (!strcmp(what, "inputs")) return ir->ninputs;
   if (!strcmp(what, "scalars")) return ir->nscalars;

@@ -54,7 +54,15 @@ typedef struct ir_value {
 typedef struct ir_write {
   int32_t target;                      /* an input or const value */
   int32_t value;                       /* its new contents */
+  int32_t bumps;                       /* in-place writes it stands for: the version advances by as many */
 } ir_write;
+
+/* A graph break: after instruction `after` (-1: before the first) the host read a value; the
+ * instructions between two breaks form one partition. */
+typedef struct ir_break {
+  int32_t after;
+  int32_t loc;
+} ir_break;
 
 typedef struct ir_const {
   grace_tensor *t;
@@ -70,6 +78,7 @@ struct grace_ir {
   int32_t *args; int narg, cap_arg;
   int32_t *outputs; int nout, cap_out;
   ir_write *writes; int nwrite, cap_write;
+  ir_break *breaks; int nbreak, cap_break;
   ir_const *consts; int nconst, cap_const;       /* captured tensors (NULL until bound after a parse) */
   char **locs; int nloc, cap_loc;
   int32_t cur_loc;
@@ -83,7 +92,11 @@ const char *ir_op_name(int op);
 int ir_op_from_name(const char *name);
 /* Number of results an instruction of op has in the IR: INPLACE ops give the updated tensor (functional form). */
 int ir_op_results(int op, const grace_attrs *a);
+/* Same attributes, field by field (a struct compare would see padding). */
+int ir_attrs_equal(const grace_attrs *x, const grace_attrs *y);
 
+/* Records a break after the last instruction (at the current location). */
+grace_status ir_add_break(grace_ir *ir);
 /* Appends an instruction with given result types (no inference); returns the first result id or -1. */
 int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_attrs *a, int nout,
                   const ir_type *types);

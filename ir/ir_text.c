@@ -71,8 +71,14 @@ const char *grace_ir_text(grace_ir *ir) {
   sbuf b = {.ir = ir};
   char t[192];
   put(&b, "func @%s {\n", ir->name);
+  int nb = 0;
   for (int i = 0; i < ir->ninst; i++) {
     const ir_inst *k = &ir->insts[i];
+    for (; nb < ir->nbreak && ir->breaks[nb].after < i; nb++) {
+      put(&b, "  break");
+      if (ir->breaks[nb].loc >= 0) put(&b, "  @\"%s\"", ir->locs[ir->breaks[nb].loc]);
+      put(&b, "\n");
+    }
     put(&b, "  ");
     for (int r = 0; r < k->nout; r++) put(&b, r ? ", %%%d" : "%%%d", k->first_result + r);
     put(&b, " = %s", ir_op_name(k->op));
@@ -90,7 +96,16 @@ const char *grace_ir_text(grace_ir *ir) {
     if (k->loc >= 0) put(&b, "  @\"%s\"", ir->locs[k->loc]);
     put(&b, "\n");
   }
-  for (int i = 0; i < ir->nwrite; i++) put(&b, "  write %%%d, %%%d\n", ir->writes[i].target, ir->writes[i].value);
+  for (; nb < ir->nbreak; nb++) {
+    put(&b, "  break");
+    if (ir->breaks[nb].loc >= 0) put(&b, "  @\"%s\"", ir->locs[ir->breaks[nb].loc]);
+    put(&b, "\n");
+  }
+  for (int i = 0; i < ir->nwrite; i++) {
+    put(&b, "  write %%%d, %%%d", ir->writes[i].target, ir->writes[i].value);
+    if (ir->writes[i].bumps != 1) put(&b, " bumps=%d", ir->writes[i].bumps);
+    put(&b, "\n");
+  }
   put(&b, "  return");
   for (int i = 0; i < ir->nout; i++) put(&b, i ? ", %%%d" : " %%%d", ir->outputs[i]);
   put(&b, "\n}\n");
@@ -326,10 +341,27 @@ grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
   for (;;) {
     while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
     if (accept(&L, "return")) break;
+    if (accept(&L, "break")) {
+      if (accept(&L, "@\"")) {
+        const char *e = strchr(L.s, '"');
+        if (!e) { st = perr(&L, "a closing quote"); break; }
+        char loc[256];
+        snprintf(loc, sizeof loc, "%.*s", (int)(e - L.s), L.s);
+        L.s = e + 1;
+        grace_ir_set_location(ir, loc);
+      } else grace_ir_set_location(ir, NULL);
+      if ((st = ir_add_break(ir)) != GRACE_OK) break;
+      continue;
+    }
     if (accept(&L, "write")) {
       int32_t t, v;
       if (!value_ref(&L, &t) || !accept(&L, ",") || !value_ref(&L, &v)) { st = perr(&L, "write %T, %V"); break; }
       if ((st = grace_ir_write(ir, t, v)) != GRACE_OK) break;
+      int64_t bumps;
+      if (accept(&L, "bumps=")) {
+        if (!integer(&L, &bumps) || bumps < 0) { st = perr(&L, "a count"); break; }
+        ir->writes[ir->nwrite - 1].bumps = (int32_t)bumps;
+      }
       continue;
     }
     if (!*L.s) { st = perr(&L, "'return'"); break; }

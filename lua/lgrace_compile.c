@@ -31,14 +31,22 @@ typedef struct arg_guard {
 
 /* A compiled entry: userdata with __gc freeing the IR; its uservalue table holds the Lua-side data:
  * [1] guard values (G_VALUE args), [2] paths, [3] expected values at the paths, [4] constant returns. */
+#define MAXPATHS 16
+
+/* An entry runs in one of three ways: ir (the whole function as one program; the Lua code does not run),
+ * paths (a function with graph breaks: its Lua code runs and is replayed against these recorded paths),
+ * or neither (eagerly; the reason is in the uservalue [5]). */
 typedef struct entry {
-  grace_ir *ir;                         /* NULL: this guard set runs eagerly (reason in the uservalue [5]) */
+  grace_ir *ir;
+  grace_ir *tree[MAXPATHS];             /* recorded paths of a function with breaks */
+  int ntree;
   int nargs;
   arg_guard args[MAXARGS];
   int input_arg[MAXARGS], ninput;       /* IR tensor input k is argument input_arg[k] */
   int scalar_arg[MAXARGS], nscalar;     /* IR scalar input k is argument scalar_arg[k] */
   int nret;
-  int ret_output[MAXARGS];              /* >= 0: IR output index; -1: constant from the uservalue */
+  int ret_output[MAXARGS];              /* >= 0: IR output index; -1: constant from the uservalue;
+                                           <= -2: argument -2 - k itself (the same object, as eager) */
   int npaths;
   long hits;
 } entry;
@@ -46,10 +54,11 @@ typedef struct entry {
 typedef struct compiled {
   int cache_limit;
   int dynamic;                          /* promote changing number arguments (default on) */
-  int dynamic_arg[MAXARGS];
-  int static_arg[MAXARGS];              /* numbers the function needs as host values: never dynamic */
+  int dynamic_arg[MAXARGS];             /* arguments promoted to dynamic scalars */
+  int allow_arg[MAXARGS];               /* opts.dynamic as a list: only these may be promoted */
+  int allow_listed;
   int eager_forever, warned;
-  long calls, hits, traces, eager_calls, recaptures;
+  long calls, hits, traces, eager_calls, recaptures, replays;
   char name[96];
   char irname[64];                      /* the name as an identifier, for the IR's text form */
   char last_miss[400];
@@ -106,10 +115,12 @@ static const char *arg_miss(lua_State *L, const arg_guard *g, int idx, int vals,
     if (lua_isinteger(L, idx) && lua_tointeger(L, idx) == g->i) return NULL;
     snprintf(buf, n, "number changed (%lld at trace time)", (long long)g->i);
     return buf;
-  case G_FLOAT:
-    if (lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx) && lua_tonumber(L, idx) == g->f) return NULL;
+  case G_FLOAT: {   /* bit for bit: -0.0 is not 0.0 (1/x tells them apart), and NaN is itself */
+    lua_Number v = lua_tonumber(L, idx);
+    if (lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx) && !memcmp(&v, &g->f, sizeof v)) return NULL;
     snprintf(buf, n, "number changed (%.17g at trace time)", g->f);
     return buf;
+  }
   case G_SCALAR:
     return lua_type(L, idx) == LUA_TNUMBER && lua_isinteger(L, idx) == g->scalar_int ? NULL : "number subtype changed";
   case G_VALUE: {
@@ -219,6 +230,7 @@ typedef struct walk {
   int targets;        /* table: tensor userdata -> true (captured tensors still to find) */
   int paths, expect;  /* output lists */
   int npaths, budget;
+  int libs;           /* table: the modules in package.loaded (libraries are not state to guard) */
 } walk;
 
 static void add_guard(walk *w, int path_idx, int value_idx) {
@@ -295,29 +307,90 @@ static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
     }
     return;
   }
-  /* a table: does it hold a captured tensor directly? then its scalar fields are guarded too */
-  int holds = 0;
-  lua_pushnil(L);
-  while (lua_next(L, v)) {
-    grace_tensor *t = lg_totensor(L, -1);
-    if (t) {
-      lua_pushlightuserdata(L, t);
-      lua_rawget(L, w->targets);
-      holds |= lua_toboolean(L, -1);
-      lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-  }
+  /* a table of data (a module, a config): its numbers, strings and booleans are guarded; a library's
+   * table (a value of package.loaded) is code, not state */
+  lua_pushvalue(L, v);
+  lua_rawget(L, w->libs);
+  int lib = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (lib) return;
   lua_pushnil(L);
   while (lua_next(L, v)) {
     int kt = lua_type(L, -2);
     if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
       int value = lua_gettop(L);
-      visit_child(w, path_idx, value - 1, depth - 1, holds);
+      visit_child(w, path_idx, value - 1, depth - 1, 1);
       lua_settop(L, value);
     }
     lua_pop(L, 1);
   }
+}
+
+/* Pushes the set of library tables (values of package.loaded). */
+static void push_libs(lua_State *L) {
+  lua_newtable(L);
+  lua_getglobal(L, "package");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "loaded");
+    if (lua_istable(L, -1)) {
+      lua_pushnil(L);
+      while (lua_next(L, -2)) {
+        if (lua_istable(L, -1)) { lua_pushboolean(L, 1); lua_rawset(L, -5); }
+        else lua_pop(L, 1);
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* Walks the arguments and the function's upvalues (roots a<i>, u<i>) collecting guards into w. */
+static void walk_roots(walk *w, int fn, int args, int nargs) {
+  lua_State *L = w->L;
+  int top = lua_gettop(L);
+  for (int i = 0; i < nargs; i++) {
+    if (!lua_istable(L, args + i) && !lua_isfunction(L, args + i)) continue;
+    lua_newtable(L);
+    lua_pushfstring(L, "a%d", i + 1);
+    lua_rawseti(L, -2, 1);
+    lua_pushvalue(L, args + i);
+    visit(w, lua_gettop(L) - 1, 8, 0);
+    lua_settop(L, top);
+  }
+  lua_pushvalue(L, fn);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, w->seen);
+  for (int i = 1;; i++) {
+    const char *name = lua_getupvalue(L, fn, i);
+    if (!name) break;
+    if (!strcmp(name, "_ENV")) { lua_pop(L, 1); continue; }
+    lua_newtable(L);
+    lua_pushfstring(L, "u%d", i);
+    lua_rawseti(L, -2, 1);
+    lua_insert(L, -2);
+    visit(w, lua_gettop(L) - 1, 8, 1);
+    lua_settop(L, top);
+  }
+}
+
+/* Which path of a walk (paths/expect tables) no longer holds its value: a description, or NULL. */
+static const char *changed_path(lua_State *L, int fn, int args, int paths, int expect, int n, char *buf, size_t len) {
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, paths, i);
+    int path = lua_gettop(L);
+    push_path_value(L, fn, args, path);
+    lua_rawgeti(L, expect, i);
+    if (!lua_rawequal(L, -1, -2)) {
+      lua_rawgeti(L, path, 1);
+      lua_rawgeti(L, path, luaL_len(L, path));
+      snprintf(buf, len, "the function changes Lua state that it reads (root %s, key %s); a compiled call would "
+               "not, so it runs eagerly", lua_tostring(L, -2), lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+      lua_settop(L, path - 1);
+      return buf;
+    }
+    lua_settop(L, path - 1);
+  }
+  return NULL;
 }
 
 /* Whether $GRACE_LOG (a comma-separated list) names topic. */
@@ -347,7 +420,40 @@ static int entry_gc(lua_State *L) {
   entry *e = luaL_checkudata(L, 1, LG_ENTRY);
   grace_ir_free(e->ir);
   e->ir = NULL;
+  for (int k = 0; k < e->ntree; k++) grace_ir_free(e->tree[k]);
+  e->ntree = 0;
   return 0;
+}
+
+/* A function with breaks: its Lua code runs with every op matched against the recorded paths and
+ * deferred to the next break; a call that leaves the paths adds a new one. Results are those of the
+ * function itself. */
+static int run_replay(lua_State *L, lg_ctx *c, compiled *cp, entry *e, int fn, int args, int nargs) {
+  grace_vm *vm = c->vm;
+  where_ctx wc = {L};
+  if (grace_replay_begin(vm, e->tree, e->ntree, where_cb, &wc) != GRACE_OK) return lg_fail(L, c);
+  for (int k = 0; k < e->ninput; k++) {
+    grace_value v;
+    if (grace_trace_input(vm, lg_totensor(L, args + e->input_arg[k]), &v) != GRACE_OK) {
+      grace_ir *none;
+      grace_replay_end(vm, &none);
+      return lg_fail(L, c);
+    }
+  }
+  lua_settop(L, fn);
+  for (int i = 0; i < nargs; i++) lua_pushvalue(L, args + i);
+  int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
+  grace_ir *rec = NULL;
+  grace_status rs = grace_replay_end(vm, &rec);
+  if (st != LUA_OK) { grace_ir_free(rec); return lua_error(L); }
+  if (rs != GRACE_OK && rs != GRACE_EUNSUPPORTED) { grace_ir_free(rec); return lg_fail(L, c); }
+  if (rec) {
+    if (e->ntree < MAXPATHS && grace_ir_verify(rec) == GRACE_OK) e->tree[e->ntree++] = rec;
+    else grace_ir_free(rec);
+    cp->traces++;
+  }
+  cp->replays++;
+  return lua_gettop(L) - fn + 1;
 }
 
 /* Pushes the value returned number j of entry e at stack index ud. */
@@ -369,7 +475,7 @@ static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
   for (int k = 0; k < e->nscalar; k++) {
     int a = args + e->scalar_arg[k];
     grace_tensor *s = NULL;
-    grace_status st = lua_isinteger(L, a) ? grace_tensor_scalar(c->vm, (double)lua_tointeger(L, a), 1, &s)
+    grace_status st = lua_isinteger(L, a) ? grace_tensor_scalar_int(c->vm, lua_tointeger(L, a), &s)
                                           : grace_tensor_scalar(c->vm, lua_tonumber(L, a), 0, &s);
     if (st != GRACE_OK) return lg_fail(L, c);
     in[n++] = lg_keep(L, c, s);
@@ -379,6 +485,7 @@ static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
   grace_tensor **slots[MAXARGS];
   for (int j = 0; j < e->nret; j++) {
     if (e->ret_output[j] >= 0) slots[j] = lg_newslot(L);
+    else if (e->ret_output[j] <= -2) lua_pushvalue(L, args - 2 - e->ret_output[j]);
     else push_const_ret(L, ud, j);
   }
   if (grace_ir_run(e->ir, n, in, nout, out) != GRACE_OK) return lg_fail(L, c);
@@ -409,6 +516,11 @@ static int env_index(lua_State *L) {
 }
 static int env_newindex(lua_State *L) {
   lua_settop(L, 3);
+  if (lua_type(L, 2) == LUA_TSTRING) {   /* writes: name -> true */
+    lua_pushvalue(L, 2);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, lua_upvalueindex(2));
+  }
   lua_settable(L, lua_upvalueindex(1));
   return 0;
 }
@@ -438,6 +550,16 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   lua_pushvalue(L, data);
   lua_setiuservalue(L, ud, 1);
   e->nargs = nargs;
+  /* what the function can read of Lua state, before it runs: a change afterwards is a side effect */
+  push_libs(L);
+  int libs = lua_gettop(L);
+  lua_newtable(L); int pre_seen = lua_gettop(L);
+  lua_newtable(L); int pre_targets = lua_gettop(L);
+  lua_newtable(L); int pre_paths = lua_gettop(L);
+  lua_newtable(L); int pre_expect = lua_gettop(L);
+  walk pw = {L, fn, args, nargs, pre_seen, pre_targets, pre_paths, pre_expect, 0, 100000, libs};
+  walk_roots(&pw, fn, args, nargs);
+  int pre_n = pw.npaths;
   char irname[64];
   snprintf(irname, sizeof irname, "%s", cp->irname);
   e->ir = grace_ir_new(vm, irname);
@@ -457,21 +579,6 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     case LUA_TNIL: g->kind = G_NIL; break;
     case LUA_TBOOLEAN: g->kind = G_BOOL; g->i = lua_toboolean(L, a); break;
     case LUA_TNUMBER:
-      if (cp->dynamic && i < MAXARGS && cp->dynamic_arg[i] && !cp->static_arg[i]) {
-        g->kind = G_SCALAR;
-        g->scalar_int = lua_isinteger(L, a);
-        grace_tensor *s = NULL;
-        grace_trace_pause(vm);
-        grace_status st = g->scalar_int ? grace_tensor_scalar(vm, (double)lua_tointeger(L, a), 1, &s)
-                                        : grace_tensor_scalar(vm, lua_tonumber(L, a), 0, &s);
-        grace_trace_resume(vm);
-        if (st != GRACE_OK) { grace_trace_end(vm); return lg_fail(L, c); }
-        grace_tensor **slot = lg_newslot(L);
-        *slot = s;
-        if (grace_trace_scalar(vm, s, &v) != GRACE_OK) snprintf(why, sizeof why, "%s", grace_last_error(vm));
-        e->scalar_arg[e->nscalar++] = i;
-        continue;   /* the proxy is already pushed as the argument */
-      }
       if (lua_isinteger(L, a)) { g->kind = G_INT; g->i = lua_tointeger(L, a); }
       else { g->kind = G_FLOAT; g->f = lua_tonumber(L, a); }
       break;
@@ -493,19 +600,21 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   }
   /* globals read during the trace are recorded through a proxy _ENV */
   int envi = find_env(L, fn);
-  int reads = 0, realenv = 0;
+  int reads = 0, realenv = 0, gwrites = 0;
   if (envi) {
     lua_getupvalue(L, fn, envi);
     realenv = lua_gettop(L);
     lua_newtable(L);
     reads = lua_gettop(L);
+    lua_newtable(L);
+    gwrites = lua_gettop(L);
     lua_newtable(L);   /* the proxy */
     lua_newtable(L);   /* its metatable */
     lua_pushvalue(L, realenv); lua_pushvalue(L, reads);
     lua_pushcclosure(L, env_index, 2);
     lua_setfield(L, -2, "__index");
-    lua_pushvalue(L, realenv);
-    lua_pushcclosure(L, env_newindex, 1);
+    lua_pushvalue(L, realenv); lua_pushvalue(L, gwrites);
+    lua_pushcclosure(L, env_newindex, 2);
     lua_setfield(L, -2, "__newindex");
     lua_setmetatable(L, -2);
     lua_setupvalue(L, fn, envi);
@@ -513,21 +622,13 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     int ncall = nargs + 1;
     for (int k = 0; k < ncall; k++) { lua_pushvalue(L, callf); lua_remove(L, callf); }
     callf = lua_gettop(L) - ncall + 1;
-    realenv -= ncall; reads -= ncall;
+    realenv -= ncall; reads -= ncall; gwrites -= ncall;
   }
   int top_before = callf - 1;
   int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
   if (envi) { lua_pushvalue(L, realenv); lua_setupvalue(L, fn, envi); }
   if (st != LUA_OK) {
-    int mutated = grace_trace_mutated(vm);
     grace_trace_end(vm);
-    if (e->nscalar > 0 && !mutated) {
-      /* the error may come from a dynamic scalar used where Lua needs a number (math.type, a size): the
-       * function had changed nothing outside itself yet, so it is traced again with its numbers static */
-      for (int k = 0; k < e->nscalar; k++) cp->static_arg[e->scalar_arg[k]] = 1;
-      lua_settop(L, base);
-      return trace_call(L, c, cp, fn, args, nargs, nres);
-    }
     return lua_error(L);   /* the entry (and its IR) is garbage now; its __gc frees it */
   }
   int first = top_before + 1, n = lua_gettop(L) - top_before;
@@ -538,7 +639,10 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   int nouts = 0;
   for (int j = 0; j < n && j < MAXARGS; j++) {
     grace_tensor *t = lg_totensor(L, first + j);
-    if (t) {
+    int argk = -1;
+    for (int i = 0; t && i < nargs && argk < 0; i++) if (lg_totensor(L, args + i) == t) argk = i;
+    if (argk >= 0) e->ret_output[j] = -2 - argk;
+    else if (t) {
       grace_value v;
       if (grace_trace_value(vm, t, &v) != GRACE_OK || (v >= 0 && grace_ir_output(e->ir, v) != GRACE_OK)) {
         grace_trace_end(vm);
@@ -563,13 +667,22 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     size_t wl = strlen(why);
     while (wl && why[wl - 1] == '\n') why[--wl] = 0;   /* several problems stay one per line */
   }
+  /* side effects on Lua state the function reads: a compiled call would not repeat them */
+  if (!*why && gwrites) {
+    lua_pushnil(L);
+    if (lua_next(L, gwrites)) {
+      snprintf(why, sizeof why, "the function assigns the global '%s'; a compiled call would not, so it runs eagerly",
+               lua_isstring(L, -2) ? lua_tostring(L, -2) : "?");
+      lua_pop(L, 2);
+    }
+  }
+  if (!*why) changed_path(L, fn, args, pre_paths, pre_expect, pre_n, why, sizeof why);
   /* captured tensors: find each one's path from the arguments and upvalues */
   if (!*why) {
     lua_newtable(L); int seen = lua_gettop(L);
     lua_newtable(L); int targets = lua_gettop(L);
     lua_rawgeti(L, data, 2); int paths = lua_gettop(L);
     lua_rawgeti(L, data, 3); int expect = lua_gettop(L);
-    int ntarget = 0;
     /* targets: the captured tensors that are not local constants of the trace */
     lua_Integer nconst = grace_ir_count(e->ir, "consts");
     for (int k = 0; k < nconst; k++) {
@@ -578,38 +691,9 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
       lua_pushlightuserdata(L, t);
       lua_pushboolean(L, 1);
       lua_rawset(L, targets);
-      ntarget++;
     }
-    walk w = {L, fn, args, nargs, seen, targets, paths, expect, 0, 200000};
-    for (int i = 0; i < nargs; i++) {
-      if (!lua_istable(L, args + i) && !lua_isfunction(L, args + i)) continue;
-      lua_newtable(L);
-      lua_pushfstring(L, "a%d", i + 1);
-      lua_rawseti(L, -2, 1);
-      lua_pushvalue(L, args + i);
-      visit(&w, lua_gettop(L) - 1, 8, 0);
-      lua_settop(L, expect);
-    }
-    lua_newtable(L);
-    lua_pushliteral(L, "f");
-    lua_rawseti(L, -2, 1);
-    int fpath = lua_gettop(L);
-    (void)fpath;
-    /* the function itself: its upvalues are roots "u<i>" */
-    lua_pushvalue(L, fn);
-    lua_pushboolean(L, 1);
-    lua_rawset(L, seen);
-    for (int i = 1;; i++) {
-      const char *name = lua_getupvalue(L, fn, i);
-      if (!name) break;
-      if (!strcmp(name, "_ENV")) { lua_pop(L, 1); continue; }
-      lua_newtable(L);
-      lua_pushfstring(L, "u%d", i);
-      lua_rawseti(L, -2, 1);
-      lua_insert(L, -2);
-      visit(&w, lua_gettop(L) - 1, 8, 1);
-      lua_settop(L, expect);
-    }
+    walk w = {L, fn, args, nargs, seen, targets, paths, expect, 0, 200000, libs};
+    walk_roots(&w, fn, args, nargs);
     /* globals read: guarded by value (numbers, strings, booleans) or identity (anything else) */
     if (reads) {
       lua_pushnil(L);
@@ -634,20 +718,16 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
       snprintf(why, sizeof why, "a captured tensor is not reachable from the function's arguments, upvalues or globals "
                "(reached through a C function or a metatable?); pass it as an argument");
     }
-    (void)ntarget;
-    lua_settop(L, expect);
-    lua_pop(L, 4);
+    lua_settop(L, seen - 1);
   }
   if (!*why && grace_ir_verify(e->ir) != GRACE_OK) snprintf(why, sizeof why, "internal: %s", grace_last_error(vm));
   if (log_topic("ir")) {
     if (*why) fprintf(stderr, "grace: %s: no IR, runs eagerly: %s\n", cp->name, why);
     else fprintf(stderr, "grace: %s traced:\n%s", cp->name, grace_ir_text(e->ir));
   }
-  if (*why && e->nscalar > 0 && strstr(why, "graph break")) {
-    /* a dynamic scalar was needed as a host number (a size, a position): this function keeps its
-     * numbers static, and the next call traces again with the value guarded instead */
-    for (int k = 0; k < e->nscalar; k++) cp->static_arg[e->scalar_arg[k]] = 1;
-    e->nargs = -1;   /* never matches */
+  if (!*why && grace_ir_count(e->ir, "breaks") > 0) {   /* the recording is the first path of the tree */
+    e->tree[e->ntree++] = e->ir;
+    e->ir = NULL;
   }
   if (*why) {
     grace_ir_free(e->ir);
@@ -681,6 +761,125 @@ static int call_eager(lua_State *L, compiled *cp, int fn, int args, int nargs) {
   return lua_gettop(L) - fn + 1;
 }
 
+static int same_arg_guard(lua_State *L, const arg_guard *a, const arg_guard *b, int vals1, int vals2, int i) {
+  if (a->kind != b->kind) return 0;
+  switch (a->kind) {
+  case G_NIL: return 1;
+  case G_BOOL: return a->i == b->i;
+  case G_TENSOR:
+    return a->dt == b->dt && a->dev == b->dev && a->ndim == b->ndim && a->contiguous == b->contiguous &&
+           !memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)a->ndim) &&
+           (a->contiguous || !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim));
+  case G_VALUE: {
+    lua_rawgeti(L, vals1, i);
+    lua_rawgeti(L, vals2, i);
+    int same = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    return same;
+  }
+  default: return 0;
+  }
+}
+
+/* The number argument i's value as a literal of a program would hold it. */
+static int literal_is_arg(const arg_guard *g, double v, int64_t iv, int is_int) {
+  if (g->kind == G_INT) return is_int && iv == g->i;
+  return !is_int && !memcmp(&v, &g->f, sizeof v);
+}
+
+/* Two entries traced with different numbers in some arguments, whose programs differ only in literals
+ * that equal those numbers in each: the later one becomes a single entry for any value of them (each a
+ * dynamic scalar input, written per call), and the earlier one goes. Anything else that depends on the
+ * numbers (Lua arithmetic on them, a branch, a size, a table key, a returned number) makes the programs
+ * differ, and the numbers stay guarded by value. Returns whether it promoted. */
+static int try_promote(lua_State *L, compiled *cp, int entries) {
+  lua_Integer n = luaL_len(L, entries);
+  if (!cp->dynamic || n < 2) return 0;
+  lua_rawgeti(L, entries, n);
+  int ud2 = lua_gettop(L);
+  entry *e2 = lua_touserdata(L, ud2);
+  if (!e2->ir || e2->nscalar) { lua_pop(L, 1); return 0; }
+  lua_getiuservalue(L, ud2, 1);
+  int data2 = lua_gettop(L);
+  for (lua_Integer k = n - 1; k >= 1; k--) {
+    lua_settop(L, data2);
+    lua_rawgeti(L, entries, k);
+    int ud1 = lua_gettop(L);
+    entry *e1 = lua_touserdata(L, ud1);
+    if (!e1->ir || e1->nscalar || e1->nargs != e2->nargs || e1->nret != e2->nret || e1->npaths != e2->npaths) continue;
+    lua_getiuservalue(L, ud1, 1);
+    int data1 = lua_gettop(L);
+    lua_rawgeti(L, data1, 1);
+    lua_rawgeti(L, data2, 1);
+    int vals1 = lua_gettop(L) - 1, vals2 = vals1 + 1;
+    int differs[MAXARGS] = {0}, nd = 0, ok = 1;
+    for (int i = 0; i < e1->nargs && ok; i++) {
+      const arg_guard *a = &e1->args[i], *b = &e2->args[i];
+      if ((a->kind == G_INT || a->kind == G_FLOAT) && a->kind == b->kind) {
+        int same = a->kind == G_INT ? a->i == b->i : !memcmp(&a->f, &b->f, sizeof a->f);
+        if (!same) {
+          if (cp->allow_listed && !cp->allow_arg[i]) ok = 0;
+          differs[i] = 1;
+          nd++;
+        }
+      } else ok = same_arg_guard(L, a, b, vals1, vals2, i);
+    }
+    if (!ok || !nd) continue;
+    /* the same captured values, and the same results */
+    for (int j = 0; j < e1->nret && ok; j++) ok = e1->ret_output[j] == e2->ret_output[j];
+    lua_rawgeti(L, data1, 3);
+    lua_rawgeti(L, data2, 3);
+    for (int p = 1; p <= e1->npaths && ok; p++) {
+      lua_rawgeti(L, -2, p);
+      lua_rawgeti(L, -2, p);
+      ok = lua_rawequal(L, -1, -2);
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 2);
+    lua_rawgeti(L, data1, 4);
+    lua_rawgeti(L, data2, 4);
+    for (int j = 1; j <= e1->nret && ok; j++) {
+      lua_rawgeti(L, -2, j);
+      lua_rawgeti(L, -2, j);
+      ok = lua_rawequal(L, -1, -2) && (lua_type(L, -1) != LUA_TNUMBER || lua_isinteger(L, -1) == lua_isinteger(L, -2));
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 2);
+    int lits[MAXARGS * 4], lit_arg[MAXARGS * 4];
+    int nl = ok ? grace_ir_literal_diff(e1->ir, e2->ir, lits, MAXARGS * 4) : -1;
+    for (int l = 0; l < nl && ok; l++) {
+      double v1, v2;
+      int64_t i1, i2;
+      int int1, int2;
+      grace_ir_literal_value(e1->ir, lits[l], &v1, &i1, &int1);
+      grace_ir_literal_value(e2->ir, lits[l], &v2, &i2, &int2);
+      lit_arg[l] = -1;
+      for (int i = 0; i < e1->nargs && lit_arg[l] < 0; i++)
+        if (differs[i] && literal_is_arg(&e1->args[i], v1, i1, int1) && literal_is_arg(&e2->args[i], v2, i2, int2)) lit_arg[l] = i;
+      ok = lit_arg[l] >= 0;
+    }
+    if (nl < 0 || !ok) continue;
+    for (int l = 0; l < nl; l++) {
+      grace_ir_literal_to_scalar(e2->ir, lits[l]);
+      e2->scalar_arg[e2->nscalar++] = lit_arg[l];
+    }
+    for (int i = 0; i < e2->nargs; i++)
+      if (differs[i]) {
+        e2->args[i].scalar_int = e2->args[i].kind == G_INT;
+        e2->args[i].kind = G_SCALAR;
+        cp->dynamic_arg[i] = 1;
+      }
+    /* the earlier entry goes */
+    for (lua_Integer m = k; m < n; m++) { lua_rawgeti(L, entries, m + 1); lua_rawseti(L, entries, m); }
+    lua_pushnil(L);
+    lua_rawseti(L, entries, n);
+    lua_settop(L, ud2 - 1);
+    return 1;
+  }
+  lua_settop(L, ud2 - 1);
+  return 0;
+}
+
 static int compiled_call(lua_State *L) {
   compiled *cp = check_compiled(L, 1);
   lg_ctx *c = lg_begin(L);
@@ -709,10 +908,7 @@ static int compiled_call(lua_State *L) {
         char tmp[300];
         snprintf(tmp, sizeof tmp, "argument %d: %s", i + 1, miss);
         snprintf(cp->last_miss, sizeof cp->last_miss, "%s", tmp);
-        /* a number that changed value becomes a dynamic scalar input next time */
-        if ((e->args[i].kind == G_INT || e->args[i].kind == G_FLOAT) && lua_type(L, args + i) == LUA_TNUMBER && cp->dynamic &&
-            !cp->static_arg[i])
-          cp->dynamic_arg[i] = 1;
+
       }
     }
     lua_settop(L, ud);
@@ -729,6 +925,7 @@ static int compiled_call(lua_State *L) {
       grace_ir_recapture(e->ir);
       cp->recaptures++;
     }
+    if (e->ntree) return run_replay(L, c, cp, e, fn, args, nargs);
     if (!e->ir) return call_eager(L, cp, fn, args, nargs);   /* this guard set runs eagerly */
     return run_entry(L, c, ud, args);
   }
@@ -749,7 +946,9 @@ static int compiled_call(lua_State *L) {
   entry *e = lua_touserdata(L, eidx);
   lua_pushvalue(L, eidx);
   lua_rawseti(L, entries, ne + 1);
-  if (!e->ir) {
+  if (try_promote(L, cp, entries) && log_topic("ir"))
+    fprintf(stderr, "grace: %s: numbers that changed became dynamic scalars:\n%s", cp->name, grace_ir_text(e->ir));
+  if (!e->ir && !e->ntree) {
     lua_getiuservalue(L, eidx, 1);
     lua_rawgeti(L, -1, 5);
     say_once(cp, lua_tostring(L, -1));
@@ -773,6 +972,7 @@ static int compiled_stats(lua_State *L) {
   lua_pushinteger(L, cp->traces); lua_setfield(L, -2, "traces");
   lua_pushinteger(L, cp->eager_calls); lua_setfield(L, -2, "eager_calls");
   lua_pushinteger(L, cp->recaptures); lua_setfield(L, -2, "recaptures");
+  lua_pushinteger(L, cp->replays); lua_setfield(L, -2, "replays");
   lua_pushboolean(L, cp->eager_forever); lua_setfield(L, -2, "eager");
   lua_pushstring(L, cp->last_miss); lua_setfield(L, -2, "last_guard_failure");
   lua_newtable(L);
@@ -797,11 +997,24 @@ static int compiled_ir(lua_State *L) {
   if (k < 1 || k > n) { lua_pushnil(L); lua_pushliteral(L, "no such entry"); return 2; }
   lua_rawgeti(L, -1, k);
   entry *e = lua_touserdata(L, -1);
-  if (!e->ir) {
+  if (!e->ir && !e->ntree) {
     lua_getiuservalue(L, -1, 1);
     lua_pushnil(L);
     lua_rawgeti(L, -2, 5);
     return 2;
+  }
+  if (e->ntree) {   /* a function with breaks: its recorded paths, each with its break markers */
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int p = 0; p < e->ntree; p++) {
+      const char *t = grace_ir_text(e->tree[p]);
+      if (!t) return lgrace_error(L, lgrace_vm(L));
+      lua_pushfstring(L, "-- path %d of %d (replayed: the Lua code runs, ops are matched and run at the breaks)\n", p + 1, e->ntree);
+      luaL_addvalue(&b);
+      luaL_addstring(&b, t);
+    }
+    luaL_pushresult(&b);
+    return 1;
   }
   const char *text = grace_ir_text(e->ir);
   if (!text) return lgrace_error(L, lgrace_vm(L));
@@ -842,7 +1055,8 @@ static int l_compile(lua_State *L) {
       for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, -1, i);
         lua_Integer a = luaL_checkinteger(L, -1);
-        if (a >= 1 && a <= MAXARGS) cp->dynamic_arg[a - 1] = 1;
+        if (a >= 1 && a <= MAXARGS) cp->allow_arg[a - 1] = 1;
+        cp->allow_listed = 1;
         lua_pop(L, 1);
       }
     }
@@ -869,7 +1083,8 @@ static int l_compile(lua_State *L) {
  * caching, and returns (and prints) what grace does with it. */
 static int l_explain(lua_State *L) {
   int nargs = lua_gettop(L) - 1;
-  if (luaL_testudata(L, 1, LG_COMPILED)) {
+  compiled *given = luaL_testudata(L, 1, LG_COMPILED);
+  if (given) {
     lua_getiuservalue(L, 1, 1);
     lua_rawgeti(L, -1, 1);
     lua_replace(L, 1);
@@ -893,18 +1108,19 @@ static int l_explain(lua_State *L) {
   char line[512];
   snprintf(line, sizeof line, "grace.explain: %s\n", tmp.name);
   luaL_addstring(&b, line);
-  if (e->ir) {
-    const char *text = grace_ir_text(e->ir);
-    int counts[GRACE_NOPKINDS] = {0}, total = 0;
+  grace_ir *prog = e->ir ? e->ir : e->ntree ? e->tree[0] : NULL;
+  if (prog) {
+    const char *text = grace_ir_text(prog);
+    int counts[GRACE_NOPKINDS] = {0}, total = 0, nb = grace_ir_count(prog, "breaks");
     for (const char *p = text; p && (p = strstr(p, " = ")); p += 3) {
       char name[32];
       if (sscanf(p + 3, "%31[a-z_0-9]", name) != 1) continue;
       grace_op op;
       if (grace_op_from_name(name, &op) == GRACE_OK) { counts[grace_op_kind(op)]++; total++; }
     }
-    snprintf(line, sizeof line, "  compiles to 1 partition of %d ops (%d inputs, %d dynamic scalars, %d captured tensors, %d writes back)\n",
-             total, grace_ir_count(e->ir, "inputs"), grace_ir_count(e->ir, "scalars"), grace_ir_count(e->ir, "consts"),
-             grace_ir_count(e->ir, "writes"));
+    snprintf(line, sizeof line, "  %s %d partition%s of %d ops in all (%d inputs, %d captured tensors, %d writes back)\n",
+             nb ? "replays" : "compiles to", nb + 1, nb ? "s" : "", total, grace_ir_count(prog, "inputs"),
+             grace_ir_count(prog, "consts"), grace_ir_count(prog, "writes"));
     luaL_addstring(&b, line);
     static const char *kinds[] = {
 #define KIND_NAME(k) #k,
@@ -914,13 +1130,31 @@ static int l_explain(lua_State *L) {
     luaL_addstring(&b, "  ops by kind:");
     for (int k = 0; k < GRACE_NOPKINDS; k++)
       if (counts[k]) { snprintf(line, sizeof line, " %s %d", kinds[k], counts[k]); luaL_addstring(&b, line); }
-    luaL_addstring(&b, "\n  graph breaks: none\n");
+    luaL_addstring(&b, nb ? "\n  graph breaks (the host reads a value there; its Lua code runs on every call, and the ops "
+                            "between breaks are matched and run as one partition):\n" : "\n  graph breaks: none\n");
+    for (int k = 0; k < nb; k++) {
+      int after;
+      const char *where;
+      grace_ir_break(prog, k, &after, &where);
+      snprintf(line, sizeof line, "    %s: a tensor's value is read on the host (item, tolist, tostring, print); keep it a "
+               "tensor (grace.where instead of if) to remove the break\n", where ? where : "(unknown place)");
+      luaL_addstring(&b, line);
+    }
   } else {
     lua_getiuservalue(L, base + 1, 1);
     lua_rawgeti(L, -1, 5);
     snprintf(line, sizeof line, "  runs eagerly (no compiled partition):\n    %s\n", lua_tostring(L, -1));
     lua_pop(L, 2);
     luaL_addstring(&b, line);
+  }
+  if (given) {
+    int any = 0;
+    for (int i = 0; i < MAXARGS; i++)
+      if (given->dynamic_arg[i]) {
+        snprintf(line, sizeof line, "%s %d", any++ ? "," : "  dynamic scalars (numbers that change, passed per call): argument", i + 1);
+        luaL_addstring(&b, line);
+      }
+    if (any) luaL_addstring(&b, "\n");
   }
   luaL_addstring(&b, "  guards:\n");
   for (int i = 0; i < e->nargs; i++) {

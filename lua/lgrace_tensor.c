@@ -155,13 +155,6 @@ void lg_number_attr(lua_State *L, int idx, grace_attrs *a, int k) {
 int64_t lg_int(lua_State *L, lg_ctx *c, int idx, const char *op, const char *what) {
   int isnum;
   lua_Integer v = lua_tointegerx(L, idx, &isnum);
-  grace_tensor *t = isnum ? NULL : lg_totensor(L, idx);
-  if (t && grace_tensor_ndim(t) == 0 && grace_dtype_is_int(grace_tensor_dtype(t))) {
-    /* a number that grace.compile made a dynamic scalar: reading it is a graph break while tracing */
-    int64_t iv;
-    if (grace_tensor_get_int(c->vm, t, NULL, &iv) != GRACE_OK) lg_fail(L, c);
-    return iv;
-  }
   if (!isnum) {
     if (lua_type(L, idx) == LUA_TNUMBER)
       lg_errorf(L, c, "%s: %s must be an integer, got %s", op, what, lua_tostring(L, idx));

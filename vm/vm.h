@@ -48,6 +48,7 @@ struct grace_tensor {
   grace_dtype dtype;
   int ndim;
   int wrapped;                   /* a host number made by grace_tensor_scalar */
+  int pending;                   /* made by a replay, its value not computed yet (vm_replay.c) */
   int64_t sizes[GRACE_MAX_DIMS];
   int64_t strides[GRACE_MAX_DIMS];
   int64_t offset;                /* elements */
@@ -216,6 +217,15 @@ static inline int vm_tracing(const grace_vm *vm) { return vm->trace && grace_tra
 grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                              int nout, grace_tensor **out);
 void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how);
+int vm_trace_replaying(const grace_vm *vm);
+grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
+                          grace_tensor **out, int *handled);
+/* A tensor made while replaying stands for a value not computed yet: reading its layout or data runs
+ * what was deferred first. */
+grace_status vm_replay_flush(grace_vm *vm);
+static inline void vm_materialize(const grace_tensor *t) {
+  if (t->pending || (t->vm->trace && vm_trace_replaying(t->vm))) vm_replay_flush(t->vm);
+}
 /* A tensor made from host data while tracing: a constant local to the traced program. */
 grace_status vm_trace_created(grace_vm *vm, grace_tensor *t);
 

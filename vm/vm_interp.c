@@ -118,6 +118,7 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
     grace_tensor *dst = val[ir->writes[i].target], *src = val[ir->writes[i].value];
     if (dst == src) continue;
     st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, NULL, 0, NULL);
+    if (st == GRACE_OK) dst->storage->version += (uint64_t)(ir->writes[i].bumps - 1);   /* as many as eager made */
     const ir_inst *k = &ir->insts[ir->vals[ir->writes[i].target].inst];
     if (st == GRACE_OK && k->op == IR_OP_CONST) ir->consts[k->input_index].version = dst->storage->version;
   }

@@ -78,6 +78,11 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
   if (dev != GRACE_CPU)
     return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no kernels for device '%s' yet", name, grace_device_name(dev));
   vm->status = GRACE_OK;
+  if (vm_tracing(vm) && vm_trace_replaying(vm)) {
+    int handled = 0;
+    grace_status rs = vm_replay_op(vm, op, nin, in, attrs, nout, out, &handled);
+    if (handled) return rs;
+  }
   int record = vm_tracing(vm);
   if (record) grace_trace_pause(vm);   /* kernels that call grace_run are one op of the trace */
   grace_status st = cpu_family(op)(vm, op, nin, in, attrs, nout, out);

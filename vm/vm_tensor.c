@@ -149,15 +149,15 @@ grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out
 
 int grace_tensor_ndim(const grace_tensor *t) { return t->ndim; }
 const int64_t *grace_tensor_sizes(const grace_tensor *t) { return t->sizes; }
-const int64_t *grace_tensor_strides(const grace_tensor *t) { return t->strides; }
-int64_t grace_tensor_offset(const grace_tensor *t) { return t->offset; }
+const int64_t *grace_tensor_strides(const grace_tensor *t) { vm_materialize(t); return t->strides; }
+int64_t grace_tensor_offset(const grace_tensor *t) { vm_materialize(t); return t->offset; }
 int64_t grace_tensor_numel(const grace_tensor *t) { return vm_numel(t->ndim, t->sizes); }
 grace_dtype grace_tensor_dtype(const grace_tensor *t) { return t->dtype; }
 grace_device grace_tensor_device(const grace_tensor *t) { return t->storage->device; }
-int grace_tensor_is_contiguous(const grace_tensor *t) { return vm_is_contiguous(t); }
+int grace_tensor_is_contiguous(const grace_tensor *t) { vm_materialize(t); return vm_is_contiguous(t); }
 int grace_tensor_is_scalar(const grace_tensor *t) { return t->wrapped; }
-uint64_t grace_tensor_version(const grace_tensor *t) { return t->storage->version; }
-const void *grace_tensor_storage_id(const grace_tensor *t) { return t->storage; }
+uint64_t grace_tensor_version(const grace_tensor *t) { vm_materialize(t); return t->storage->version; }
+const void *grace_tensor_storage_id(const grace_tensor *t) { vm_materialize(t); return t->storage; }
 void *grace_tensor_data(grace_tensor *t) {
   if (vm_tracing(t->vm)) vm_trace_read(t->vm, t, "taking its data pointer");
   return t->storage->device == GRACE_CPU ? vm_ptr(t) : NULL;

@@ -4,34 +4,7 @@
  * to a new value, and inputs or captures that changed are written back at the end. What the IR cannot
  * express is recorded as a problem with its location, so the host can explain it and run eagerly. */
 #include <stdio.h>
-#include "ir/ir.h"
-#include "vm/vm.h"
-
-/* v: the tensor's current value; STALE: a view whose storage was written since it was made, remade from
- * its parent when next used. parent/vop/va: how a view was made, to turn a write through it into an
- * update of its base, and to remake it. */
-#define STALE (-2)
-typedef struct {
-  grace_tensor *t;
-  grace_value v;
-  grace_tensor *parent;
-  grace_op vop;
-  grace_attrs va;
-} trace_slot;
-
-struct vm_trace {
-  grace_ir *ir;
-  grace_where_fn where;
-  void *where_ud;
-  int paused;
-  trace_slot *slots;            /* open addressing on the tensor pointer */
-  int nslots, used;
-  grace_value *root;            /* per value: the input/const value it updates, or -1 */
-  int nroot;
-  char *problems;
-  size_t plen, pcap;
-  int nproblems;
-};
+#include "vm/vm_trace.h"
 
 static size_t hash_ptr(const void *p, int n) {
   uint64_t x = (uint64_t)(uintptr_t)p;
@@ -39,14 +12,13 @@ static size_t hash_ptr(const void *p, int n) {
   return (size_t)(x & (uint64_t)(n - 1));
 }
 
-static trace_slot *find(vm_trace *tr, const grace_tensor *t) {
+trace_slot *tr_find(vm_trace *tr, const grace_tensor *t) {
   size_t i = hash_ptr(t, tr->nslots);
   while (tr->slots[i].t && tr->slots[i].t != t) i = (i + 1) & (size_t)(tr->nslots - 1);
   return &tr->slots[i];
 }
 
-static grace_status problem(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static grace_status problem(grace_vm *vm, const char *fmt, ...) {
+grace_status tr_problem(grace_vm *vm, const char *fmt, ...) {
   vm_trace *tr = vm->trace;
   char msg[512], loc[256] = "";
   va_list ap;
@@ -68,7 +40,7 @@ static grace_status problem(grace_vm *vm, const char *fmt, ...) {
   return GRACE_OK;
 }
 
-static grace_status map_put(grace_vm *vm, grace_tensor *t, grace_value v) {
+grace_status tr_map_put(grace_vm *vm, grace_tensor *t, grace_value v) {
   vm_trace *tr = vm->trace;
   if ((tr->used + 1) * 2 > tr->nslots) {
     int n = tr->nslots ? tr->nslots * 2 : 256;
@@ -77,32 +49,35 @@ static grace_status map_put(grace_vm *vm, grace_tensor *t, grace_value v) {
     int on = tr->nslots;
     tr->slots = s;
     tr->nslots = n;
-    for (int i = 0; i < on; i++) if (old[i].t) *find(tr, old[i].t) = old[i];
+    for (int i = 0; i < on; i++) if (old[i].t) *tr_find(tr, old[i].t) = old[i];
     vm_free(vm, old, sizeof *old * (size_t)on);
   }
-  trace_slot *s = find(tr, t);
+  trace_slot *s = tr_find(tr, t);
   if (!s->t) { grace_tensor_retain(t); s->t = t; s->parent = NULL; tr->used++; }
   s->v = v;
   return GRACE_OK;
 }
 
 /* root[v]: for values that are (updated versions of) an input or a capture, that input's value */
-static grace_status set_root(grace_vm *vm, grace_value v, grace_value root) {
+grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root) {
   vm_trace *tr = vm->trace;
   if (v >= tr->nroot) {
     int n = tr->nroot ? tr->nroot : 64;
     while (n <= v) n *= 2;
     grace_value *r = vm->alloc(vm->alloc_ud, tr->root, sizeof *r * (size_t)tr->nroot, sizeof *r * (size_t)n, VM_ALIGN);
     if (!r) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
-    for (int i = tr->nroot; i < n; i++) r[i] = -1;
     tr->root = r;
+    int *b = vm->alloc(vm->alloc_ud, tr->bumps, sizeof *b * (size_t)tr->nroot, sizeof *b * (size_t)n, VM_ALIGN);
+    if (!b) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    tr->bumps = b;
+    for (int i = tr->nroot; i < n; i++) { r[i] = -1; b[i] = 0; }
     tr->nroot = n;
   }
   tr->root[v] = root;
   return GRACE_OK;
 }
 
-static grace_value root_of(vm_trace *tr, grace_value v) { return v >= 0 && v < tr->nroot ? tr->root[v] : -1; }
+grace_value tr_root_of(vm_trace *tr, grace_value v) { return v >= 0 && v < tr->nroot ? tr->root[v] : -1; }
 
 grace_status grace_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where, void *ud) {
   if (vm->trace) return vm_err(vm, GRACE_EARG, "trace: a trace is already active (grace.compile inside a traced function?)");
@@ -123,14 +98,15 @@ const char *grace_trace_problems(grace_vm *vm) {
 static grace_status declare(grace_vm *vm, grace_tensor *t, int scalar, grace_value *out) {
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
-  if (tr->used && find(tr, t)->t)
+  if (tr->used && tr_find(tr, t)->t)
     return vm_err(vm, GRACE_EARG, "trace: the same tensor is passed twice; inputs must be distinct tensors");
+  if (tr->replay) return vm_replay_input(vm, t, scalar, out);
   grace_status st = scalar ? (t->ndim == 0 ? grace_ir_scalar(tr->ir, t->dtype, out)
                                            : vm_err(vm, GRACE_EARG, "trace: a scalar input must be 0-d"))
                            : grace_ir_input(tr->ir, t->dtype, t->storage->device, t->ndim, t->sizes, out);
   if (st == GRACE_OK && scalar) tr->ir->vals[*out].type.wrapped = t->wrapped;
-  if (st == GRACE_OK) st = map_put(vm, t, *out);
-  if (st == GRACE_OK && !scalar) st = set_root(vm, *out, *out);
+  if (st == GRACE_OK) st = tr_map_put(vm, t, *out);
+  if (st == GRACE_OK && !scalar) st = tr_set_root(vm, *out, *out);
   return st;
 }
 
@@ -143,7 +119,7 @@ grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) 
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   if (tr->used) {
-    trace_slot *s = find(tr, t);
+    trace_slot *s = tr_find(tr, t);
     if (s->t && s->v == STALE) {
       grace_status st = remake_view(vm, s);
       *out = s->v;
@@ -157,20 +133,20 @@ grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) 
                                  : grace_ir_literal(tr->ir, vm_load_f64(t->dtype, vm_ptr(t)), 0, out);
   } else {
     st = grace_ir_const(tr->ir, t, out);
-    if (st == GRACE_OK) st = set_root(vm, *out, *out);
+    if (st == GRACE_OK) st = tr_set_root(vm, *out, *out);
   }
-  if (st == GRACE_OK) st = map_put(vm, t, *out);
+  if (st == GRACE_OK) st = tr_map_put(vm, t, *out);
   return st;
 }
 
 grace_status vm_trace_created(grace_vm *vm, grace_tensor *t) {
   vm_trace *tr = vm->trace;
-  if (t->wrapped) return GRACE_OK;   /* numbers become literals when used */
+  if (t->wrapped || tr->replay) return GRACE_OK;   /* numbers become literals; a replay matches contents */
   grace_value v;
   grace_status st = grace_ir_const(tr->ir, t, &v);
   if (st != GRACE_OK) return st;
   tr->ir->consts[tr->ir->nconst - 1].local = 1;
-  return map_put(vm, t, v);
+  return tr_map_put(vm, t, v);
 }
 
 /* Another mapped tensor shares t's storage (a view, or t is viewed). */
@@ -182,7 +158,7 @@ static int aliased(vm_trace *tr, const grace_tensor *t) {
 
 static grace_tensor *base_of(vm_trace *tr, grace_tensor *t) {
   for (int n = 0; n < 64; n++) {
-    trace_slot *s = find(tr, t);
+    trace_slot *s = tr_find(tr, t);
     if (!s->t || !s->parent) return t;
     t = s->parent;
   }
@@ -192,16 +168,17 @@ static grace_tensor *base_of(vm_trace *tr, grace_tensor *t) {
 /* A view made before its storage was written: made again from its parent's current value. */
 static grace_status remake_view(grace_vm *vm, trace_slot *s) {
   vm_trace *tr = vm->trace;
-  trace_slot *p = s->parent ? find(tr, s->parent) : NULL;
+  trace_slot *p = s->parent ? tr_find(tr, s->parent) : NULL;
   if (!p || !p->t) {
     s->v = -1;
-    return problem(vm, "internal: a stale view has no parent to remake it from");
+    return tr_problem(vm, "internal: a stale view has no parent to remake it from");
   }
   grace_status st = p->v == STALE ? remake_view(vm, p) : GRACE_OK;
   if (st != GRACE_OK || p->v < 0) { s->v = -1; return st; }
   grace_value v;
   st = grace_ir_op(tr->ir, s->vop, 1, &p->v, &s->va, 1, &v);
   s->v = st == GRACE_OK ? v : -1;
+  tr->nsynthetic++;
   return st;
 }
 
@@ -214,8 +191,8 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
   grace_ir *ir = tr->ir;
   grace_tensor *chain[64];
   int n = 0;
-  for (grace_tensor *c = t; c; c = find(tr, c)->parent) {
-    if (n == 64) return problem(vm, "writes through a chain of more than 64 views");
+  for (grace_tensor *c = t; c; c = tr_find(tr, c)->parent) {
+    if (n == 64) return tr_problem(vm, "writes through a chain of more than 64 views");
     chain[n++] = c;
   }
   grace_tensor *base = chain[n - 1];
@@ -225,16 +202,16 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
     for (int k = 0; k < n; k++) on_chain |= s->t == chain[k];
     if (!s->t || on_chain || s->t->storage != t->storage) continue;
     if (base_of(tr, s->t) != base)
-      return problem(vm, "writes a tensor whose storage is shared with another argument or captured tensor; "
+      return tr_problem(vm, "writes a tensor whose storage is shared with another argument or captured tensor; "
                      "pass tensors that do not overlap");
     s->v = STALE;
   }
   grace_value cur = newv;
   grace_status st = GRACE_OK;
   for (int k = 0; k + 1 < n && st == GRACE_OK && !tr->nproblems; k++) {
-    trace_slot *cs = find(tr, chain[k]), *ps = find(tr, chain[k + 1]);
+    trace_slot *cs = tr_find(tr, chain[k]), *ps = tr_find(tr, chain[k + 1]);
     if (ps->v == STALE && (st = remake_view(vm, ps)) != GRACE_OK) return st;
-    map_put(vm, chain[k], cur);
+    tr_map_put(vm, chain[k], cur);
     grace_attrs a = cs->va;
     grace_value pv = ps->v, next;
     switch (cs->vop) {
@@ -263,18 +240,19 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
       break;
     }
     default:
-      return problem(vm, "writes through a %s view, which cannot be turned into an update of its base", grace_op_name(cs->vop));
+      return tr_problem(vm, "writes through a %s view, which cannot be turned into an update of its base", grace_op_name(cs->vop));
     }
     if (st != GRACE_OK) {
       char msg[VM_ERRLEN];
       snprintf(msg, sizeof msg, "%s", vm->err);
-      return problem(vm, "internal: undoing a view for a write: %s", msg);
+      return tr_problem(vm, "internal: undoing a view for a write: %s", msg);
     }
     cur = next;
+    tr->nsynthetic++;
   }
   if (tr->nproblems) return GRACE_OK;
-  grace_value broot = root_of(tr, find(tr, base)->v);
-  if ((st = map_put(vm, base, cur)) == GRACE_OK) st = set_root(vm, cur, broot);
+  grace_value broot = tr_root_of(tr, tr_find(tr, base)->v);
+  if ((st = tr_map_put(vm, base, cur)) == GRACE_OK) st = tr_set_root(vm, cur, broot);
   return st;
 }
 
@@ -283,7 +261,7 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
                              grace_tensor **out) {
   vm_trace *tr = vm->trace;
   grace_value args[64], res[2];
-  if (nin > 64) return problem(vm, "%s with %d inputs is too wide to trace", grace_op_name(op), nin);
+  if (nin > 64) return tr_problem(vm, "%s with %d inputs is too wide to trace", grace_op_name(op), nin);
   tr->paused++;   /* nothing below is part of the program */
   char loc[256] = "";
   if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
@@ -295,13 +273,17 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   }
   int inplace = grace_op_kind(op) == GRACE_KIND_INPLACE;
   int through_view = inplace && aliased(tr, in[0]);
+  if (st == GRACE_OK && inplace && args[0] >= 0) {   /* count the write against the tensor it lands in */
+    grace_value r = tr_root_of(tr, tr_find(tr, base_of(tr, in[0]))->v);
+    if (r >= 0 && r < tr->nroot) tr->bumps[r]++;
+  }
   int nres = inplace ? 1 : nout;
   if (st == GRACE_OK && !tr->nproblems) {
     st = grace_ir_op(tr->ir, op, nin, args, a, nres, res);
     if (st != GRACE_OK) {
       char msg[VM_ERRLEN];
       snprintf(msg, sizeof msg, "%s", vm->err);
-      st = problem(vm, "the IR rejects %s as executed: %s", grace_op_name(op), msg);
+      st = tr_problem(vm, "the IR rejects %s as executed: %s", grace_op_name(op), msg);
     }
     grace_tensor *const *results = inplace ? in : out;
     for (int r = 0; r < nres && st == GRACE_OK && !tr->nproblems; r++) {
@@ -310,14 +292,14 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
       const grace_tensor *t = results[r];
       int same = ty->dtype == t->dtype && ty->ndim == t->ndim;
       for (int d = 0; same && d < t->ndim; d++) same = ty->sizes[d] == t->sizes[d];
-      if (!same) st = problem(vm, "internal: %s traced as %s but executed as %s %s", grace_op_name(op),
+      if (!same) st = tr_problem(vm, "internal: %s traced as %s but executed as %s %s", grace_op_name(op),
                               ir_type_str(ty, (char[160]){0}, 160), grace_dtype_name(t->dtype), VM_SHAPE(t));
       else if (through_view) st = write_through_view(vm, in[0], res[r]);
       else {
-        st = map_put(vm, results[r], res[r]);
-        if (st == GRACE_OK && inplace) st = set_root(vm, res[r], root_of(tr, args[0]));
+        st = tr_map_put(vm, results[r], res[r]);
+        if (st == GRACE_OK && inplace) st = tr_set_root(vm, res[r], tr_root_of(tr, args[0]));
         if (st == GRACE_OK && grace_op_kind(op) == GRACE_KIND_VIEW) {   /* remember how the view was made */
-          trace_slot *vs = find(tr, results[r]);
+          trace_slot *vs = tr_find(tr, results[r]);
           vs->parent = in[0]; vs->vop = op; vs->va = *a;
         }
       }
@@ -327,10 +309,17 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   return st;
 }
 
-/* Called before the host reads a tensor's data. */
+/* Called before the host reads a tensor's data: a graph break. Recording marks where the partition ends;
+ * replaying runs what was deferred, so the value is there to read. */
 void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   vm_trace *tr = vm->trace;
-  if (tr->used && find(tr, t)->t) problem(vm, "graph break: %s reads a traced tensor's value on the host", how);
+  if (tr->replay) { vm_replay_flush(vm); return; }
+  if (!tr->used || !tr_find(tr, t)->t) return;
+  char loc[256] = "";
+  if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
+  grace_ir_set_location(tr->ir, *loc ? loc : NULL);
+  if (ir_add_break(tr->ir) != GRACE_OK) tr_problem(vm, "out of memory recording a break");
+  (void)how;
 }
 
 int grace_trace_mutated(const grace_vm *vm) {
@@ -338,7 +327,7 @@ int grace_trace_mutated(const grace_vm *vm) {
   if (!tr) return 0;
   for (int i = 0; i < tr->nslots; i++) {
     const trace_slot *s = &tr->slots[i];
-    grace_value r = s->t && s->v >= 0 ? root_of((vm_trace *)tr, s->v) : -1;   /* stale views are never roots */
+    grace_value r = s->t && s->v >= 0 ? tr_root_of((vm_trace *)tr, s->v) : -1;   /* stale views are never roots */
     if (r >= 0 && r != s->v) return 1;
   }
   return 0;
@@ -346,7 +335,7 @@ int grace_trace_mutated(const grace_vm *vm) {
 
 grace_status grace_trace_note(grace_vm *vm, const char *why) {
   if (!vm->trace) return vm_err(vm, GRACE_EARG, "trace: no active trace");
-  return problem(vm, "%s", why);
+  return tr_problem(vm, "%s", why);
 }
 
 grace_status grace_trace_end(grace_vm *vm) {
@@ -357,20 +346,32 @@ grace_status grace_trace_end(grace_vm *vm) {
   for (int i = 0; i < tr->nslots && st == GRACE_OK && !tr->nproblems; i++) {
     trace_slot *s = &tr->slots[i];
     if (!s->t) continue;
-    grace_value r = root_of(tr, s->v);
+    grace_value r = tr_root_of(tr, s->v);
     if (r < 0 || r == s->v) continue;
     /* s->t was updated in place; its first value is the root (an input or a capture) */
     st = grace_ir_write(tr->ir, r, s->v);
+    if (st == GRACE_OK) tr->ir->writes[tr->ir->nwrite - 1].bumps = tr->bumps[r] > 0 ? tr->bumps[r] : 1;
   }
+  if (st == GRACE_OK && tr->ir->nbreak && tr->nsynthetic)
+    tr_problem(vm, "writes through views in a function with graph breaks cannot be replayed; write base tensors");
   if (st == GRACE_OK && tr->nproblems) {
     const char *nl = strchr(tr->problems, '\n');
     st = vm_err(vm, GRACE_EUNSUPPORTED, "%.*s", (int)(nl ? nl - tr->problems : (long)strlen(tr->problems)), tr->problems);
   }
+  tr_free(vm);
+  return st;
+}
+
+void tr_free(grace_vm *vm) {
+  vm_trace *tr = vm->trace;
   for (int i = 0; i < tr->nslots; i++) grace_tensor_release(tr->slots[i].t);
   vm_free(vm, tr->slots, sizeof *tr->slots * (size_t)tr->nslots);
   vm_free(vm, tr->root, sizeof *tr->root * (size_t)tr->nroot);
+  vm_free(vm, tr->bumps, sizeof *tr->bumps * (size_t)tr->nroot);
   vm_free(vm, tr->problems, tr->pcap);
+  vm_free(vm, tr->val, sizeof *tr->val * (size_t)tr->nval);
+  vm_free(vm, tr->pending, sizeof *tr->pending * (size_t)tr->cap_pending);
+  if (tr->owns_ir) grace_ir_free(tr->ir);
   vm_free(vm, tr, sizeof *tr);
   vm->trace = NULL;
-  return st;
 }

@@ -73,7 +73,7 @@ int main(void) {
   grace_tensor_release(s);
   grace_ir_free(ir);
 
-  /* a host read is a graph break, reported with its location */
+  /* a host read is a graph break: the trace records where it was (the partition ends there) */
   ir = grace_ir_new(vm, "brk");
   grace_trace_begin(vm, ir, where_fn, &line);
   grace_trace_input(vm, x2, &vx);
@@ -81,9 +81,14 @@ int main(void) {
   line = 12;
   double item;
   grace_tensor_get(vm, y, (int64_t[]){0}, &item);
-  ok(strstr(grace_trace_problems(vm), "test.lua:12: graph break") != NULL, "break at its line: %s", grace_trace_problems(vm));
-  ok(grace_trace_end(vm) == GRACE_EUNSUPPORTED && strstr(grace_last_error(vm), "graph break"), "trace with a break is unsupported");
-  grace_tensor_release(y);
+  grace_tensor *y2 = op2(GRACE_OP_ADD, y, x2);
+  int brk_after = -2;
+  const char *where = NULL;
+  ok(grace_trace_end(vm) == GRACE_OK && grace_ir_count(ir, "breaks") == 1, "a trace with a break ends with the break recorded");
+  ok(grace_ir_break(ir, 0, &brk_after, &where) == GRACE_OK && where && !strcmp(where, "test.lua:12") && brk_after == 1,
+     "the break is after the mul, at test.lua:12 (after %d, %s)", brk_after, where ? where : "?");
+  ok(strstr(grace_ir_text(ir), "  break  @\"test.lua:12\"\n") != NULL, "the text form shows the break");
+  grace_tensor_release(y); grace_tensor_release(y2);
   grace_ir_free(ir);
 
   /* writing through a view updates its base functionally (slice_scatter) and is written back */

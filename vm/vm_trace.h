@@ -1,0 +1,70 @@
+/* vm_trace.h: the state shared by recording (vm_trace.c) and replaying (vm_replay.c) a traced function:
+ * the map from tensors to IR values and, in replay, the recorded paths being matched. */
+#ifndef GRACE_VM_TRACE_H
+#define GRACE_VM_TRACE_H
+
+#include "ir/ir.h"
+#include "vm/vm.h"
+
+/* v: the tensor's current value; STALE: a view whose storage was written since it was made, remade from
+ * its parent when next used. parent/vop/va: how a view was made, to turn a write through it into an
+ * update of its base, and to remake it. */
+#define STALE (-2)
+typedef struct {
+  grace_tensor *t;
+  grace_value v;
+  grace_tensor *parent;
+  grace_op vop;
+  grace_attrs va;
+} trace_slot;
+
+
+struct vm_trace {
+  grace_ir *ir;                 /* the IR being recorded */
+  int owns_ir;                  /* recorded after a replay diverged: handed to the host at the end */
+  grace_where_fn where;
+  void *where_ud;
+  int paused;
+  trace_slot *slots;            /* open addressing on the tensor pointer */
+  int nslots, used;
+  grace_value *root;            /* per value: the input/const value it updates, or -1 */
+  int *bumps;                   /* per input/const value: in-place writes to it so far */
+  int nroot;
+  char *problems;
+  size_t plen, pcap;
+  int nproblems;
+  int nsynthetic;               /* instructions added for writes through views (not calls the host made) */
+  /* replay (vm_replay.c) */
+  int replay;                   /* matching recorded paths; 0 once the call left them (then recording) */
+  grace_ir *const *paths;
+  int npaths;
+  uint64_t alive;               /* paths still matching the calls made so far */
+  int lead;                     /* one alive path; alive paths number the shared prefix alike */
+  int cursor;                   /* next instruction of the prefix */
+  grace_tensor **val;           /* per value of the prefix: the tensor standing for it */
+  int nval;
+  int32_t *pending;             /* instructions matched but not run yet */
+  int npending, cap_pending;
+  double replay_ns;             /* host time spent matching, for the report */
+  long replayed_ops;
+};
+
+trace_slot *tr_find(vm_trace *tr, const grace_tensor *t);
+grace_status tr_map_put(grace_vm *vm, grace_tensor *t, grace_value v);
+grace_status tr_problem(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root);
+grace_value tr_root_of(vm_trace *tr, grace_value v);
+/* Frees the trace state (references, map, replay arrays); vm->trace becomes NULL. */
+void tr_free(grace_vm *vm);
+
+/* replay (vm_replay.c) */
+/* grace_run's hook while replaying: *handled says whether the op was matched (deferred) or the call left
+ * the recorded paths (then the trace records from here and grace_run executes the op). */
+grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
+                          grace_tensor **out, int *handled);
+/* Runs the deferred instructions, so every tensor of the call holds its value. */
+grace_status vm_replay_flush(grace_vm *vm);
+/* grace_trace_input/_scalar while replaying: t stands for the next input of the paths. */
+grace_status vm_replay_input(grace_vm *vm, grace_tensor *t, int scalar, grace_value *out);
+
+#endif
