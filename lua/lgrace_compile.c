@@ -48,6 +48,7 @@ typedef struct entry {
   int ret_output[MAXARGS];              /* >= 0: IR output index; -1: constant from the uservalue;
                                            <= -2: argument -2 - k itself (the same object, as eager) */
   int npaths;
+  int alias[MAXARGS];                   /* tensor argument i shares storage with argument alias[i] (-1: none) */
   long hits;
 } entry;
 
@@ -148,6 +149,18 @@ static const char *arg_miss(lua_State *L, const arg_guard *g, int idx, int vals,
   return "unknown guard";
 }
 
+/* Which argument each tensor argument shares storage with (-1: none): aliasing changes what in-place
+ * writes do, so the pattern is part of the guards. */
+static void alias_pattern(lua_State *L, int args, int nargs, int *alias) {
+  const void *ids[MAXARGS];
+  for (int i = 0; i < nargs && i < MAXARGS; i++) {
+    grace_tensor *t = lg_totensor(L, args + i);
+    ids[i] = t ? grace_tensor_storage_id(t) : NULL;
+    alias[i] = -1;
+    for (int j = 0; j < i && t; j++) if (ids[j] == ids[i]) { alias[i] = j; break; }
+  }
+}
+
 /* ---- paths: where a captured tensor or a guarded number lives, re-read on every call ----
  * A path is a table {root, k1, k2, ...}: root "a<i>" (argument i), "u<i>" (upvalue i of the function),
  * "g" (a global: k1 is its name); then the keys of nested tables (raw access) or "u<i>" for an upvalue
@@ -231,6 +244,7 @@ typedef struct walk {
   int paths, expect;  /* output lists */
   int npaths, budget;
   int libs;           /* table: the modules in package.loaded (libraries are not state to guard) */
+  int arg_captured;   /* an argument tensor is also reachable (targets maps it to 2) */
 } walk;
 
 static void add_guard(walk *w, int path_idx, int value_idx) {
@@ -270,8 +284,9 @@ static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
     if (!t) return;
     lua_pushlightuserdata(L, t);
     lua_rawget(L, w->targets);
-    int wanted = lua_toboolean(L, -1);
+    int wanted = lua_toboolean(L, -1), is_arg = lua_tointeger(L, -1) == 2;
     lua_pop(L, 1);
+    if (is_arg) { w->arg_captured = 1; return; }
     if (wanted) {
       add_guard(w, path_idx, v);
       lua_pushlightuserdata(L, t);
@@ -284,6 +299,8 @@ static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
     add_guard(w, path_idx, v);
     return;
   }
+  /* a function the code may call: guarded by identity (a replaced method or helper retraces) */
+  if (ty == LUA_TFUNCTION && guard_scalars) add_guard(w, path_idx, v);
   if ((ty != LUA_TTABLE && ty != LUA_TFUNCTION) || depth <= 0) return;
   lua_pushvalue(L, v);
   lua_rawget(L, w->seen);
@@ -550,6 +567,7 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   lua_pushvalue(L, data);
   lua_setiuservalue(L, ud, 1);
   e->nargs = nargs;
+  alias_pattern(L, args, nargs, e->alias);
   /* what the function can read of Lua state, before it runs: a change afterwards is a side effect */
   push_libs(L);
   int libs = lua_gettop(L);
@@ -557,7 +575,7 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   lua_newtable(L); int pre_targets = lua_gettop(L);
   lua_newtable(L); int pre_paths = lua_gettop(L);
   lua_newtable(L); int pre_expect = lua_gettop(L);
-  walk pw = {L, fn, args, nargs, pre_seen, pre_targets, pre_paths, pre_expect, 0, 100000, libs};
+  walk pw = {L, fn, args, nargs, pre_seen, pre_targets, pre_paths, pre_expect, 0, 100000, libs, 0};
   walk_roots(&pw, fn, args, nargs);
   int pre_n = pw.npaths;
   char irname[64];
@@ -692,8 +710,27 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
       lua_pushboolean(L, 1);
       lua_rawset(L, targets);
     }
-    walk w = {L, fn, args, nargs, seen, targets, paths, expect, 0, 200000, libs};
+    /* argument tensors too: one the function also reaches by a captured path is read through two names,
+     * which one IR value cannot tell apart */
+    for (int i = 0; i < nargs; i++) {
+      grace_tensor *t = lg_totensor(L, args + i);
+      if (!t) continue;
+      lua_pushlightuserdata(L, t);
+      lua_pushinteger(L, 2);
+      lua_rawset(L, targets);
+    }
+    walk w = {L, fn, args, nargs, seen, targets, paths, expect, 0, 200000, libs, 0};
     walk_roots(&w, fn, args, nargs);
+    for (int i = 0; i < nargs; i++) {
+      grace_tensor *t = lg_totensor(L, args + i);
+      if (!t) continue;
+      lua_pushlightuserdata(L, t);
+      lua_pushnil(L);
+      lua_rawset(L, targets);
+    }
+    if (w.arg_captured)
+      snprintf(why, sizeof why, "a tensor passed as an argument is also reached by the function through an upvalue, a "
+               "table or a global; pass a copy, or use only one of the two");
     /* globals read: guarded by value (numbers, strings, booleans) or identity (anything else) */
     if (reads) {
       lua_pushnil(L);
@@ -880,6 +917,27 @@ static int try_promote(lua_State *L, compiled *cp, int entries) {
   return 0;
 }
 
+/* Why the call's arguments alias differently from the trace, or overlap a captured tensor of a program
+ * that writes in place (NULL: they do not). */
+static const char *alias_miss(lua_State *L, const entry *e, int args, int nargs) {
+  int now[MAXARGS];
+  alias_pattern(L, args, nargs, now);
+  if (memcmp(now, e->alias, sizeof(int) * (size_t)nargs)) return "tensor arguments share storage differently than when traced";
+  const grace_ir *ir = e->ir;
+  if (!ir || !grace_ir_count(ir, "writes")) return NULL;
+  int nc = grace_ir_count(ir, "consts");
+  for (int i = 0; i < nargs; i++) {
+    grace_tensor *t = lg_totensor(L, args + i);
+    if (!t) continue;
+    for (int k = 0; k < nc; k++) {
+      grace_tensor *c = grace_ir_const_tensor(ir, k);
+      if (c && grace_tensor_storage_id(c) == grace_tensor_storage_id(t))
+        return "a tensor argument shares storage with a captured tensor of a program that writes in place";
+    }
+  }
+  return NULL;
+}
+
 static int compiled_call(lua_State *L) {
   compiled *cp = check_compiled(L, 1);
   lg_ctx *c = lg_begin(L);
@@ -912,6 +970,7 @@ static int compiled_call(lua_State *L) {
       }
     }
     lua_settop(L, ud);
+    if (!miss) miss = alias_miss(L, e, args, nargs);
     if (!miss) miss = paths_miss(L, fn, args, ud, buf, sizeof buf);
     if (miss) {
       if (!cp->last_miss[0] || strstr(miss, "captured")) snprintf(cp->last_miss, sizeof cp->last_miss, "%s", miss);
@@ -1039,7 +1098,7 @@ static int l_compile(lua_State *L) {
   compiled *cp = lua_newuserdatauv(L, sizeof *cp, 1);
   memset(cp, 0, sizeof *cp);
   cp->cache_limit = 8;
-  cp->dynamic = 1;
+  cp->dynamic = 0;   /* opt-in: Lua may branch on a number, which no recording shows */
   lua_Debug ar;
   lua_pushvalue(L, 1);
   lua_getinfo(L, ">S", &ar);
@@ -1050,7 +1109,8 @@ static int l_compile(lua_State *L) {
     if (!lua_isnil(L, -1)) cp->cache_limit = (int)luaL_checkinteger(L, -1);
     lua_getfield(L, 2, "dynamic");
     if (lua_isboolean(L, -1)) cp->dynamic = lua_toboolean(L, -1);
-    else if (lua_istable(L, -1)) {   /* a list of argument positions to make dynamic from the start */
+    else if (lua_istable(L, -1)) {   /* a list of the argument positions that may become dynamic */
+      cp->dynamic = 1;
       lua_Integer n = luaL_len(L, -1);
       for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, -1, i);

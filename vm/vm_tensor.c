@@ -156,7 +156,11 @@ grace_dtype grace_tensor_dtype(const grace_tensor *t) { return t->dtype; }
 grace_device grace_tensor_device(const grace_tensor *t) { return t->storage->device; }
 int grace_tensor_is_contiguous(const grace_tensor *t) { vm_materialize(t); return vm_is_contiguous(t); }
 int grace_tensor_is_scalar(const grace_tensor *t) { return t->wrapped; }
-uint64_t grace_tensor_version(const grace_tensor *t) { vm_materialize(t); return t->storage->version; }
+uint64_t grace_tensor_version(const grace_tensor *t) {
+  vm_materialize(t);
+  if (vm_tracing(t->vm)) vm_trace_read(t->vm, t, "reading its version counter");
+  return t->storage->version;
+}
 const void *grace_tensor_storage_id(const grace_tensor *t) { vm_materialize(t); return t->storage; }
 void *grace_tensor_data(grace_tensor *t) {
   if (vm_tracing(t->vm)) vm_trace_read(t->vm, t, "taking its data pointer");

@@ -143,9 +143,15 @@ grace_status vm_trace_created(grace_vm *vm, grace_tensor *t) {
   vm_trace *tr = vm->trace;
   if (t->wrapped || tr->replay) return GRACE_OK;   /* numbers become literals; a replay matches contents */
   grace_value v;
-  grace_status st = grace_ir_const(tr->ir, t, &v);
+  /* the constant is a snapshot: the traced call itself may go on to write t in place */
+  tr->paused++;
+  grace_tensor *copy = NULL;
+  grace_status st = grace_run(vm, GRACE_OP_CLONE, 1, &t, NULL, 1, &copy);
+  if (st == GRACE_OK) st = grace_ir_const(tr->ir, copy, &v);
+  grace_tensor_release(copy);
+  tr->paused--;
   if (st != GRACE_OK) return st;
-  tr->ir->consts[tr->ir->nconst - 1].local = 1;
+  tr->ir->consts[tr->ir->nconst - 1].local = 1;   /* no root: made anew by every call, never written back */
   return tr_map_put(vm, t, v);
 }
 
@@ -298,7 +304,8 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
       else {
         st = tr_map_put(vm, results[r], res[r]);
         if (st == GRACE_OK && inplace) st = tr_set_root(vm, res[r], tr_root_of(tr, args[0]));
-        if (st == GRACE_OK && grace_op_kind(op) == GRACE_KIND_VIEW) {   /* remember how the view was made */
+        if (st == GRACE_OK && grace_op_kind(op) == GRACE_KIND_VIEW && results[r]->storage == in[0]->storage) {
+          /* remember how the view was made (a reshape that had to copy is no view) */
           trace_slot *vs = tr_find(tr, results[r]);
           vs->parent = in[0]; vs->vop = op; vs->va = *a;
         }
@@ -314,7 +321,7 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
 void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   vm_trace *tr = vm->trace;
   if (tr->replay) { vm_replay_flush(vm); return; }
-  if (!tr->used || !tr_find(tr, t)->t) return;
+  /* any tensor: one the trace has not met yet is outside state (a weight) whose value Lua now sees */
   char loc[256] = "";
   if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
   grace_ir_set_location(tr->ir, *loc ? loc : NULL);
@@ -351,6 +358,13 @@ grace_status grace_trace_end(grace_vm *vm) {
     /* s->t was updated in place; its first value is the root (an input or a capture) */
     st = grace_ir_write(tr->ir, r, s->v);
     if (st == GRACE_OK) tr->ir->writes[tr->ir->nwrite - 1].bumps = tr->bumps[r] > 0 ? tr->bumps[r] : 1;
+  }
+  /* a constant made from host data is a fresh tensor on every eager call: returned, it is copied */
+  for (int i = 0; i < tr->ir->nout && st == GRACE_OK && !tr->nproblems; i++) {
+    const ir_inst *k = &tr->ir->insts[tr->ir->vals[tr->ir->outputs[i]].inst];
+    grace_value c;
+    if (k->op != IR_OP_CONST || !tr->ir->consts[k->input_index].local) continue;
+    if ((st = grace_ir_op(tr->ir, GRACE_OP_CLONE, 1, &tr->ir->outputs[i], NULL, 1, &c)) == GRACE_OK) tr->ir->outputs[i] = c;
   }
   if (st == GRACE_OK && tr->ir->nbreak && tr->nsynthetic)
     tr_problem(vm, "writes through views in a function with graph breaks cannot be replayed; write base tensors");
