@@ -139,7 +139,7 @@ int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_
   k->loc = ir->cur_loc;
   for (int i = 0; i < nin; i++) ir->args[ir->narg++] = in[i];
   for (int i = 0; i < nout; i++) {
-    ir->vals[ir->nval] = (ir_value){.type = types[i], .inst = ir->ninst, .result = i};
+    ir->vals[ir->nval] = (ir_value){.type = types[i], .inst = ir->ninst, .result = i, .root = -1};
     ir->nval++;
   }
   ir->ninst++;

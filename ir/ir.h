@@ -49,6 +49,8 @@ typedef struct ir_value {
   ir_type type;
   int32_t inst;
   int32_t result;                      /* which result of inst */
+  int32_t root;                        /* an updated version of this input or capture (in-place), or -1 */
+  int32_t nwrites;                     /* the in-place writes to root that this version stands for */
 } ir_value;
 
 typedef struct ir_write {

@@ -478,17 +478,32 @@ static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *
   return o ? GRACE_OK : vm->status;
 }
 
+/* A new dense tensor whose dims are laid out in base's stride order (a transposed base gives a transposed
+ * result), so later views of it have the layout eager execution gives them. */
+static grace_tensor *dense_like(grace_vm *vm, const char *op, const grace_tensor *base) {
+  int perm[GRACE_MAX_DIMS], nd = base->ndim;
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  for (int i = 1; i < nd; i++)   /* insertion sort by stride, largest first, stable */
+    for (int j = i; j > 0 && base->strides[perm[j]] > base->strides[perm[j - 1]]; j--) {
+      int t = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = t;
+    }
+  int64_t psz[GRACE_MAX_DIMS] = {0}, pst[GRACE_MAX_DIMS], st[GRACE_MAX_DIMS];
+  for (int d = 0; d < nd; d++) psz[d] = base->sizes[perm[d]];
+  grace_tensor *dense = vm_tensor_new(vm, op, base->dtype, GRACE_CPU, nd, psz);
+  if (!dense) return NULL;
+  vm_contiguous_strides(nd, psz, pst);
+  for (int d = 0; d < nd; d++) st[perm[d]] = pst[d];
+  grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
+  grace_tensor_release(dense);
+  return t;
+}
+
 /* The functional form of writing a narrowed or selected view: a copy of base with that region = src. */
 static grace_status op_slice_scatter(grace_vm *vm, grace_tensor *base, grace_tensor *src, const grace_attrs *a,
                                      grace_tensor **out) {
-  grace_tensor *copy = NULL, *view = NULL;
+  grace_tensor *copy = dense_like(vm, "slice_scatter", base), *view = NULL;
   grace_attrs va = *a;
-  grace_status st = cpu_contiguous(vm, "slice_scatter", base, &copy);
-  if (st == GRACE_OK && copy == base) {   /* already contiguous: still needs its own storage */
-    grace_tensor_release(copy);
-    copy = vm_tensor_new(vm, "slice_scatter", base->dtype, GRACE_CPU, base->ndim, base->sizes);
-    st = copy ? cpu_copy_into(vm, "slice_scatter", copy, base) : vm->status;
-  }
+  grace_status st = copy ? cpu_copy_into(vm, "slice_scatter", copy, base) : vm->status;
   if (st == GRACE_OK) st = vm_view_run(vm, a->flag ? GRACE_OP_SELECT : GRACE_OP_NARROW, 1, &copy, &va, 1, &view);
   if (st == GRACE_OK) st = cpu_copy_into(vm, "slice_scatter", view, src);
   grace_tensor_release(view);

@@ -48,6 +48,7 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
   }
   for (int i = 0; i < ir->nout; i++) last[ir->outputs[i]] = ir->ninst;
   for (int i = 0; i < ir->nwrite; i++) last[ir->writes[i].value] = last[ir->writes[i].target] = ir->ninst;
+  for (int v = 0; v < ir->nval; v++) if (ir->vals[v].root >= 0) last[v] = ir->ninst;   /* for a failed run */
 
   grace_status st = GRACE_OK;
   for (int i = 0; i < ir->ninst && st == GRACE_OK; i++) {
@@ -113,15 +114,29 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
     for (int r = 0; r < k->nout; r++)
       if (last[k->first_result + r] == i) { grace_tensor_release(val[k->first_result + r]); val[k->first_result + r] = NULL; }
   }
-  /* writes back in-place updates; a captured tensor's new version is the one the IR expects next time */
-  for (int i = 0; i < ir->nwrite && st == GRACE_OK; i++) {
-    grace_tensor *dst = val[ir->writes[i].target], *src = val[ir->writes[i].value];
-    if (dst == src) continue;
-    st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, NULL, 0, NULL);
-    if (st == GRACE_OK) dst->storage->version += (uint64_t)(ir->writes[i].bumps - 1);   /* as many as eager made */
-    const ir_inst *k = &ir->insts[ir->vals[ir->writes[i].target].inst];
-    if (st == GRACE_OK && k->op == IR_OP_CONST) ir->consts[k->input_index].version = dst->storage->version;
+  /* writes back in-place updates; a captured tensor's new version is the one the IR expects next time. A run
+   * that failed part way writes what eager execution would have written before the failing op. */
+  grace_status failed = st;
+  char msg[VM_ERRLEN];
+  if (failed != GRACE_OK) snprintf(msg, sizeof msg, "%s", vm->err);
+  for (int i = 0; i < ir->nwrite; i++) {
+    int32_t target = ir->writes[i].target, value = ir->writes[i].value, bumps = ir->writes[i].bumps;
+    if (failed != GRACE_OK) {   /* the latest version of target computed before the failure */
+      value = -1;
+      for (int v = 0; v < ir->nval; v++)
+        if (ir->vals[v].root == target && val[v] && (value < 0 || v > value)) value = v;
+      if (value < 0) continue;
+      bumps = ir->vals[value].nwrites;
+    }
+    grace_tensor *dst = val[target], *src = val[value];
+    if (!dst || !src || dst == src) continue;
+    grace_status ws = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, NULL, 0, NULL);
+    if (ws == GRACE_OK) dst->storage->version += (uint64_t)(bumps > 0 ? bumps - 1 : 0);   /* as many as eager made */
+    const ir_inst *k = &ir->insts[ir->vals[target].inst];
+    if (ws == GRACE_OK && k->op == IR_OP_CONST) ir->consts[k->input_index].version = dst->storage->version;
+    if (st == GRACE_OK) st = ws;
   }
+  if (failed != GRACE_OK) vm_err(vm, failed, "%s", msg);
   if (st == GRACE_OK)
     for (int i = 0; i < nout; i++) { out[i] = val[ir->outputs[i]]; grace_tensor_retain(out[i]); }
   for (int v = 0; v < ir->nval; v++) grace_tensor_release(val[v]);

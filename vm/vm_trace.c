@@ -217,7 +217,6 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
   for (int k = 0; k + 1 < n && st == GRACE_OK && !tr->nproblems; k++) {
     trace_slot *cs = tr_find(tr, chain[k]), *ps = tr_find(tr, chain[k + 1]);
     if (ps->v == STALE && (st = remake_view(vm, ps)) != GRACE_OK) return st;
-    tr_map_put(vm, chain[k], cur);
     grace_attrs a = cs->va;
     grace_value pv = ps->v, next;
     switch (cs->vop) {
@@ -259,6 +258,9 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
   if (tr->nproblems) return GRACE_OK;
   grace_value broot = tr_root_of(tr, tr_find(tr, base)->v);
   if ((st = tr_map_put(vm, base, cur)) == GRACE_OK) st = tr_set_root(vm, cur, broot);
+  if (st == GRACE_OK && broot >= 0) { ir->vals[cur].root = broot; ir->vals[cur].nwrites = tr->bumps[broot]; }
+  /* the views on the chain are remade from the new base too, with the layout eager execution gives them */
+  for (int k = 0; k + 1 < n; k++) tr_find(tr, chain[k])->v = STALE;
   return st;
 }
 
@@ -279,9 +281,10 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   }
   int inplace = grace_op_kind(op) == GRACE_KIND_INPLACE;
   int through_view = inplace && aliased(tr, in[0]);
+  grace_value wroot = -1;
   if (st == GRACE_OK && inplace && args[0] >= 0) {   /* count the write against the tensor it lands in */
-    grace_value r = tr_root_of(tr, tr_find(tr, base_of(tr, in[0]))->v);
-    if (r >= 0 && r < tr->nroot) tr->bumps[r]++;
+    wroot = tr_root_of(tr, tr_find(tr, base_of(tr, in[0]))->v);
+    if (wroot >= 0 && wroot < tr->nroot) tr->bumps[wroot]++;
   }
   int nres = inplace ? 1 : nout;
   if (st == GRACE_OK && !tr->nproblems) {
@@ -302,6 +305,10 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
                               ir_type_str(ty, (char[160]){0}, 160), grace_dtype_name(t->dtype), VM_SHAPE(t));
       else if (through_view) st = write_through_view(vm, in[0], res[r]);
       else {
+        if (inplace && wroot >= 0) {   /* for a run that fails part way: what eager would have written by then */
+          tr->ir->vals[res[r]].root = wroot;
+          tr->ir->vals[res[r]].nwrites = tr->bumps[wroot];
+        }
         st = tr_map_put(vm, results[r], res[r]);
         if (st == GRACE_OK && inplace) st = tr_set_root(vm, res[r], tr_root_of(tr, args[0]));
         if (st == GRACE_OK && grace_op_kind(op) == GRACE_KIND_VIEW && results[r]->storage == in[0]->storage) {
