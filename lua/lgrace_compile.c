@@ -399,9 +399,18 @@ static const char *changed_path(lua_State *L, int fn, int args, int paths, int e
     lua_rawgeti(L, expect, i);
     if (!lua_rawequal(L, -1, -2)) {
       lua_rawgeti(L, path, 1);
+      const char *root = lua_tostring(L, -1), *name = NULL;
+      if (root[0] == 'u') {   /* an upvalue of the function: say its name */
+        name = lua_getupvalue(L, fn, atoi(root + 1));
+        if (name) lua_pop(L, 1);
+      }
       lua_rawgeti(L, path, luaL_len(L, path));
-      snprintf(buf, len, "the function changes Lua state that it reads (root %s, key %s); a compiled call would "
-               "not, so it runs eagerly", lua_tostring(L, -2), lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+      if (luaL_len(L, path) == 1 && name)
+        snprintf(buf, len, "the function assigns its upvalue '%s'; a compiled call would not, so it runs eagerly", name);
+      else
+        snprintf(buf, len, "the function changes Lua state that it reads (%s %s, key %s); a compiled call would not, so "
+                 "it runs eagerly", root[0] == 'a' ? "argument" : "upvalue", name ? name : root + 1,
+                 lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
       lua_settop(L, path - 1);
       return buf;
     }
