@@ -42,8 +42,9 @@ int ir_attrs_equal(const grace_attrs *x, const grace_attrs *y) {
   return (!(x->exact & 1) || x->ia == y->ia) && (!(x->exact & 2) || x->ib == y->ib) && (!(x->exact & 4) || x->ic == y->ic);
 }
 
-static int same_type(const ir_type *a, const ir_type *b) {
-  if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device || a->wrapped != b->wrapped) return 0;
+int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device || (with_wrapped && a->wrapped != b->wrapped))
+    return 0;
   return !memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)a->ndim);
 }
 
@@ -61,7 +62,7 @@ int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int m
         !ir_attrs_equal(&x->attrs, &y->attrs) || memcmp(&a->args[x->first_arg], &b->args[y->first_arg], sizeof(int32_t) * (size_t)x->nin))
       return -1;
     for (int r = 0; r < x->nout; r++)
-      if (!same_type(&a->vals[x->first_result + r].type, &b->vals[y->first_result + r].type)) return -1;
+      if (!ir_type_equal(&a->vals[x->first_result + r].type, &b->vals[y->first_result + r].type, 1)) return -1;
     if (x->op == IR_OP_LITERAL && (memcmp(&x->literal, &y->literal, sizeof x->literal) || x->iliteral != y->iliteral)) {
       if (n == max) return -1;
       lits[n++] = i;

@@ -96,6 +96,8 @@ int ir_op_from_name(const char *name);
 int ir_op_results(int op, const grace_attrs *a);
 /* Same attributes, field by field (a struct compare would see padding). */
 int ir_attrs_equal(const grace_attrs *x, const grace_attrs *y);
+/* Same dtype, device and sizes (and the wrapped-number tier when with_wrapped). */
+int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped);
 
 /* Records a break after the last instruction (at the current location). */
 grace_status ir_add_break(grace_ir *ir);

@@ -4,13 +4,6 @@
 #include <string.h>
 #include "ir/ir.h"
 
-static int same_type(const ir_type *a, const ir_type *b) {
-  if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device) return 0;
-  for (int d = 0; d < a->ndim; d++)
-    if (a->sizes[d] != b->sizes[d]) return 0;
-  return 1;
-}
-
 grace_status grace_ir_verify(grace_ir *ir) {
   grace_vm *vm = ir->vm;
   int seen_in[256] = {0}, seen_sc[256] = {0};
@@ -57,7 +50,7 @@ grace_status grace_ir_verify(grace_ir *ir) {
     }
     for (int r = 0; r < k->nout; r++) {
       const ir_type *got = &ir->vals[k->first_result + r].type;
-      if (!same_type(got, &res[r])) {
+      if (!ir_type_equal(got, &res[r], 0)) {
         char a[160], b[160];
         return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) is typed %s, inference gives %s %s", name,
                                k->first_result + r, ir_type_str(got, a, sizeof a), ir_type_str(&res[r], b, sizeof b), loc);
@@ -68,7 +61,7 @@ grace_status grace_ir_verify(grace_ir *ir) {
     if (!seen_in[i]) return grace_set_error(vm, GRACE_EINTERNAL, "verify: input #%d is never declared", i);
   for (int i = 0; i < ir->nwrite; i++) {
     const ir_type *t = &ir->vals[ir->writes[i].target].type, *v = &ir->vals[ir->writes[i].value].type;
-    if (!same_type(t, v)) {
+    if (!ir_type_equal(t, v, 0)) {
       char a[160], b[160];
       return grace_set_error(vm, GRACE_EINTERNAL, "verify: write of %s into %%%d of type %s", ir_type_str(v, a, sizeof a),
                              ir->writes[i].target, ir_type_str(t, b, sizeof b));
