@@ -226,6 +226,9 @@ void grace_ir_recapture(grace_ir *ir);
 int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts", "breaks", "writes" */
 /* Break k: the instruction it follows (-1: none) and where it was (NULL if unknown). */
 grace_status grace_ir_break(const grace_ir *ir, int k, int *after, const char **where);
+/* Runs passes over ir (comma-separated names, or "default" for all in order) and gives a new IR (ir is
+ * unchanged). Each pass's output is verified. */
+grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out);
 /* Runs the IR on the CPU, one op at a time: `in` holds the tensor inputs then the scalar inputs (0-d
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
  * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
