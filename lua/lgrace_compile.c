@@ -497,7 +497,6 @@ static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
   grace_tensor *in[2 * MAXARGS], *out[MAXARGS];
   int n = 0;
   for (int k = 0; k < e->ninput; k++) in[n++] = lg_totensor(L, args + e->input_arg[k]);
-  int first_tmp = c->ntmp;
   for (int k = 0; k < e->nscalar; k++) {
     int a = args + e->scalar_arg[k];
     grace_tensor *s = NULL;
@@ -506,7 +505,6 @@ static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
     if (st != GRACE_OK) return lg_fail(L, c);
     in[n++] = lg_keep(L, c, s);
   }
-  (void)first_tmp;
   int nout = grace_ir_count(e->ir, "outputs");
   grace_tensor **slots[MAXARGS];
   for (int j = 0; j < e->nret; j++) {
@@ -524,12 +522,7 @@ static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
 }
 
 /* ---- tracing ---- */
-typedef struct trace_result {
-  int ok;
-  char reason[1024];
-} trace_result;
-
-/* The _ENV proxy: reads are recorded in its uservalue-free upvalue table, writes go through. */
+/* The _ENV proxy during a trace: reads and writes of globals are recorded (upvalue 2), then go through. */
 static int env_index(lua_State *L) {
   lua_pushvalue(L, 2);
   lua_gettable(L, lua_upvalueindex(1));       /* the real environment */
