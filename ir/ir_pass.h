@@ -38,6 +38,11 @@ typedef grace_status (*ir_pass_fn)(grace_ir *src, grace_ir **out);
 
 /* _(name, function): the passes, in their default order. */
 #define IR_PASSES(_) \
+  _(decompose, ir_pass_decompose) \
+  _(fold, ir_pass_fold) \
+  _(simplify, ir_pass_simplify) \
+  _(cse, ir_pass_cse) \
+  _(views, ir_pass_views) \
   _(dce, ir_pass_dce)
 
 #define IR_PASS_DECL(name, fn) grace_status fn(grace_ir *src, grace_ir **out);
