@@ -159,18 +159,6 @@ static int can_replace(const canon *c, int32_t v, int32_t x, int same_layout) {
 
 static void replace(canon *c, int32_t v, int32_t x) { ir_rw_set(&c->rw, v, x); }
 
-/* Breaks of src before instruction k go out first (ir_rw_copy and ir_rw_op do this themselves). */
-static grace_status carry_breaks(canon *c, int k) {
-  const grace_ir *s = c->src;
-  for (; c->rw.nbreak < s->nbreak && s->breaks[c->rw.nbreak].after < k; c->rw.nbreak++) {
-    const ir_break *b = &s->breaks[c->rw.nbreak];
-    grace_ir_set_location(c->rw.dst, b->loc >= 0 ? s->locs[b->loc] : NULL);
-    grace_status st = ir_add_break(c->rw.dst);
-    if (st != GRACE_OK) return st;
-  }
-  return GRACE_OK;
-}
-
 /* ---- fold: pointwise ops over literals become literals ---- */
 
 typedef struct { double f; int64_t i; } folded;
@@ -290,9 +278,7 @@ grace_status ir_pass_fold(grace_ir *src, grace_ir **out) {
     if (!cand[k]) { st = ir_rw_copy(&c.rw, k); continue; }
     int32_t v = in->first_result, lit = -1;
     int is_int = src->vals[v].type.dtype == GRACE_INT64;
-    if ((st = carry_breaks(&c, k)) != GRACE_OK) break;
-    grace_ir_set_location(c.rw.dst, in->loc >= 0 ? src->locs[in->loc] : NULL);
-    if ((st = ir_rw_literal(&c.rw, val[v].f, is_int, val[v].i, &lit)) == GRACE_OK) replace(&c, v, lit);
+    if ((st = ir_rw_literal(&c.rw, k, val[v].f, is_int, val[v].i, &lit)) == GRACE_OK) replace(&c, v, lit);
   }
   if (cand) grace_realloc(vm, cand, ni, 0);
   if (val) grace_realloc(vm, val, sizeof *val * nv, 0);

@@ -45,21 +45,10 @@ static int32_t reduce(dctx *c, grace_op op, int32_t x, const grace_attrs *dims, 
   return emit(c, op, 1, &x, &a);
 }
 
-/* A float literal (a wrapped number: an f32 tensor combined with it stays f32). ir_rw_literal neither carries
- * src's breaks nor sets a location, as ir_rw_op does; an expansion may begin with a literal, so the breaks
- * before k go to dst first (else the literal would land before a break it follows in src) and the literal
- * gets k's location. */
+/* A literal (a wrapped number: an f32 tensor combined with it stays f32), at the op's place. */
 static int32_t literal(dctx *c, double v, int is_int, int64_t iv) {
-  ir_rewriter *rw = c->rw;
-  const grace_ir *s = rw->src;
-  for (; c->st == GRACE_OK && rw->nbreak < s->nbreak && s->breaks[rw->nbreak].after < c->k; rw->nbreak++) {
-    const ir_break *b = &s->breaks[rw->nbreak];
-    c->st = grace_ir_set_location(rw->dst, b->loc >= 0 ? s->locs[b->loc] : NULL);
-    if (c->st == GRACE_OK) c->st = ir_add_break(rw->dst);
-  }
-  if (c->st == GRACE_OK) c->st = grace_ir_set_location(rw->dst, c->inst->loc >= 0 ? s->locs[c->inst->loc] : NULL);
   int32_t out = -1;
-  if (c->st == GRACE_OK) c->st = ir_rw_literal(rw, v, is_int, iv, &out);
+  if (c->st == GRACE_OK) c->st = ir_rw_literal(c->rw, c->k, v, is_int, iv, &out);
   return c->st == GRACE_OK ? out : -1;
 }
 static int32_t lit(dctx *c, double v) { return literal(c, v, 0, 0); }

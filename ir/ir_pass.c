@@ -86,7 +86,10 @@ grace_status ir_rw_op(ir_rewriter *rw, int k, grace_op op, int nin, const int32_
   return grace_ir_op(rw->dst, op, nin, in, a, nout, out);
 }
 
-grace_status ir_rw_literal(ir_rewriter *rw, double v, int is_int, int64_t iv, int32_t *out) {
+grace_status ir_rw_literal(ir_rewriter *rw, int k, double v, int is_int, int64_t iv, int32_t *out) {
+  grace_status st = carry_breaks(rw, k < 0 ? 0 : k);
+  if (st != GRACE_OK) return st;
+  set_loc(rw, k);
   return is_int ? grace_ir_literal_int(rw->dst, iv, out) : grace_ir_literal(rw->dst, v, 0, out);
 }
 

@@ -25,8 +25,8 @@ grace_status ir_rw_copy(ir_rewriter *rw, int k);
 /* Appends op over dst values with types inferred, at src instruction k's location (k < 0: none). */
 grace_status ir_rw_op(ir_rewriter *rw, int k, grace_op op, int nin, const int32_t *in, const grace_attrs *a, int nout,
                       int32_t *out);
-/* Appends a literal to dst. */
-grace_status ir_rw_literal(ir_rewriter *rw, double v, int is_int, int64_t iv, int32_t *out);
+/* Appends a literal to dst, at src instruction k's place and location as ir_rw_op does (k < 0: none). */
+grace_status ir_rw_literal(ir_rewriter *rw, int k, double v, int is_int, int64_t iv, int32_t *out);
 /* Maps outputs and writes, verifies dst, and hands it over (*out owns it); on failure frees it. */
 grace_status ir_rw_finish(ir_rewriter *rw, grace_ir **out);
 void ir_rw_abort(ir_rewriter *rw);

@@ -70,6 +70,9 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
       return vm_err(vm, GRACE_EDEVICE, "%s: inputs on different devices (%s and %s); move one with :to()", name,
                     grace_device_name(dev), grace_device_name(d));
   }
+  /* a wrapped number is not handed back as itself: the result is an ordinary 0-d tensor, as typed */
+  if ((op == GRACE_OP_CONTIGUOUS || (op == GRACE_OP_TO_DEVICE && attrs->device == GRACE_CPU)) && in[0]->wrapped)
+    op = GRACE_OP_CLONE;
   if (op == GRACE_OP_TO_DEVICE) {
     if (attrs->device == dev) { grace_tensor_retain(in[0]); out[0] = in[0]; return GRACE_OK; }
     return vm_err(vm, GRACE_EUNSUPPORTED, "to: moving tensors to '%s' needs the CUDA backend, which does not run ops yet",

@@ -215,6 +215,11 @@ static void test_errors(grace_vm *vm) {
   ok(grace_run(vm, GRACE_OP_FULL, 0, NULL, &huge, 1, &t) != GRACE_OK && t == NULL, "absurd size errors, no abort");
   ok(grace_run(vm, GRACE_OP_EXP, 0, NULL, NULL, 1, &t) == GRACE_EARG, "wrong arity errors");
   ok(grace_run(vm, (grace_op)9999, 0, NULL, NULL, 1, &t) == GRACE_EARG, "invalid op errors");
+  grace_tensor *w = NULL, *wc = NULL;
+  grace_tensor_scalar(vm, 2.0, 0, &w);
+  ok(grace_run(vm, GRACE_OP_CONTIGUOUS, 1, &w, NULL, 1, &wc) == GRACE_OK && wc != w && !grace_tensor_is_scalar(wc),
+     "contiguous of a wrapped number is an ordinary 0-d tensor (as the IR types it)");
+  grace_tensor_release(w); grace_tensor_release(wc);
   grace_op op;
   ok(grace_op_from_name("softmax", &op) == GRACE_OK && op == GRACE_OP_SOFTMAX, "op by name");
   is_str(grace_op_name(GRACE_OP_INDEX_COPY_), "index_copy_", "op name");
