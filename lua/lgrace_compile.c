@@ -32,6 +32,7 @@ typedef struct arg_guard {
 /* A compiled entry: userdata with __gc freeing the IR; its uservalue table holds the Lua-side data:
  * [1] guard values (G_VALUE args), [2] paths, [3] expected values at the paths, [4] constant returns. */
 #define MAXPATHS 16
+#define COMPILE_PASSES "fold,simplify,cse,views,dce"
 
 /* An entry runs in one of three ways: ir (the whole function as one program; the Lua code does not run),
  * paths (a function with graph breaks: its Lua code runs and is replayed against these recorded paths),
@@ -767,6 +768,16 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
   if (!*why && grace_ir_count(e->ir, "breaks") > 0) {   /* the recording is the first path of the tree */
     e->tree[e->ntree++] = e->ir;
     e->ir = NULL;
+  } else if (!*why) {
+    /* the whole-program passes that keep results bit for bit as eager (decompose waits for fusion, whose
+     * kernels are judged by tolerance); a recording stays as traced where a pass fails */
+    grace_ir *opt = NULL;
+    if (grace_ir_pass(e->ir, COMPILE_PASSES, &opt) == GRACE_OK) {
+      grace_ir_free(e->ir);
+      e->ir = opt;
+      if (log_topic("ir")) fprintf(stderr, "grace: after %s:\n%s", COMPILE_PASSES, grace_ir_text(e->ir));
+    } else if (log_topic("ir"))
+      fprintf(stderr, "grace: %s: passes failed, the traced IR runs: %s\n", cp->name, grace_last_error(vm));
   }
   if (*why) {
     grace_ir_free(e->ir);
