@@ -223,7 +223,7 @@ grace_status grace_ir_literal_value(const grace_ir *ir, int k, double *v, int64_
 /* Turns literal instruction k into the next dynamic scalar input (a wrapped number given per run). */
 grace_status grace_ir_literal_to_scalar(grace_ir *ir, int k);
 void grace_ir_recapture(grace_ir *ir);
-int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts", "breaks", "writes" */
+int grace_ir_count(const grace_ir *ir, const char *what);   /* "inputs", "scalars", "consts", "outputs", "insts", "breaks", "writes", "values" */
 /* Break k: the instruction it follows (-1: none) and where it was (NULL if unknown). */
 grace_status grace_ir_break(const grace_ir *ir, int k, int *after, const char **where);
 /* Runs passes over ir (comma-separated names, or "default" for all in order) and gives a new IR (ir is
@@ -271,6 +271,20 @@ grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded);
  * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
  * it broke or touched something it cannot express. */
 grace_status grace_trace_end(grace_vm *vm);
+
+/* ---- static memory plan: every intermediate (not a view, not returned, not an input) gets a fixed offset in
+ * one arena of 256-byte aligned slots, lifetimes permitting reuse. offsets (one entry per value of ir, bytes;
+ * -1: not in the arena), arena_bytes (what the placement needs), peak_live_bytes (max over instructions of the live slot
+ * bytes: the lower bound) and report (a few lines, n bytes at most) may each be NULL. ---- */
+grace_status grace_ir_memplan(grace_ir *ir, int64_t *offsets, int64_t *arena_bytes, int64_t *peak_live_bytes,
+                              char *report, size_t n);
+
+/* ---- fusion grouping: groups the instructions of a verified IR into kernels (views, inputs and literals are
+ * free; pointwise chains, reductions with their prologue/epilogue, matmuls with their epilogue; never across a
+ * break) and writes one line per kernel, in topological order: "kernel <i> <kind>: %a %b = <ops>; stores %v"
+ * (stores: values read by another kernel or returned). *nkernels gets the count; buf may be NULL (n 0) to count
+ * only; a report longer than n bytes is truncated and gives GRACE_EARG. ---- */
+grace_status grace_ir_fuse_report(grace_ir *ir, char *buf, size_t n, int *nkernels);
 
 #ifdef __cplusplus
 }

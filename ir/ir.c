@@ -319,6 +319,7 @@ grace_status ir_add_break(grace_ir *ir) {
 
 int grace_ir_count(const grace_ir *ir, const char *what) {
   if (!strcmp(what, "breaks")) return ir->nbreak;
+  if (!strcmp(what, "values")) return ir->nval;
   if (!strcmp(what, "writes")) return ir->nwrite;
   if (!strcmp(what, "inputs")) return ir->ninputs;
   if (!strcmp(what, "scalars")) return ir->nscalars;

@@ -1,0 +1,37 @@
+/* ir_fuse.h: the fusion scheduler's grouping analysis (Inductor-style): which instructions of a verified IR
+ * run together as one generated kernel. Views and inputs/captures/scalars/literals belong to no kernel (a
+ * consumer indexes through them); every other instruction belongs to exactly one group. Codegen lowers one
+ * group to one kernel; grace_ir_fuse_report (grace.h) prints the grouping. */
+#ifndef GRACE_IR_FUSE_H
+#define GRACE_IR_FUSE_H
+
+#include "ir/ir.h"
+
+/* What a group's kernel is built around. */
+typedef enum ir_fuse_kind {
+  IR_FUSE_POINTWISE,   /* one loop over a (broadcast) shape */
+  IR_FUSE_ROW,         /* reductions over the same dims of one base shape, with pointwise prologue/epilogue */
+  IR_FUSE_MATMUL,      /* a matmul (or several sharing the left input: horizontal) with a pointwise epilogue */
+  IR_FUSE_SINGLE       /* an op lowered alone: move, scan, norm, creation, in-place */
+} ir_fuse_kind;
+
+typedef struct ir_fuse_group {
+  ir_fuse_kind kind;
+  int horizontal;      /* IR_FUSE_MATMUL holding more than one matmul */
+  int partition;       /* breaks before its instructions */
+  int first, n;        /* its instructions: members[first .. first+n), in program order */
+} ir_fuse_group;
+
+typedef struct ir_fusion {
+  int ngroup;
+  ir_fuse_group *groups;      /* in a topological order of the group graph */
+  int32_t *members;           /* instruction indices, group after group */
+  int32_t *inst_group;        /* per instruction: its group's position in groups, -1: free (view, input, ...) */
+  int ninst;
+} ir_fusion;
+
+/* Groups the instructions of ir (assumed verified). On failure nothing is left allocated. */
+grace_status ir_fuse(grace_ir *ir, ir_fusion *out);
+void ir_fuse_free(grace_ir *ir, ir_fusion *f);
+
+#endif
