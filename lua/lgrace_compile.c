@@ -429,6 +429,26 @@ static int log_topic(const char *topic) {
   return 0;
 }
 
+/* For GRACE_LOG=ir: how the program would run once fused (after decomposition) and its memory plan. */
+static void log_plan(grace_vm *vm, grace_ir *ir) {
+  grace_ir *dec = NULL;
+  if (grace_ir_pass(ir, "decompose," COMPILE_PASSES, &dec) != GRACE_OK) {
+    fprintf(stderr, "grace: no fusion report: %s\n", grace_last_error(vm));
+    return;
+  }
+  const size_t n = 1 << 16;
+  char *buf = grace_realloc(vm, NULL, 0, n);
+  if (buf) {
+    int nk = 0;
+    grace_status st = grace_ir_fuse_report(dec, buf, n, &nk);
+    fprintf(stderr, "grace: fused, %d kernel%s%s:\n%s", nk, nk == 1 ? "" : "s", st == GRACE_OK ? "" : " (report cut)", buf);
+    int64_t arena = 0, peak = 0;
+    if (grace_ir_memplan(dec, NULL, &arena, &peak, buf, n) == GRACE_OK) fprintf(stderr, "grace: memory plan: %s\n", buf);
+    grace_realloc(vm, buf, n, 0);
+  }
+  grace_ir_free(dec);
+}
+
 /* "model.lua", 12 -> "model_lua_12" */
 static void set_irname(compiled *cp, const char *src, int line) {
   const char *base = strrchr(src, '/');
@@ -775,7 +795,10 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     if (grace_ir_pass(e->ir, COMPILE_PASSES, &opt) == GRACE_OK) {
       grace_ir_free(e->ir);
       e->ir = opt;
-      if (log_topic("ir")) fprintf(stderr, "grace: after %s:\n%s", COMPILE_PASSES, grace_ir_text(e->ir));
+      if (log_topic("ir")) {
+        fprintf(stderr, "grace: after %s:\n%s", COMPILE_PASSES, grace_ir_text(e->ir));
+        log_plan(vm, e->ir);
+      }
     } else if (log_topic("ir"))
       fprintf(stderr, "grace: %s: passes failed, the traced IR runs: %s\n", cp->name, grace_last_error(vm));
   }
