@@ -43,6 +43,7 @@ typedef grace_status (*ir_pass_fn)(grace_ir *src, grace_ir **out);
   _(simplify, ir_pass_simplify) \
   _(cse, ir_pass_cse) \
   _(views, ir_pass_views) \
+  _(hoist, ir_pass_hoist) \
   _(dce, ir_pass_dce)
 
 #define IR_PASS_DECL(name, fn) grace_status fn(grace_ir *src, grace_ir **out);

@@ -32,7 +32,7 @@ typedef struct arg_guard {
 /* A compiled entry: userdata with __gc freeing the IR; its uservalue table holds the Lua-side data:
  * [1] guard values (G_VALUE args), [2] paths, [3] expected values at the paths, [4] constant returns. */
 #define MAXPATHS 16
-#define COMPILE_PASSES "fold,simplify,cse,views,dce"
+#define COMPILE_PASSES "fold,simplify,cse,views,hoist,dce"
 
 /* An entry runs in one of three ways: ir (the whole function as one program; the Lua code does not run),
  * paths (a function with graph breaks: its Lua code runs and is replayed against these recorded paths),
