@@ -5,6 +5,7 @@
  * Inputs already laid out like the output in the compute type are read in place, with no gather. */
 #include <math.h>
 #include <stdatomic.h>
+#include "vm/cpu_fused.h"
 #include "vm/cpu_kernels.h"
 #include "vm/cpu_pointwise_math.h"
 
@@ -785,4 +786,19 @@ grace_status cpu_pointwise_run(grace_vm *vm, grace_op op, int nin, grace_tensor 
   default:
     return vm_err(vm, GRACE_EINTERNAL, "%s: not a pointwise op", grace_op_name(op));
   }
+}
+
+/* ---- one float32 kernel over contiguous buffers, for the fused executor (cpu_fused.c) ---- */
+grace_status cpu_pw_block_f32(grace_op op, const grace_attrs *attrs, int64_t n, const void *const *in, void *out) {
+  pw_kernel fn = (unsigned)op < GRACE_NOPS ? pw_kernels[op][K_F32] : NULL;
+  if (!fn) return GRACE_EUNSUPPORTED;
+  pw_args args = {0};
+  if (attrs) args.flag = attrs->flag;
+  if (op == GRACE_OP_CLAMP) {   /* the float bounds exactly as clamp_setup gives them to pw_run */
+    if (!attrs || (!attrs->has_a && !attrs->has_b)) return GRACE_EARG;
+    args.lo = attrs->has_a ? attrs->a : -INFINITY;
+    args.hi = attrs->has_b ? attrs->b : INFINITY;
+  }
+  if (n > 0) fn(n, in, out, &args);
+  return GRACE_OK;
 }
