@@ -789,7 +789,9 @@ static int pmain(lua_State *L) {
   if (open_grace(L) != LUA_OK) return 0;
   createargtable(L, argv, argc, o.script);
   lua_gc(L, LUA_GCRESTART);
-  lua_gc(L, LUA_GCGEN, 0, 0);
+  /* incremental, not lua5.4's generational mode: a tensor temporary that survives one minor collection
+   * (it is still referenced when the step runs) would wait for a major one, holding megabytes */
+  lua_gc(L, LUA_GCINC, 0, 0, 0);
   if (!(o.flags & NO_ENV) && handle_init(L) != LUA_OK) return 0;
   if (!runargs(L, argv, o.script)) return 0;
   if (o.script < argc && handle_script(L, argv + o.script) != LUA_OK) return 0;
