@@ -104,6 +104,9 @@ int grace_dtype_is_float(grace_dtype dt);
 int grace_dtype_is_int(grace_dtype dt);   /* integer or bool */
 const char *grace_device_name(grace_device dev);
 grace_dtype grace_promote_types(grace_dtype a, grace_dtype b);
+/* A dim (negative counts from the end; a 0-d tensor takes 0 and -1) as 0..ndim-1; the error names op and
+ * shows dims in the VM's index base. */
+grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out);
 /* PyTorch's result_type: operands of tier 0 (tensors with dims) over tier 1 (0-d tensors) over tier 2
  * (wrapped host numbers; a float one counts as float32): a lower tier only raises the category. */
 grace_dtype grace_result_type(int n, const grace_dtype *dtypes, const int *tiers);

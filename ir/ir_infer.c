@@ -44,17 +44,7 @@ static grace_dtype result_type(int n, const ir_type *const *in) {
   return grace_result_type(k, dts, tiers);
 }
 
-static grace_status norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out) {
-  int n = ndim > 0 ? ndim : 1;
-  int64_t d = dim < 0 ? dim + n : dim;
-  if (d < 0 || d >= n) {
-    int b = grace_index_base(vm);
-    return grace_set_error(vm, GRACE_EINDEX, "%s: dim %lld out of range for a %d-d tensor (expected %d to %d, or -%d to -1)",
-                           op, (long long)(dim < 0 ? dim : dim + b), ndim, b, n - 1 + b, n);
-  }
-  *out = (int)d;
-  return GRACE_OK;
-}
+#define norm_dim grace_norm_dim   /* the VM's, so traced and eager calls say the same */
 
 static grace_status broadcast(grace_vm *vm, const char *op, int n, const ir_type *const *in, ir_type *out) {
   int nds[8], k = 0;

@@ -194,12 +194,9 @@ int64_t lg_pos(lua_State *L, lg_ctx *c, int idx, const char *op, const char *wha
 }
 
 int lg_norm_dim(lua_State *L, lg_ctx *c, int64_t dim, int ndim, const char *op) {
-  int n = ndim > 0 ? ndim : 1;
-  int64_t d = dim < 0 ? dim + n : dim;
-  if (d < 0 || d >= n)
-    lg_errorf(L, c, "%s: dim %lld out of range for a %d-d tensor (expected 1 to %d, or -%d to -1)", op,
-              (long long)(dim < 0 ? dim : dim + 1), ndim, n, n);
-  return (int)d;
+  int d = 0;
+  if (grace_norm_dim(c->vm, op, dim, ndim, &d) != GRACE_OK) lg_fail(L, c);
+  return d;
 }
 
 int lg_shape(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, int allow_neg1) {

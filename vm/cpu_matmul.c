@@ -618,7 +618,7 @@ grace_status cpu_matmul_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
     return vm_err(vm, GRACE_EDTYPE, "matmul: expected both inputs to have the same dtype, got %s and %s",
                   grace_dtype_name(x->dtype), grace_dtype_name(y->dtype));
   if (x->dtype == GRACE_BOOL)
-    return vm_err(vm, GRACE_EDTYPE, "matmul: not implemented for dtype bool (shapes %s and %s)", VM_SHAPE(x),
+    return vm_err(vm, GRACE_EDTYPE, "matmul: bool tensors are not supported (shapes %s and %s)", VM_SHAPE(x),
                   VM_SHAPE(y));
   mm_plan p = {.dt = x->dtype};
   p.M = x->ndim == 1 ? 1 : x->sizes[x->ndim - 2];

@@ -82,7 +82,7 @@ int vm_is_contiguous(const grace_tensor *t);
 
 /* Normalise a dim (negative counts from the end) against ndim; the error names op and shows dims in
  * the VM's index base (1-based for Lua). */
-grace_status vm_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out);
+#define vm_norm_dim grace_norm_dim
 /* NumPy broadcasting of n tensors (NULL entries skipped). */
 grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim,
                           int64_t *sizes);

@@ -217,7 +217,7 @@ grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int
 }
 
 /* ---- shape helpers ---- */
-grace_status vm_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out) {
+grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out) {
   int n = ndim > 0 ? ndim : 1;   /* a 0-d tensor accepts dim 0 / -1, as PyTorch */
   int64_t d = dim < 0 ? dim + n : dim;
   if (d < 0 || d >= n) {
