@@ -101,6 +101,13 @@ static void tensor_guard(arg_guard *g, const grace_tensor *t) {
   memcpy(g->strides, grace_tensor_strides(t), sizeof(int64_t) * (size_t)g->ndim);
 }
 
+/* Two tensor guards accept the same tensors: dtype, device, sizes, contiguity, and strides when strided. */
+static int same_tensor_guard(const arg_guard *a, const arg_guard *b) {
+  return a->dt == b->dt && a->dev == b->dev && a->ndim == b->ndim && a->contiguous == b->contiguous &&
+         !memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)a->ndim) &&
+         (a->contiguous || !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim));
+}
+
 static const char *tensor_desc(const arg_guard *g, char *buf, size_t n) {
   char s[160];
   snprintf(buf, n, "%s %s%s", grace_dtype_name(g->dt), lg_shape_str(s, sizeof s, g->ndim, g->sizes),
@@ -134,16 +141,11 @@ static const char *arg_miss(lua_State *L, const arg_guard *g, int idx, int vals,
   case G_TENSOR: {
     grace_tensor *t = lg_totensor(L, idx);
     if (!t) return "not a tensor";
-    int same = grace_tensor_dtype(t) == g->dt && grace_tensor_device(t) == g->dev && grace_tensor_ndim(t) == g->ndim;
-    for (int d = 0; same && d < g->ndim; d++) same = grace_tensor_sizes(t)[d] == g->sizes[d];
-    if (same && !g->contiguous)
-      for (int d = 0; same && d < g->ndim; d++) same = grace_tensor_strides(t)[d] == g->strides[d];
-    if (same && g->contiguous) same = grace_tensor_is_contiguous(t);
-    if (same) return NULL;
-    char want[200], s[160];
-    snprintf(buf, n, "tensor %s %s%s, traced with %s", grace_dtype_name(grace_tensor_dtype(t)),
-             lg_shape_str(s, sizeof s, grace_tensor_ndim(t), grace_tensor_sizes(t)),
-             grace_tensor_is_contiguous(t) ? "" : " (strided)", tensor_desc(g, want, sizeof want));
+    arg_guard now;
+    tensor_guard(&now, t);
+    if (same_tensor_guard(g, &now)) return NULL;
+    char want[200], got[200];
+    snprintf(buf, n, "tensor %s, traced with %s", tensor_desc(&now, got, sizeof got), tensor_desc(g, want, sizeof want));
     return buf;
   }
   }
@@ -839,10 +841,7 @@ static int same_arg_guard(lua_State *L, const arg_guard *a, const arg_guard *b, 
   switch (a->kind) {
   case G_NIL: return 1;
   case G_BOOL: return a->i == b->i;
-  case G_TENSOR:
-    return a->dt == b->dt && a->dev == b->dev && a->ndim == b->ndim && a->contiguous == b->contiguous &&
-           !memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)a->ndim) &&
-           (a->contiguous || !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim));
+  case G_TENSOR: return same_tensor_guard(a, b);
   case G_VALUE: {
     lua_rawgeti(L, vals1, i);
     lua_rawgeti(L, vals2, i);
