@@ -26,14 +26,6 @@ else
   READLINE_H := $(wildcard /usr/include/readline/readline.h)
 endif
 
-# CUDA toolkit headers are optional: without them the CPU-only runtime is built (said once).
-ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
-  CUDA_DEF := -DGRACE_HAVE_CUDA_HEADERS -I$(CUDA_HOME)/include
-else
-  CUDA_DEF :=
-  $(info grace: no CUDA toolkit headers under $(CUDA_HOME): building the CPU-only runtime)
-endif
-
 ifneq ($(NO_READLINE),)
   READLINE_H :=
 endif
@@ -43,7 +35,7 @@ ifneq ($(READLINE_H),)
 endif
 
 WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(CUDA_DEF) $(RL_DEF) $(SAN) $(CFLAGS)
+CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(RL_DEF) $(SAN) $(CFLAGS)
 LDLIBS_ALL := $(DEP_LIB) -lmimalloc -lm -ldl -lpthread $(SAN) $(LDFLAGS)
 
 CORE_SRC := $(wildcard ir/*.c codegen/*.c cuda/*.c vm/*.c)

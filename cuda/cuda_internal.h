@@ -1,0 +1,102 @@
+/* cuda_internal.h: the VM's CUDA state (struct cuda_ctx) shared by cuda_api.c (driver, context, stream, copies,
+ * launches), cuda_alloc.c (caching allocator) and cuda_nvrtc.c (NVRTC, module cache, disk cache). The struct
+ * exists as soon as any CUDA function is called, even with no driver: NVRTC and the disk cache work without a
+ * GPU, and their statistics live here. */
+#ifndef GRACE_CUDA_INTERNAL_H
+#define GRACE_CUDA_INTERNAL_H
+
+#include "vm/vm.h"
+#include "cuda/cuda_api.h"
+
+enum {
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+  CUDA_ALLOC_BUCKETS = 1024,        /* hash buckets of the allocator's live and cached block tables */
+};
+
+/* One device block of the caching allocator: in the live table (keyed by ptr) or in the cache (keyed by size). */
+typedef struct cuda_block {
+  CUdeviceptr ptr;
+  size_t size;                      /* rounded size, as allocated from the driver */
+  struct cuda_block *next;
+} cuda_block;
+
+typedef struct cuda_nvrtc_fns {
+  const char *(*nvrtcGetErrorString)(nvrtcResult);
+  nvrtcResult (*nvrtcVersion)(int *, int *);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                                    const char *const *);
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *);
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char *const *);
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char *);
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char *);
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char *);
+} cuda_nvrtc_fns;
+
+/* A module in the in-memory cache, keyed by the same two hashes as its disk entry. */
+struct cuda_module {
+  uint64_t h1, h2;
+  CUmodule mod;
+  struct cuda_module *next;
+};
+
+typedef struct cuda_key { uint64_t h1, h2; } cuda_key;
+
+struct cuda_ctx {
+  grace_vm *vm;
+  /* driver: probed once */
+  int driver_probed, usable;
+  void *lib;
+  cuda_fns fn;
+  CUdevice dev;
+  CUcontext ctx;                    /* the primary context, retained */
+  CUstream stream;
+  cuda_props props;
+  char why[256];
+  char desc[192];
+  /* NVRTC: loaded once */
+  int nvrtc_probed, nvrtc_ok;
+  void *nvrtc_lib;
+  cuda_nvrtc_fns nv;
+  char nvrtc_why[256];
+  char nvrtc_version[16];
+  /* caching allocator */
+  cuda_block *live[CUDA_ALLOC_BUCKETS];
+  cuda_block *cached[CUDA_ALLOC_BUCKETS];
+  cuda_mem_stats mem;
+  /* modules and the disk cache */
+  struct cuda_module *modules;
+  cuda_compile_stats cstats;
+  int cache_dir_state;              /* 0 not resolved yet, 1 usable, -1 no disk cache */
+  char cache_dir[4096];
+  unsigned tmp_counter;             /* makes temp file names unique within the process */
+};
+
+/* The VM's CUDA state, made on first call without probing anything; NULL only when host memory ran out. */
+cuda_ctx *cuda_state(grace_vm *vm);
+
+/* cuda_alloc.c: frees every block (live and cached) to the driver. */
+void cuda_alloc_free_all(cuda_ctx *c);
+/* cuda_nvrtc.c: unloads the modules and NVRTC. */
+void cuda_nvrtc_free_all(cuda_ctx *c);
+
+/* ---- the disk cache of compiled kernels (cuda_nvrtc.c) ----
+ * An entry is the file <dir>/<h1><h2>.cubin (hex): the magic "GRCUBIN1", h1, h2, the payload length and an
+ * FNV-1a checksum of the payload (five 8-byte words), then the payload. */
+/* The key of a source compiled with options for arch by a given NVRTC version. */
+cuda_key cuda_cache_key(const char *src, const char *options, int arch, const char *nvrtc_version);
+/* The cache directory ($GRACE_CACHE_DIR, else ~/.cache/grace, created on first use), or NULL when it cannot be
+ * made (then the disk cache is off, silently). */
+const char *cuda_cache_dir(cuda_ctx *c);
+typedef enum cuda_cache_result { CUDA_CACHE_MISS, CUDA_CACHE_HIT, CUDA_CACHE_CORRUPT } cuda_cache_result;
+/* Reads the entry of key: HIT with *bytes (free with grace_realloc(vm, *bytes, *n, 0)) and *n; MISS when there is
+ * no entry or no disk cache; CORRUPT when the entry is truncated, fails its checksum or holds another key
+ * (counted in corrupt_entries; the caller recompiles and stores over it). */
+cuda_cache_result cuda_cache_load(cuda_ctx *c, cuda_key key, char **bytes, size_t *n);
+/* Writes the entry of key through a temp file and a rename; 1 when written, 0 when not (no disk cache, disk
+ * full: the cache is only an optimisation, so no error is set). */
+int cuda_cache_store(cuda_ctx *c, cuda_key key, const void *bytes, size_t n);
+
+#endif
