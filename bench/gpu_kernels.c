@@ -1,0 +1,289 @@
+/* gpu_kernels.c: kernel-level figures of grace's CUDA back end on the GPU machine: copy bandwidth, the GEMV
+ * kernels (GPT-2's LM head and its decode layers replayed as one CUDA graph), the tensor-core GEMM against
+ * cuBLASLt. Prints "name | value | target | pass" rows; appends nothing (the lead copies them to RESULTS.md).
+ * Times are CUDA events, the median of >= 20 samples after warm-up.
+ *
+ * Build (from the repo root, after `make` has built build/libgrace.a; add the DEPS_PREFIX library dir with an
+ * rpath when mimalloc comes from .deps):
+ *   cc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o build/gpu_kernels bench/gpu_kernels.c build/libgrace.a \
+ *      -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread
+ *   build/gpu_kernels */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "grace.h"
+#include "cuda/cuda_api.h"
+#include "vm/gpu_matmul.h"
+#include "vm/vm.h"
+
+#define REPS 21
+
+static grace_vm *vm;
+static cuda_ctx *cx;
+static double copy_bw;   /* bytes/s, read + write, 1 GiB */
+
+static void row(const char *name, const char *value, const char *target, int pass) {
+  printf("%-52s | %-22s | %-12s | %s\n", name, value, target, pass < 0 ? "-" : pass ? "yes" : "NO");
+}
+static void die(const char *what) {
+  printf("FAILED: %s: %s\n", what, grace_last_error(vm));
+  exit(1);
+}
+static int cmpf(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median milliseconds per call of fn over REPS samples of `batch` back-to-back calls, after 3 warm-ups. */
+typedef grace_status (*bench_fn)(void *);
+static float time_ms(bench_fn fn, void *arg, int batch) {
+  CUevent e0, e1;
+  if (cuda_event_new(cx, &e0) || cuda_event_new(cx, &e1)) die("events");
+  for (int i = 0; i < 3; i++) if (fn(arg)) die("warm-up");
+  float s[REPS];
+  for (int r = 0; r < REPS; r++) {
+    cuda_event_record(cx, e0);
+    for (int i = 0; i < batch; i++) if (fn(arg)) die("run");
+    cuda_event_record(cx, e1);
+    if (cuda_event_elapsed(cx, e0, e1, &s[r])) die("elapsed");
+    s[r] /= (float)batch;
+  }
+  cuda_event_free(cx, e0);
+  cuda_event_free(cx, e1);
+  qsort(s, REPS, sizeof s[0], cmpf);
+  return s[REPS / 2];
+}
+
+/* ---- 1. device-to-device copies ---- */
+typedef struct copy_arg { CUdeviceptr a, b; size_t n; } copy_arg;
+static grace_status do_copy(void *p) { copy_arg *c = p; return cuda_copy_device(cx, c->b, c->a, c->n); }
+
+static void bench_copy(void) {
+  size_t sizes[2] = {(size_t)64 << 20, (size_t)1 << 30};
+  const char *names[2] = {"copy DtoD 64 MB (read+write)", "copy DtoD 1 GiB (read+write)"};
+  for (int i = 0; i < 2; i++) {
+    copy_arg c = {0, 0, sizes[i]};
+    if (cuda_malloc(cx, c.n, &c.a) || cuda_malloc(cx, c.n, &c.b)) die("copy buffers");
+    float ms = time_ms(do_copy, &c, 1);
+    double bw = 2.0 * (double)c.n / (ms * 1e-3);
+    if (i == 1) copy_bw = bw;
+    char v[64];
+    snprintf(v, sizeof v, "%.0f GB/s", bw / 1e9);
+    row(names[i], v, "-", -1);
+    cuda_release(cx, c.a, c.n);
+    cuda_release(cx, c.b, c.n);
+  }
+}
+
+/* ---- matmul helpers ---- */
+static grace_tensor *dev_rand(grace_dtype dt, int nd, const int64_t *sz) {
+  int64_t n = vm_numel(nd, sz);
+  float *buf = malloc(sizeof(float) * (size_t)n);
+  uint64_t r = 88172645463325252ull;
+  for (int64_t i = 0; i < n; i++) {
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    buf[i] = (float)((r >> 40) / 16777216.0) - 0.5f;
+  }
+  grace_tensor *h = NULL, *d = NULL;
+  if (grace_tensor_from_data(vm, dt, nd, sz, GRACE_FLOAT32, buf, &h)) die("host tensor");
+  free(buf);
+  grace_attrs a = {0};
+  a.device = GRACE_CUDA;
+  if (grace_run(vm, GRACE_OP_TO_DEVICE, 1, &h, &a, 1, &d)) die("to device");
+  grace_tensor_release(h);
+  return d;
+}
+static grace_tensor *transposed(grace_tensor *t) {
+  grace_attrs a = {0};
+  a.ndims = 2; a.dims[0] = 0; a.dims[1] = 1;
+  grace_tensor *o = NULL;
+  if (grace_run(vm, GRACE_OP_TRANSPOSE, 1, &t, &a, 1, &o)) die("transpose");
+  return o;
+}
+
+typedef struct mm_arg { gpu_slot *slot; grace_tensor *x, *w, *o; gpu_mm_choice how; } mm_arg;
+static grace_status do_mm(void *p) {
+  mm_arg *m = p;
+  return gpu_matmul_tensors(vm, m->slot, m->x, m->w, m->o, m->how);
+}
+
+/* ---- 2. the LM head: x[1,768] @ W^T with W stored [50257,768] (nn.Linear), and W stored [768,50257] ---- */
+static void bench_lm_head(gpu_slot *slot) {
+  grace_dtype dts[2] = {GRACE_FLOAT32, GRACE_BFLOAT16};
+  for (int t = 0; t < 2; t++)
+    for (int lay = 0; lay < 2; lay++) {
+      grace_dtype dt = dts[t];
+      int64_t xs[2] = {1, 768}, wsz[2] = {50257, 768}, os[2] = {1, 50257};
+      if (lay) { wsz[0] = 768; wsz[1] = 50257; }
+      grace_tensor *x = dev_rand(dt, 2, xs), *w = dev_rand(dt, 2, wsz), *wv = lay ? w : transposed(w), *o = NULL;
+      if (grace_tensor_empty(vm, dt, GRACE_CUDA, 2, os, &o)) die("output");
+      mm_arg m = {slot, x, wv, o, GPU_MM_OWN};
+      float ms = time_ms(do_mm, &m, 10);
+      double bytes = 768.0 * 50257.0 * (double)grace_dtype_size(dt), bw = bytes / (ms * 1e-3), pct = 100.0 * bw / copy_bw;
+      char name[96], v[64];
+      snprintf(name, sizeof name, "GEMV LM head 768x50257 %s, W %s (%s)", grace_dtype_name(dt),
+               lay ? "[K,N]" : "[N,K]", gpu_matmul_last_kernel(slot));
+      snprintf(v, sizeof v, "%.1f us %.0f GB/s %.0f%%", ms * 1e3, bw / 1e9, pct);
+      row(name, v, lay ? "-" : ">= 85%", lay ? -1 : pct >= 85.0);
+      grace_tensor_release(x); grace_tensor_release(w); grace_tensor_release(o);
+      if (!lay) grace_tensor_release(wv);
+    }
+}
+
+/* ---- 3. twelve decode layers' GEMVs (48 kernels) as one CUDA graph ---- */
+typedef struct graph_api {
+  CUresult (*begin)(CUstream, int);
+  CUresult (*end)(CUstream, CUgraph *);
+  CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*launch)(CUgraphExec, CUstream);
+  CUresult (*exec_destroy)(CUgraphExec);
+  CUresult (*destroy)(CUgraph);
+} graph_api;
+typedef struct graph_arg { const graph_api *g; CUgraphExec exec; } graph_arg;
+static grace_status do_graph(void *p) {
+  graph_arg *a = p;
+  return cuda_check(vm, a->g->launch(a->exec, cuda_stream(cx)), "cuGraphLaunch");
+}
+
+static void bench_decode_graph(gpu_slot *slot) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  graph_api g = {0};
+  if (lib) {
+    g.begin = (CUresult(*)(CUstream, int))dlsym(lib, "cuStreamBeginCapture_v2");
+    g.end = (CUresult(*)(CUstream, CUgraph *))dlsym(lib, "cuStreamEndCapture");
+    g.inst = (CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))dlsym(lib, "cuGraphInstantiateWithFlags");
+    g.launch = (CUresult(*)(CUgraphExec, CUstream))dlsym(lib, "cuGraphLaunch");
+    g.exec_destroy = (CUresult(*)(CUgraphExec))dlsym(lib, "cuGraphExecDestroy");
+    g.destroy = (CUresult(*)(CUgraph))dlsym(lib, "cuGraphDestroy");
+  }
+  if (!g.begin || !g.end || !g.inst || !g.launch || !g.exec_destroy || !g.destroy) {
+    row("decode graph", "graph API missing", "65%", 0);
+    return;
+  }
+  static const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   /* in, out */
+  grace_dtype dts[2] = {GRACE_FLOAT32, GRACE_BFLOAT16};
+  for (int t = 0; t < 2; t++)
+    for (int wpr = 0; wpr <= 4; wpr = wpr ? wpr * 2 : 1) {
+    grace_dtype dt = dts[t];
+    gpu_matmul_force(vm, slot, -1, wpr);
+    enum { NL = 12 };
+    grace_tensor *ws[NL][4], *wv[NL][4], *xs[4], *os[4];
+    double bytes = 0;
+    for (int s = 0; s < 4; s++) {
+      int64_t xsz[2] = {1, shapes[s][0]}, osz[2] = {1, shapes[s][1]};
+      xs[s] = dev_rand(dt, 2, xsz);
+      if (grace_tensor_empty(vm, dt, GRACE_CUDA, 2, osz, &os[s])) die("output");
+    }
+    for (int l = 0; l < NL; l++)
+      for (int s = 0; s < 4; s++) {
+        int64_t wsz[2] = {shapes[s][1], shapes[s][0]};   /* nn.Linear: [out, in], used as x @ W:t() */
+        ws[l][s] = dev_rand(dt, 2, wsz);
+        wv[l][s] = transposed(ws[l][s]);
+        bytes += (double)(wsz[0] * wsz[1]) * (double)grace_dtype_size(dt);
+      }
+    /* compile and warm every kernel outside the capture */
+    for (int l = 0; l < NL; l++)
+      for (int s = 0; s < 4; s++)
+        if (gpu_matmul_tensors(vm, slot, xs[s], wv[l][s], os[s], GPU_MM_OWN)) die("decode warm-up");
+    if (cuda_sync(cx)) die("sync");
+    CUgraph graph = NULL;
+    graph_arg ga = {&g, NULL};
+    if (cuda_check(vm, g.begin(cuda_stream(cx), 2 /* relaxed */), "cuStreamBeginCapture_v2")) die("capture");
+    for (int l = 0; l < NL; l++)
+      for (int s = 0; s < 4; s++)
+        if (gpu_matmul_tensors(vm, slot, xs[s], wv[l][s], os[s], GPU_MM_OWN)) die("decode capture");
+    if (cuda_check(vm, g.end(cuda_stream(cx), &graph), "cuStreamEndCapture")) die("capture end");
+    if (cuda_check(vm, g.inst(&ga.exec, graph, 0), "cuGraphInstantiateWithFlags")) die("instantiate");
+    float ms = time_ms(do_graph, &ga, 1);
+    double bw = bytes / (ms * 1e-3), pct = 100.0 * bw / copy_bw;
+    char name[96], v[64];
+    if (wpr) snprintf(name, sizeof name, "  decode graph %s, %d warps per column", grace_dtype_name(dt), wpr);
+    else snprintf(name, sizeof name, "decode GEMVs 12 layers x 4 %s, one graph", grace_dtype_name(dt));
+    snprintf(v, sizeof v, "%.1f us %.0f GB/s %.0f%%", ms * 1e3, bw / 1e9, pct);
+    row(name, v, wpr ? "-" : ">= 65%", wpr ? -1 : pct >= 65.0);
+    /* the same 48 launched one by one, for comparison */
+    float single = 0;
+    for (int s = 0; s < 4 && !wpr; s++) {
+      mm_arg m = {slot, xs[s], wv[0][s], os[s], GPU_MM_OWN};
+      float one = time_ms(do_mm, &m, 1);
+      single += one * NL;
+      snprintf(name, sizeof name, "  GEMV %lldx%lld %s (%s), eager", (long long)shapes[s][0], (long long)shapes[s][1],
+               grace_dtype_name(dt), gpu_matmul_last_kernel(slot));
+      double b1 = (double)(shapes[s][0] * shapes[s][1]) * (double)grace_dtype_size(dt);
+      snprintf(v, sizeof v, "%.1f us %.0f%%", one * 1e3, 100.0 * b1 / (one * 1e-3) / copy_bw);
+      row(name, v, "-", -1);
+    }
+    snprintf(v, sizeof v, "%.1f us", single * 1e3);
+    if (!wpr) row("  the 48 GEMVs eager (sum of medians)", v, "-", -1);
+    g.exec_destroy(ga.exec);
+    g.destroy(graph);
+    for (int l = 0; l < NL; l++)
+      for (int s = 0; s < 4; s++) { grace_tensor_release(ws[l][s]); grace_tensor_release(wv[l][s]); }
+    for (int s = 0; s < 4; s++) { grace_tensor_release(xs[s]); grace_tensor_release(os[s]); }
+  }
+  gpu_matmul_force(vm, slot, -1, 0);
+  dlclose(lib);
+}
+
+/* ---- 4. GEMM: ours against cuBLASLt ---- */
+static void bench_gemm(gpu_slot *slot, grace_dtype dt, int64_t n, int wt, double target) {
+  int64_t sz[2] = {n, n};
+  grace_tensor *x = dev_rand(dt, 2, sz), *w = dev_rand(dt, 2, sz), *wv = wt ? transposed(w) : w, *o = NULL;
+  if (grace_tensor_empty(vm, dt, GRACE_CUDA, 2, sz, &o)) die("output");
+  mm_arg own = {slot, x, wv, o, GPU_MM_OWN}, blas = {slot, x, wv, o, GPU_MM_BLAS};
+  float t_own = time_ms(do_mm, &own, 1);
+  char kname[32];
+  snprintf(kname, sizeof kname, "%s", gpu_matmul_last_kernel(slot));
+  if (dt != GRACE_FLOAT32) {   /* both tensor-core tile variants; the faster one counts */
+    for (int tile = 0; tile < 2; tile++) {
+      gpu_matmul_force(vm, slot, tile, 0);
+      float t = time_ms(do_mm, &own, 1);
+      char name[96], v[64];
+      snprintf(name, sizeof name, "  GEMM %lld^3 %s%s: %s", (long long)n, grace_dtype_name(dt), wt ? " x W^T" : "",
+               gpu_matmul_last_kernel(slot));
+      snprintf(v, sizeof v, "%.1f TFLOP/s", 2.0 * (double)n * (double)n * (double)n / (t * 1e-3) / 1e12);
+      row(name, v, "-", -1);
+      if (t < t_own) { t_own = t; snprintf(kname, sizeof kname, "%s", gpu_matmul_last_kernel(slot)); }
+    }
+    gpu_matmul_force(vm, slot, -1, 0);
+  }
+  float t_blas = time_ms(do_mm, &blas, 1);
+  double fl = 2.0 * (double)n * (double)n * (double)n;
+  double tf_own = fl / (t_own * 1e-3) / 1e12, tf_blas = fl / (t_blas * 1e-3) / 1e12, ratio = tf_own / tf_blas;
+  char name[96], v[64], tg[32];
+  snprintf(name, sizeof name, "GEMM %lld^3 %s%s: ours (%s)", (long long)n, grace_dtype_name(dt), wt ? " x W^T" : "", kname);
+  snprintf(v, sizeof v, "%.1f TFLOP/s", tf_own);
+  row(name, v, "-", -1);
+  snprintf(name, sizeof name, "GEMM %lld^3 %s%s: cuBLASLt", (long long)n, grace_dtype_name(dt), wt ? " x W^T" : "");
+  snprintf(v, sizeof v, "%.1f TFLOP/s", tf_blas);
+  row(name, v, "-", -1);
+  snprintf(name, sizeof name, "GEMM %lld^3 %s%s: ours / cuBLASLt", (long long)n, grace_dtype_name(dt), wt ? " x W^T" : "");
+  snprintf(v, sizeof v, "%.0f%%", 100.0 * ratio);
+  if (target > 0) snprintf(tg, sizeof tg, ">= %.0f%%", 100.0 * target);
+  else snprintf(tg, sizeof tg, "-");
+  row(name, v, tg, target > 0 ? ratio >= target : -1);
+  grace_tensor_release(x); grace_tensor_release(w); grace_tensor_release(o);
+  if (wt) grace_tensor_release(wv);
+}
+
+int main(void) {
+  char err[256];
+  vm = grace_vm_new(&(grace_config){.device = "cuda"}, err, sizeof err);
+  if (!vm) { printf("no VM: %s\n", err); return 1; }
+  if (!(cx = cuda_get(vm))) { printf("no CUDA device: %s\n", grace_last_error(vm)); return 1; }
+  printf("# %s\n", cuda_describe(vm));
+  row("name", "value", "target", -1);
+  gpu_slot slot = {0};
+  bench_copy();
+  bench_lm_head(&slot);
+  bench_decode_graph(&slot);
+  bench_gemm(&slot, GRACE_BFLOAT16, 4096, 0, 0.70);
+  bench_gemm(&slot, GRACE_BFLOAT16, 4096, 1, 0.70);
+  bench_gemm(&slot, GRACE_FLOAT32, 1024, 0, 0);
+  /* 5. fused pointwise at 64 MB: TODO(lead): time the pointwise helper's generated kernel here */
+  row("fused pointwise 64 MB", "TODO", "-", -1);
+  if (slot.free) slot.free(vm, slot.p);
+  grace_vm_free(vm);
+  return 0;
+}

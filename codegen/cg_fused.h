@@ -1,0 +1,77 @@
+/* cg_fused.h: CUDA kernels for fused POINTWISE and ROW groups (ir/ir_fuse.h). The host side is split in three:
+ * cg_fused_io finds what a group reads (external tensors) and what it stores; cg_fused_plan looks at the actual
+ * tensors and decides everything the source depends on (a cg_fused_spec: layout classes, coalesced rank, vector
+ * width, index width, row strategy) plus the per-launch geometry; cg_fused_generate writes the kernel for
+ * (group, spec) -- deterministic, so equal specs give byte-identical sources -- and cg_fused_pack fills the launch.
+ *
+ * Kernel arguments (codegen/cg.h convention): tensor pointers a0.. = the externals in io order, then the stored
+ * values in io order, then (CG_ROW_SPLIT) the workspace; words:
+ *   POINTWISE: n, sizes[ndim], then strides[ndim] of each STRIDED external (iteration order, coalesced).
+ *   ROW: rows, inner, sizes[ndim] (kept dims then reduced dims), strides[ndim] of each external, then
+ *        strides[ndim] of each stored value over the base shape (values of the reduced shape are stored at the
+ *        row index), then (CG_ROW_SPLIT) nchunk. */
+#ifndef GRACE_CG_FUSED_H
+#define GRACE_CG_FUSED_H
+
+#include "codegen/cg.h"
+#include "ir/ir.h"
+#include "ir/ir_fuse.h"
+
+enum { CG_LINEAR = 0, CG_SCALAR = 1, CG_STRIDED = 2 };   /* layout classes of external operands */
+/* ROW strategy: a warp per row, a block per row, or a row split over several blocks (few rows, long ones): each
+ * block folds its chunk into a partial state in a workspace, the last block of a row to finish (a counter per
+ * row) combines the partials in chunk order, so results do not depend on timing. */
+enum { CG_ROW_WARP = 0, CG_ROW_BLOCK = 1, CG_ROW_SPLIT = 2 };
+
+typedef struct cg_group_io {
+  int next, nstore;
+  int32_t ext[CG_MAX_ARGS];      /* values read from outside the group (0-d tensors for dynamic scalars) */
+  int32_t store[CG_MAX_ARGS];    /* member values stored (read elsewhere, returned, written back) */
+} cg_group_io;
+
+/* Everything a generated source depends on besides the group itself (memset to 0 before filling: it is
+ * compared and hashed as bytes). */
+typedef struct cg_fused_spec {
+  int32_t kind;                  /* CG_POINTWISE or CG_ROW */
+  int32_t indirect;
+  int32_t ndim;                  /* POINTWISE: coalesced iteration rank; ROW: base rank */
+  int32_t nkept;                 /* ROW: kept dims (the first nkept of the iteration order) */
+  int32_t wide;                  /* 64-bit element indices */
+  int32_t vec;                   /* POINTWISE: elements per vector access (1: scalar path only) */
+  int32_t strategy;              /* ROW: CG_ROW_WARP, CG_ROW_BLOCK or CG_ROW_SPLIT */
+  int32_t block;                 /* threads per block */
+  uint8_t layout[CG_MAX_ARGS];   /* per external: CG_LINEAR / CG_SCALAR / CG_STRIDED (ROW: all strided) */
+} cg_fused_spec;
+
+/* The per-launch numbers cg_fused_pack needs. */
+typedef struct cg_fused_geom {
+  int64_t n;                     /* elements of the iteration shape */
+  int64_t rows, inner;           /* ROW */
+  int64_t nchunk;                /* CG_ROW_SPLIT: blocks per row */
+  size_t ws_bytes;               /* CG_ROW_SPLIT: workspace (zeroed before the launch): a counter per row, then
+                                    the partial states, 8 bytes a field */
+  int ndim;
+  int64_t sizes[GRACE_MAX_DIMS];                     /* iteration order */
+  int64_t ext_strides[CG_MAX_ARGS][GRACE_MAX_DIMS];   /* iteration order, 0 on broadcast dims */
+  int64_t store_strides[CG_MAX_ARGS][GRACE_MAX_DIMS]; /* ROW: base-shape stores, iteration order */
+} cg_fused_geom;
+
+/* The group's external operands and stored values. GRACE_EUNSUPPORTED (with a message) for groups this
+ * generator cannot lower (views of member values read inside the group, too many operands, ...). */
+grace_status cg_fused_io(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, int g, cg_group_io *io);
+
+/* Chooses the spec and geometry from the externals' actual tensors (ext[k] for io->ext[k]; their sizes are the
+ * IR types' sizes) and the device's SM count. */
+grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, int g, const cg_group_io *io,
+                           const cg_tensor *ext, int indirect, int sms, cg_fused_spec *spec, cg_fused_geom *geom);
+
+/* Writes the kernel (prelude included) into k (k->src owned; free with cg_kernel_free). */
+grace_status cg_fused_generate(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, int g, const cg_group_io *io,
+                               const cg_fused_spec *spec, cg_kernel *k);
+
+/* Fills the launch: ptrs are the device addresses of the args (externals, stores, workspace; offsets applied). With
+ * indirect kernels the caller passes the addresses of the slots holding them instead. */
+grace_status cg_fused_pack(grace_vm *vm, const cg_kernel *k, const cg_fused_spec *spec, const cg_fused_geom *geom,
+                           const uint64_t *ptrs, int sms, cg_launch *out);
+
+#endif

@@ -1,0 +1,86 @@
+/* cg_matmul.h: CUDA sources of grace's matrix products: GEMV/skinny kernels (few rows of the left operand:
+ * stream the weight once), a tensor-core GEMM (mma.sync m16n8k16, bf16/f16, fp32 accumulate, cp.async
+ * pipeline), an exact FFMA-tiled SIMT GEMM (fp32, and any layout), the split-K reduction, each with a fused
+ * pointwise epilogue. The products are C[b, m, n] = sum_k A[b, m, k] B[b, k, n] with up to 3 batch dims
+ * (broadcast ones have stride 0); C is contiguous [batch..., M, N].
+ *
+ * Parameter struct of every kernel here (codegen/cg.h's convention):
+ *   pointers: A, B, C (the output, or unused), WS (float32 split-K partials, or unused), E0..E<nop-1>
+ *             (the epilogue's tensor operands);
+ *   words:    CG_MM_NWORDS fixed words (enum cg_mm_word), then CG_MM_OPWORDS per tensor operand
+ *             (its strides along m, n and the 3 batch dims);
+ *   scalars:  one double per scalar operand of the epilogue. */
+#ifndef GRACE_CG_MATMUL_H
+#define GRACE_CG_MATMUL_H
+
+#include "codegen/cg.h"
+
+#define CG_MM_MAX_EPI 8       /* epilogue steps */
+#define CG_MM_MAX_OPS 4       /* tensor operands of the epilogue */
+#define CG_MM_MAX_SCALARS 4
+#define CG_MM_BATCH 3         /* batch dims after folding */
+
+enum cg_mm_word {
+  CG_MM_M, CG_MM_N, CG_MM_K, CG_MM_NB, CG_MM_BD0, CG_MM_BD1, CG_MM_BD2,
+  CG_MM_A_SM, CG_MM_A_SK, CG_MM_A_B0, CG_MM_A_B1, CG_MM_A_B2,
+  CG_MM_B_SK, CG_MM_B_SN, CG_MM_B_B0, CG_MM_B_B1, CG_MM_B_B2,
+  CG_MM_SPLITS, CG_MM_KCHUNK,
+  CG_MM_NWORDS
+};
+enum { CG_MM_OPWORDS = 5 };   /* per operand: sm, sn, b0, b1, b2 */
+
+typedef enum cg_mm_form {
+  CG_MM_GEMV_NT,    /* few rows, B's k contiguous (x @ W:t() with W [N, K]): a warp per output column */
+  CG_MM_GEMV_NN,    /* few rows, B's n contiguous (x @ W with W [K, N]): a thread per vector of columns */
+  CG_MM_GEMM_TC,    /* tensor cores, 128x128x32 tiles, 3-stage cp.async; bf16/f16 */
+  CG_MM_GEMM_SIMT,  /* FFMA 128x128x8 tiles, any strides, any float dtype */
+  CG_MM_SPLITK      /* sums the float32 partials of a split-K GEMV and applies the epilogue */
+} cg_mm_form;
+
+typedef enum cg_epi_op {
+  CG_EPI_ADD, CG_EPI_SUB, CG_EPI_RSUB, CG_EPI_MUL, CG_EPI_DIV, CG_EPI_RDIV,   /* v op operand / operand op v */
+  CG_EPI_RELU, CG_EPI_GELU, CG_EPI_GELU_TANH, CG_EPI_SILU, CG_EPI_TANH, CG_EPI_SIGMOID, CG_EPI_NEG,
+  CG_EPI_CAST       /* only rounds to the step's dtype */
+} cg_epi_op;
+
+typedef struct cg_epi_step {
+  cg_epi_op op;
+  int operand;          /* binary ops: tensor operand index, or -1 - scalar index */
+  grace_dtype dtype;    /* the step's result dtype (f32, f16, bf16): the value is rounded to it */
+} cg_epi_step;
+
+typedef struct cg_mm_desc {
+  cg_mm_form form;
+  grace_dtype dt;       /* A and B */
+  grace_dtype out_dt;   /* C: the epilogue's last dtype */
+  int a_kmajor;         /* A's k stride is 1 (else its m stride is: GEMM_TC only; the others take any) */
+  int b_kmajor;         /* B's k stride is 1 (else its n stride is: GEMM_TC only) */
+  int vec;              /* GEMV: elements of B per vector load (16 bytes), or 1 */
+  int a_vec;            /* GEMV_NT: A rows loaded as vectors too (k contiguous, aligned) */
+  int mtile;            /* GEMV: rows of A accumulated per pass (1..16) */
+  int tile;             /* GEMM_TC: 0: 8 warps of 64x32, 3 stages; 1: 4 warps of 64x64, 4 stages */
+  int wpr;              /* GEMV_NT: warps sharing one output column (1, 2, 4: short rows, few columns) */
+  int split;            /* GEMV: writes partials to WS (the epilogue runs in CG_MM_SPLITK) */
+  int indirect;
+  int nop;              /* tensor operands */
+  grace_dtype op_dtypes[CG_MM_MAX_OPS];
+  int nscalar;
+  int nepi;
+  cg_epi_step epi[CG_MM_MAX_EPI];
+} cg_mm_desc;
+
+/* Fills k (name, kind, indirect, variant, src) with the kernel of d; the name is derived from d so equal
+ * descriptions give equal sources. GRACE_EUNSUPPORTED for a combination no kernel covers. */
+grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k);
+
+/* Launch geometry: tensor-core tiles (threads and stages depend on desc.tile) */
+enum { CG_MM_TC_BM = 128, CG_MM_TC_BN = 128, CG_MM_TC_BK = 32 };
+enum { CG_MM_SIMT_BM = 128, CG_MM_SIMT_BN = 128, CG_MM_SIMT_THREADS = 256 };
+enum { CG_MM_NT_WARPS = 4, CG_MM_NN_COLS = 32, CG_MM_NN_KSLICES = 8 };
+
+/* Dynamic shared memory of a GEMM_TC kernel. */
+unsigned cg_matmul_tc_smem(const cg_mm_desc *d);
+/* Fills grid/block/smem of l for d and the words already packed in l (M, N, K, NB, SPLITS). */
+void cg_matmul_geometry(const cg_mm_desc *d, cg_launch *l);
+
+#endif

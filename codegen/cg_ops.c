@@ -1,0 +1,445 @@
+/* cg_ops.c: the CUDA source of the single-op kernels (see cg_ops.h for each template's parameter words).
+ * Every dtype difference lives in a few "role" helpers emitted per kernel (R_t, R_ld, R_st, ...) that load
+ * and store exactly as vm.h's vm_load_* / vm_store_* do, so one body text serves every dtype. Float sums
+ * that the CPU rounds step by step use __fadd_rn-style intrinsics so NVRTC cannot contract them into FMAs
+ * the CPU does not use (random normals, linspace, norms would otherwise differ in the last bit). */
+#include <stdio.h>
+#include <string.h>
+#include "codegen/cg_ops.h"
+
+static const char *tmpl_names[CGO_NTMPL] = {"copy", "fill", "tri", "icheck", "imove", "create", "cumsum",
+                                            "softmax", "norm", "sort"};
+static const char *dt_short[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
+
+const char *cg_ops_tmpl_name(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? tmpl_names[t] : "?"; }
+
+int cg_ops_nptr(cgo_tmpl t) {
+  switch (t) {
+  case CGO_FILL: case CGO_TRI: case CGO_CREATE: return 1;
+  case CGO_COPY: case CGO_ICHECK: case CGO_CUMSUM: case CGO_SOFTMAX: return 2;
+  case CGO_IMOVE: case CGO_SORT: return 3;
+  case CGO_NORM: return 4;
+  default: return 0;
+  }
+}
+
+/* Bit conversions (the same arithmetic as vm.h's), saturating float -> int64, Philox4x32-10 (vm_rng.c). */
+static const char *common_src =
+  "typedef unsigned long long cgo_u64;\n"
+  "#define CGO_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
+  "i += (long long)gridDim.x * blockDim.x)\n"
+  "__device__ __forceinline__ float cgo_h2f(unsigned short h) {\n"
+  "  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;\n"
+  "  if (ex == 0) {\n"
+  "    if (man == 0) bits = sign;\n"
+  "    else { ex = 127 - 15 + 1; while (!(man & 0x400u)) { man <<= 1; ex--; } man &= 0x3ffu;"
+  " bits = sign | (ex << 23) | (man << 13); }\n"
+  "  } else if (ex == 31) bits = sign | 0x7f800000u | (man << 13);\n"
+  "  else bits = sign | ((ex + 127 - 15) << 23) | (man << 13);\n"
+  "  return __uint_as_float(bits);\n"
+  "}\n"
+  "__device__ __forceinline__ unsigned short cgo_f2h(float f) {\n"
+  "  unsigned int x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;\n"
+  "  if (ax >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));\n"
+  "  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);\n"
+  "  if (ax < 0x38800000u) return (unsigned short)(sign | __float2uint_rn(__fmul_rn(__uint_as_float(ax), 16777216.0f)));\n"
+  "  unsigned int r = ax + 0xfffu + ((ax >> 13) & 1u);\n"
+  "  return (unsigned short)(sign | ((r - 0x38000000u) >> 13));\n"
+  "}\n"
+  "__device__ __forceinline__ float cgo_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }\n"
+  "__device__ __forceinline__ unsigned short cgo_f2b(float f) {\n"
+  "  unsigned int x = __float_as_uint(f);\n"
+  "  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);\n"
+  "  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);\n"
+  "}\n"
+  "__device__ __forceinline__ long long cgo_d2ll(double v) {\n"
+  "  return v != v ? 0LL : v >= 9.2233720368547758e18 ? 0x7fffffffffffffffLL"
+  " : v <= -9.2233720368547758e18 ? (-0x7fffffffffffffffLL - 1) : (long long)v;\n"
+  "}\n"
+  "__device__ __forceinline__ void cgo_philox(cgo_u64 seed, cgo_u64 offset, cgo_u64 index, unsigned int out[4]) {\n"
+  "  unsigned int c0 = (unsigned int)index, c1 = (unsigned int)(index >> 32), c2 = (unsigned int)offset,"
+  " c3 = (unsigned int)(offset >> 32);\n"
+  "  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);\n"
+  "  for (int r = 0; r < 10; r++) {\n"
+  "    cgo_u64 p0 = (cgo_u64)0xD2511F53u * c0, p1 = (cgo_u64)0xCD9E8D57u * c2;\n"
+  "    unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;\n"
+  "    c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;\n"
+  "    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;\n"
+  "  }\n"
+  "  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;\n"
+  "}\n";
+
+static int is_float_dt(grace_dtype dt) {
+  return dt == GRACE_FLOAT32 || dt == GRACE_FLOAT64 || dt == GRACE_FLOAT16 || dt == GRACE_BFLOAT16;
+}
+
+/* Loads and stores of one role R (a pointer of the kernel) with dtype dt, as vm_load_f64/i64, vm_store_f64/i64. */
+static void emit_role(cg_buf *b, const char *R, grace_dtype dt) {
+  cg_printf(b, "typedef %s %s_t;\n", cg_ctype(dt), R);
+  const char *ld, *ldf, *st, *stf;
+  switch (dt) {
+  case GRACE_FLOAT32: ld = "(double)*p"; ldf = "*p"; st = "*p = (float)v;"; stf = "*p = v;"; break;
+  case GRACE_FLOAT64: ld = "*p"; ldf = "(float)*p"; st = "*p = v;"; stf = "*p = (double)v;"; break;
+  case GRACE_FLOAT16: ld = "(double)cgo_h2f(*p)"; ldf = "cgo_h2f(*p)"; st = "*p = cgo_f2h((float)v);";
+    stf = "*p = cgo_f2h(v);"; break;
+  case GRACE_BFLOAT16: ld = "(double)cgo_b2f(*p)"; ldf = "cgo_b2f(*p)"; st = "*p = cgo_f2b((float)v);";
+    stf = "*p = cgo_f2b(v);"; break;
+  case GRACE_INT32: ld = "(double)*p"; ldf = "(float)*p";
+    st = "*p = v != v ? 0 : v >= 2147483647.0 ? 2147483647 : v <= -2147483648.0 ? (-2147483647 - 1) : (int)v;";
+    stf = NULL; break;
+  case GRACE_INT64: ld = "(double)*p"; ldf = "(float)*p"; st = "*p = cgo_d2ll(v);"; stf = NULL; break;
+  case GRACE_UINT8: ld = "(double)*p"; ldf = "(float)*p";
+    st = "*p = (unsigned char)(long long)(v != v ? 0.0 : v >= 9.2e18 || v <= -9.2e18 ? 0.0 : v);"; stf = NULL; break;
+  default: ld = "(*p != 0 ? 1.0 : 0.0)"; ldf = "(*p != 0 ? 1.0f : 0.0f)"; st = "*p = v != 0;"; stf = NULL; break;
+  }
+  cg_printf(b, "__device__ __forceinline__ double %s_ld(const %s_t *p) { return %s; }\n", R, R, ld);
+  cg_printf(b, "__device__ __forceinline__ float %s_ldf(const %s_t *p) { return %s; }\n", R, R, ldf);
+  if (is_float_dt(dt)) cg_printf(b, "__device__ __forceinline__ long long %s_ldi(const %s_t *p) { return cgo_d2ll(%s_ld(p)); }\n", R, R, R);
+  else if (dt == GRACE_BOOL) cg_printf(b, "__device__ __forceinline__ long long %s_ldi(const %s_t *p) { return *p != 0; }\n", R, R);
+  else cg_printf(b, "__device__ __forceinline__ long long %s_ldi(const %s_t *p) { return (long long)*p; }\n", R, R);
+  cg_printf(b, "__device__ __forceinline__ void %s_st(%s_t *p, double v) { %s }\n", R, R, st);
+  if (stf) cg_printf(b, "__device__ __forceinline__ void %s_stf(%s_t *p, float v) { %s }\n", R, R, stf);
+  else cg_printf(b, "__device__ __forceinline__ void %s_stf(%s_t *p, float v) { %s_st(p, (double)v); }\n", R, R, R);
+  const char *sti;
+  switch (dt) {
+  case GRACE_INT32: sti = "*p = (int)(unsigned int)(cgo_u64)v;"; break;
+  case GRACE_INT64: sti = "*p = v;"; break;
+  case GRACE_UINT8: sti = "*p = (unsigned char)(cgo_u64)v;"; break;
+  case GRACE_BOOL: sti = "*p = v != 0;"; break;
+  default: sti = NULL; break;
+  }
+  if (sti) cg_printf(b, "__device__ __forceinline__ void %s_sti(%s_t *p, long long v) { %s }\n", R, R, sti);
+  else cg_printf(b, "__device__ __forceinline__ void %s_sti(%s_t *p, long long v) { %s_st(p, (double)v); }\n", R, R, R);
+}
+
+/* cgo_conv(d, s): one element from role S to role D, converted as the CPU's strided copy converts. */
+static void emit_conv(cg_buf *b, grace_dtype ddt, grace_dtype sdt) {
+  const char *body = ddt == sdt ? "*d = *s;"
+                     : !is_float_dt(ddt) && !is_float_dt(sdt) ? "D_sti(d, S_ldi(s));" : "D_st(d, S_ld(s));";
+  cg_printf(b, "__device__ __forceinline__ void cgo_conv(D_t *d, const S_t *s) { %s }\n", body);
+}
+
+typedef struct tmpl_def {
+  int nptr;
+  const char *roles[4];      /* role names of the pointers, in order */
+  const char *ptrs[4];       /* their names in the body */
+  const char *words;         /* the word fields */
+  int nscalar;
+  const char *scalars[2];
+} tmpl_def;
+
+#define W16 "[16]"
+static const tmpl_def defs[CGO_NTMPL] = {
+  [CGO_COPY] = {2, {"D", "S"}, {"dst", "src"}, "n, nd, size" W16 ", ss" W16 ", ds" W16, 0, {0}},
+  [CGO_FILL] = {1, {"D"}, {"dst"}, "n, nd, size" W16 ", ds" W16, 1, {"value"}},
+  [CGO_TRI] = {1, {"D"}, {"x"}, "n, rows, cols, k, upper", 0, {0}},
+  [CGO_ICHECK] = {2, {"I", "F"}, {"idx", "flag"}, "n, nd, size" W16 ", is" W16 ", bound, base", 0, {0}},
+  [CGO_IMOVE] = {3, {"D", "S", "I"}, {"dst", "src", "idx"},
+                 "n, nd, size" W16 ", ss" W16 ", ds" W16 ", is" W16 ", len, lss, lds, lis, sq, dq, base", 0, {0}},
+  [CGO_CREATE] = {1, {"D"}, {"out"}, "n, w0, w1, w2, w3", 2, {"seed", "offset"}},
+  [CGO_CUMSUM] = {2, {"D", "S"}, {"out", "x"}, "rows, L, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol", 0, {0}},
+  [CGO_SOFTMAX] = {2, {"D", "S"}, {"out", "x"}, "rows, L, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol", 0, {0}},
+  [CGO_NORM] = {4, {"Y", "X", "W", "B"}, {"y", "x", "w", "b"}, "rows, D, nd, size" W16 ", xs" W16 ", xl, wl, bl, eps",
+                0, {0}},
+  [CGO_SORT] = {3, {"V", "I", "X"}, {"vals", "idx", "x"},
+                "rows, L, P, k, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol, base, has_idx", 0, {0}},
+};
+
+/* Unravels r over p.size[0..nd) adding coordinate * stride for each listed stride array. */
+static void emit_unravel(cg_buf *b, const char *r, int n, const char *const *strides, const char *const *accs) {
+  cg_printf(b, "    { long long rr = %s;\n      for (int d = (int)p.nd - 1; d >= 0; d--) {\n"
+               "        long long c = rr %% p.size[d]; rr /= p.size[d];\n", r);
+  for (int i = 0; i < n; i++) cg_printf(b, "        %s += c * p.%s[d];\n", accs[i], strides[i]);
+  cg_puts(b, "      } }\n");
+}
+
+static void body_copy(cg_buf *b, const cgo_spec *s) {
+  if (s->variant == 1) { cg_puts(b, "  CGO_LOOP(i, p.n) cgo_conv(dst + i, src + i);\n"); return; }
+  cg_puts(b, "  CGO_LOOP(i, p.n) {\n    long long so = 0, dof = 0;\n");
+  emit_unravel(b, "i", 2, (const char *[]){"ss", "ds"}, (const char *[]){"so", "dof"});
+  cg_puts(b, "    cgo_conv(dst + dof, src + so);\n  }\n");
+}
+
+static void body_fill(cg_buf *b) {
+  cg_puts(b, "  union { long long w; D_t v; } u; u.w = value;\n  const D_t val = u.v;\n"
+             "  CGO_LOOP(i, p.n) {\n    long long dof = 0;\n");
+  emit_unravel(b, "i", 1, (const char *[]){"ds"}, (const char *[]){"dof"});
+  cg_puts(b, "    dst[dof] = val;\n  }\n");
+}
+
+static void body_tri(cg_buf *b) {
+  cg_puts(b, "  CGO_LOOP(i, p.n) {\n"
+             "    long long j = i % p.cols, r = (i / p.cols) % p.rows, dl = j - r;\n"
+             "    if (p.upper ? dl < p.k : dl > p.k) x[i] = (D_t)0;\n  }\n");
+}
+
+static void body_icheck(cg_buf *b) {
+  cg_puts(b, "  CGO_LOOP(i, p.n) {\n    long long io = 0;\n");
+  emit_unravel(b, "i", 1, (const char *[]){"is"}, (const char *[]){"io"});
+  cg_puts(b, "    long long q = I_ldi(idx + io) - p.base;\n"
+             "    if (q < 0 || q >= p.bound) atomicMin(flag, i);\n  }\n");
+}
+
+static void body_imove(cg_buf *b) {
+  cg_puts(b, "  CGO_LOOP(i, p.n) {\n    long long so = 0, dof = 0, io = 0;\n");
+  emit_unravel(b, "i", 3, (const char *[]){"ss", "ds", "is"}, (const char *[]){"so", "dof", "io"});
+  cg_puts(b, "    for (long long l = 0; l < p.len; l++) {\n"
+             "      long long q = I_ldi(idx + io + l * p.lis) - p.base;\n"
+             "      cgo_conv(dst + dof + l * p.lds + q * p.dq, src + so + l * p.lss + q * p.sq);\n"
+             "    }\n  }\n");
+}
+
+static void body_create(cg_buf *b, const cgo_spec *s) {
+  grace_dtype dt = s->dt[0];
+  cg_puts(b, "  CGO_LOOP(i, p.n) {\n    D_t *o = out + i;\n");
+  switch (s->variant) {
+  case CGO_ARANGE_F:
+    cg_puts(b, "    D_st(o, __dadd_rn(__longlong_as_double(p.w0), __dmul_rn((double)i, __longlong_as_double(p.w1))));\n");
+    break;
+  case CGO_ARANGE_I: cg_puts(b, "    D_sti(o, (long long)((cgo_u64)p.w0 + (cgo_u64)i * (cgo_u64)p.w1));\n"); break;
+  case CGO_LINSPACE:
+    cg_puts(b, "    double a = __longlong_as_double(p.w0), e = __longlong_as_double(p.w1), st = __longlong_as_double(p.w2);\n"
+               "    D_st(o, p.n == 1 ? a : i < p.n / 2 ? __dadd_rn(a, __dmul_rn(st, (double)i))"
+               " : __dsub_rn(e, __dmul_rn(st, (double)(p.n - 1 - i))));\n");
+    break;
+  case CGO_EYE: cg_puts(b, "    D_st(o, i / p.w0 == i % p.w0 ? 1.0 : 0.0);\n"); break;
+  case CGO_RAND: case CGO_RANDN: case CGO_RANDINT:
+    cg_puts(b, "    unsigned int r[4];\n    cgo_philox((cgo_u64)seed, (cgo_u64)offset, (cgo_u64)i, r);\n");
+    if (s->variant == CGO_RANDINT)
+      cg_puts(b, "    cgo_u64 u = ((cgo_u64)r[1] << 32) | r[0];\n"
+                 "    D_sti(o, (long long)((cgo_u64)p.w0 + u % (cgo_u64)p.w1));\n");
+    else if (s->variant == CGO_RANDN)   /* Box-Muller in double, u1 in (0, 1], as cpu_create.c */
+      cg_puts(b, "    double u1 = __dmul_rn((double)r[0] + 1.0, 2.3283064365386962890625e-10);\n"
+                 "    double u2 = __dmul_rn((double)r[1], 2.3283064365386962890625e-10);\n"
+                 "    D_st(o, __dmul_rn(sqrt(__dmul_rn(-2.0, log(u1))), cos(__dmul_rn(6.283185307179586, u2))));\n");
+    else if (dt == GRACE_FLOAT64)
+      cg_puts(b, "    D_st(o, (double)((((cgo_u64)r[0] << 32) | r[1]) >> 11) * 1.1102230246251565404236316680908203125e-16);\n");
+    else if (dt == GRACE_FLOAT16) cg_puts(b, "    D_st(o, (double)(r[0] >> 21) * 0.00048828125);\n");
+    else if (dt == GRACE_BFLOAT16) cg_puts(b, "    D_st(o, (double)(r[0] >> 24) * 0.00390625);\n");
+    else cg_puts(b, "    D_st(o, (double)(r[0] >> 8) * 5.9604644775390625e-08);\n");
+    break;
+  default: break;
+  }
+  cg_puts(b, "  }\n");
+}
+
+/* Row offsets: row r of x (xo) and of the output (oo) over the dims other than the row dim. */
+static void emit_row_offsets(cg_buf *b, int with_out) {
+  cg_puts(b, "    long long xo = 0, oo = 0;\n");
+  if (with_out) emit_unravel(b, "row", 2, (const char *[]){"xs", "os"}, (const char *[]){"xo", "oo"});
+  else emit_unravel(b, "row", 1, (const char *[]){"xs"}, (const char *[]){"xo"});
+}
+
+static void body_cumsum(cg_buf *b, const cgo_spec *s) {
+  cg_puts(b, "  CGO_LOOP(row, p.rows) {\n");
+  emit_row_offsets(b, 1);
+  if (!is_float_dt(s->dt[0]))   /* wraps as the CPU's uint64 accumulator */
+    cg_puts(b, "    cgo_u64 acc = 0;\n    for (long long l = 0; l < p.L; l++) {\n"
+               "      acc += (cgo_u64)S_ldi(x + xo + l * p.xl);\n      D_sti(out + oo + l * p.ol, (long long)acc);\n    }\n");
+  else
+    cg_puts(b, "    double acc = 0;\n    for (long long l = 0; l < p.L; l++) {\n"
+               "      acc = __dadd_rn(acc, S_ld(x + xo + l * p.xl));\n      D_st(out + oo + l * p.ol, acc);\n    }\n");
+  cg_puts(b, "  }\n");
+}
+
+/* Softmax rows: a warp per row, or with variant bit 4 a block per row (partials combined through shared
+ * memory, every thread reading them in one order so all agree). */
+static void body_softmax(cg_buf *b, const cgo_spec *s) {
+  int logp = s->variant & 1, dbl = s->variant & 2, blk = s->variant & 4;
+  const char *T = dbl ? "double" : "float", *LD = dbl ? "S_ld" : "S_ldf";
+  if (blk)
+    cg_printf(b, "  __shared__ %s shm[32];\n  __shared__ double shs[32];\n  const long long lane = threadIdx.x, step = blockDim.x;\n"
+                 "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n", T);
+  else
+    cg_puts(b, "  const long long lane = threadIdx.x & 31, step = 32;\n"
+               "  long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5,"
+               " nwarp = ((long long)gridDim.x * blockDim.x) >> 5;\n"
+               "  for (long long row = warp; row < p.rows; row += nwarp) {\n");
+  emit_row_offsets(b, 1);
+  cg_printf(b, "    %s m = %s(x + xo);\n"
+               "    for (long long l = lane; l < p.L; l += step) { %s v = %s(x + xo + l * p.xl); if (v > m || v != v) m = v; }\n"
+               "    for (int o = 16; o; o >>= 1) { %s v = __shfl_xor_sync(0xffffffffu, m, o); if (v > m || v != v) m = v; }\n",
+            T, LD, T, LD, T);
+  if (blk)
+    cg_puts(b, "    __syncthreads();\n    if ((threadIdx.x & 31) == 0) shm[threadIdx.x >> 5] = m;\n    __syncthreads();\n"
+               "    for (unsigned w = 0; w < (blockDim.x >> 5); w++) if (shm[w] > m || shm[w] != shm[w]) m = shm[w];\n");
+  cg_puts(b, "    double s = 0;\n");
+  if (dbl) cg_puts(b, "    for (long long l = lane; l < p.L; l += step) s += exp(S_ld(x + xo + l * p.xl) - m);\n");
+  else cg_puts(b, "    for (long long l = lane; l < p.L; l += step) s += (double)expf(__fsub_rn(S_ldf(x + xo + l * p.xl), m));\n");
+  cg_puts(b, "    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n");
+  if (blk)
+    cg_puts(b, "    if ((threadIdx.x & 31) == 0) shs[threadIdx.x >> 5] = s;\n    __syncthreads();\n"
+               "    s = 0;\n    for (unsigned w = 0; w < (blockDim.x >> 5); w++) s += shs[w];\n");
+  if (dbl) {
+    cg_puts(b, "    double ls = log(s);\n    for (long long l = lane; l < p.L; l += step) {\n"
+               "      double d = S_ld(x + xo + l * p.xl) - m;\n");
+    cg_printf(b, "      D_st(out + oo + l * p.ol, %s);\n    }\n", logp ? "d - ls" : "exp(d) / s");
+  } else {
+    cg_printf(b, "    float c = %s;\n    for (long long l = lane; l < p.L; l += step) {\n"
+                 "      float d = __fsub_rn(S_ldf(x + xo + l * p.xl), m);\n", logp ? "(float)log(s)" : "(float)(1.0 / s)");
+    cg_printf(b, "      D_stf(out + oo + l * p.ol, %s);\n    }\n", logp ? "__fsub_rn(d, c)" : "__fmul_rn(expf(d), c)");
+  }
+  cg_puts(b, "  }\n");
+}
+
+static void body_norm(cg_buf *b, const cgo_spec *s) {
+  int hw = s->variant & 1, hb = s->variant & 2, rms = s->variant & 4, dbl = s->variant & 8;
+  cg_puts(b, "  __shared__ double sh[32];\n  const double eps = __longlong_as_double(p.eps);\n"
+             "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n");
+  emit_row_offsets(b, 0);
+  cg_puts(b, "    Y_t *yr = y + row * p.D;\n");
+  if (dbl) {
+    cg_puts(b, "    double mean = 0, q = 0;\n");
+    if (!rms)
+      cg_puts(b, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) mean += X_ld(x + xo + l * p.xl);\n"
+                 "    mean = cgo_block_sum(mean, sh) / (double)p.D;\n");
+    cg_puts(b, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) { double d = X_ld(x + xo + l * p.xl) - mean; q += d * d; }\n"
+               "    double rstd = 1.0 / sqrt(cgo_block_sum(q, sh) / (double)p.D + eps);\n"
+               "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n"
+               "      double v = __dmul_rn(X_ld(x + xo + l * p.xl) - mean, rstd);\n");
+    if (hw) cg_puts(b, "      v = __dmul_rn(v, W_ld(w + l * p.wl));\n");
+    if (hb) cg_puts(b, "      v = __dadd_rn(v, B_ld(b + l * p.bl));\n");
+    cg_puts(b, "      Y_st(yr + l, v);\n    }\n");
+  } else {
+    cg_puts(b, "    float mean = 0;\n    double q = 0;\n");
+    if (!rms)
+      cg_puts(b, "    double sm = 0;\n"
+                 "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) sm += (double)X_ldf(x + xo + l * p.xl);\n"
+                 "    mean = (float)(cgo_block_sum(sm, sh) / (double)p.D);\n");
+    cg_puts(b, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n"
+               "      float d = __fsub_rn(X_ldf(x + xo + l * p.xl), mean); q += (double)__fmul_rn(d, d);\n    }\n"
+               "    float rstd = (float)(1.0 / sqrt(cgo_block_sum(q, sh) / (double)p.D + eps));\n"
+               "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n"
+               "      float v = __fmul_rn(__fsub_rn(X_ldf(x + xo + l * p.xl), mean), rstd);\n");
+    if (hw) cg_puts(b, "      v = __fmul_rn(v, W_ldf(w + l * p.wl));\n");
+    if (hb) cg_puts(b, "      v = __fadd_rn(v, B_ldf(b + l * p.bl));\n");
+    cg_puts(b, "      Y_stf(yr + l, v);\n    }\n");
+  }
+  cg_puts(b, "  }\n");
+}
+
+/* The CPU's sort keys (cpu_reduce_scan.c): unsigned order = value order, -0 == +0, NaN largest. */
+static void emit_sort_key(cg_buf *b, grace_dtype dt) {
+  if (is_float_dt(dt))
+    cg_puts(b, "__device__ __forceinline__ cgo_u64 cgo_key(const X_t *p) {\n"
+               "  double d = X_ld(p);\n  if (d != d) return ~0ULL;\n  if (d == 0) d = 0;\n"
+               "  cgo_u64 u = (cgo_u64)__double_as_longlong(d);\n"
+               "  return (u >> 63) ? ~u : u | 0x8000000000000000ULL;\n}\n");
+  else
+    cg_puts(b, "__device__ __forceinline__ cgo_u64 cgo_key(const X_t *p) { return (cgo_u64)X_ldi(p) ^ 0x8000000000000000ULL; }\n");
+}
+
+/* Rows too long for shared memory (topk only): k rounds, each a block-wide minimum of the (key, index) pairs
+ * after the previous round's; the same total order as the sort, so the same stable result. */
+static void body_select(cg_buf *b, const cgo_spec *s) {
+  cg_printf(b, "  __shared__ cgo_u64 sk[32];\n  __shared__ long long si[32];\n  const cgo_u64 flip = %s;\n",
+            (s->variant & 1) ? "~0ULL" : "0ULL");
+  cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n");
+  emit_row_offsets(b, 1);
+  cg_puts(b, "    cgo_u64 lk = 0;\n    long long li = -1;\n"
+             "    for (long long j = 0; j < p.k; j++) {\n"
+             "      cgo_u64 bk = ~0ULL;\n      long long bi = 0x7fffffffffffffffLL;\n"
+             "      for (long long i = threadIdx.x; i < p.L; i += blockDim.x) {\n"
+             "        cgo_u64 kk = cgo_key(x + xo + i * p.xl) ^ flip;\n"
+             "        bool after = li < 0 || kk > lk || (kk == lk && i > li);\n"
+             "        if (after && (kk < bk || (kk == bk && i < bi))) { bk = kk; bi = i; }\n      }\n"
+             "      for (int o = 16; o; o >>= 1) {\n"
+             "        cgo_u64 ok = __shfl_xor_sync(0xffffffffu, bk, o);\n"
+             "        long long oi = __shfl_xor_sync(0xffffffffu, bi, o);\n"
+             "        if (ok < bk || (ok == bk && oi < bi)) { bk = ok; bi = oi; }\n      }\n"
+             "      if ((threadIdx.x & 31) == 0) { sk[threadIdx.x >> 5] = bk; si[threadIdx.x >> 5] = bi; }\n"
+             "      __syncthreads();\n"
+             "      for (unsigned w = 0; w < (blockDim.x >> 5); w++)\n"
+             "        if (sk[w] < bk || (sk[w] == bk && si[w] < bi)) { bk = sk[w]; bi = si[w]; }\n"
+             "      __syncthreads();\n      lk = bk; li = bi;\n"
+             "      if (threadIdx.x == 0) {\n        vals[oo + j * p.ol] = x[xo + bi * p.xl];\n"
+             "        if (p.has_idx) idx[oo + j * p.ol] = bi + p.base;\n      }\n    }\n  }\n");
+}
+
+/* Bitonic sort of (key, index) pairs: the index breaks ties, so the order is the stable one. */
+static void body_sort(cg_buf *b, const cgo_spec *s) {
+  if (s->variant & 2) { body_select(b, s); return; }
+  cg_printf(b, "  extern __shared__ cgo_u64 cgo_smem[];\n  cgo_u64 *keys = cgo_smem;\n  int *ids = (int *)(cgo_smem + p.P);\n"
+               "  const cgo_u64 flip = %s;\n", (s->variant & 1) ? "~0ULL" : "0ULL");
+  cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n");
+  emit_row_offsets(b, 1);
+  cg_puts(b, "    for (long long i = threadIdx.x; i < p.P; i += blockDim.x) {\n"
+             "      if (i < p.L) { keys[i] = cgo_key(x + xo + i * p.xl) ^ flip; ids[i] = (int)i; }\n"
+             "      else { keys[i] = ~0ULL; ids[i] = 0x7fffffff; }\n    }\n    __syncthreads();\n"
+             "    for (long long k = 2; k <= p.P; k <<= 1)\n      for (long long j = k >> 1; j > 0; j >>= 1) {\n"
+             "        for (long long i = threadIdx.x; i < p.P; i += blockDim.x) {\n"
+             "          long long l = i ^ j;\n          if (l <= i) continue;\n"
+             "          cgo_u64 ka = keys[i], kb = keys[l];\n          int ia = ids[i], ib = ids[l];\n"
+             "          bool gt = ka > kb || (ka == kb && ia > ib);\n"
+             "          if (gt == ((i & k) == 0)) { keys[i] = kb; keys[l] = ka; ids[i] = ib; ids[l] = ia; }\n"
+             "        }\n        __syncthreads();\n      }\n"
+             "    for (long long j = threadIdx.x; j < p.k; j += blockDim.x) {\n"
+             "      int src = ids[j];\n      vals[oo + j * p.ol] = x[xo + (long long)src * p.xl];\n"
+             "      if (p.has_idx) idx[oo + j * p.ol] = (long long)src + p.base;\n    }\n    __syncthreads();\n  }\n");
+}
+
+grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
+  memset(k, 0, sizeof *k);
+  if ((unsigned)s->tmpl >= CGO_NTMPL) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid template %d", (int)s->tmpl);
+  const tmpl_def *td = &defs[s->tmpl];
+  grace_dtype dts[4];
+  for (int i = 0; i < td->nptr; i++) {
+    grace_dtype dt = i < 3 ? s->dt[i] : s->dt[2];
+    if (s->tmpl == CGO_ICHECK && i == 1) dt = GRACE_INT64;                 /* the flag */
+    if (s->tmpl == CGO_SORT) dt = i == 1 ? GRACE_INT64 : s->dt[0];        /* values, indices, x */
+    if (s->tmpl == CGO_NORM) dt = i <= 1 ? s->dt[0] : s->dt[i - 1];      /* y, x, w, b */
+    if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid dtype %d", (int)dt);
+    dts[i] = dt;
+  }
+  int n = snprintf(k->name, sizeof k->name, "cgo_%s", tmpl_names[s->tmpl]);
+  for (int i = 0; i < td->nptr && n < (int)sizeof k->name; i++) n += snprintf(k->name + n, sizeof k->name - (size_t)n, "_%s", dt_short[dts[i]]);
+  if (n < (int)sizeof k->name) snprintf(k->name + n, sizeof k->name - (size_t)n, "_v%d%s", s->variant, s->indirect ? "_ind" : "");
+  k->kind = CG_OP;
+  k->indirect = s->indirect;
+  k->narg = td->nptr;
+  for (int i = 0; i < td->nptr; i++) {
+    k->args[i].value = -1;
+    k->args[i].dtype = dts[i];
+    k->args[i].output = i == 0 || (s->tmpl == CGO_ICHECK && i == 1) || (s->tmpl == CGO_SORT && i == 1);
+  }
+  k->nscalar = td->nscalar;
+  for (int i = 0; i < td->nscalar; i++) { k->scalars[i] = -1; k->scalar_dtypes[i] = GRACE_INT64; }
+  k->variant = s->variant;
+
+  cg_buf b;
+  cg_buf_init(&b, vm);
+  cg_puts(&b, common_src);
+  for (int i = 0; i < td->nptr; i++) emit_role(&b, td->roles[i], dts[i]);
+  if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE) emit_conv(&b, dts[0], dts[1]);
+  if (s->tmpl == CGO_SORT) emit_sort_key(&b, dts[2]);
+  if (s->tmpl == CGO_NORM)   /* every thread returns the same total: the partials are added in one order */
+    cg_puts(&b, "__device__ double cgo_block_sum(double v, double *sh) {\n"
+                "  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+                "  __syncthreads();\n  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;\n  __syncthreads();\n"
+                "  double t = 0;\n  for (unsigned w = 0; w < (blockDim.x >> 5); w++) t += sh[w];\n  return t;\n}\n");
+  const char *ind = s->indirect ? "*" : "";
+  cg_printf(&b, "struct %s_p {\n", k->name);
+  for (int i = 0; i < td->nptr; i++) cg_printf(&b, "  %s_t *%sP_%s;\n", td->roles[i], ind, td->ptrs[i]);
+  cg_printf(&b, "  long long %s;\n", td->words);
+  for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  long long %sS_%s;\n", ind, td->scalars[i]);
+  cg_printf(&b, "};\nextern \"C\" __global__ void %s(const struct %s_p p) {\n", k->name, k->name);
+  for (int i = 0; i < td->nptr; i++) cg_printf(&b, "  %s_t *%s = %sp.P_%s;\n", td->roles[i], td->ptrs[i], ind, td->ptrs[i]);
+  for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  const long long %s = %sp.S_%s;\n", td->scalars[i], ind, td->scalars[i]);
+  switch (s->tmpl) {
+  case CGO_COPY: body_copy(&b, s); break;
+  case CGO_FILL: body_fill(&b); break;
+  case CGO_TRI: body_tri(&b); break;
+  case CGO_ICHECK: body_icheck(&b); break;
+  case CGO_IMOVE: body_imove(&b); break;
+  case CGO_CREATE: body_create(&b, s); break;
+  case CGO_CUMSUM: body_cumsum(&b, s); break;
+  case CGO_SOFTMAX: body_softmax(&b, s); break;
+  case CGO_NORM: body_norm(&b, s); break;
+  case CGO_SORT: body_sort(&b, s); break;
+  default: break;
+  }
+  cg_puts(&b, "}\n");
+  k->src = cg_buf_take(&b, &k->src_len);
+  if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "cg_ops: out of memory generating %s", k->name);
+  return GRACE_OK;
+}

@@ -1,0 +1,62 @@
+/* cg_ops.h: CUDA source templates for the ops that are not fused groups (data movement, scans, row
+ * normalisations, creation, in-place writes). Each template is instantiated by dtype names and a variant into
+ * one kernel following codegen/cg.h's calling convention; vm/gpu_ops.c packs the parameter words documented
+ * below and launches it.
+ *
+ * Word layouts (after the tensor pointers, in this order; "[16]" is an array of 16 words, unused entries 0;
+ * dims are given innermost last; strides in elements):
+ *   COPY    ptrs dst, src.            words n, nd, size[16], sstride[16], dstride[16]
+ *                                     variant 1: both contiguous (only n is read)
+ *   FILL    ptrs dst.                 words n, nd, size[16], dstride[16]; scalar: the value's bits (dst dtype)
+ *   TRI     ptrs x (contiguous).      words n, rows, cols, k, upper
+ *   ICHECK  ptrs idx, flag (i64).     words n, nd, size[16], istride[16], bound, base
+ *                                     flag receives the smallest row-major position of an index outside [0, bound)
+ *   IMOVE   ptrs dst, src, idx.       words n, nd, size[16], sstride[16], dstride[16], istride[16], len, lss, lds,
+ *                                     lis, sq, dq, base: element (c, l) for c over size and l < len reads src at
+ *                                     c.sstride + l*lss + q*sq and writes dst at c.dstride + l*lds + q*dq with
+ *                                     q = idx[c.istride + l*lis] - base (the l loop runs in order: last write wins)
+ *   CREATE  ptrs out (contiguous).    words n, w0, w1, w2, w3; scalars seed, offset. variant: CGO_ARANGE_F (w0 start,
+ *                                     w1 step: double bits), CGO_ARANGE_I (w0 start, w1 step), CGO_LINSPACE (w0 start,
+ *                                     w1 end, w2 step: double bits), CGO_EYE (w0 columns), CGO_RAND, CGO_RANDN,
+ *                                     CGO_RANDINT (w0 low, w1 span)
+ *   CUMSUM  ptrs out, x.              words rows, L, nd, size[16], xstride[16], ostride[16], xl, ol (the row dim is
+ *                                     left out of size/strides; xl/ol are the strides along it)
+ *   SOFTMAX as CUMSUM; variant bit 1: log_softmax, bit 2: compute in double, bit 4: a block per row (else a warp)
+ *   NORM    ptrs y (contiguous), x, w, b.  words rows, D, nd, size[16], xstride[16], xl, wl, bl, eps (double bits);
+ *                                     variant bit 1: weight, 2: bias, 4: rms, 8: compute in double
+ *   SORT    ptrs vals, idx, x.        words rows, L, P (power of two >= L), k, nd, size[16], xstride[16],
+ *                                     ostride[16], xl, ol, base, has_idx; variant bit 1: descending. Shared memory
+ *                                     P * 12 bytes; one block per row. Variant bit 2: selection (topk of rows
+ *                                     longer than CGO_SORT_MAX: k block-wide minimum rounds, no shared arrays). */
+#ifndef GRACE_CG_OPS_H
+#define GRACE_CG_OPS_H
+
+#include "codegen/cg.h"
+
+#define CGO_MAXD 16          /* dims of a template's iteration (repeat views its result with 2 per input dim) */
+#define CGO_SORT_MAX 8192    /* longest row the shared-memory sort takes */
+#define CGO_SELECT_MAXK 1024 /* largest k of a topk over longer rows (k passes over the row) */
+
+typedef enum cgo_tmpl {
+  CGO_COPY, CGO_FILL, CGO_TRI, CGO_ICHECK, CGO_IMOVE, CGO_CREATE, CGO_CUMSUM, CGO_SOFTMAX, CGO_NORM, CGO_SORT,
+  CGO_NTMPL
+} cgo_tmpl;
+
+enum { CGO_ARANGE_F, CGO_ARANGE_I, CGO_LINSPACE, CGO_EYE, CGO_RAND, CGO_RANDN, CGO_RANDINT, CGO_NCREATE };
+
+/* Which kernel: dt[] are the dtypes of the template's pointers in order (COPY: dst, src; FILL/TRI/CREATE: the
+ * tensor; ICHECK: idx; IMOVE: dst, src, idx; CUMSUM/SOFTMAX: out, x; NORM: y (= x), w, b; SORT: values). */
+typedef struct cgo_spec {
+  cgo_tmpl tmpl;
+  grace_dtype dt[3];
+  int variant;
+  int indirect;
+} cgo_spec;
+
+/* Fills k (name, kind CG_OP, args, src) for spec; errors: GRACE_ENOMEM, GRACE_EARG for an invalid spec. */
+grace_status cg_ops_source(grace_vm *vm, const cgo_spec *spec, cg_kernel *k);
+const char *cg_ops_tmpl_name(cgo_tmpl t);
+/* Number of tensor pointers (then words) in a template's parameter struct. */
+int cg_ops_nptr(cgo_tmpl t);
+
+#endif

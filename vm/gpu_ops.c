@@ -1,0 +1,872 @@
+/* gpu_ops.c: grace_run's device branch for the ops that are not fused groups: data movement, scans, row
+ * normalisations, creation and in-place writes, each with a template of codegen/cg_ops.c. The host side
+ * follows the CPU backend's structure (vm/cpu_shape.c, cpu_reduce_scan.c, cpu_reduce_norm.c, cpu_create.c,
+ * cpu_pointwise.c's copy_/fill_) check for check and message for message, so both devices reject the same
+ * inputs with the same words; only the element loops move to the device. Index values are checked on the
+ * device by a kernel that records the first bad position; the host reads it back and reports the value. */
+#include <math.h>
+#include "vm/gpu_exec.h"
+#include "vm/cpu_kernels.h"
+#include "codegen/cg_ops.h"
+
+/* ---- packing and launching ---- */
+typedef struct words {
+  int n;
+  uint64_t w[CG_MAX_WORDS];
+} words;
+
+static void wput(words *w, int64_t v) { if (w->n < CG_MAX_WORDS) w->w[w->n++] = (uint64_t)v; }
+static void wptr(words *w, CUdeviceptr p) { if (w->n < CG_MAX_WORDS) w->w[w->n++] = (uint64_t)p; }
+static void warr(words *w, const int64_t *a, int n) { for (int i = 0; i < CGO_MAXD; i++) wput(w, i < n ? a[i] : 0); }
+static int64_t dbits(double d) { int64_t b; memcpy(&b, &d, 8); return b; }
+
+static unsigned blocks_for(int64_t n, int64_t per) {
+  int64_t g = (n + per - 1) / per;
+  return (unsigned)(g < 1 ? 1 : g > 65535 ? 65535 : g);
+}
+
+/* Functions already loaded, by (template, dtypes, variant), so an eager op neither regenerates nor hashes its
+ * source. The table hangs off the VM through ops_cache_slot; without a slot every call goes through
+ * cuda_module_get's memory cache. */
+#define OPS_CACHE_CAP 512
+typedef struct ops_entry {
+  int used;
+  cgo_spec spec;
+  CUfunction f;
+} ops_entry;
+typedef struct ops_cache {
+  int n;
+  ops_entry tab[OPS_CACHE_CAP];
+} ops_cache;
+
+/* The VM's pointer to its ops_cache (NULL: no field for it in struct grace_vm yet). */
+static void **ops_cache_slot(grace_vm *vm) { return &vm->gpu_ops; }
+
+/* Frees the VM's table (at VM teardown, before the CUDA context goes). */
+void gpu_ops_free(grace_vm *vm) {
+  void **slot = ops_cache_slot(vm);
+  if (slot && *slot) { vm_free(vm, *slot, sizeof(ops_cache)); *slot = NULL; }
+}
+
+static unsigned spec_hash(const cgo_spec *s) {
+  unsigned h = 2166136261u;
+  int v[5] = {(int)s->tmpl, (int)s->dt[0], (int)s->dt[1], (int)s->dt[2], s->variant};
+  for (int i = 0; i < 5; i++) h = (h ^ (unsigned)v[i]) * 16777619u;
+  return h;
+}
+static int spec_equal(const cgo_spec *a, const cgo_spec *b) {
+  return a->tmpl == b->tmpl && a->dt[0] == b->dt[0] && a->dt[1] == b->dt[1] && a->dt[2] == b->dt[2] &&
+         a->variant == b->variant && a->indirect == b->indirect;
+}
+
+static grace_status get_function(grace_vm *vm, cuda_ctx *c, const cgo_spec *spec, CUfunction *f) {
+  void **slot = ops_cache_slot(vm);
+  ops_cache *oc = slot ? *slot : NULL;
+  if (slot && !oc) oc = *slot = vm_calloc(vm, sizeof(ops_cache));   /* no memory: go without the table */
+  unsigned i = spec_hash(spec) % OPS_CACHE_CAP;
+  if (oc) {
+    while (oc->tab[i].used && !spec_equal(&oc->tab[i].spec, spec)) i = (i + 1) % OPS_CACHE_CAP;
+    if (oc->tab[i].used) { *f = oc->tab[i].f; return GRACE_OK; }
+  }
+  cg_kernel k;
+  cuda_module *m = NULL;
+  grace_status st = cg_ops_source(vm, spec, &k);
+  if (st == GRACE_OK) st = cuda_module_get(c, k.src, &m);
+  if (st == GRACE_OK) st = cuda_module_function(c, m, k.name, f);
+  cg_kernel_free(vm, &k);
+  if (st == GRACE_OK && oc) {
+    if (oc->n >= OPS_CACHE_CAP * 3 / 4) {   /* full: start over (the modules stay loaded) */
+      memset(oc, 0, sizeof *oc);
+      i = spec_hash(spec) % OPS_CACHE_CAP;
+    }
+    oc->tab[i] = (ops_entry){1, *spec, *f};
+    oc->n++;
+  }
+  return st;
+}
+
+/* Finds (or compiles) and launches one template instance. */
+static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
+                           unsigned grid, unsigned block, unsigned smem, const words *w) {
+  cuda_ctx *c = gpu_ctx(vm);
+  cgo_spec spec = {t, {d0, d1, d2}, variant, 0};
+  CUfunction f = NULL;
+  grace_status st = get_function(vm, c, &spec, &f);
+  if (st == GRACE_OK)
+    st = cuda_launch(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w, sizeof(uint64_t) * (size_t)w->n);
+  return st;
+}
+
+static grace_tensor *dev_new(grace_vm *vm, const char *op, grace_dtype dt, int nd, const int64_t *sizes) {
+  return vm_tensor_new(vm, op, dt, GRACE_CUDA, nd, sizes);
+}
+
+static CUdeviceptr at(CUdeviceptr base, int64_t elems, grace_dtype dt) {
+  return base + (CUdeviceptr)(elems * (int64_t)grace_dtype_size(dt));
+}
+
+/* ---- the strided copy (cpu_shape.c's cp_run on the device) ---- */
+static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdeviceptr src, const int64_t *ss,
+                             grace_dtype sdt, CUdeviceptr dst, const int64_t *ds, grace_dtype ddt) {
+  int64_t sz[CGO_MAXD], a[CGO_MAXD], b[CGO_MAXD];
+  int k = 0;
+  for (int d = 0; d < nd; d++) {   /* drop size-1 dims, merge runs that are contiguous in both */
+    if (sizes[d] == 0) return GRACE_OK;
+    if (sizes[d] == 1) continue;
+    if (k > 0 && a[k - 1] == ss[d] * sizes[d] && b[k - 1] == ds[d] * sizes[d]) {
+      sz[k - 1] *= sizes[d]; a[k - 1] = ss[d]; b[k - 1] = ds[d];
+      continue;
+    }
+    sz[k] = sizes[d]; a[k] = ss[d]; b[k] = ds[d];
+    k++;
+  }
+  if (k == 0) { k = 1; sz[0] = 1; a[0] = b[0] = 1; }
+  int64_t n = 1;
+  for (int d = 0; d < k; d++) n *= sz[d];
+  words w = {0};
+  wptr(&w, dst); wptr(&w, src);
+  wput(&w, n); wput(&w, k); warr(&w, sz, k); warr(&w, a, k); warr(&w, b, k);
+  int flat = k == 1 && a[0] == 1 && b[0] == 1;
+  if (flat && sdt == ddt) return cuda_copy_device(gpu_ctx(vm), dst, src, (size_t)n * grace_dtype_size(ddt));
+  return launch(vm, CGO_COPY, ddt, sdt, ddt, flat, blocks_for(n, 256), 256, 0, &w);
+}
+
+static grace_status check_writable(grace_vm *vm, const char *name, const grace_tensor *dst) {
+  for (int d = 0; d < dst->ndim; d++)
+    if (dst->strides[d] == 0 && dst->sizes[d] > 1)
+      return vm_err(vm, GRACE_EARG, "%s: destination has overlapping (expanded) elements: shape %s, strides %s; "
+                    "clone it first", name, VM_SHAPE(dst), vm_fmt_shape((char[128]){0}, 128, dst->ndim, dst->strides));
+  return GRACE_OK;
+}
+
+static void storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
+  *lo = *hi = t->offset;
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t ext = (t->sizes[d] - 1) * t->strides[d];
+    if (ext < 0) *lo += ext; else *hi += ext;
+  }
+}
+
+static grace_status dev_clone(grace_vm *vm, const char *name, const grace_tensor *src, grace_tensor **out);
+
+/* cpu_copy_into on the device: src broadcast to dst, converted to dst's dtype; overlapping storage is read
+ * through a copy. */
+static grace_status copy_into(grace_vm *vm, const char *op, grace_tensor *dst, const grace_tensor *src) {
+  grace_status st = check_writable(vm, op, dst);
+  if (st != GRACE_OK) return st;
+  if (src->storage->device != GRACE_CUDA)
+    return vm_err(vm, GRACE_EDEVICE, "%s: source is on '%s', the destination on 'cuda'", op,
+                  grace_device_name(src->storage->device));
+  int fits = src->ndim <= dst->ndim;
+  for (int d = 0; fits && d < src->ndim; d++) {
+    int64_t s = src->sizes[d], t = dst->sizes[dst->ndim - src->ndim + d];
+    fits = s == t || s == 1;
+  }
+  if (!fits)
+    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s cannot be broadcast to the destination's shape %s", op,
+                  VM_SHAPE(src), VM_SHAPE(dst));
+  if (vm_numel(dst->ndim, dst->sizes) == 0) return GRACE_OK;
+  if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
+    int64_t slo, shi, dlo, dhi;
+    storage_span(src, &slo, &shi);
+    storage_span(dst, &dlo, &dhi);
+    if (slo <= dhi && dlo <= shi) {
+      grace_tensor *tmp = NULL;
+      if ((st = dev_clone(vm, op, src, &tmp)) != GRACE_OK) return st;
+      st = copy_into(vm, op, dst, tmp);
+      grace_tensor_release(tmp);
+      return st;
+    }
+  }
+  int64_t bst[GRACE_MAX_DIMS];
+  vm_broadcast_strides(src, dst->ndim, dst->sizes, bst);
+  return dev_copy(vm, dst->ndim, dst->sizes, gpu_ptr(src), bst, src->dtype, gpu_ptr(dst), dst->strides, dst->dtype);
+}
+
+static grace_status dev_clone(grace_vm *vm, const char *name, const grace_tensor *src, grace_tensor **out) {
+  grace_tensor *t = dev_new(vm, name, src->dtype, src->ndim, src->sizes);
+  if (!t) return vm->status;
+  grace_status st = copy_into(vm, name, t, src);
+  if (st != GRACE_OK) { grace_tensor_release(t); return st; }
+  *out = t;
+  return GRACE_OK;
+}
+
+/* A value as the bits dt stores it, converted as the CPU's fill and full do. */
+static int64_t value_bits(grace_dtype dt, const grace_attrs *a) {
+  _Alignas(8) char v[8] = {0};
+  if (grace_dtype_is_int(dt) && ((a->exact & 1) || a->a == floor(a->a))) vm_store_i64(dt, v, vm_attr_int(a, 0));
+  else vm_store_f64(dt, v, a->a);
+  int64_t bits;
+  memcpy(&bits, v, 8);
+  return bits;
+}
+
+static grace_status dev_fill(grace_vm *vm, grace_tensor *dst, int64_t bits) {
+  int64_t n = vm_numel(dst->ndim, dst->sizes);
+  if (n == 0) return GRACE_OK;
+  words w = {0};
+  wptr(&w, gpu_ptr(dst));
+  wput(&w, n); wput(&w, dst->ndim); warr(&w, dst->sizes, dst->ndim); warr(&w, dst->strides, dst->ndim);
+  wput(&w, bits);
+  return launch(vm, CGO_FILL, dst->dtype, dst->dtype, dst->dtype, 0, blocks_for(n, 256), 256, 0, &w);
+}
+
+/* ---- index tensors ---- */
+typedef struct tview {
+  int nd;
+  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
+} tview;
+
+static tview tv_of(const grace_tensor *t) {
+  tview v = {.nd = t->ndim};
+  for (int d = 0; d < t->ndim; d++) { v.sizes[d] = t->sizes[d]; v.strides[d] = t->strides[d]; }
+  if (t->ndim == 0) { v.nd = 1; v.sizes[0] = 1; v.strides[0] = 0; }
+  return v;
+}
+
+static grace_status check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
+  if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
+    return vm_err(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", op, what,
+                  grace_dtype_name(idx->dtype), VM_SHAPE(idx));
+  return GRACE_OK;
+}
+
+/* Every value of idx must lie in [index_base, index_base + size): a kernel records the first bad row-major
+ * position in a device word; the host reads it and then the value, for the CPU's message. dim < 0: embedding. */
+static grace_status check_index(grace_vm *vm, const char *op, const grace_tensor *idx, int64_t size, int dim) {
+  int64_t n = vm_numel(idx->ndim, idx->sizes);
+  if (n == 0) return GRACE_OK;
+  if (idx->storage->device != GRACE_CUDA)
+    return vm_err(vm, GRACE_EDEVICE, "%s: index is on '%s', the input on 'cuda'", op, grace_device_name(idx->storage->device));
+  cuda_ctx *c = gpu_ctx(vm);
+  CUdeviceptr flag = 0;
+  grace_status st = cuda_malloc(c, 8, &flag);
+  if (st != GRACE_OK) return st;
+  int64_t first = INT64_MAX;
+  if ((st = cuda_memset(c, flag, 0x7f, 8)) == GRACE_OK) {
+    words w = {0};
+    wptr(&w, gpu_ptr(idx)); wptr(&w, flag);
+    wput(&w, n); wput(&w, idx->ndim); warr(&w, idx->sizes, idx->ndim); warr(&w, idx->strides, idx->ndim);
+    wput(&w, size); wput(&w, vm->index_base);
+    st = launch(vm, CGO_ICHECK, idx->dtype, GRACE_INT64, idx->dtype, 0, blocks_for(n, 256), 256, 0, &w);
+    if (st == GRACE_OK) st = cuda_copy_to_host(c, &first, flag, 8);
+  }
+  cuda_release(c, flag, 8);
+  if (st != GRACE_OK || first >= n) return st;
+  int64_t off = 0, r = first;   /* the bad position, row-major, back to an element offset */
+  for (int d = idx->ndim - 1; d >= 0; d--) { off += (r % idx->sizes[d]) * idx->strides[d]; r /= idx->sizes[d]; }
+  _Alignas(8) char raw[8] = {0};
+  if ((st = cuda_copy_to_host(c, raw, at(gpu_ptr(idx), off, idx->dtype), grace_dtype_size(idx->dtype))) != GRACE_OK) return st;
+  long long v = (long long)vm_load_i64(idx->dtype, raw);
+  if (dim < 0)
+    return vm_err(vm, GRACE_EINDEX, "%s: id %lld out of range for a table of %lld rows", op, v, (long long)size);
+  return vm_err(vm, GRACE_EINDEX, "%s: index %lld out of range for dim %d of size %lld", op, v, dim + vm->index_base,
+                (long long)size);
+}
+
+/* One IMOVE launch: iteration over sizes[0..nd) (each element looping l < len in order). */
+typedef struct imove {
+  int nd;
+  int64_t sizes[CGO_MAXD], ss[CGO_MAXD], ds[CGO_MAXD], is[CGO_MAXD];
+  int64_t len, lss, lds, lis, sq, dq;
+} imove;
+
+static grace_status run_imove(grace_vm *vm, const imove *m, CUdeviceptr dst, grace_dtype ddt, CUdeviceptr src,
+                              grace_dtype sdt, const grace_tensor *idx) {
+  int64_t n = vm_numel(m->nd, m->sizes);
+  if (n == 0 || m->len == 0) return GRACE_OK;
+  words w = {0};
+  wptr(&w, dst); wptr(&w, src); wptr(&w, gpu_ptr(idx));
+  wput(&w, n); wput(&w, m->nd);
+  warr(&w, m->sizes, m->nd); warr(&w, m->ss, m->nd); warr(&w, m->ds, m->nd); warr(&w, m->is, m->nd);
+  wput(&w, m->len); wput(&w, m->lss); wput(&w, m->lds); wput(&w, m->lis); wput(&w, m->sq); wput(&w, m->dq);
+  wput(&w, vm->index_base);
+  return launch(vm, CGO_IMOVE, ddt, sdt, idx->dtype, 0, blocks_for(n, 256), 256, 0, &w);
+}
+
+static int64_t dim_arg(const grace_attrs *a) { return a->ndims ? a->dims[0] : 0; }
+
+/* ---- cat and stack ---- */
+static int legacy_empty(const grace_tensor *t) { return t->ndim == 1 && t->sizes[0] == 0; }
+
+static grace_status op_cat(grace_vm *vm, int nin, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
+  int ref = -1, dim;
+  for (int i = 0; i < nin; i++)
+    if (in[i]->ndim == 0)
+      return vm_err(vm, GRACE_ESHAPE, "cat: a 0-d tensor (input %d) cannot be concatenated", i + 1);
+  for (int i = 0; i < nin && ref < 0; i++) if (!legacy_empty(in[i])) ref = i;
+  grace_dtype dt = vm_result_type(nin, in);
+  if (ref < 0) {
+    grace_status s = vm_norm_dim(vm, "cat", dim_arg(a), 1, &dim);
+    if (s != GRACE_OK) return s;
+    *out = dev_new(vm, "cat", dt, 1, (int64_t[]){0});
+    return *out ? GRACE_OK : vm->status;
+  }
+  const grace_tensor *r = in[ref];
+  grace_status s = vm_norm_dim(vm, "cat", dim_arg(a), r->ndim, &dim);
+  if (s != GRACE_OK) return s;
+  int64_t sz[GRACE_MAX_DIMS];
+  memcpy(sz, r->sizes, sizeof sz);
+  sz[dim] = 0;
+  for (int i = 0; i < nin; i++) {
+    const grace_tensor *t = in[i];
+    if (legacy_empty(t)) continue;
+    if (t->ndim != r->ndim)
+      return vm_err(vm, GRACE_ESHAPE, "cat: tensors must have the same number of dims: got shapes %s and %s (input %d)",
+                    VM_SHAPE(r), VM_SHAPE(t), i + 1);
+    for (int d = 0; d < r->ndim; d++)
+      if (d != dim && t->sizes[d] != r->sizes[d])
+        return vm_err(vm, GRACE_ESHAPE, "cat: sizes must match except in dim %d: got shapes %s and %s (input %d)",
+                      dim + vm->index_base, VM_SHAPE(r), VM_SHAPE(t), i + 1);
+    sz[dim] += t->sizes[dim];
+  }
+  grace_tensor *o = dev_new(vm, "cat", dt, r->ndim, sz);
+  if (!o) return vm->status;
+  int64_t off = 0;
+  for (int i = 0; i < nin && s == GRACE_OK; i++) {
+    const grace_tensor *t = in[i];
+    if (legacy_empty(t)) continue;
+    s = dev_copy(vm, t->ndim, t->sizes, gpu_ptr(t), t->strides, t->dtype, at(gpu_ptr(o), off * o->strides[dim], dt),
+                 o->strides, dt);
+    off += t->sizes[dim];
+  }
+  if (s != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+static grace_status op_stack(grace_vm *vm, int nin, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
+  const grace_tensor *r = in[0];
+  int nd = r->ndim, dim;
+  if (nd >= GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "stack: inputs of shape %s already have %d dims, the most supported", VM_SHAPE(r),
+                  GRACE_MAX_DIMS);
+  int64_t dd = dim_arg(a);
+  if (dd < -nd - 1 || dd > nd)
+    return vm_err(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, or %d to -1)",
+                  (long long)(dd < 0 ? dd : dd + vm->index_base), nd, vm->index_base, nd + vm->index_base, -nd - 1);
+  dim = (int)(dd < 0 ? dd + nd + 1 : dd);
+  for (int i = 1; i < nin; i++) {
+    int same = in[i]->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = in[i]->sizes[d] == r->sizes[d];
+    if (!same)
+      return vm_err(vm, GRACE_ESHAPE, "stack: expects each tensor to be the same shape, got %s and %s (input %d)",
+                    VM_SHAPE(r), VM_SHAPE(in[i]), i + 1);
+  }
+  grace_dtype dt = vm_result_type(nin, in);
+  int64_t sz[GRACE_MAX_DIMS];
+  for (int d = 0, k = 0; d <= nd; d++) sz[d] = d == dim ? nin : r->sizes[k++];
+  grace_tensor *o = dev_new(vm, "stack", dt, nd + 1, sz);
+  if (!o) return vm->status;
+  int64_t ds[GRACE_MAX_DIMS];
+  for (int d = 0, k = 0; d <= nd; d++) if (d != dim) ds[k++] = o->strides[d];
+  grace_status s = GRACE_OK;
+  for (int i = 0; i < nin && s == GRACE_OK; i++)
+    s = dev_copy(vm, nd, in[i]->sizes, gpu_ptr(in[i]), in[i]->strides, in[i]->dtype,
+                 at(gpu_ptr(o), i * o->strides[dim], dt), ds, dt);
+  if (s != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+/* ---- index_select, gather, scatter, index_copy_, embedding ---- */
+static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor *idx, const grace_attrs *a,
+                                    grace_tensor **out) {
+  const char *op = "index_select";
+  int dim;
+  grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
+  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (idx->ndim > 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
+  int64_t n = vm_numel(idx->ndim, idx->sizes);
+  if (x->ndim == 0 && n != 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: indexing a 0-d tensor takes exactly one index, got %lld", op, (long long)n);
+  tview xv = tv_of(x);
+  if ((s = check_index(vm, op, idx, xv.sizes[dim], dim)) != GRACE_OK) return s;
+  int64_t sz[GRACE_MAX_DIMS];
+  memcpy(sz, x->sizes, sizeof sz);
+  if (x->ndim > 0) sz[dim] = n;
+  grace_tensor *o = dev_new(vm, op, x->dtype, x->ndim, sz);
+  if (!o) return vm->status;
+  tview ov = tv_of(o);
+  imove m = {.nd = ov.nd, .len = 1, .sq = xv.strides[dim]};
+  for (int d = 0; d < ov.nd; d++) {
+    m.sizes[d] = ov.sizes[d];
+    m.ss[d] = d == dim ? 0 : xv.strides[d];
+    m.ds[d] = ov.strides[d];
+    m.is[d] = d == dim && idx->ndim == 1 ? idx->strides[0] : 0;
+  }
+  if ((s = run_imove(vm, &m, gpu_ptr(o), o->dtype, gpu_ptr(x), x->dtype, idx)) != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+static grace_status check_gather_shapes(grace_vm *vm, const char *op, const grace_tensor *x, const grace_tensor *idx,
+                                        const grace_tensor *src, int dim) {
+  if (idx->ndim != x->ndim || (src && src->ndim != idx->ndim))
+    return vm_err(vm, GRACE_ESHAPE, "%s: index (shape %s) must have the same number of dims as the input (shape %s)%s%s",
+                  op, VM_SHAPE(idx), VM_SHAPE(x), src ? " and src " : "", src ? VM_SHAPE(src) : "");
+  for (int d = 0; d < x->ndim; d++) {
+    if (d != dim && idx->sizes[d] > x->sizes[d])
+      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than input shape %s in dim %d", op, VM_SHAPE(idx),
+                    VM_SHAPE(x), d + vm->index_base);
+    if (src && idx->sizes[d] > src->sizes[d])
+      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than src shape %s in dim %d", op, VM_SHAPE(idx),
+                    VM_SHAPE(src), d + vm->index_base);
+  }
+  return GRACE_OK;
+}
+
+static grace_status op_gather(grace_vm *vm, grace_tensor *x, grace_tensor *idx, const grace_attrs *a, grace_tensor **out) {
+  const char *op = "gather";
+  int dim;
+  grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
+  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
+      (s = check_gather_shapes(vm, op, x, idx, NULL, dim)) != GRACE_OK)
+    return s;
+  tview xv = tv_of(x), iv = tv_of(idx);
+  if ((s = check_index(vm, op, idx, xv.sizes[dim], dim)) != GRACE_OK) return s;
+  grace_tensor *o = dev_new(vm, op, x->dtype, idx->ndim, idx->sizes);
+  if (!o) return vm->status;
+  tview ov = tv_of(o);
+  imove m = {.nd = iv.nd, .len = 1, .sq = xv.strides[dim]};
+  for (int d = 0; d < iv.nd; d++) {
+    m.sizes[d] = iv.sizes[d];
+    m.ss[d] = d == dim ? 0 : xv.strides[d];
+    m.ds[d] = ov.strides[d];
+    m.is[d] = iv.strides[d];
+  }
+  if ((s = run_imove(vm, &m, gpu_ptr(o), o->dtype, gpu_ptr(x), x->dtype, idx)) != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+/* The dims of v other than dim as an IMOVE iteration, dim looped in order (so repeated indices: last wins). */
+static void line_over(imove *m, const tview *iter, int dim) {
+  m->nd = 0;
+  for (int d = 0; d < iter->nd; d++)
+    if (d != dim) m->sizes[m->nd++] = iter->sizes[d];
+  m->len = iter->sizes[dim];
+}
+static void line_strides(int64_t *out, int64_t *along, const tview *v, int dim) {
+  int k = 0;
+  for (int d = 0; d < v->nd; d++) {
+    if (d == dim) *along = v->strides[d];
+    else out[k++] = v->strides[d];
+  }
+}
+
+static grace_status op_scatter(grace_vm *vm, grace_tensor *x, grace_tensor *idx, grace_tensor *src, const grace_attrs *a,
+                               grace_tensor **out) {
+  const char *op = "scatter";
+  int dim, scalar = src->ndim == 0;
+  grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
+  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
+      (s = check_gather_shapes(vm, op, x, idx, scalar ? NULL : src, dim)) != GRACE_OK)
+    return s;
+  if (!scalar && src->dtype != x->dtype)
+    return vm_err(vm, GRACE_EDTYPE, "scatter: expected src to have the input's dtype %s, got %s",
+                  grace_dtype_name(x->dtype), grace_dtype_name(src->dtype));
+  tview xv = tv_of(x), iv = tv_of(idx), sv = tv_of(src);
+  if ((s = check_index(vm, op, idx, xv.sizes[dim], dim)) != GRACE_OK) return s;
+  grace_tensor *o = dev_new(vm, op, x->dtype, x->ndim, x->sizes);
+  if (!o) return vm->status;
+  tview ov = tv_of(o);
+  s = copy_into(vm, op, o, x);
+  imove m = {0};
+  line_over(&m, &iv, dim);
+  int64_t unused;
+  line_strides(m.is, &m.lis, &iv, dim);
+  line_strides(m.ds, &unused, &ov, dim);
+  m.dq = ov.strides[dim];
+  if (!scalar) line_strides(m.ss, &m.lss, &sv, dim);   /* a 0-d src: every stride 0, converted per element */
+  if (s == GRACE_OK) s = run_imove(vm, &m, gpu_ptr(o), o->dtype, gpu_ptr(src), src->dtype, idx);
+  if (s != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor *idx, grace_tensor *src,
+                                  const grace_attrs *a) {
+  const char *op = "index_copy_";
+  int dim;
+  grace_status s = vm_norm_dim(vm, op, dim_arg(a), dst->ndim, &dim);
+  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (idx->ndim > 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
+  int64_t n = vm_numel(idx->ndim, idx->sizes);
+  tview dv = tv_of(dst), sv = tv_of(src);
+  int fits = dv.nd == sv.nd && sv.sizes[dim] == n;
+  for (int d = 0; fits && d < dv.nd; d++) fits = d == dim || dv.sizes[d] == sv.sizes[d];
+  if (!fits)
+    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s does not fit destination %s with %lld indices in dim %d", op,
+                  VM_SHAPE(src), VM_SHAPE(dst), (long long)n, dim + vm->index_base);
+  if (src->storage->device != GRACE_CUDA)
+    return vm_err(vm, GRACE_EDEVICE, "%s: source is on '%s', the destination on 'cuda'", op,
+                  grace_device_name(src->storage->device));
+  if ((s = check_index(vm, op, idx, dv.sizes[dim], dim)) != GRACE_OK) return s;
+  imove m = {0};
+  int64_t unused;
+  line_over(&m, &sv, dim);
+  line_strides(m.ss, &m.lss, &sv, dim);
+  line_strides(m.ds, &unused, &dv, dim);
+  m.dq = dv.strides[dim];
+  m.lis = idx->ndim == 1 ? idx->strides[0] : 0;
+  if ((s = run_imove(vm, &m, gpu_ptr(dst), dst->dtype, gpu_ptr(src), src->dtype, idx)) != GRACE_OK) return s;
+  vm_bump_version(dst);
+  return GRACE_OK;
+}
+
+static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *w, grace_tensor **out) {
+  const char *op = "embedding";
+  grace_status s = check_index_dtype(vm, op, ids, "ids");
+  if (s != GRACE_OK) return s;
+  if (w->ndim != 2) return vm_err(vm, GRACE_ESHAPE, "embedding: weight must be 2-d [rows, dim], got shape %s", VM_SHAPE(w));
+  if (ids->ndim >= GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "embedding: ids of shape %s leave no room for the embedding dim", VM_SHAPE(ids));
+  if ((s = check_index(vm, op, ids, w->sizes[0], -1)) != GRACE_OK) return s;
+  int64_t sz[GRACE_MAX_DIMS];
+  int nd = ids->ndim;
+  memcpy(sz, ids->sizes, sizeof(int64_t) * (size_t)nd);
+  sz[nd] = w->sizes[1];
+  grace_tensor *o = dev_new(vm, op, w->dtype, nd + 1, sz);
+  if (!o) return vm->status;
+  imove m = {.nd = nd + 1, .len = 1, .sq = w->strides[0]};
+  for (int d = 0; d <= nd; d++) {
+    m.sizes[d] = sz[d];
+    m.ss[d] = d == nd ? w->strides[1] : 0;
+    m.ds[d] = o->strides[d];
+    m.is[d] = d == nd ? 0 : ids->strides[d];
+  }
+  if ((s = run_imove(vm, &m, gpu_ptr(o), o->dtype, gpu_ptr(w), w->dtype, ids)) != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+/* ---- triu / tril, repeat, slice_scatter ---- */
+static grace_status op_tri(grace_vm *vm, grace_op opc, grace_tensor *x, const grace_attrs *a, grace_tensor **out) {
+  const char *op = grace_op_name(opc);
+  if (x->ndim < 2)
+    return vm_err(vm, GRACE_ESHAPE, "%s: input must have at least 2 dims, got shape %s", op, VM_SHAPE(x));
+  grace_tensor *o = dev_new(vm, op, x->dtype, x->ndim, x->sizes);
+  if (!o) return vm->status;
+  grace_status s = copy_into(vm, op, o, x);
+  int64_t R = x->sizes[x->ndim - 2], C = x->sizes[x->ndim - 1], n = vm_numel(x->ndim, x->sizes);
+  if (s == GRACE_OK && n > 0) {
+    words w = {0};
+    wptr(&w, gpu_ptr(o));
+    wput(&w, n); wput(&w, R); wput(&w, C); wput(&w, a->i0); wput(&w, opc == GRACE_OP_TRIU);
+    s = launch(vm, CGO_TRI, x->dtype, x->dtype, x->dtype, 0, blocks_for(n, 256), 256, 0, &w);
+  }
+  if (s != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+static grace_status op_repeat(grace_vm *vm, grace_tensor *x, const grace_attrs *a, grace_tensor **out) {
+  int nr = a->nshape, nd = x->ndim;
+  if (nr < nd || nr > GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "repeat: %d repeat counts given for a tensor of shape %s (need at least %d)", nr,
+                  VM_SHAPE(x), nd);
+  int64_t xs[GRACE_MAX_DIMS] = {0}, xst[GRACE_MAX_DIMS] = {0}, osz[GRACE_MAX_DIMS] = {0};
+  for (int d = 0; d < nr; d++) {
+    int xd = d - (nr - nd);
+    if (a->shape[d] < 0)
+      return vm_err(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d", (long long)a->shape[d],
+                    d + vm->index_base);
+    xs[d] = xd < 0 ? 1 : x->sizes[xd];
+    xst[d] = xd < 0 ? 0 : x->strides[xd];
+    osz[d] = xs[d] * a->shape[d];
+  }
+  grace_tensor *o = dev_new(vm, "repeat", x->dtype, nr, osz);
+  if (!o) return vm->status;
+  int64_t sz[CGO_MAXD], ss[CGO_MAXD], ds[CGO_MAXD];
+  for (int d = 0; d < nr; d++) {   /* the result viewed as [r0, s0, r1, s1, ...], the input read with stride 0 along r */
+    sz[2 * d] = a->shape[d]; ss[2 * d] = 0; ds[2 * d] = xs[d] * o->strides[d];
+    sz[2 * d + 1] = xs[d]; ss[2 * d + 1] = xst[d]; ds[2 * d + 1] = o->strides[d];
+  }
+  grace_status s = dev_copy(vm, 2 * nr, sz, gpu_ptr(x), ss, x->dtype, gpu_ptr(o), ds, x->dtype);
+  if (s != GRACE_OK) { grace_tensor_release(o); return s; }
+  *out = o;
+  return GRACE_OK;
+}
+
+/* A dense tensor laid out in base's stride order (cpu_shape.c's dense_like), so later views match eager's. */
+static grace_tensor *dense_like(grace_vm *vm, const char *op, const grace_tensor *base) {
+  int perm[GRACE_MAX_DIMS], nd = base->ndim;
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  for (int i = 1; i < nd; i++)
+    for (int j = i; j > 0 && base->strides[perm[j]] > base->strides[perm[j - 1]]; j--) {
+      int t = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = t;
+    }
+  int64_t psz[GRACE_MAX_DIMS] = {0}, pst[GRACE_MAX_DIMS], st[GRACE_MAX_DIMS];
+  for (int d = 0; d < nd; d++) psz[d] = base->sizes[perm[d]];
+  grace_tensor *dense = dev_new(vm, op, base->dtype, nd, psz);
+  if (!dense) return NULL;
+  vm_contiguous_strides(nd, psz, pst);
+  for (int d = 0; d < nd; d++) st[perm[d]] = pst[d];
+  grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
+  grace_tensor_release(dense);
+  return t;
+}
+
+static grace_status op_slice_scatter(grace_vm *vm, grace_tensor *base, grace_tensor *src, const grace_attrs *a,
+                                     grace_tensor **out) {
+  grace_tensor *copy = dense_like(vm, "slice_scatter", base), *view = NULL;
+  grace_attrs va = *a;
+  grace_status st = copy ? copy_into(vm, "slice_scatter", copy, base) : vm->status;
+  if (st == GRACE_OK) st = vm_view_run(vm, a->flag ? GRACE_OP_SELECT : GRACE_OP_NARROW, 1, &copy, &va, 1, &view);
+  if (st == GRACE_OK) st = copy_into(vm, "slice_scatter", view, src);
+  grace_tensor_release(view);
+  if (st != GRACE_OK) { grace_tensor_release(copy); return st; }
+  *out = copy;
+  return GRACE_OK;
+}
+
+/* ---- scans: cumsum, softmax, log_softmax, sort, topk ---- */
+/* Rows of x along dim: the other dims (sizes and strides of x and of the output) and the row count; a 0-d
+ * x is one row of one element. */
+typedef struct rows {
+  int nd;
+  int64_t sizes[CGO_MAXD], xs[CGO_MAXD], os[CGO_MAXD];
+  int64_t L, n, xl, ol;
+} rows;
+
+static void rows_of(rows *r, const grace_tensor *x, int dim, const int64_t *ostrides) {
+  memset(r, 0, sizeof *r);
+  if (x->ndim == 0) { r->L = 1; r->n = 1; r->xl = 1; r->ol = 1; return; }
+  r->n = 1;
+  for (int d = 0; d < x->ndim; d++) {
+    if (d == dim) { r->L = x->sizes[d]; r->xl = x->strides[d]; r->ol = ostrides[d]; continue; }
+    r->sizes[r->nd] = x->sizes[d]; r->xs[r->nd] = x->strides[d]; r->os[r->nd] = ostrides[d];
+    r->n *= x->sizes[d];
+    r->nd++;
+  }
+}
+
+static void rows_words(words *w, const rows *r) {
+  wput(w, r->nd); warr(w, r->sizes, r->nd); warr(w, r->xs, r->nd); warr(w, r->os, r->nd); wput(w, r->xl); wput(w, r->ol);
+}
+
+static grace_status need_float(grace_vm *vm, const char *op, const char *what, grace_dtype dt) {
+  return vm_err(vm, GRACE_EDTYPE, "%s: %s dtype %s is not a float type; cast it with :float()", op, what,
+                grace_dtype_name(dt));
+}
+
+static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout, grace_tensor **out) {
+  const char *name = grace_op_name(op);
+  grace_status s;
+  int dim = x->ndim > 0 ? x->ndim - 1 : 0;
+  if (a->ndims > 1) return vm_err(vm, GRACE_EARG, "%s: takes one dim, got %d", name, a->ndims);
+  if (a->ndims == 1 && (s = vm_norm_dim(vm, name, a->dims[0], x->ndim, &dim))) return s;
+  int cat = vm_dtype_category(x->dtype);
+  if (a->has_dtype && (unsigned)a->dtype >= GRACE_NDTYPES)
+    return vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", name, (int)a->dtype);
+  int64_t osizes[GRACE_MAX_DIMS];
+  for (int d = 0; d < x->ndim; d++) osizes[d] = x->sizes[d];
+  int64_t L = x->ndim ? x->sizes[dim] : 1;
+  rows r;
+  if (op == GRACE_OP_CUMSUM || op == GRACE_OP_SOFTMAX || op == GRACE_OP_LOG_SOFTMAX) {
+    grace_dtype odt;
+    if (op == GRACE_OP_CUMSUM) odt = a->has_dtype ? a->dtype : cat == 2 ? x->dtype : GRACE_INT64;
+    else {
+      odt = a->has_dtype ? a->dtype : x->dtype;
+      if (cat != 2 && !a->has_dtype) return need_float(vm, name, "input", x->dtype);
+      if (vm_dtype_category(odt) != 2)
+        return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(odt));
+    }
+    if (!(out[0] = dev_new(vm, name, odt, x->ndim, osizes))) return vm->status;
+    rows_of(&r, x, dim, out[0]->strides);
+    if (r.n == 0 || r.L == 0) return GRACE_OK;
+    words w = {0};
+    wptr(&w, gpu_ptr(out[0])); wptr(&w, gpu_ptr(x));
+    wput(&w, r.n); wput(&w, r.L); rows_words(&w, &r);
+    if (op == GRACE_OP_CUMSUM)   /* a thread per row, adding in order: the CPU's sums exactly */
+      return launch(vm, CGO_CUMSUM, odt, x->dtype, odt, 0, blocks_for(r.n, 128), 128, 0, &w);
+    int variant = (op == GRACE_OP_LOG_SOFTMAX) | (x->dtype == GRACE_FLOAT64 || odt == GRACE_FLOAT64 ? 2 : 0);
+    if (r.L >= 4096 && r.n < 4 * 132)   /* few long rows (a vocabulary): a block per row */
+      return launch(vm, CGO_SOFTMAX, odt, x->dtype, odt, variant | 4, blocks_for(r.n, 1), 1024, 0, &w);
+    return launch(vm, CGO_SOFTMAX, odt, x->dtype, odt, variant, blocks_for(r.n, 8), 256, 0, &w);
+  }
+  int64_t k = L;
+  if (op == GRACE_OP_TOPK) {
+    k = a->i0;
+    if (k < 0 || k > L)
+      return vm_err(vm, GRACE_EINDEX, "topk: k (%lld) is out of range for dim %d of size %lld", (long long)k,
+                    dim + vm->index_base, (long long)L);
+  }
+  int select = L > CGO_SORT_MAX;   /* long rows: topk by k selection rounds; a full sort is not offered */
+  if (select && k > 0 && vm_numel(x->ndim, x->sizes) > 0 && (op == GRACE_OP_SORT || k > CGO_SELECT_MAXK))
+    return vm_err(vm, GRACE_EUNSUPPORTED, "%s: %s of rows of %lld elements on CUDA (the device sorts rows of up to %d, "
+                  "and takes topk of longer rows for k up to %d)", name, op == GRACE_OP_SORT ? "a sort" : "topk",
+                  (long long)L, CGO_SORT_MAX, CGO_SELECT_MAXK);
+  int ond = x->ndim;
+  if (x->ndim) osizes[dim] = k;
+  else if (k == 0) { ond = 1; osizes[0] = 0; }
+  if (!(out[0] = dev_new(vm, name, x->dtype, ond, osizes))) return vm->status;
+  if (nout == 2 && !(out[1] = dev_new(vm, name, GRACE_INT64, ond, osizes))) return vm->status;
+  int64_t ost[GRACE_MAX_DIMS] = {1};
+  if (x->ndim) memcpy(ost, out[0]->strides, sizeof ost);
+  rows_of(&r, x, dim, ost);
+  if (r.n == 0 || k == 0) return GRACE_OK;
+  int64_t P = 1;
+  while (P < r.L) P <<= 1;
+  int desc = op == GRACE_OP_TOPK ? !a->flag : a->flag;
+  words w = {0};
+  wptr(&w, gpu_ptr(out[0])); wptr(&w, nout == 2 ? gpu_ptr(out[1]) : 0); wptr(&w, gpu_ptr(x));
+  wput(&w, r.n); wput(&w, r.L); wput(&w, P); wput(&w, k); rows_words(&w, &r);
+  wput(&w, vm->index_base); wput(&w, nout == 2);
+  if (select) return launch(vm, CGO_SORT, x->dtype, GRACE_INT64, x->dtype, desc | 2, blocks_for(r.n, 1), 1024, 0, &w);
+  unsigned block = P >= 512 ? 512 : P >= 32 ? (unsigned)P : 32;
+  return launch(vm, CGO_SORT, x->dtype, GRACE_INT64, x->dtype, desc, blocks_for(r.n, 1), block, (unsigned)(P * 12), &w);
+}
+
+/* ---- layer_norm, rms_norm ---- */
+static grace_status check_param(grace_vm *vm, const char *name, const char *what, const grace_tensor *x,
+                                const grace_tensor *t) {
+  if (!t) return GRACE_OK;
+  if (vm_dtype_category(t->dtype) != 2) return need_float(vm, name, what, t->dtype);
+  if (t->ndim != 1 || t->sizes[0] != x->sizes[x->ndim - 1])
+    return vm_err(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of input of shape %s (expected [%lld])",
+                  name, what, VM_SHAPE(t), VM_SHAPE(x), (long long)x->sizes[x->ndim - 1]);
+  return GRACE_OK;
+}
+
+static grace_status op_norm(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
+                            grace_tensor **out) {
+  const char *name = grace_op_name(op);
+  int rms = op == GRACE_OP_RMS_NORM;
+  const grace_tensor *x = in[0], *wt = nin > 1 ? in[1] : NULL, *bt = !rms && nin > 2 ? in[2] : NULL;
+  double eps = a->has_a ? a->a : rms ? 1e-6 : 1e-5;
+  grace_status s;
+  if (vm_dtype_category(x->dtype) != 2) return need_float(vm, name, "input", x->dtype);
+  if (x->ndim == 0) return vm_err(vm, GRACE_ESHAPE, "%s: input of shape [] has no last dim to normalise", name);
+  if ((s = check_param(vm, name, "weight", x, wt)) || (s = check_param(vm, name, "bias", x, bt))) return s;
+  if ((wt && wt->storage->device != GRACE_CUDA) || (bt && bt->storage->device != GRACE_CUDA))
+    return vm_err(vm, GRACE_EDEVICE, "%s: weight and bias must be on the input's device 'cuda'", name);
+  if (!(out[0] = dev_new(vm, name, x->dtype, x->ndim, x->sizes))) return vm->status;
+  rows r;
+  rows_of(&r, x, x->ndim - 1, out[0]->strides);
+  if (r.n == 0 || r.L == 0) return GRACE_OK;
+  words w = {0};
+  wptr(&w, gpu_ptr(out[0])); wptr(&w, gpu_ptr(x)); wptr(&w, wt ? gpu_ptr(wt) : 0); wptr(&w, bt ? gpu_ptr(bt) : 0);
+  wput(&w, r.n); wput(&w, r.L); wput(&w, r.nd); warr(&w, r.sizes, r.nd); warr(&w, r.xs, r.nd); wput(&w, r.xl);
+  wput(&w, wt ? wt->strides[0] : 0); wput(&w, bt ? bt->strides[0] : 0); wput(&w, dbits(eps));
+  int variant = (wt ? 1 : 0) | (bt ? 2 : 0) | (rms ? 4 : 0) | (x->dtype == GRACE_FLOAT64 ? 8 : 0);
+  unsigned block = r.L >= 256 ? 256 : (unsigned)((r.L + 31) / 32 * 32);
+  return launch(vm, CGO_NORM, x->dtype, wt ? wt->dtype : x->dtype, bt ? bt->dtype : x->dtype, variant,
+                blocks_for(r.n, 1), block, 0, &w);
+}
+
+/* ---- creation ---- */
+static grace_status op_create(grace_vm *vm, grace_op op, const grace_attrs *a, grace_tensor **out) {
+  const char *name = grace_op_name(op);
+  grace_dtype dt = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
+  int nd = a->nshape;
+  int64_t shape[GRACE_MAX_DIMS];
+  memcpy(shape, a->shape, sizeof shape);
+  if (op == GRACE_OP_ARANGE) {
+    double start = a->a, end = a->b, step = a->c;
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+      return vm_err(vm, GRACE_EARG, "arange: step must be nonzero and the bounds finite");
+    if ((end - start) * step < 0)
+      return vm_err(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", start, end, step);
+    nd = 1;
+    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {
+      int64_t s = a->ia, e = a->ib, k = a->ic;
+      shape[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
+    } else
+      shape[0] = (int64_t)ceil((end - start) / step);
+  } else if (op == GRACE_OP_LINSPACE) {
+    if (a->i0 < 0) return vm_err(vm, GRACE_EARG, "linspace: number of steps must be non-negative, got %lld", (long long)a->i0);
+    nd = 1;
+    shape[0] = a->i0;
+  } else if (op == GRACE_OP_EYE) {
+    if (nd < 1 || nd > 2) return vm_err(vm, GRACE_EARG, "eye: expected n or n, m");
+    if (nd == 1) shape[1] = shape[0];
+    nd = 2;
+  } else if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN) {
+    if (!grace_dtype_is_float(dt)) return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(dt));
+  } else if (op == GRACE_OP_RANDINT) {
+    if (a->i1 <= a->i0) return vm_err(vm, GRACE_EARG, "randint: empty range [%lld, %lld)", (long long)a->i0, (long long)a->i1);
+  }
+  grace_tensor *t = dev_new(vm, name, dt, nd, shape);
+  if (!t) return vm->status;
+  int64_t n = vm_numel(nd, shape);
+  grace_status s = GRACE_OK;
+  words w = {0};
+  wptr(&w, gpu_ptr(t));
+  wput(&w, n);
+  int variant = -1;
+  int64_t w4[4] = {0};
+  uint64_t offset = 0;
+  switch (op) {
+  case GRACE_OP_FULL: s = dev_fill(vm, t, value_bits(dt, a)); break;
+  case GRACE_OP_ARANGE:
+    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) { variant = CGO_ARANGE_I; w4[0] = a->ia; w4[1] = a->ic; }
+    else { variant = CGO_ARANGE_F; w4[0] = dbits(a->a); w4[1] = dbits(a->c); }
+    break;
+  case GRACE_OP_LINSPACE:
+    variant = CGO_LINSPACE;
+    w4[0] = dbits(a->a); w4[1] = dbits(a->b); w4[2] = dbits(n > 1 ? (a->b - a->a) / (double)(n - 1) : 0);
+    break;
+  case GRACE_OP_EYE: variant = CGO_EYE; w4[0] = shape[1]; break;
+  case GRACE_OP_RAND: case GRACE_OP_RANDN: case GRACE_OP_RANDINT:
+    variant = op == GRACE_OP_RAND ? CGO_RAND : op == GRACE_OP_RANDN ? CGO_RANDN : CGO_RANDINT;
+    offset = vm->rng_offset++;   /* every random op takes the next offset, as on the CPU, even when empty */
+    w4[0] = a->i0; w4[1] = a->i1 - a->i0;
+    break;
+  default:
+    grace_tensor_release(t);
+    return vm_err(vm, GRACE_EINTERNAL, "%s: not a creation op", name);
+  }
+  if (variant >= 0 && n > 0) {
+    for (int i = 0; i < 4; i++) wput(&w, w4[i]);
+    wput(&w, (int64_t)vm->seed); wput(&w, (int64_t)offset);
+    s = launch(vm, CGO_CREATE, dt, dt, dt, variant, blocks_for(n, 256), 256, 0, &w);
+  }
+  if (s != GRACE_OK) { grace_tensor_release(t); return s; }
+  out[0] = t;
+  return GRACE_OK;
+}
+
+grace_status gpu_op_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
+                        int nout, grace_tensor **out) {
+  static const grace_attrs none = {0};
+  const grace_attrs *a = attrs ? attrs : &none;
+  grace_status st;
+  switch (op) {
+  case GRACE_OP_CONTIGUOUS:
+    if (vm_is_contiguous(in[0])) { grace_tensor_retain(in[0]); out[0] = in[0]; return GRACE_OK; }
+    return dev_clone(vm, "contiguous", in[0], out);
+  case GRACE_OP_CLONE: return dev_clone(vm, "clone", in[0], out);
+  case GRACE_OP_CAT: return op_cat(vm, nin, in, a, out);
+  case GRACE_OP_STACK: return op_stack(vm, nin, in, a, out);
+  case GRACE_OP_INDEX_SELECT: return op_index_select(vm, in[0], in[1], a, out);
+  case GRACE_OP_GATHER: return op_gather(vm, in[0], in[1], a, out);
+  case GRACE_OP_SCATTER: return op_scatter(vm, in[0], in[1], in[2], a, out);
+  case GRACE_OP_TRIU: case GRACE_OP_TRIL: return op_tri(vm, op, in[0], a, out);
+  case GRACE_OP_REPEAT: return op_repeat(vm, in[0], a, out);
+  case GRACE_OP_EMBEDDING: return op_embedding(vm, in[0], in[1], out);
+  case GRACE_OP_SLICE_SCATTER: return op_slice_scatter(vm, in[0], in[1], a, out);
+  case GRACE_OP_CUMSUM: case GRACE_OP_SOFTMAX: case GRACE_OP_LOG_SOFTMAX: case GRACE_OP_TOPK: case GRACE_OP_SORT:
+    return op_scan(vm, op, in[0], a, nout, out);
+  case GRACE_OP_LAYER_NORM: case GRACE_OP_RMS_NORM: return op_norm(vm, op, nin, in, a, out);
+  case GRACE_OP_FULL: case GRACE_OP_ARANGE: case GRACE_OP_LINSPACE: case GRACE_OP_EYE: case GRACE_OP_RAND:
+  case GRACE_OP_RANDN: case GRACE_OP_RANDINT:
+    return op_create(vm, op, a, out);
+  case GRACE_OP_COPY_:
+    if ((st = copy_into(vm, "copy_", in[0], in[1])) != GRACE_OK) return st;
+    vm_bump_version(in[0]);
+    return GRACE_OK;
+  case GRACE_OP_FILL_:
+    if ((st = check_writable(vm, "fill_", in[0])) != GRACE_OK) return st;
+    if ((st = dev_fill(vm, in[0], value_bits(in[0]->dtype, a))) != GRACE_OK) return st;
+    vm_bump_version(in[0]);
+    return GRACE_OK;
+  case GRACE_OP_INDEX_COPY_: return op_index_copy(vm, in[0], in[1], in[2], a);
+  default:
+    return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no single-op CUDA kernel for this op", grace_op_name(op));
+  }
+}
