@@ -89,6 +89,17 @@ grace_status grace_set_default_device(grace_vm *vm, const char *name);
 const char *grace_backend_info(grace_vm *vm);
 /* Whether a CUDA driver and device are present (libcuda is loaded on first call, never required). */
 int grace_cuda_available(grace_vm *vm);
+/* The device's memory and kernel-compilation figures (zeros when no device was used). */
+typedef struct grace_device_stats {
+  size_t allocated, reserved, peak_allocated;   /* bytes: in tensors now, held from the driver, highest allocated */
+  uint64_t nvrtc_calls, disk_hits, memory_hits; /* kernels compiled, loaded from the disk cache, found in memory */
+  double nvrtc_seconds;
+} grace_device_stats;
+void grace_device_stats_get(grace_vm *vm, grace_device_stats *out);
+/* Waits for the device's queued work (timing from the host needs it); GRACE_OK when no device is in use. */
+grace_status grace_synchronize(grace_vm *vm);
+/* Returns the device memory cached by the allocator but not in use to the driver. */
+void grace_empty_cache(grace_vm *vm);
 int grace_index_base(const grace_vm *vm);
 /* Sets the VM's error message (for hosts and subsystems reporting through the same channel); returns st. */
 grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -120,6 +120,7 @@ void grace_ir_free(grace_ir *ir) {
   FREE(insts, cap_inst); FREE(vals, cap_val); FREE(args, cap_arg); FREE(outputs, cap_out);
   FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write); FREE(breaks, cap_break);
 #undef FREE
+  if (ir->exec && ir->exec_free) ir->exec_free(ir);
   if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
   if (ir->plan) grace_realloc(vm, ir->plan, sizeof *ir->plan * (size_t)ir->ninst, 0);
   if (ir->plan_members) grace_realloc(vm, ir->plan_members, sizeof *ir->plan_members * (size_t)ir->nplan_members, 0);

@@ -92,6 +92,10 @@ struct grace_ir {
    * plan_members[-2 - plan[k]] (a count, then the members) */
   int32_t *plan, *plan_members;
   int nplan_members, planned;
+  /* what an executor derived from this IR (generated kernels, launch plans), freed with the IR; the IR only
+   * calls exec_free, so it stays independent of any backend */
+  void *exec;
+  void (*exec_free)(grace_ir *ir);
 };
 
 int ir_op_count(void);

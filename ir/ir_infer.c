@@ -82,7 +82,7 @@ static grace_status infer_unary(grace_vm *vm, grace_op op, const ir_type *x, con
   else if (op == GRACE_OP_LOGICAL_NOT) o->dtype = GRACE_BOOL;
   else if (op == GRACE_OP_CAST) o->dtype = a->dtype;
   else if (op == GRACE_OP_NEG && x->dtype == GRACE_BOOL)
-    return grace_set_error(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not");
+    return grace_set_error(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not() instead");
   else if (op == GRACE_OP_CLAMP) {
     if (!a->has_a && !a->has_b) return grace_set_error(vm, GRACE_EARG, "clamp: at least one of min and max is required");
     int frac = (a->has_a && a->a != (double)(int64_t)a->a) || (a->has_b && a->b != (double)(int64_t)a->b);
@@ -132,7 +132,7 @@ static grace_status infer_reduce(grace_vm *vm, grace_op op, const ir_type *x, co
     if (!red[d]) { r.sizes[r.ndim] = x->sizes[d]; r.sym[r.ndim++] = x->sym[d]; }
     else if (keep) { r.sizes[r.ndim] = 1; r.sym[r.ndim++] = 0; }
     else if (x->sizes[d] == 0 && (op == GRACE_OP_MAX || op == GRACE_OP_MIN || op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN))
-      return grace_set_error(vm, GRACE_EARG, "%s: cannot reduce over a zero-size dim (shape %s)", name, SHAPE(x));
+      return grace_set_error(vm, GRACE_EARG, "%s: cannot reduce over a zero-size dim (input shape %s)", name, SHAPE(x));
   }
   o[0] = r;
   if (nout == 2) { o[1] = r; o[1].dtype = GRACE_INT64; }

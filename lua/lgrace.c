@@ -69,6 +69,32 @@ static int l_cuda_available(lua_State *L) {
   return 1;
 }
 
+static int l_synchronize(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  if (grace_synchronize(vm) != GRACE_OK) return lgrace_error(L, vm);
+  return 0;
+}
+
+static int l_empty_cache(lua_State *L) {
+  grace_empty_cache(lgrace_vm(L));
+  return 0;
+}
+
+/* grace.device_stats(): a table of the device's memory (bytes) and kernel-compilation counts. */
+static int l_device_stats(lua_State *L) {
+  grace_device_stats s;
+  grace_device_stats_get(lgrace_vm(L), &s);
+  lua_createtable(L, 0, 7);
+  lua_pushinteger(L, (lua_Integer)s.allocated); lua_setfield(L, -2, "allocated");
+  lua_pushinteger(L, (lua_Integer)s.reserved); lua_setfield(L, -2, "reserved");
+  lua_pushinteger(L, (lua_Integer)s.peak_allocated); lua_setfield(L, -2, "peak_allocated");
+  lua_pushinteger(L, (lua_Integer)s.nvrtc_calls); lua_setfield(L, -2, "nvrtc_calls");
+  lua_pushinteger(L, (lua_Integer)s.disk_hits); lua_setfield(L, -2, "disk_hits");
+  lua_pushinteger(L, (lua_Integer)s.memory_hits); lua_setfield(L, -2, "memory_hits");
+  lua_pushnumber(L, s.nvrtc_seconds); lua_setfield(L, -2, "nvrtc_seconds");
+  return 1;
+}
+
 static int l_manual_seed(lua_State *L) {
   grace_vm *vm = lgrace_vm(L);
   /* a compiled program would not seed again when it replays: inside a trace this is a break */
@@ -98,6 +124,9 @@ static const luaL_Reg grace_funcs[] = {
   {"device", l_device},
   {"cuda_available", l_cuda_available},
   {"manual_seed", l_manual_seed},
+  {"synchronize", l_synchronize},
+  {"empty_cache", l_empty_cache},
+  {"device_stats", l_device_stats},
   {NULL, NULL}
 };
 

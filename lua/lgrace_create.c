@@ -1,6 +1,8 @@
 /* lgrace_create.c: the module's constructors: grace.tensor (from nested tables), zeros, ones, empty,
- * full, arange, linspace, eye, rand, randn, randint and the *_like variants. Creation ops run through
- * grace_run on the default device unless the options name another. */
+ * full, arange, linspace, eye, rand, randn, randint, the *_like variants and grace.fromfile (raw bytes
+ * from a file, for weights written by another program). Creation ops run through grace_run on the
+ * default device unless the options name another. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -289,6 +291,62 @@ static int l_rand_like(lua_State *L) { return like(L, 3); }
 static int l_randn_like(lua_State *L) { return like(L, 4); }
 static int l_full_like(lua_State *L) { return like(L, 5); }
 
+/* ---- grace.fromfile(path, dtype, shape [, offset_bytes]) ----
+ * Raw little-endian element bytes (what numpy's tofile and torch's numpy().tofile() write on x86) into a
+ * new contiguous CPU tensor. Every argument is checked before the file is opened, and the file is closed
+ * before any error is raised, so a Lua error never leaks the FILE. */
+static int l_fromfile(lua_State *L) {
+  lg_ctx *c = lg_begin(L);
+  const char *path = lua_type(L, 1) == LUA_TSTRING ? lua_tostring(L, 1) : NULL;
+  if (!path) return lg_errorf(L, c, "fromfile: expected a file path, got %s", luaL_typename(L, 1));
+  grace_dtype dt = lg_dtype(L, c, 2, "fromfile");
+  if (lua_type(L, 3) != LUA_TTABLE)
+    return lg_errorf(L, c, "fromfile: expected the shape as a table (e.g. {2, 3}, {} for 0-d), got %s",
+                     luaL_typename(L, 3));
+  grace_attrs a = {0};
+  lg_shape(L, c, 3, "fromfile", &a, 0);
+  int64_t offset = 0;
+  if (!lua_isnoneornil(L, 4)) {
+    offset = lg_int(L, c, 4, "fromfile", "offset_bytes");
+    if (offset < 0) return lg_errorf(L, c, "fromfile: offset_bytes must be >= 0, got %lld", (long long)offset);
+  }
+  if (!lua_isnone(L, 5)) return lg_errorf(L, c, "fromfile: unexpected argument 5 (%s)", luaL_typename(L, 5));
+  int64_t numel = 1;
+  for (int d = 0; d < a.nshape; d++) {
+    if (a.shape[d] && numel > (INT64_C(1) << 40) / a.shape[d]) return lg_errorf(L, c, "fromfile: too many elements");
+    numel *= a.shape[d];
+  }
+  size_t esize = grace_dtype_size(dt);
+  int64_t nbytes = numel * (int64_t)esize;
+  char shp[160];
+  lg_shape_str(shp, sizeof shp, a.nshape, a.shape);
+  grace_tensor **slot = lg_newslot(L);
+  if (grace_tensor_empty(c->vm, dt, GRACE_CPU, a.nshape, a.shape, slot) != GRACE_OK) return lg_fail(L, c);
+  lg_account(L, *slot);
+  FILE *f = fopen(path, "rb");
+  if (!f) return lg_errorf(L, c, "fromfile: cannot open '%s': %s", path, strerror(errno));
+  int64_t size = -1;
+  if (fseeko(f, 0, SEEK_END) == 0) size = (int64_t)ftello(f);
+  size_t got = 0;
+  int fits = size >= 0 && offset <= size && nbytes <= size - offset;   /* no offset + nbytes: it may overflow */
+  int seek_ok = fits && fseeko(f, (off_t)offset, SEEK_SET) == 0;
+  if (seek_ok && nbytes > 0) got = fread(grace_tensor_data(*slot), 1, (size_t)nbytes, f);
+  int read_err = ferror(f);
+  fclose(f);
+  if (size < 0) return lg_errorf(L, c, "fromfile: cannot find the size of '%s'", path);
+  if (!fits)
+    return lg_errorf(L, c, "fromfile: '%s' holds %lld bytes; %s %s needs %lld bytes from offset %lld", path,
+                     (long long)size, grace_dtype_name(dt), shp, (long long)nbytes, (long long)offset);
+  if (!seek_ok || read_err || (int64_t)got != nbytes)
+    return lg_errorf(L, c, "fromfile: reading %lld bytes from '%s' at offset %lld failed (got %lld)",
+                     (long long)nbytes, path, (long long)offset, (long long)got);
+  if (dt == GRACE_BOOL) {   /* any nonzero byte is true, stored as 1 like every other bool tensor */
+    uint8_t *b = grace_tensor_data(*slot);
+    for (int64_t i = 0; i < numel; i++) b[i] = b[i] != 0;
+  }
+  return 1;
+}
+
 static const luaL_Reg create_funcs[] = {
   {"tensor", l_tensor},
   {"zeros", l_zeros},
@@ -307,6 +365,7 @@ static const luaL_Reg create_funcs[] = {
   {"rand_like", l_rand_like},
   {"randn_like", l_randn_like},
   {"full_like", l_full_like},
+  {"fromfile", l_fromfile},
   {NULL, NULL}
 };
 

@@ -217,15 +217,16 @@ static const pw_kernel pw_kernels[GRACE_NOPS][4] = {
     if (stride == 1) for (int64_t i = 0; i < n; i++) { IT v = s[i]; o[i] = (CONV); } \
     else for (int64_t i = 0; i < n; i++) { IT v = s[i * stride]; o[i] = (CONV); } \
   } while (0)
-#define PW_LOAD_ALL(OT, F16, BF16, FLT) \
+/* INT converts an integer load: a value for arithmetic kinds, a truth (v != 0) for truth bytes. */
+#define PW_LOAD_ALL(OT, F16, BF16, FLT, INT) \
   switch (dt) { \
   case GRACE_FLOAT32: PW_LOAD(float, OT, FLT); break; \
   case GRACE_FLOAT64: PW_LOAD(double, OT, FLT); break; \
   case GRACE_FLOAT16: PW_LOAD(uint16_t, OT, F16); break; \
   case GRACE_BFLOAT16: PW_LOAD(uint16_t, OT, BF16); break; \
-  case GRACE_INT32: PW_LOAD(int32_t, OT, (OT)v); break; \
-  case GRACE_INT64: PW_LOAD(int64_t, OT, (OT)v); break; \
-  case GRACE_UINT8: PW_LOAD(uint8_t, OT, (OT)v); break; \
+  case GRACE_INT32: PW_LOAD(int32_t, OT, INT); break; \
+  case GRACE_INT64: PW_LOAD(int64_t, OT, INT); break; \
+  case GRACE_UINT8: PW_LOAD(uint8_t, OT, INT); break; \
   case GRACE_BOOL: PW_LOAD(uint8_t, OT, (OT)(v != 0)); break; \
   default: break; \
   }
@@ -237,10 +238,10 @@ static inline int64_t pw_f2i(double v) {
 
 static void pw_load(pw_kind k, grace_dtype dt, const char *p, int64_t stride, int64_t n, void *out) {
   switch (k) {
-  case K_F32: PW_LOAD_ALL(float, vm_half_to_float(v), vm_bf16_to_float(v), (float)v) break;
-  case K_F64: PW_LOAD_ALL(double, vm_half_to_float(v), vm_bf16_to_float(v), (double)v) break;
-  case K_I64: PW_LOAD_ALL(int64_t, pw_f2i(vm_half_to_float(v)), pw_f2i(vm_bf16_to_float(v)), pw_f2i(v)) break;
-  case K_B8: PW_LOAD_ALL(uint8_t, (v & 0x7fff) != 0, (v & 0x7fff) != 0, v != 0) break;
+  case K_F32: PW_LOAD_ALL(float, vm_half_to_float(v), vm_bf16_to_float(v), (float)v, (float)v) break;
+  case K_F64: PW_LOAD_ALL(double, vm_half_to_float(v), vm_bf16_to_float(v), (double)v, (double)v) break;
+  case K_I64: PW_LOAD_ALL(int64_t, pw_f2i(vm_half_to_float(v)), pw_f2i(vm_bf16_to_float(v)), pw_f2i(v), (int64_t)v) break;
+  case K_B8: PW_LOAD_ALL(uint8_t, (v & 0x7fff) != 0, (v & 0x7fff) != 0, v != 0, (uint8_t)(v != 0)) break;
   }
 }
 

@@ -4,7 +4,8 @@
 #include <unistd.h>
 #include <mimalloc.h>
 #include "vm/vm.h"
-#include "cuda/cuda_driver.h"
+#include "cuda/cuda_api.h"
+#include "vm/gpu_exec.h"
 
 static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
   (void)ud; (void)osize;
@@ -74,18 +75,20 @@ grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
 void grace_vm_free(grace_vm *vm) {
   if (!vm) return;
   vm_pool_free(vm);
-  cuda_driver_free(vm);
+  gpu_state_free(vm);
+  gpu_ops_free(vm);
+  cuda_free_all(vm);
   vm->alloc(vm->alloc_ud, vm, sizeof *vm, 0, VM_ALIGN);
 }
 
-int grace_cuda_available(grace_vm *vm) { return cuda_driver_get(vm) != NULL; }
+int grace_cuda_available(grace_vm *vm) { return cuda_usable(vm); }
 
 grace_status grace_set_default_device(grace_vm *vm, const char *name) {
   if (!strcmp(name, "cpu")) vm->default_device = GRACE_CPU;
   else if (!strcmp(name, "cuda")) {
     if (!grace_cuda_available(vm))
       return vm_err(vm, GRACE_EDEVICE, "device 'cuda' requested but no CUDA device is usable: %s",
-                    cuda_driver_why(vm));
+                    cuda_why(vm));
     vm->default_device = GRACE_CUDA;
   } else if (!strcmp(name, "auto")) {
     /* Tensors on the GPU need the CUDA backend (cuda/); until it runs ops, auto stays on the CPU. */
@@ -101,11 +104,11 @@ void grace_manual_seed(grace_vm *vm, uint64_t seed) { vm->seed = seed; vm->rng_o
 
 const char *grace_backend_info(grace_vm *vm) {
   if (vm->default_device == GRACE_CUDA)
-    snprintf(vm->info, sizeof vm->info, "cuda: %s", cuda_driver_describe(vm));
+    snprintf(vm->info, sizeof vm->info, "cuda: %s", cuda_describe(vm));
   else
     snprintf(vm->info, sizeof vm->info, "cpu (%d thread%s)%s%s", vm->threads, vm->threads == 1 ? "" : "s",
              grace_cuda_available(vm) ? "; CUDA device present: " : "",
-             grace_cuda_available(vm) ? cuda_driver_describe(vm) : "");
+             grace_cuda_available(vm) ? cuda_describe(vm) : "");
   return vm->info;
 }
 

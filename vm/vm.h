@@ -14,7 +14,7 @@
 
 typedef struct vm_pool vm_pool;
 typedef struct vm_trace vm_trace;
-typedef struct cuda_driver cuda_driver;
+typedef struct cuda_ctx cuda_ctx;
 
 struct grace_vm {
   grace_alloc_fn alloc;
@@ -25,9 +25,10 @@ struct grace_vm {
   uint64_t rng_offset;           /* advanced by every random op */
   int threads;
   vm_pool *pool;                 /* CPU workers, started on first parallel loop */
-  cuda_driver *cuda;             /* NULL until probed; see cuda/cuda_driver.h */
-  int cuda_probed;
+  cuda_ctx *cuda;                /* NULL until first used; see cuda/cuda_api.h */
   vm_trace *trace;               /* an active trace (vm_trace.c), or NULL */
+  struct gpu_state *gpu;         /* the device executor's caches (gpu_exec.c), NULL until used */
+  void *gpu_ops;                 /* gpu_ops.c's table of loaded single-op kernels, NULL until used */
   char info[160];
   grace_status status;           /* of the last error set by vm_err */
   char err[VM_ERRLEN];

@@ -8,6 +8,8 @@
 #include "ir/ir_pass.h"
 #include "vm/cpu_fused.h"
 #include "vm/vm.h"
+#include "vm/vm_interp.h"
+#include "vm/gpu_exec.h"
 
 static int type_matches(const ir_type *t, const grace_tensor *x) {
   if (t->dtype != x->dtype || t->ndim != x->ndim || t->device != x->storage->device) return 0;
@@ -68,13 +70,12 @@ static void make_plan(grace_ir *ir) {
 }
 
 /* Runs instruction k alone into val[]. */
-static grace_status run_inst(grace_ir *ir, int i, int nin_total, grace_tensor *const *in, grace_tensor **val) {
+grace_status vm_ir_run_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_tensor **val) {
   grace_vm *vm = ir->vm;
   const ir_inst *k = &ir->insts[i];
   const ir_type *t0 = &ir->vals[k->first_result].type;
   grace_tensor **res = &val[k->first_result];
   grace_status st = GRACE_OK;
-  (void)nin_total;
   switch (k->op) {
   case IR_OP_INPUT: {
     grace_tensor *x = in[k->input_index];
@@ -131,9 +132,8 @@ static void release_after(const grace_ir *ir, int k, int i, const int32_t *last,
     if (last[in->first_result + r] == i) { grace_tensor_release(val[in->first_result + r]); val[in->first_result + r] = NULL; }
 }
 
-grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+grace_status vm_ir_check_call(grace_ir *ir, int nin, int nout) {
   grace_vm *vm = ir->vm;
-  for (int i = 0; i < nout; i++) out[i] = NULL;
   if (nin != ir->ninputs + ir->nscalars)
     return vm_err(vm, GRACE_EARG, "run: '%s' takes %d tensor inputs and %d scalars, got %d values", ir->name, ir->ninputs,
                   ir->nscalars, nin);
@@ -145,6 +145,24 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
       return vm_err(vm, GRACE_EARG, "run: captured tensor %d of '%s' was modified since it was captured (stale: version %llu, "
                     "now %llu)", i, ir->name, (unsigned long long)c->version, (unsigned long long)c->t->storage->version);
   }
+  return GRACE_OK;
+}
+
+/* Whether the program runs on the device: its inputs or captures live there. */
+static int on_device(const grace_ir *ir) {
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    if ((k->op == IR_OP_INPUT || k->op == IR_OP_CONST) && ir->vals[k->first_result].type.device == GRACE_CUDA) return 1;
+  }
+  return 0;
+}
+
+grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+  grace_vm *vm = ir->vm;
+  for (int i = 0; i < nout; i++) out[i] = NULL;
+  grace_status cs = vm_ir_check_call(ir, nin, nout);
+  if (cs != GRACE_OK) return cs;
+  if (on_device(ir)) return gpu_ir_run(ir, nin, in, nout, out);
   size_t vbytes = sizeof(grace_tensor *) * (size_t)ir->nval, lbytes = sizeof(int32_t) * (size_t)ir->nval;
   grace_tensor **val = vm_calloc(vm, vbytes);
   int32_t *last = vm_alloc(vm, lbytes);
@@ -179,11 +197,11 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
       st = cpu_fused_run(vm, ir, m, n, val, k->first_result, &val[k->first_result]);
       if (st == GRACE_EUNSUPPORTED)
         for (int j = 0; j < n; j++) {
-          if ((st = run_inst(ir, m[j], nin, in, val)) != GRACE_OK) { at = m[j]; break; }
+          if ((st = vm_ir_run_inst(ir, m[j], in, val)) != GRACE_OK) { at = m[j]; break; }
         }
       if (st == GRACE_OK) for (int j = 0; j < n; j++) release_after(ir, m[j], i, last, val);
     } else {
-      st = run_inst(ir, i, nin, in, val);
+      st = vm_ir_run_inst(ir, i, in, val);
       if (st == GRACE_OK) release_after(ir, i, i, last, val);
     }
     if (st != GRACE_OK) {
@@ -195,8 +213,19 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
       }
     }
   }
-  /* writes back in-place updates; a captured tensor's new version is the one the IR expects next time. A run
-   * that failed part way writes what eager execution would have written before the failing op. */
+  st = vm_ir_write_back(ir, val, st);
+  if (st == GRACE_OK)
+    for (int i = 0; i < nout; i++) { out[i] = val[ir->outputs[i]]; grace_tensor_retain(out[i]); }
+  for (int v = 0; v < ir->nval; v++) grace_tensor_release(val[v]);
+  vm_free(vm, val, vbytes);
+  vm_free(vm, last, lbytes);
+  return st;
+}
+
+/* Writes back in-place updates; a captured tensor's new version is the one the IR expects next time. A run
+ * that failed part way (st) writes what eager execution would have written before the failing op. */
+grace_status vm_ir_write_back(grace_ir *ir, grace_tensor **val, grace_status st) {
+  grace_vm *vm = ir->vm;
   grace_status failed = st;
   char msg[VM_ERRLEN];
   if (failed != GRACE_OK) snprintf(msg, sizeof msg, "%s", vm->err);
@@ -218,10 +247,5 @@ grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int no
     if (st == GRACE_OK) st = ws;
   }
   if (failed != GRACE_OK) vm_err(vm, failed, "%s", msg);
-  if (st == GRACE_OK)
-    for (int i = 0; i < nout; i++) { out[i] = val[ir->outputs[i]]; grace_tensor_retain(out[i]); }
-  for (int v = 0; v < ir->nval; v++) grace_tensor_release(val[v]);
-  vm_free(vm, val, vbytes);
-  vm_free(vm, last, lbytes);
   return st;
 }

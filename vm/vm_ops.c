@@ -2,6 +2,7 @@
  * common to all ops and dispatches to the backend family of the op's kind. */
 #include <stdio.h>
 #include "vm/cpu_kernels.h"
+#include "vm/gpu_exec.h"
 
 static const struct { const char *name; grace_opkind kind; int nin, nout; } op_info[] = {
 #define OP_INFO(e, name, kind, nin, nout) {name, GRACE_KIND_##kind, nin, nout},
@@ -23,6 +24,10 @@ grace_status grace_op_from_name(const char *name, grace_op *out) {
 /* Inputs that may be NULL: the affine parameters of the norms. */
 static int optional_input(grace_op op, int i) {
   return (op == GRACE_OP_LAYER_NORM && i >= 1) || (op == GRACE_OP_RMS_NORM && i == 1);
+}
+
+static int pointwise_kind(grace_opkind k) {
+  return k == GRACE_KIND_UNARY || k == GRACE_KIND_BINARY || k == GRACE_KIND_COMPARE || k == GRACE_KIND_TERNARY;
 }
 
 static cpu_op_fn cpu_family(grace_op op) {
@@ -58,6 +63,7 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
   if (nout < 0 || nout > op_info[op].nout || (nout == 0 && op_info[op].nout > 0))
     return vm_err(vm, GRACE_EARG, "%s: %d outputs requested, the op gives %d", name, nout, op_info[op].nout);
   grace_device dev = op_info[op].kind == GRACE_KIND_CREATE ? attrs->device : GRACE_CPU;
+  int ndev = 0;   /* inputs that decide the device: all but host 0-d tensors (numbers) in pointwise ops */
   for (int i = 0; i < nin; i++) {
     if (!in[i]) {
       if (optional_input(op, i)) continue;
@@ -65,21 +71,22 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
     }
     if (in[i]->vm != vm) return vm_err(vm, GRACE_EARG, "%s: input %d belongs to another VM", name, i + 1);
     grace_device d = in[i]->storage->device;
-    if (i == 0) dev = d;
+    if (d == GRACE_CPU && in[i]->ndim == 0 && pointwise_kind(op_info[op].kind)) continue;
+    if (op == GRACE_OP_COPY_ && i == 1) continue;   /* copy_ moves its source across devices */
+    if (ndev++ == 0) dev = d;
     else if (d != dev)
       return vm_err(vm, GRACE_EDEVICE, "%s: inputs on different devices (%s and %s); move one with :to()", name,
                     grace_device_name(dev), grace_device_name(d));
   }
+  if (op == GRACE_OP_COPY_ && in[1]->storage->device != dev) dev = GRACE_CUDA;
+  if (ndev == 0 && nin > 0 && op_info[op].kind != GRACE_KIND_CREATE) dev = GRACE_CPU;
   /* a wrapped number is not handed back as itself: the result is an ordinary 0-d tensor, as typed */
   if ((op == GRACE_OP_CONTIGUOUS || (op == GRACE_OP_TO_DEVICE && attrs->device == GRACE_CPU)) && in[0]->wrapped)
     op = GRACE_OP_CLONE;
   if (op == GRACE_OP_TO_DEVICE) {
-    if (attrs->device == dev) { grace_tensor_retain(in[0]); out[0] = in[0]; return GRACE_OK; }
-    return vm_err(vm, GRACE_EUNSUPPORTED, "to: moving tensors to '%s' needs the CUDA backend, which does not run ops yet",
-                  grace_device_name(attrs->device));
+    if (attrs->device == in[0]->storage->device) { grace_tensor_retain(in[0]); out[0] = in[0]; return GRACE_OK; }
+    dev = GRACE_CUDA;   /* either direction runs on the device side */
   }
-  if (dev != GRACE_CPU)
-    return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no kernels for device '%s' yet", name, grace_device_name(dev));
   vm->status = GRACE_OK;
   if (vm_tracing(vm) && vm_trace_replaying(vm)) {
     int handled = 0;
@@ -88,7 +95,8 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
   }
   int record = vm_tracing(vm);
   if (record) grace_trace_pause(vm);   /* kernels that call grace_run are one op of the trace */
-  grace_status st = cpu_family(op)(vm, op, nin, in, attrs, nout, out);
+  grace_status st = dev == GRACE_CUDA ? gpu_run(vm, op, nin, in, attrs, nout, out)
+                                      : cpu_family(op)(vm, op, nin, in, attrs, nout, out);
   if (record) {
     grace_trace_resume(vm);
     if (st == GRACE_OK) st = vm_trace_record(vm, op, nin, in, attrs, nout, out);

@@ -1,7 +1,8 @@
 /* vm_tensor.c: tensors and their reference-counted storage, shape and broadcast helpers, element access. */
 #include <stdio.h>
 #include "vm/vm.h"
-#include "cuda/cuda_driver.h"
+#include "vm/gpu_exec.h"
+#include "cuda/cuda_api.h"
 
 const char *vm_fmt_shape(char *buf, size_t n, int ndim, const int64_t *sizes) {
   size_t k = 0;
@@ -55,16 +56,27 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
   size_t bytes = 0;
   if ((unsigned)dt >= GRACE_NDTYPES) { vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", op, (int)dt); return NULL; }
   if (check_shape(vm, op, ndim, sizes, grace_dtype_size(dt), &bytes) != GRACE_OK) return NULL;
-  if (dev != GRACE_CPU) {
-    vm_err(vm, GRACE_EUNSUPPORTED, "%s: tensors on '%s' need the CUDA backend, which does not run ops yet", op,
-           grace_device_name(dev));
-    return NULL;
-  }
   vm_storage *s = vm_alloc(vm, sizeof *s);
   grace_tensor *t = vm_alloc(vm, sizeof *t);
-  void *data = vm_alloc(vm, bytes);
+  void *data = NULL;
+  if (s && t && dev == GRACE_CUDA) {
+    cuda_ctx *c = cuda_get(vm);
+    CUdeviceptr p = 0;
+    grace_status st = c ? cuda_malloc(c, bytes, &p) : vm->status;
+    if (st != GRACE_OK) {
+      char msg[VM_ERRLEN];
+      snprintf(msg, sizeof msg, "%s", vm->err);
+      vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t);
+      vm_err(vm, st, "%s: %s", op, msg);
+      return NULL;
+    }
+    data = (void *)(uintptr_t)p;
+  } else if (s && t)
+    data = vm_alloc(vm, bytes);
   if (!s || !t || !data) {
-    vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t); vm_free(vm, data, bytes);
+    vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t);
+    if (dev == GRACE_CPU) vm_free(vm, data, bytes);
+    else if (data) cuda_release(vm->cuda, (CUdeviceptr)(uintptr_t)data, bytes);
     vm_err(vm, GRACE_ENOMEM, "%s: out of host memory allocating %zu bytes for shape %s", op, bytes,
            vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
     return NULL;
@@ -96,7 +108,8 @@ void grace_tensor_release(grace_tensor *t) {
   grace_vm *vm = t->vm;
   vm_storage *s = t->storage;
   if (--s->refcount == 0) {
-    vm_free(vm, s->data, s->nbytes);
+    if (s->device == GRACE_CUDA) cuda_release(vm->cuda, (CUdeviceptr)(uintptr_t)s->data, s->nbytes);
+    else vm_free(vm, s->data, s->nbytes);
     vm_free(vm, s, sizeof *s);
   }
   vm_free(vm, t, sizeof *t);
@@ -170,7 +183,13 @@ void *grace_tensor_data(grace_tensor *t) {
 grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
   if (vm_tracing(vm)) vm_trace_read(vm, t, "reading its elements (item, tolist, print)");
   if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
-  if (t->storage->device != GRACE_CPU) return vm_err(vm, GRACE_EUNSUPPORTED, "read: device tensors not supported yet");
+  if (t->storage->device == GRACE_CUDA) {   /* through a host copy of the span it covers */
+    grace_tensor *h = NULL;
+    grace_status st = gpu_to_host(vm, t, &h);
+    if (st == GRACE_OK) st = grace_tensor_read(vm, h, dst_dt, dst);
+    grace_tensor_release(h);
+    return st;
+  }
   int64_t n = vm_numel(t->ndim, t->sizes);
   if (n == 0) return GRACE_OK;
   size_t ss = grace_dtype_size(t->dtype), ds = grace_dtype_size(dst_dt);
@@ -188,9 +207,10 @@ grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype 
   return GRACE_OK;
 }
 
-static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64_t *index, const char **p) {
+/* The element at index: its address, or for a device tensor a copy of it in buf. */
+static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64_t *index, const char **p,
+                                char buf[8]) {
   if (vm_tracing(vm)) vm_trace_read(vm, t, "reading an element (item, tolist, print)");
-  if (t->storage->device != GRACE_CPU) return vm_err(vm, GRACE_EUNSUPPORTED, "get: device tensors not supported yet");
   int64_t off = 0;
   for (int d = 0; d < t->ndim; d++) {
     if (index[d] < 0 || index[d] >= t->sizes[d])
@@ -198,20 +218,27 @@ static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64
                     (long long)(index[d] + vm->index_base), d + vm->index_base, (long long)t->sizes[d]);
     off += index[d] * t->strides[d];
   }
-  *p = vm_ptr(t) + off * (int64_t)grace_dtype_size(t->dtype);
-  return GRACE_OK;
+  size_t es = grace_dtype_size(t->dtype);
+  *p = vm_ptr(t) + off * (int64_t)es;
+  if (t->storage->device == GRACE_CPU) return GRACE_OK;
+  cuda_ctx *c = cuda_get(vm);
+  grace_status st = c ? cuda_copy_to_host(c, buf, (CUdeviceptr)(uintptr_t)*p, es) : vm->status;
+  *p = buf;
+  return st;
 }
 
 grace_status grace_tensor_get(grace_vm *vm, const grace_tensor *t, const int64_t *index, double *out) {
   const char *p;
-  grace_status st = element_ptr(vm, t, index, &p);
+  char buf[8];
+  grace_status st = element_ptr(vm, t, index, &p, buf);
   if (st == GRACE_OK) *out = vm_load_f64(t->dtype, p);
   return st;
 }
 
 grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int64_t *index, int64_t *out) {
   const char *p;
-  grace_status st = element_ptr(vm, t, index, &p);
+  char buf[8];
+  grace_status st = element_ptr(vm, t, index, &p, buf);
   if (st == GRACE_OK) *out = vm_load_i64(t->dtype, p);
   return st;
 }
