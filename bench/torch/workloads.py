@@ -1,0 +1,632 @@
+#!/usr/bin/env python3
+"""workloads.py: the PyTorch side of grace's benchmark suite (issue 8).
+
+The four workloads of bench/workloads/*.lua (mlp, eos, st, gpt2_decode in float32 and bfloat16) with the
+same shapes, dtypes, weights and inputs, timed in three modes: eager, torch.compile (default) and
+torch.compile(mode="reduce-overhead"), the same way as bench/workloads/run.lua times grace: latency per
+call with torch.cuda.synchronize() after each call (lower median of --iters), throughput without it (total
+/ calls, one synchronize at the end), and the first two calls (compile for the compiled modes).
+
+Weights and the pool of 8 inputs are made with NumPy from fixed per-tensor seeds. With --weights DIR they
+are written there (one raw little-endian .bin per tensor, listed in DIR/manifest.txt as
+"name dtype d1,d2,... file", "scalar" for 0-d) together with PyTorch's eager output for pool input 1 of each
+workload ("<workload>.ref.1", the first result, as float32), so `grace bench/workloads/run.lua --weights
+DIR` checks grace against PyTorch on the same numbers. Token ids are 0-based on file.
+
+usage: python3 bench/torch/workloads.py [--device cuda|cpu] [--only mlp,eos,...] [--iters N] [--warmup N]
+           [--json out.json] [--weights DIR] [--small] [--modes eager,compile,reduce-overhead]
+       python3 bench/torch/workloads.py --write-only --weights DIR [--small]   (NumPy only: no torch, no
+           timing; the references come from NumPy float64 versions of the models; for testing grace's loader
+           and checks on a machine without torch)
+"""
+import argparse
+import datetime
+import gc
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import zlib
+
+import numpy as np
+
+NPOOL = 8
+WORKLOADS = ["mlp", "eos", "st", "gpt2_decode"]
+VARIANTS = {  # workload -> [(variant name, dtype name)]
+    "mlp": [("mlp", "float32")],
+    "eos": [("eos", "float32")],
+    "st": [("st", "float32")],
+    "gpt2_decode": [("gpt2_decode_fp32", "float32"), ("gpt2_decode_bf16", "bfloat16")],
+}
+ALL_MODES = ["eager", "compile", "reduce-overhead"]
+# same tolerance rule as run.lua: max |got - want| <= tol * max |want|
+TOL_VS_EAGER = {"float32": 1e-4, "bfloat16": 4e-2}
+
+
+# ---------------------------------------------------------------------------------------------------
+# sizes (the same as config() in bench/workloads/<name>.lua)
+
+def config(name, small):
+    if name == "mlp":
+        return dict(layers=8, d=64, batch=8) if small else dict(layers=8, d=1024, batch=8)
+    if name == "eos":
+        return dict(n=4096 if small else 1048576)
+    if name == "st":
+        return (dict(layers=2, d=64, heads=4, ffn=128, seq=16, batch=1) if small
+                else dict(layers=6, d=512, heads=8, ffn=2048, seq=64, batch=1))
+    if name == "gpt2_decode":
+        return (dict(layers=2, d=64, heads=4, vocab=512, cached=16, max_pos=64) if small
+                else dict(layers=12, d=768, heads=12, vocab=50257, cached=128, max_pos=1024))
+    raise ValueError(name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# tensor specs: (name, shape, init) in the order the Lua modules ask for them; init as in run.lua:
+# ("normal", std[, mean]), ("uniform", lo, hi), ("randint", lo, hi) (int64, hi exclusive)
+
+def specs(name, c):
+    s = []
+    if name == "mlp":
+        d = c["d"]
+        for i in range(1, c["layers"] + 1):
+            s.append((f"mlp.fc{i}.weight", (d, d), ("normal", math.sqrt(2 / d))))
+            s.append((f"mlp.fc{i}.bias", (d,), ("normal", 0.02)))
+        for k in range(1, NPOOL + 1):
+            s.append((f"mlp.x.{k}", (c["batch"], d), ("normal", 1)))
+    elif name == "eos":
+        for k in range(1, NPOOL + 1):
+            s.append((f"eos.T.{k}", (c["n"],), ("uniform", 0, 30)))
+            s.append((f"eos.S.{k}", (c["n"],), ("uniform", 30, 40)))
+            s.append((f"eos.p.{k}", (c["n"],), ("uniform", 0, 1000)))
+    elif name == "st":
+        d, f = c["d"], c["ffn"]
+
+        def linear(p, nin, nout):
+            s.append((p + ".weight", (nout, nin), ("normal", 1 / math.sqrt(nin))))
+            s.append((p + ".bias", (nout,), ("normal", 0.02)))
+
+        def ln(p):
+            s.append((p + ".weight", (d,), ("normal", 0.1, 1)))
+            s.append((p + ".bias", (d,), ("normal", 0.1)))
+        for i in range(1, c["layers"] + 1):
+            p = f"st.l{i}."
+            ln(p + "ln1"); linear(p + "qkv", d, 3 * d); linear(p + "proj", d, d)
+            ln(p + "ln2"); linear(p + "fc1", d, f); linear(p + "fc2", f, d)
+        ln("st.ln_f")
+        for k in range(1, NPOOL + 1):
+            s.append((f"st.x.{k}", (c["batch"], c["seq"], d), ("normal", 1)))
+    elif name == "gpt2_decode":
+        d, H, L = c["d"], c["heads"], c["layers"]
+
+        def ln(p):
+            s.append((p + ".weight", (d,), ("normal", 0.1, 1)))
+            s.append((p + ".bias", (d,), ("normal", 0.1)))
+        s.append(("gpt2.wte", (c["vocab"], d), ("normal", 0.02)))
+        s.append(("gpt2.wpe", (c["max_pos"], d), ("normal", 0.01)))
+        for i in range(1, L + 1):
+            p = f"gpt2.h{i}."
+            ln(p + "ln1")
+            s.append((p + "attn.weight", (3 * d, d), ("normal", 0.02)))
+            s.append((p + "attn.bias", (3 * d,), ("normal", 0.02)))
+            s.append((p + "proj.weight", (d, d), ("normal", 0.02)))
+            s.append((p + "proj.bias", (d,), ("normal", 0.02)))
+            ln(p + "ln2")
+            s.append((p + "fc.weight", (4 * d, d), ("normal", 0.02)))
+            s.append((p + "fc.bias", (4 * d,), ("normal", 0.02)))
+            s.append((p + "fcproj.weight", (d, 4 * d), ("normal", 0.02)))
+            s.append((p + "fcproj.bias", (d,), ("normal", 0.02)))
+        ln("gpt2.ln_f")
+        cache = (L, 1, H, c["cached"], d // H)
+        for k in range(1, NPOOL + 1):
+            s.append((f"gpt2.ids.{k}", (1, 1), ("randint", 0, c["vocab"])))
+            s.append((f"gpt2.past_k.{k}", cache, ("normal", 1)))
+            s.append((f"gpt2.past_v.{k}", cache, ("normal", 1)))
+    return s
+
+
+def generate(name, shape, init):
+    """One tensor as a NumPy array, from a seed derived from its name (independent of order and subset)."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    kind = init[0]
+    if kind == "normal":
+        mean = init[2] if len(init) > 2 else 0.0
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(init[1]) + np.float32(mean)
+    if kind == "uniform":
+        return rng.uniform(init[1], init[2], shape).astype(np.float32)
+    if kind == "randint":
+        return rng.integers(init[1], init[2], shape, dtype=np.int64)
+    raise ValueError(kind)
+
+
+class WeightDir:
+    """DIR/manifest.txt plus one raw .bin per tensor (little-endian, row-major). An existing manifest written
+    for the same sizes is merged (its entries kept unless rewritten), so runs with different --only can
+    share one folder."""
+
+    def __init__(self, path, small):
+        self.path, self.small = path, small
+        self.entries = {}   # name -> manifest line, in insertion order
+        self.source = None
+        os.makedirs(path, exist_ok=True)
+        old = os.path.join(path, "manifest.txt")
+        if os.path.exists(old):
+            with open(old) as f:
+                lines = f.read().splitlines()
+            if lines and f"small={int(small)}:" in lines[0]:
+                for line in lines[1:]:
+                    if line.startswith("# reference_source "):
+                        self.source = line.split()[2]
+                    elif line.strip() and not line.startswith("#"):
+                        self.entries[line.split()[0]] = line
+
+    def add(self, name, arr):
+        dt = {np.dtype(np.float32): ("float32", "<f4"), np.dtype(np.int64): ("int64", "<i8")}[arr.dtype]
+        fname = name + ".bin"
+        np.ascontiguousarray(arr, dtype=dt[1]).tofile(os.path.join(self.path, fname))
+        shape = ",".join(str(int(x)) for x in arr.shape) if arr.ndim else "scalar"
+        self.entries[name] = f"{name} {dt[0]} {shape} {fname}"
+
+    def close(self, source):
+        """source: who computed the references (one word, read by run.lua)."""
+        if self.source and self.source != source:
+            source = f"{source}+{self.source}"   # a merge of two runs says so
+        now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+        lines = [f"# written by bench/torch/workloads.py {now} small={int(self.small)}: name dtype shape file",
+                 f"# reference_source {source}"] + list(self.entries.values())
+        tmp = os.path.join(self.path, "manifest.txt.tmp")
+        with open(tmp, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, os.path.join(self.path, "manifest.txt"))
+        return len(self.entries)
+
+
+# ---------------------------------------------------------------------------------------------------
+# NumPy float64 versions of the four models, for --write-only: a reference independent of both grace and
+# PyTorch (written as "<variant>.ref.1" when torch is not used), so the file path and run.lua's reference
+# check can be tested on a machine without torch. A PyTorch run writes PyTorch's outputs instead.
+
+def bf16_round(a):
+    """float32 -> nearest bfloat16 (ties to even), kept as float32."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return u.view(np.float32)
+
+
+def numpy_reference(wname, dtype_name, A, c):
+    """The first result for pool input 1, in float64."""
+    def W(name):
+        a = A[name]
+        if a.dtype == np.float32 and dtype_name == "bfloat16":
+            a = bf16_round(a)
+        return a.astype(np.float64) if a.dtype == np.float32 else a
+
+    erf = np.vectorize(math.erf)
+
+    def ln(x, p):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + 1e-5) * W(p + ".weight") + W(p + ".bias")
+
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def lin(x, p):
+        return x @ W(p + ".weight").T + W(p + ".bias")
+
+    if wname == "mlp":
+        x = W("mlp.x.1")
+        for i in range(1, c["layers"] + 1):
+            x = lin(x, f"mlp.fc{i}")
+            x = 0.5 * x * (1 + erf(x / math.sqrt(2)))
+        return x
+    if wname == "eos":
+        T, S, p = W("eos.T.1"), W("eos.S.1"), W("eos.p.1")
+        rw = (((T * -1.120083e-6 + 1.001685e-4) * T - 9.095290e-3) * T + 6.793952e-2) * T + 999.842594
+        A_ = ((T * -8.2467e-7 + 7.6438e-5) * T - 4.0899e-3) * T + 8.24493e-1
+        B = (T * -1.6546e-6 + 1.0227e-4) * T - 5.72466e-3
+        r0 = rw + S * (A_ + np.sqrt(S) * B + S * 4.8314e-4)
+        Kw = ((T * 1.360477e-2 - 2.327105) * T + 148.4206) * T + 19652.21
+        K0 = Kw + S * (((T * -6.1670e-5 + 1.09987e-2) * T - 0.603459) * T + 54.6746)
+        pb = p * 0.1
+        K = K0 + pb * (T * 1.43713e-3 + 3.239908)
+        return r0 / (1 - pb / K)
+    if wname == "st":
+        x, d, H = W("st.x.1"), c["d"], c["heads"]
+        hd, (B_, Tn) = d // H, x.shape[:2]
+        scale = float(np.float32(1 / math.sqrt(hd)))
+        for i in range(1, c["layers"] + 1):
+            p = f"st.l{i}."
+            qkv = lin(ln(x, p + "ln1"), p + "qkv")
+            q, k, v = (qkv[..., j * d:(j + 1) * d].reshape(B_, Tn, H, hd).transpose(0, 2, 1, 3) for j in range(3))
+            o = (softmax(q @ k.transpose(0, 1, 3, 2) * scale) @ v).transpose(0, 2, 1, 3).reshape(B_, Tn, d)
+            x = x + lin(o, p + "proj")
+            x = x + lin(np.maximum(lin(ln(x, p + "ln2"), p + "fc1"), 0), p + "fc2")
+        return ln(x, "st.ln_f")
+    if wname == "gpt2_decode":
+        d, H, pos = c["d"], c["heads"], c["cached"]
+        hd = d // H
+        ids, pk, pv = A["gpt2.ids.1"], W("gpt2.past_k.1"), W("gpt2.past_v.1")
+        wte = W("gpt2.wte")
+        x = wte[ids] + W("gpt2.wpe")[pos:pos + 1]                        # [1, 1, d]
+        for i in range(1, c["layers"] + 1):
+            p = f"gpt2.h{i}."
+            qkv = lin(ln(x, p + "ln1"), p + "attn")
+            q, k, v = (qkv[..., j * d:(j + 1) * d].reshape(1, 1, H, hd).transpose(0, 2, 1, 3) for j in range(3))
+            K = np.concatenate([pk[i - 1], k], axis=2)
+            V = np.concatenate([pv[i - 1], v], axis=2)
+            o = (softmax(q @ K.transpose(0, 1, 3, 2) / math.sqrt(hd)) @ V).transpose(0, 2, 1, 3).reshape(1, 1, d)
+            x = x + lin(o, p + "proj")
+            h = lin(ln(x, p + "ln2"), p + "fc")
+            h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+            x = x + lin(h, p + "fcproj")
+        return ln(x, "gpt2.ln_f") @ wte.T
+    raise ValueError(wname)
+
+
+# ---------------------------------------------------------------------------------------------------
+# timing helpers (the same statistics as run.lua)
+
+def stats_us(ts):
+    ts = sorted(ts)
+    n = len(ts)
+
+    def q(p):
+        return ts[min(n - 1, math.floor(p * (n - 1)))] * 1e6
+    return {"latency_us_median": q(0.5), "latency_us_min": ts[0] * 1e6, "latency_us_p90": q(0.9),
+            "latency_us_mean": sum(ts) / n * 1e6}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--only", default=None, help="comma-separated workloads or variants")
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--weights", default=None, help="write weights, inputs and references to this folder")
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--modes", default=",".join(ALL_MODES))
+    ap.add_argument("--write-only", action="store_true", help="write --weights (NumPy only) and stop")
+    args = ap.parse_args()
+    modes = args.modes.split(",")
+    for m in modes:
+        if m not in ALL_MODES:
+            ap.error(f"unknown mode {m!r} (expected {', '.join(ALL_MODES)})")
+    if args.iters < 1 or args.warmup < 0:
+        ap.error("--iters must be >= 1 and --warmup >= 0")
+
+    only = set(args.only.split(",")) if args.only else None
+    known = set(WORKLOADS) | {v for w in WORKLOADS for v, _ in VARIANTS[w]}
+    if only is not None and only - known:
+        ap.error(f"--only: no workload named {', '.join(sorted(only - known))}")
+    plan = [(w, v, dt) for w in WORKLOADS for v, dt in VARIANTS[w] if only is None or w in only or v in only]
+
+    wdir = WeightDir(args.weights, args.small) if args.weights else None
+    arrays = {}   # name -> numpy array, shared by the variants of a workload
+    for w in dict.fromkeys(w for w, _, _ in plan):
+        for name, shape, init in specs(w, config(w, args.small)):
+            arrays[name] = generate(name, shape, init)
+            if wdir:
+                wdir.add(name, arrays[name])
+    if args.write_only:
+        if not wdir:
+            ap.error("--write-only needs --weights DIR")
+        for w, v, dt in plan:
+            wdir.add(f"{v}.ref.1", numpy_reference(w, dt, arrays, config(w, args.small)).astype(np.float32))
+        n = wdir.close("numpy-float64")
+        print(f"wrote {args.weights}: {n} tensors (references from NumPy float64: --write-only)")
+        return 0
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    # Full float32 matmuls (no TF32), as grace computes them.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print("workloads.py: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    cuda = dev.type == "cuda"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def P(t):
+        return nn.Parameter(t, requires_grad=False)
+
+    # ---- the models (the same ops, in the same order, as the Lua modules) ----
+    class Mlp(nn.Module):
+        def __init__(self, T, c):
+            super().__init__()
+            self.layers = nn.ModuleList()
+            for i in range(1, c["layers"] + 1):
+                lin = nn.Linear(c["d"], c["d"], device="meta")
+                lin.weight, lin.bias = P(T[f"mlp.fc{i}.weight"]), P(T[f"mlp.fc{i}.bias"])
+                self.layers.append(lin)
+            self.act = nn.GELU()
+
+        def forward(self, x):
+            for lin in self.layers:
+                x = self.act(lin(x))
+            return x
+
+    def eos(T, S, p):  # the expression text of bench/workloads/eos.lua, unchanged
+        rw = (((T * -1.120083e-6 + 1.001685e-4) * T - 9.095290e-3) * T + 6.793952e-2) * T + 999.842594
+        A = ((T * -8.2467e-7 + 7.6438e-5) * T - 4.0899e-3) * T + 8.24493e-1
+        B = (T * -1.6546e-6 + 1.0227e-4) * T - 5.72466e-3
+        sS = S.sqrt()
+        r0 = rw + S * (A + sS * B + S * 4.8314e-4)
+        Kw = ((T * 1.360477e-2 - 2.327105) * T + 148.4206) * T + 19652.21
+        K0 = Kw + S * (((T * -6.1670e-5 + 1.09987e-2) * T - 0.603459) * T + 54.6746)
+        pb = p * 0.1
+        K = K0 + pb * (T * 1.43713e-3 + 3.239908)
+        return r0 / (1 - pb / K)
+
+    class Eos(nn.Module):
+        def forward(self, T, S, p):
+            return eos(T, S, p)
+
+    def linear(T, name, nin, nout):
+        m = nn.Linear(nin, nout, device="meta")
+        m.weight, m.bias = P(T[name + ".weight"]), P(T[name + ".bias"])
+        return m
+
+    def layer_norm(T, name, d):
+        m = nn.LayerNorm(d, eps=1e-5, device="meta")
+        m.weight, m.bias = P(T[name + ".weight"]), P(T[name + ".bias"])
+        return m
+
+    class StLayer(nn.Module):
+        def __init__(self, T, p, c):
+            super().__init__()
+            d, f = c["d"], c["ffn"]
+            self.ln1, self.ln2 = layer_norm(T, p + "ln1", d), layer_norm(T, p + "ln2", d)
+            self.qkv, self.proj = linear(T, p + "qkv", d, 3 * d), linear(T, p + "proj", d, d)
+            self.fc1, self.fc2 = linear(T, p + "fc1", d, f), linear(T, p + "fc2", f, d)
+
+    class St(nn.Module):
+        def __init__(self, T, c):
+            super().__init__()
+            self.d, self.H = c["d"], c["heads"]
+            self.hd = self.d // self.H
+            self.layers = nn.ModuleList(StLayer(T, f"st.l{i}.", c) for i in range(1, c["layers"] + 1))
+            self.ln_f = layer_norm(T, "st.ln_f", self.d)
+            # 0-d float32 tensor on the CPU, not a buffer: .to(device) leaves it there (the PyGraph pattern)
+            self.scale = torch.tensor(1 / math.sqrt(self.hd), dtype=torch.float32)
+
+        def forward(self, x):
+            B, Tn, d, H, hd = x.shape[0], x.shape[1], self.d, self.H, self.hd
+            for L in self.layers:
+                q, k, v = L.qkv(L.ln1(x)).split(d, dim=-1)
+                q = q.reshape(B, Tn, H, hd).transpose(1, 2)
+                k = k.reshape(B, Tn, H, hd).transpose(1, 2)
+                v = v.reshape(B, Tn, H, hd).transpose(1, 2)
+                att = ((q @ k.transpose(-2, -1)) * self.scale).softmax(-1)
+                o = (att @ v).transpose(1, 2).reshape(B, Tn, d)
+                x = x + L.proj(o)
+                x = x + L.fc2(torch.relu(L.fc1(L.ln2(x))))
+            return self.ln_f(x)
+
+    class Gpt2Decode(nn.Module):
+        def __init__(self, T, c):
+            super().__init__()
+            self.d, self.H, self.L = c["d"], c["heads"], c["layers"]
+            self.hd = self.d // self.H
+            self.pos = c["cached"]          # 0-based position of the new token
+            self.scale = 1 / math.sqrt(self.hd)
+            self.w = nn.ParameterDict({k.replace("gpt2.", "").replace(".", "_"): P(v)
+                                       for k, v in T.items() if k.startswith("gpt2.") and ".ids." not in k
+                                       and ".past_" not in k})
+
+        def forward(self, ids, past_k, past_v):
+            w, d, H, hd = self.w, self.d, self.H, self.hd
+            x = F.embedding(ids, w["wte"]) + w["wpe"][self.pos:self.pos + 1]       # [1, 1, d]
+            new_k, new_v = [], []
+            for i in range(1, self.L + 1):
+                p = f"h{i}_"
+                h = F.layer_norm(x, (d,), w[p + "ln1_weight"], w[p + "ln1_bias"], 1e-5)
+                q, k, v = F.linear(h, w[p + "attn_weight"], w[p + "attn_bias"]).split(d, dim=-1)
+                q = q.reshape(1, 1, H, hd).transpose(1, 2)
+                k = k.reshape(1, 1, H, hd).transpose(1, 2)
+                v = v.reshape(1, 1, H, hd).transpose(1, 2)
+                new_k.append(k)
+                new_v.append(v)
+                K = torch.cat([past_k[i - 1], k], dim=2)
+                V = torch.cat([past_v[i - 1], v], dim=2)
+                att = ((q @ K.transpose(-2, -1)) * self.scale).softmax(-1)
+                o = (att @ V).transpose(1, 2).reshape(1, 1, d)
+                x = x + F.linear(o, w[p + "proj_weight"], w[p + "proj_bias"])
+                h = F.layer_norm(x, (d,), w[p + "ln2_weight"], w[p + "ln2_bias"], 1e-5)
+                m = F.gelu(F.linear(h, w[p + "fc_weight"], w[p + "fc_bias"]), approximate="tanh")
+                x = x + F.linear(m, w[p + "fcproj_weight"], w[p + "fcproj_bias"])
+            x = F.layer_norm(x, (d,), w["ln_f_weight"], w["ln_f_bias"], 1e-5)
+            return F.linear(x, w["wte"]), torch.stack(new_k), torch.stack(new_v)
+
+    def build(wname, dtype_name, c):
+        dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+
+        def tensor(name):
+            t = torch.from_numpy(arrays[name]).to(dev)
+            return t.to(dt) if t.is_floating_point() else t
+        names = [n for n, _, _ in specs(wname, c)]
+        T = {n: tensor(n) for n in names}
+        if wname == "mlp":
+            return (Mlp(T, c), [(T[f"mlp.x.{k}"],) for k in range(1, NPOOL + 1)],
+                    f"{c['layers']} x (Linear {c['d']}->{c['d']} + GELU), batch {c['batch']}")
+        if wname == "eos":
+            return (Eos(), [(T[f"eos.T.{k}"], T[f"eos.S.{k}"], T[f"eos.p.{k}"]) for k in range(1, NPOOL + 1)],
+                    f"equation of state, 47 pointwise ops over 3 x {c['n']} elements")
+        if wname == "st":
+            return (St(T, c), [(T[f"st.x.{k}"],) for k in range(1, NPOOL + 1)],
+                    f"{c['layers']} pre-norm encoder layers, d {c['d']}, {c['heads']} heads, FFN {c['ffn']}, "
+                    f"batch {c['batch']}, seq {c['seq']}, scale a 0-d CPU tensor")
+        if wname == "gpt2_decode":
+            pool = [(T[f"gpt2.ids.{k}"], T[f"gpt2.past_k.{k}"], T[f"gpt2.past_v.{k}"]) for k in range(1, NPOOL + 1)]
+            return (Gpt2Decode(T, c), pool,
+                    f"GPT-2 decode step, {c['layers']} layers, d {c['d']}, {c['heads']} heads, vocab {c['vocab']}, "
+                    f"{c['cached']} cached tokens, {dtype_name}")
+        raise ValueError(wname)
+
+    def results(out):
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def first_calls(f, pool):
+        """The first two calls, each synchronized, in ms; results cloned (CUDA Graph outputs are reused)."""
+        t0 = time.perf_counter()
+        r1 = results(f(*pool[0]))
+        sync()
+        t1 = time.perf_counter()
+        r1 = [r.clone() for r in r1]
+        t1b = time.perf_counter()
+        r2 = results(f(*pool[1]))
+        sync()
+        t2 = time.perf_counter()
+        r2 = [r.clone() for r in r2]
+        return (t1 - t0) * 1e3, (t2 - t1b) * 1e3, r1, r2
+
+    def measure(f, pool):
+        n = len(pool)
+        for k in range(args.warmup):
+            f(*pool[k % n])
+        sync()
+        gc.collect()
+        ts = []
+        for k in range(args.iters):
+            t0 = time.perf_counter()
+            f(*pool[k % n])
+            sync()
+            ts.append(time.perf_counter() - t0)
+        gc.collect()
+        sync()
+        t0 = time.perf_counter()
+        for k in range(args.iters):
+            f(*pool[k % n])
+        sync()
+        r = stats_us(ts)
+        r["throughput_us_per_call"] = (time.perf_counter() - t0) / args.iters * 1e6
+        r["calls_timed"] = args.iters
+        return r
+
+    def compare(what, got, want, tol):
+        r = {"what": what, "tolerance_rel_to_max": tol}
+        if tuple(got.shape) != tuple(want.shape):
+            r.update(ok=False, error=f"shape {list(got.shape)} vs {list(want.shape)}")
+            return r
+        g, w = got.float().cpu(), want.float().cpu()
+        r["max_abs_diff"] = (g - w).abs().max().item()
+        r["max_abs_ref"] = w.abs().max().item()
+        r["ok"] = bool(r["max_abs_diff"] <= tol * max(r["max_abs_ref"], 1e-30))   # False for NaN
+        return r
+
+    result = {
+        "system": "pytorch",
+        "torch_version": torch.__version__,
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+        "date_utc": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}",
+        "small": args.small,
+        "iters": args.iters,
+        "warmup_calls": args.warmup,
+        "pool_size": NPOOL,
+        "weights_dir": args.weights,
+        "float32_matmul": "highest (no TF32)",
+        "method": "latency_us_*: wall time of one call followed by torch.cuda.synchronize(), over --iters calls "
+                  "(lower median, min, p90, mean); throughput_us_per_call: wall time of --iters calls with one "
+                  "synchronize at the end, divided by --iters; first_call_ms / second_call_ms: the first two "
+                  "calls of a fresh function (compiled modes: compile + run), each synchronized. Each call takes "
+                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad().",
+        "workloads": {},
+    }
+    print(f"PyTorch {torch.__version__}, device {result['device_name']}{' (--small sizes)' if args.small else ''}, "
+          f"{args.iters} timed calls (+{args.warmup} warm-up) per mode, inputs from a pool of {NPOOL}")
+    with torch.no_grad():
+        w = torch.ones(64, 64, device=dev)
+        (w @ w + 1).sum().item()
+        sync()
+        failed = False
+        for wname, vname, dtype_name in plan:
+            c = config(wname, args.small)
+            torch._dynamo.reset()
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            entry = {"description": "", "dtype": dtype_name, "checks": [], "modes": {}}
+            result["workloads"][vname] = entry
+            errors = []
+            try:
+                model, pool, desc = build(wname, dtype_name, c)
+                entry["description"] = desc
+                e1, e2, want1, want2 = first_calls(model, pool)
+            except Exception as e:   # recorded; the other workloads still run
+                traceback.print_exc()
+                entry["error"] = f"{type(e).__name__}: {e}".split("\n")[0]
+                errors.append("raised: " + entry["error"])
+                modes_here = []
+            else:
+                modes_here = modes
+                if wdir:
+                    wdir.add(f"{vname}.ref.1", want1[0].float().cpu().numpy())
+            for mode in modes_here:
+                m = {}
+                try:
+                    if mode == "eager":
+                        f = model
+                        m["first_call_ms"], m["second_call_ms"] = e1, e2
+                    else:
+                        torch._dynamo.reset()
+                        f = torch.compile(model) if mode == "compile" else torch.compile(model, mode="reduce-overhead")
+                        m["first_call_ms"], m["second_call_ms"], got1, got2 = first_calls(f, pool)
+                        for i in range(max(len(want1), len(got1))):
+                            for inp, got, want in ((1, got1, want1), (2, got2, want2)):
+                                entry["checks"].append(compare(f"{mode} vs eager, result {i + 1} (input {inp})",
+                                                               got[i], want[i], TOL_VS_EAGER[dtype_name]))
+                    m.update(measure(f, pool))
+                except Exception as e:
+                    traceback.print_exc()
+                    m = {"error": f"{type(e).__name__}: {e}".split("\n")[0]}
+                    errors.append(f"{mode} raised: {m['error']}")
+                entry["modes"][mode] = m
+                f = None
+            bad = errors + [f"{ch['what']}: {ch.get('error') or ch}" for ch in entry["checks"] if not ch["ok"]]
+            entry["checks_ok"] = not bad
+            failed = failed or bool(bad)
+            if cuda:
+                entry["device_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            print(f"\n{vname}: {entry['description']}" + (f"\n  ERROR {entry['error']}" if "error" in entry else ""))
+            print(f"  {'mode':<16} {'latency us':>12} {'lat min us':>12} {'throughput us':>14} {'first call ms':>14} "
+                  f"{'2nd call ms':>12}")
+            for mode, m in entry["modes"].items():
+                if "error" in m:
+                    print(f"  {mode:<16} ERROR {m['error']}")
+                    continue
+                print(f"  {mode:<16} {m['latency_us_median']:12.1f} {m['latency_us_min']:12.1f} "
+                      f"{m['throughput_us_per_call']:14.1f} {m['first_call_ms']:14.2f} {m['second_call_ms']:12.2f}")
+            print(f"  checks: {len(entry['checks'])}, " + ("all ok" if not bad else f"{len(bad)} FAILED"))
+            for b in bad:
+                print(f"    FAILED {b}")
+            model = pool = want1 = want2 = got1 = got2 = None
+            gc.collect()
+
+    if wdir:
+        n = wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
+        print(f"\nwrote {args.weights}: {n} tensors (weights, inputs, references)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2, sort_keys=True)
+            f.write("\n")
+        print(f"wrote {args.json}")
+    if failed:
+        print("workloads.py: correctness checks FAILED or a workload raised an error (see above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
