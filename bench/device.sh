@@ -6,7 +6,9 @@
 #   gpu     the GPU tests alone, verbose (tests/c/test_cuda, test_cg_*, tests/lua/test_gpu_*)
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
 #   memcheck  the GPU tests under compute-sanitizer memcheck
-#   bench   bench/gpu_kernels (kernel bandwidth and GEMM figures)
+#   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth and GEMM figures)
+#   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
+#   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 # With no stage: gpu test bench.
 set -u
 OUT=${OUT:-bench/out}
@@ -62,11 +64,53 @@ for s in $stages; do
       gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o $B/gpu_kernels bench/gpu_kernels.c $B/libgrace.a \
         -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread \
         > "$OUT/bench_build.log" 2>&1 || { echo "bench build failed"; tail -20 "$OUT/bench_build.log"; }
-      [ -x $B/gpu_kernels ] && $B/gpu_kernels 2>&1 | tee "$OUT/gpu_kernels.txt"
+      [ -x $B/gpu_kernels ] && timeout 120 $B/gpu_kernels 2>&1 | tee "$OUT/gpu_kernels.txt"
+    fi
+    if [ -f bench/cg_fused_bench.c ]; then
+      gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o $B/cg_fused_bench bench/cg_fused_bench.c $B/libgrace.a \
+        -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread \
+        >> "$OUT/bench_build.log" 2>&1 && timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt"
     fi
     for f in bench/gpu_*.lua; do [ -f "$f" ] && $B/grace "$f" 2>&1 | tee "$OUT/$(basename "$f" .lua).txt"; done ;;
+  workloads)   # issue 8, grace side (random seeded weights unless WEIGHTS_DIR holds PyTorch's files)
+    echo "== workloads (grace)"
+    timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \
+      ${WEIGHTS_DIR:+--weights $WEIGHTS_DIR} --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
+    tail -40 "$OUT/grace_workloads.txt" ;;
+  parallel)    # the GPU tests and the workloads at once (each under a timeout), after the kernel benchmarks
+    echo "== gpu tests and workloads, in parallel"
+    pids=""
+    for t in $gpu_tests; do
+      ( run_one "$t" "$OUT/gpu_$(basename "$t").log" timeout ${T_TIMEOUT:-200} > "$OUT/sum_$(basename "$t").txt" ) &
+      pids="$pids $!"
+    done
+    ( timeout ${WL_TIMEOUT:-200} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \
+        --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 ) &
+    pids="$pids $!"
+    wait $pids
+    cat "$OUT"/sum_*.txt
+    grep -q 'not_ok=[1-9]\|rc=[1-9]' "$OUT"/sum_*.txt && status=1
+    tail -40 "$OUT/grace_workloads.txt" ;;
+  asan)   # the GPU Lua tests and the workloads under ASan/UBSan: a crash prints its stack
+    echo "== asan"
+    if make DEPS_PREFIX="$root" BUILD=build-asan OPT=-O1 -j"$jobs" \
+         SAN="-fsanitize=address,undefined -fno-omit-frame-pointer" build-asan/grace > "$OUT/asan_build.log" 2>&1; then
+      export ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=0
+      for t in tests/lua/test_gpu_*.lua; do
+        timeout ${T_TIMEOUT:-200} build-asan/grace "$t" > "$OUT/asan_$(basename "$t").log" 2>&1 &
+      done
+      timeout ${WL_TIMEOUT:-200} build-asan/grace bench/workloads/run.lua --device cuda --iters 5 \
+        > "$OUT/asan_workloads.log" 2>&1 &
+      wait
+      for f in "$OUT"/asan_*.log; do
+        echo "-- $f: ok=$(grep -c '^ok' "$f") not_ok=$(grep -c '^not ok' "$f")"
+        grep -m1 -A25 'ERROR: AddressSanitizer\|runtime error' "$f"
+      done
+      unset ASAN_OPTIONS
+    else echo "asan build failed"; grep 'error:' "$OUT/asan_build.log" | head; fi ;;
   *) echo "unknown stage $s" ;;
   esac
 done
 $B/grace -e 'print("backend: " .. grace.backend())' 2>&1 | tee -a "$OUT/machine.txt"
+tar czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null   # the run tool brings back a few files only
 exit $status

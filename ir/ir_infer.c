@@ -416,7 +416,12 @@ grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, c
   case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE:
     if ((st = broadcast(vm, name, 2, in, out))) return st;
     out->wrapped = 0;
-    out->device = in[0]->wrapped ? in[1]->device : in[0]->device;
+    /* host numbers and 0-d host tensors follow the other operand onto the device */
+    out->device = in[0]->device == GRACE_CUDA || in[1]->device == GRACE_CUDA ? GRACE_CUDA : GRACE_CPU;
+    if (gop == GRACE_OP_SUB && (in[0]->dtype == GRACE_BOOL || in[1]->dtype == GRACE_BOOL))
+      return grace_set_error(vm, GRACE_EDTYPE, "sub: subtraction with a bool tensor is not supported (%s - %s); "
+                             "to invert a mask, use logical_not()", grace_dtype_name(in[0]->dtype),
+                             grace_dtype_name(in[1]->dtype));
     out->dtype = grace_op_kind(gop) == GRACE_KIND_COMPARE ? GRACE_BOOL : result_type(2, in);
     if (gop == GRACE_OP_DIV && !grace_dtype_is_float(out->dtype)) out->dtype = GRACE_FLOAT32;
     return GRACE_OK;
@@ -437,7 +442,8 @@ grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, c
     }
     if ((st = broadcast(vm, name, 3, in, out))) return st;
     out->wrapped = 0;
-    out->device = in[0]->device;
+    out->device = in[0]->device == GRACE_CUDA || in[1]->device == GRACE_CUDA || in[2]->device == GRACE_CUDA
+                  ? GRACE_CUDA : GRACE_CPU;
     out->dtype = result_type(2, in + 1);
     return GRACE_OK;
   case GRACE_KIND_REDUCE: return infer_reduce(vm, gop, in[0], a, nout, out);

@@ -327,8 +327,8 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
       d.a_vec = d.vec > 1 && p->a_sk == 1 && aligned(p->A, p->a_b, p->a_sm, 0, vec, es);
     } else {
       d.vec = p->N % vec == 0 && aligned(p->B, p->b_b, p->b_sk, 0, vec, es) ? vec : 1;
-      if (mt * d.vec > 64) mt = 64 / d.vec;
     }
+    if (mt * d.vec > 64) mt = 64 / d.vec;   /* registers: rows x vector width accumulators per lane */
     d.mtile = mt > 16 ? 16 : mt;
     /* split K when the columns give less than a wave of blocks */
     int64_t cpb = nt ? CG_MM_NT_WARPS / d.wpr : 32 * d.vec;   /* columns per block */
