@@ -168,23 +168,31 @@ static grace_status infer_scan(grace_vm *vm, grace_op op, const ir_type *x, cons
 }
 
 static grace_status infer_matmul(grace_vm *vm, const ir_type *x, const ir_type *y, ir_type *o) {
+  /* the checks and messages of eager matmul (cpu_matmul.c), in its order */
+  if (x->ndim == 0 || y->ndim == 0)
+    return grace_set_error(vm, GRACE_ESHAPE, "matmul: both arguments need to be at least 1-d, got shapes %s and %s",
+                           SHAPE(x), SHAPE(y));
   if (x->dtype != y->dtype)
     return grace_set_error(vm, GRACE_EDTYPE, "matmul: expected both inputs to have the same dtype, got %s and %s",
                            grace_dtype_name(x->dtype), grace_dtype_name(y->dtype));
-  if (x->dtype == GRACE_BOOL) return grace_set_error(vm, GRACE_EDTYPE, "matmul: bool tensors are not supported");
-  if (x->ndim == 0 || y->ndim == 0)
-    return grace_set_error(vm, GRACE_ESHAPE, "matmul: both arguments need at least 1 dim, got shapes %s and %s", SHAPE(x), SHAPE(y));
+  if (x->dtype == GRACE_BOOL)
+    return grace_set_error(vm, GRACE_EDTYPE, "matmul: bool tensors are not supported (shapes %s and %s)", SHAPE(x), SHAPE(y));
   int64_t k1 = x->sizes[x->ndim - 1], k2 = y->ndim == 1 ? y->sizes[0] : y->sizes[y->ndim - 2];
   if (k1 != k2)
-    return grace_set_error(vm, GRACE_ESHAPE, "matmul: shapes %s and %s cannot be multiplied (%lld != %lld)", SHAPE(x),
-                           SHAPE(y), (long long)k1, (long long)k2);
-  ir_type bx = *x, by = *y;   /* batch parts */
-  bx.ndim = x->ndim > 2 ? x->ndim - 2 : 0;
-  by.ndim = y->ndim > 2 ? y->ndim - 2 : 0;
-  const ir_type *b[2] = {&bx, &by};
+    return grace_set_error(vm, GRACE_ESHAPE, "matmul: shapes %s and %s cannot be multiplied (inner dims %lld and %lld differ)",
+                           SHAPE(x), SHAPE(y), (long long)k1, (long long)k2);
+  int xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = y->ndim > 2 ? y->ndim - 2 : 0, nbd = xb > yb ? xb : yb;
   ir_type r = {.dtype = x->dtype, .device = x->device};
-  grace_status st = broadcast(vm, "matmul", 2, b, &r);
-  if (st != GRACE_OK) return st;
+  for (int d = 0; d < nbd; d++) {
+    int dx = d - (nbd - xb), dy = d - (nbd - yb);
+    int64_t sx = dx < 0 ? 1 : x->sizes[dx], sy = dy < 0 ? 1 : y->sizes[dy];
+    if (sx != sy && sx != 1 && sy != 1)
+      return grace_set_error(vm, GRACE_ESHAPE, "matmul: batch dims of shapes %s and %s do not broadcast (size %lld against %lld)",
+                             SHAPE(x), SHAPE(y), (long long)sx, (long long)sy);
+    r.sizes[d] = sx == 1 ? sy : sx;
+    r.sym[d] = sx == 1 && dy >= 0 ? y->sym[dy] : dx >= 0 ? x->sym[dx] : 0;
+  }
+  r.ndim = nbd;
   r.wrapped = 0; r.dtype = x->dtype; r.device = x->device;
   if (x->ndim >= 2) { r.sizes[r.ndim] = x->sizes[x->ndim - 2]; r.sym[r.ndim++] = x->sym[x->ndim - 2]; }
   if (y->ndim >= 2) { r.sizes[r.ndim] = y->sizes[y->ndim - 1]; r.sym[r.ndim++] = y->sym[y->ndim - 1]; }

@@ -225,6 +225,25 @@ static grace_status run_prog(grace_vm *vm, grace_op op, int nin, grace_tensor *c
 }
 
 /* ---- grace_run's device branch ---- */
+
+/* op by the CPU backend over host copies, results moved back: for cases with no device kernel yet (float64 and
+ * integer matmul). Exact, and slow: two transfers and a synchronize. */
+static grace_status on_host(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
+                            int nout, grace_tensor **out) {
+  grace_tensor *h[PROG_MAXIN] = {0}, *r[4] = {0};
+  grace_status st = nin <= PROG_MAXIN && nout <= 4 ? GRACE_OK
+                    : vm_err(vm, GRACE_EUNSUPPORTED, "%s: too many operands", grace_op_name(op));
+  for (int i = 0; i < nin && st == GRACE_OK; i++)
+    if (in[i]) st = in[i]->storage->device == GRACE_CUDA ? transfer(vm, in[i], GRACE_CPU, &h[i])
+                                                         : (grace_tensor_retain(in[i]), h[i] = in[i], GRACE_OK);
+  if (st == GRACE_OK) st = grace_run(vm, op, nin, h, attrs, nout, r);
+  for (int i = 0; i < nout && st == GRACE_OK; i++) st = transfer(vm, r[i], GRACE_CUDA, &out[i]);
+  if (st != GRACE_OK)
+    for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
+  for (int i = 0; i < nin && i < PROG_MAXIN; i++) grace_tensor_release(h[i]);
+  for (int i = 0; i < nout && i < 4; i++) grace_tensor_release(r[i]);
+  return st;
+}
 grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs, int nout,
                      grace_tensor **out) {
   if (op == GRACE_OP_TO_DEVICE) return transfer(vm, in[0], attrs->device, out);
@@ -237,6 +256,9 @@ grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in
     grace_tensor_release(moved);
     return st;
   }
+  if (op == GRACE_OP_MATMUL && in[0]->dtype == in[1]->dtype && in[0]->dtype != GRACE_BOOL &&
+      in[0]->dtype != GRACE_FLOAT32 && in[0]->dtype != GRACE_FLOAT16 && in[0]->dtype != GRACE_BFLOAT16)
+    return on_host(vm, op, nin, in, attrs, nout, out);
   switch (grace_op_kind(op)) {
   case GRACE_KIND_VIEW: return vm_view_run(vm, op, nin, in, attrs, nout, out);
   case GRACE_KIND_UNARY: case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE: case GRACE_KIND_TERNARY:

@@ -153,8 +153,8 @@ static int plan(mm_prob *p, const grace_tensor *x, const grace_tensor *y, int no
     for (int t = 0; t < nt; t++) st[t][nd] = st[t][d];
     nd++;
   }
-  if (sz[nd - 1] == 1)
-    for (int t = 0; t < nt; t++) st[t][nd - 1] = nd >= 2 ? st[t][nd - 2] : 0;
+  if (sz[nd - 1] == 1)   /* not B's: B does not step with M, so a batch dim folds into M only where B is shared */
+    for (int t = 0; t < nt; t++) if (t != 1) st[t][nd - 1] = nd >= 2 ? st[t][nd - 2] : 0;
   /* fold a dim into the one after it where every operand steps through both as one run (C always does) */
   for (int i = nd - 2; i >= 0; i--) {
     int can = 1;

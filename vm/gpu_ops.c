@@ -654,6 +654,23 @@ static grace_status need_float(grace_vm *vm, const char *op, const char *what, g
                 grace_dtype_name(dt));
 }
 
+/* Rows longer than the shared-memory sort takes (CGO_SORT_MAX): sorted by the CPU backend, through host copies.
+ * Slow (two transfers and a synchronize) but exact, with the CPU's order of ties; a device merge sort would
+ * replace it. */
+static grace_status sort_on_host(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout,
+                                 grace_tensor **out) {
+  grace_attrs to_cpu = {.device = GRACE_CPU}, to_gpu = {.device = GRACE_CUDA};
+  grace_tensor *h = NULL, *r[2] = {NULL, NULL};
+  grace_status st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &x, &to_cpu, 1, &h);
+  if (st == GRACE_OK) st = grace_run(vm, op, 1, &h, a, nout, r);
+  for (int i = 0; i < nout && st == GRACE_OK; i++) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &r[i], &to_gpu, 1, &out[i]);
+  if (st != GRACE_OK)
+    for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
+  grace_tensor_release(h);
+  for (int i = 0; i < 2; i++) grace_tensor_release(r[i]);
+  return st;
+}
+
 static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout, grace_tensor **out) {
   const char *name = grace_op_name(op);
   grace_status s;
@@ -698,9 +715,7 @@ static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const gr
   }
   int select = L > CGO_SORT_MAX;   /* long rows: topk by k selection rounds; a full sort is not offered */
   if (select && k > 0 && vm_numel(x->ndim, x->sizes) > 0 && (op == GRACE_OP_SORT || k > CGO_SELECT_MAXK))
-    return vm_err(vm, GRACE_EUNSUPPORTED, "%s: %s of rows of %lld elements on CUDA (the device sorts rows of up to %d, "
-                  "and takes topk of longer rows for k up to %d)", name, op == GRACE_OP_SORT ? "a sort" : "topk",
-                  (long long)L, CGO_SORT_MAX, CGO_SELECT_MAXK);
+    return sort_on_host(vm, op, x, a, nout, out);
   int ond = x->ndim;
   if (x->ndim) osizes[dim] = k;
   else if (k == 0) { ond = 1; osizes[0] = 0; }

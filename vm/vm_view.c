@@ -66,7 +66,7 @@ static grace_status reshape(grace_vm *vm, grace_op op, grace_tensor *x, const gr
                   "use reshape (or contiguous first)", VM_SHAPE(x), vm_fmt_shape((char[128]){0}, 128, x->ndim, x->strides),
                   vm_fmt_shape((char[128]){0}, 128, a->nshape, shape));
   grace_tensor *c;
-  if ((s = cpu_contiguous(vm, name, x, &c)) != GRACE_OK) return s;
+  if ((s = grace_run(vm, GRACE_OP_CLONE, 1, &x, NULL, 1, &c)) != GRACE_OK) return s;   /* on x's device */
   vm_contiguous_strides(a->nshape, shape, st);
   *out = vm_tensor_view(vm, name, c, a->nshape, shape, st, c->offset);
   grace_tensor_release(c);

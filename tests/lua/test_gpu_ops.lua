@@ -599,7 +599,7 @@ section("scans and row ops", function()
     case("topk 50 " .. dt .. " [2,50257]: values, gather(indices)", function(x) local v, i = x:topk(50); return v, x:gather(2, i) end,
          {logits}, "exact")
     case("topk 50 " .. dt .. " [2,50257]: indices as the CPU's", function(x) local _, i = x:topk(50); return i end, {logits}, "exact")
-    case("softmax " .. dt .. " with -inf", function(x) return x:masked_fill(grace.eye(4):bool(), -math.huge):softmax(-1) end,
+    case("softmax " .. dt .. " with -inf", function(x) return x:masked_fill(grace.eye(4):bool():to(x.device), -math.huge):softmax(-1) end,
          {arg({4, 4}, dt)}, soft_tol(4))
     case("cumsum " .. dt .. " 0-d", function(x) return x:cumsum(1) end, {arg({}, dt)}, red_tol(1))
     case("cumsum " .. dt .. " [0]", function(x) return x:cumsum(1) end, {arg({0}, dt)}, red_tol(1))
