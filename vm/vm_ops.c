@@ -26,10 +26,6 @@ static int optional_input(grace_op op, int i) {
   return (op == GRACE_OP_LAYER_NORM && i >= 1) || (op == GRACE_OP_RMS_NORM && i == 1);
 }
 
-static int pointwise_kind(grace_opkind k) {
-  return k == GRACE_KIND_UNARY || k == GRACE_KIND_BINARY || k == GRACE_KIND_COMPARE || k == GRACE_KIND_TERNARY;
-}
-
 static cpu_op_fn cpu_family(grace_op op) {
   switch (op) {
   case GRACE_OP_COPY_: case GRACE_OP_FILL_: case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE:
@@ -63,7 +59,7 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
   if (nout < 0 || nout > op_info[op].nout || (nout == 0 && op_info[op].nout > 0))
     return vm_err(vm, GRACE_EARG, "%s: %d outputs requested, the op gives %d", name, nout, op_info[op].nout);
   grace_device dev = op_info[op].kind == GRACE_KIND_CREATE ? attrs->device : GRACE_CPU;
-  int ndev = 0;   /* inputs that decide the device: all but host 0-d tensors (numbers) in pointwise ops */
+  int ndev = 0;   /* inputs that decide the device: all but host 0-d tensors (numbers) */
   for (int i = 0; i < nin; i++) {
     if (!in[i]) {
       if (optional_input(op, i)) continue;
@@ -71,7 +67,7 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
     }
     if (in[i]->vm != vm) return vm_err(vm, GRACE_EARG, "%s: input %d belongs to another VM", name, i + 1);
     grace_device d = in[i]->storage->device;
-    if (d == GRACE_CPU && in[i]->ndim == 0 && pointwise_kind(op_info[op].kind)) continue;
+    if (d == GRACE_CPU && in[i]->ndim == 0) continue;   /* a host number goes where the op runs */
     if (op == GRACE_OP_COPY_ && i == 1) continue;   /* copy_ moves its source across devices */
     if (ndev++ == 0) dev = d;
     else if (d != dev)

@@ -93,7 +93,7 @@ local function fmtv(v)
   return tostring(v)
 end
 
-local function diff(got, want, tol)
+local function diff(got, want, tol, want_device)   -- want_device: where got must be (default DEV)
   if not grace.is_tensor(want) then
     if type(want) == "table" and type(got) == "table" then
       if #got ~= #want then return ("table of %d, expected %d"):format(#got, #want) end
@@ -110,7 +110,7 @@ local function diff(got, want, tol)
     return ("got %s, expected %s"):format(tostring(got), tostring(want))
   end
   if not grace.is_tensor(got) then return "got a " .. type(got) .. ", expected a tensor" end
-  if got.device ~= DEV then return ("result on %s, expected on %s"):format(got.device, DEV) end
+  if got.device ~= (want_device or DEV) then return ("result on %s, expected on %s"):format(got.device, want_device or DEV) end
   if got.dtype ~= want.dtype then return ("dtype %s, expected %s"):format(got.dtype, want.dtype) end
   if shape(got) ~= shape(want) then return ("shape %s, expected %s"):format(shape(got), shape(want)) end
   local gl, wl = flat(got:cpu()), flat(want)
@@ -198,7 +198,7 @@ local function compare_calls(name, make_fn, make_inputs, o)
       for k = 1, n do
         if grace.is_tensor(ca[k]) then
           if not d then
-            local dk = diff(da[k], ca[k], resolve(o.tol, ca[k]))
+            local dk = diff(da[k], ca[k], resolve(o.tol, ca[k]), keep and "cpu" or nil)
             if dk then d = ("argument %d after the call: %s"):format(k, dk) end
           end
           local dc, dd = ca[k]:version() - v0[k][1], da[k]:version() - v0[k][2]
