@@ -76,7 +76,7 @@ static int load_symbols(cuda_ctx *c) {
   REQ(cuEventRecord, "cuEventRecord") REQ(cuEventSynchronize, "cuEventSynchronize")
   REQ(cuMemAllocHost_v2, "cuMemAllocHost_v2") REQ(cuMemFreeHost, "cuMemFreeHost")
   /* CUDA 12.8 added cuEventElapsedTime_v2 (cuda.h maps the name to it); older drivers have the first one. */
-  OPT(cuEventElapsedTime, "cuEventElapsedTime_v2")
+  OPT(cuEventElapsedTime, "cuEventElapsedTime_v2") OPT(cuLaunchKernelEx, "cuLaunchKernelEx")
   if (!f->cuEventElapsedTime) REQ(cuEventElapsedTime, "cuEventElapsedTime")
   OPT(cuStreamBeginCapture_v2, "cuStreamBeginCapture_v2") OPT(cuStreamEndCapture, "cuStreamEndCapture")
   OPT(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") OPT(cuGraphLaunch, "cuGraphLaunch")
@@ -248,6 +248,35 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
   return cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                                                 c->stream, args, NULL),
                     "cuLaunchKernel");
+}
+
+/* cuLaunchKernelEx's ABI (CUlaunchConfig, CUlaunchAttribute: a 64-byte value union after the id) */
+typedef struct launch_attr {
+  int id;
+  char pad[4];
+  union { char pad[64]; int value; } v;
+} launch_attr;
+typedef struct launch_config {
+  unsigned grid[3], block[3], smem;
+  CUstream stream;
+  launch_attr *attrs;
+  unsigned nattrs;
+} launch_config;
+enum { LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+_Static_assert(sizeof(launch_attr) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(sizeof(launch_config) == 56, "CUlaunchConfig is 56 bytes");
+
+grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                    unsigned smem, const void *params, size_t param_bytes) {
+  if (!c->fn.cuLaunchKernelEx || smem > DEFAULT_SMEM_LIMIT || !params || param_bytes == 0)
+    return cuda_launch(c, f, grid, block, smem, params, param_bytes);
+  launch_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.v.value = 1;
+  launch_config cfg = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, c->stream, &attr, 1};
+  void *args[1] = {(void *)params};
+  return cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");
 }
 
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e) {

@@ -111,6 +111,10 @@ void cuda_compile_stats_get(cuda_ctx *c, cuda_compile_stats *out);
  * codegen/cg.h). smem: dynamic shared memory (raised past 48 KB with cuFuncSetAttribute when needed). */
 grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                          const void *params, size_t param_bytes);
+/* As cuda_launch, but the kernel may start while the previous one drains (programmatic dependent launch): it must
+ * wait (griddepcontrol.wait) before reading what earlier kernels wrote. A plain launch where the driver lacks it. */
+grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                    unsigned smem, const void *params, size_t param_bytes);
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e);
 void cuda_event_free(cuda_ctx *c, CUevent e);
 grace_status cuda_event_record(cuda_ctx *c, CUevent e);
@@ -168,6 +172,7 @@ typedef struct cuda_fns {
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void **, void **);
+  CUresult (*cuLaunchKernelEx)(const void *config, CUfunction, void **, void **);   /* optional (CUDA 12) */
   CUresult (*cuEventCreate)(CUevent *, unsigned);
   CUresult (*cuEventDestroy_v2)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include "vm/cpu_fused.h"
 #include "vm/cpu_kernels.h"
+#include "vm/vm_check.h"
 #include "vm/cpu_pointwise_math.h"
 
 enum {
@@ -568,22 +569,7 @@ static void raw_copy(grace_vm *vm, grace_tensor *dst, char *src, const int64_t *
   vm_parallel_for(vm, it->numel, PW_GRAIN, raw_chunk, j);
 }
 
-static grace_status check_writable(grace_vm *vm, const char *name, const grace_tensor *dst) {
-  for (int d = 0; d < dst->ndim; d++)
-    if (dst->strides[d] == 0 && dst->sizes[d] > 1)
-      return vm_err(vm, GRACE_EARG, "%s: destination has overlapping (expanded) elements: shape %s, strides %s; "
-                    "clone it first", name, VM_SHAPE(dst), vm_fmt_shape((char[128]){0}, 128, dst->ndim, dst->strides));
-  return GRACE_OK;
-}
 
-/* Element range [lo, hi] of t within its storage. */
-static void storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
-  *lo = *hi = t->offset;
-  for (int d = 0; d < t->ndim; d++) {
-    int64_t ext = (t->sizes[d] - 1) * t->strides[d];
-    if (ext < 0) *lo += ext; else *hi += ext;
-  }
-}
 
 /* The kind a conversion copy between two dtypes goes through. */
 static pw_kind copy_kind(grace_dtype from, grace_dtype to) {
@@ -595,7 +581,7 @@ static pw_kind copy_kind(grace_dtype from, grace_dtype to) {
 static grace_status pw_clone(grace_vm *vm, const char *name, grace_tensor *src, grace_tensor **out);
 
 grace_status cpu_copy_into(grace_vm *vm, const char *op, grace_tensor *dst, const grace_tensor *src) {
-  grace_status st = check_writable(vm, op, dst);
+  grace_status st = vm_check_writable(vm, op, dst);
   if (st != GRACE_OK) return st;
   int fits = src->ndim <= dst->ndim;
   for (int d = 0; fits && d < src->ndim; d++) {
@@ -608,8 +594,8 @@ grace_status cpu_copy_into(grace_vm *vm, const char *op, grace_tensor *dst, cons
   if (vm_numel(dst->ndim, dst->sizes) == 0) return GRACE_OK;
   if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
     int64_t slo, shi, dlo, dhi;
-    storage_span(src, &slo, &shi);
-    storage_span(dst, &dlo, &dhi);
+    vm_storage_span(src, &slo, &shi);
+    vm_storage_span(dst, &dlo, &dhi);
     if (slo <= dhi && dlo <= shi) {   /* overlapping: read from a copy */
       grace_tensor *tmp = NULL;
       if ((st = pw_clone(vm, op, (grace_tensor *)src, &tmp)) != GRACE_OK) return st;
@@ -649,7 +635,7 @@ grace_status cpu_contiguous(grace_vm *vm, const char *op, grace_tensor *src, gra
 }
 
 static grace_status fill(grace_vm *vm, grace_tensor *dst, const grace_attrs *a) {
-  grace_status st = check_writable(vm, "fill_", dst);
+  grace_status st = vm_check_writable(vm, "fill_", dst);
   if (st != GRACE_OK) return st;
   _Alignas(8) char value[8];
   if (grace_dtype_is_int(dst->dtype) && ((a->exact & 1) || a->a == floor(a->a))) vm_store_i64(dst->dtype, value, vm_attr_int(a, 0));

@@ -2,6 +2,7 @@
  * repeat, embedding and index_copy_. Almost everything is one engine: a strided copy (with dtype
  * conversion) between views described by sizes and strides; the ops only work out those views. */
 #include "vm/cpu_kernels.h"
+#include "vm/vm_check.h"
 
 /* ---- the strided copy engine ---- */
 #define CP_MAXD (2 * GRACE_MAX_DIMS)   /* repeat views its result with two dims per input dim */
@@ -112,12 +113,6 @@ static void copy_slice(grace_vm *vm, const tview *dst, int64_t di, const tview *
 }
 
 /* ---- index tensors ---- */
-static grace_status check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
-  if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
-    return vm_err(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", op, what,
-                  grace_dtype_name(idx->dtype), VM_SHAPE(idx));
-  return GRACE_OK;
-}
 
 /* Reads every value of idx (row-major) as a 0-based position, checked against size. `dim` < 0 means the
  * embedding message. The caller frees *pos with idx_free. */
@@ -248,7 +243,7 @@ static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor 
   const char *op = "index_select";
   int dim;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
   if (idx->ndim > 1)
     return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
   int64_t n = vm_numel(idx->ndim, idx->sizes);
@@ -270,30 +265,13 @@ static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor 
   return o ? GRACE_OK : vm->status;
 }
 
-/* gather and scatter share their checks: same rank for x, index (and src), index no larger than x
- * outside dim and no larger than src anywhere. */
-static grace_status check_gather_shapes(grace_vm *vm, const char *op, const grace_tensor *x, const grace_tensor *idx,
-                                        const grace_tensor *src, int dim) {
-  if (idx->ndim != x->ndim || (src && src->ndim != idx->ndim))
-    return vm_err(vm, GRACE_ESHAPE, "%s: index (shape %s) must have the same number of dims as the input (shape %s)%s%s",
-                  op, VM_SHAPE(idx), VM_SHAPE(x), src ? " and src " : "", src ? VM_SHAPE(src) : "");
-  for (int d = 0; d < x->ndim; d++) {
-    if (d != dim && idx->sizes[d] > x->sizes[d])
-      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than input shape %s in dim %d", op, VM_SHAPE(idx),
-                    VM_SHAPE(x), d + vm->index_base);
-    if (src && idx->sizes[d] > src->sizes[d])
-      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than src shape %s in dim %d", op, VM_SHAPE(idx),
-                    VM_SHAPE(src), d + vm->index_base);
-  }
-  return GRACE_OK;
-}
 
 static grace_status op_gather(grace_vm *vm, grace_tensor *x, grace_tensor *idx, const grace_attrs *a, grace_tensor **out) {
   const char *op = "gather";
   int dim;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
-      (s = check_gather_shapes(vm, op, x, idx, NULL, dim)) != GRACE_OK)
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
+      (s = vm_check_gather_shapes(vm, op, x, idx, NULL, dim)) != GRACE_OK)
     return s;
   tview xv = tv_of(x), iv = tv_of(idx);
   int64_t *pos;
@@ -322,8 +300,8 @@ static grace_status op_scatter(grace_vm *vm, grace_tensor *x, grace_tensor *idx,
   const char *op = "scatter";
   int dim, scalar = src->ndim == 0;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
-      (s = check_gather_shapes(vm, op, x, idx, scalar ? NULL : src, dim)) != GRACE_OK)
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
+      (s = vm_check_gather_shapes(vm, op, x, idx, scalar ? NULL : src, dim)) != GRACE_OK)
     return s;
   if (!scalar && src->dtype != x->dtype)   /* as PyTorch; a 0-d src is a value and converts */
     return vm_err(vm, GRACE_EDTYPE, "scatter: expected src to have the input's dtype %s, got %s",
@@ -362,7 +340,7 @@ static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor 
   const char *op = "index_copy_";
   int dim;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), dst->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
   if (idx->ndim > 1)
     return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
   int64_t n = vm_numel(idx->ndim, idx->sizes);
@@ -457,7 +435,7 @@ static void emb_rows(void *vctx, int64_t begin, int64_t end) {
 
 static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *w, grace_tensor **out) {
   const char *op = "embedding";
-  grace_status s = check_index_dtype(vm, op, ids, "ids");
+  grace_status s = vm_check_index_dtype(vm, op, ids, "ids");
   if (s != GRACE_OK) return s;
   if (w->ndim != 2) return vm_err(vm, GRACE_ESHAPE, "embedding: weight must be 2-d [rows, dim], got shape %s", VM_SHAPE(w));
   if (ids->ndim >= GRACE_MAX_DIMS)
@@ -478,30 +456,11 @@ static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *
   return o ? GRACE_OK : vm->status;
 }
 
-/* A new dense tensor whose dims are laid out in base's stride order (a transposed base gives a transposed
- * result), so later views of it have the layout eager execution gives them. */
-static grace_tensor *dense_like(grace_vm *vm, const char *op, const grace_tensor *base) {
-  int perm[GRACE_MAX_DIMS], nd = base->ndim;
-  for (int d = 0; d < nd; d++) perm[d] = d;
-  for (int i = 1; i < nd; i++)   /* insertion sort by stride, largest first, stable */
-    for (int j = i; j > 0 && base->strides[perm[j]] > base->strides[perm[j - 1]]; j--) {
-      int t = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = t;
-    }
-  int64_t psz[GRACE_MAX_DIMS] = {0}, pst[GRACE_MAX_DIMS], st[GRACE_MAX_DIMS];
-  for (int d = 0; d < nd; d++) psz[d] = base->sizes[perm[d]];
-  grace_tensor *dense = vm_tensor_new(vm, op, base->dtype, GRACE_CPU, nd, psz);
-  if (!dense) return NULL;
-  vm_contiguous_strides(nd, psz, pst);
-  for (int d = 0; d < nd; d++) st[perm[d]] = pst[d];
-  grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
-  grace_tensor_release(dense);
-  return t;
-}
 
 /* The functional form of writing a narrowed or selected view: a copy of base with that region = src. */
 static grace_status op_slice_scatter(grace_vm *vm, grace_tensor *base, grace_tensor *src, const grace_attrs *a,
                                      grace_tensor **out) {
-  grace_tensor *copy = dense_like(vm, "slice_scatter", base), *view = NULL;
+  grace_tensor *copy = vm_dense_like(vm, GRACE_CPU, "slice_scatter", base), *view = NULL;
   grace_attrs va = *a;
   grace_status st = copy ? cpu_copy_into(vm, "slice_scatter", copy, base) : vm->status;
   if (st == GRACE_OK) st = vm_view_run(vm, a->flag ? GRACE_OP_SELECT : GRACE_OP_NARROW, 1, &copy, &va, 1, &view);

@@ -6,7 +6,6 @@
  * Few rows (<= 16) run the GEMV kernels that stream the weight once, larger products the tensor-core (f16/
  * bf16) or FFMA (f32, or any layout) GEMM, or cuBLASLt: the two are timed once per (shape, dtype, layout) and
  * the faster is remembered in the group's slot. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include "vm/gpu_matmul.h"
@@ -28,26 +27,8 @@ typedef struct mm_tune {
   int dt, ak, bk, use_blas;
 } mm_tune;
 
-/* cuLaunchKernelEx's ABI (cuda.h), for programmatic dependent launches of the GEMV */
-typedef struct mm_launch_attr {
-  int id;
-  char pad[4];
-  union { char pad[64]; int value; } v;
-} mm_launch_attr;
-typedef struct mm_launch_config {
-  unsigned grid[3], block[3], smem;
-  CUstream stream;
-  mm_launch_attr *attrs;
-  unsigned nattrs;
-} mm_launch_config;
-enum { MM_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
-typedef CUresult (*mm_launch_ex_fn)(const mm_launch_config *, CUfunction, void **, void **);
-
 typedef struct mm_state {
   cuda_blas *blas;
-  void *libcuda;                   /* for cuLaunchKernelEx (the runtime layer has no PDL launch) */
-  mm_launch_ex_fn launch_ex;
-  int launch_ex_tried;
   int blas_tried;
   int nfn, ntune;
   mm_fn fns[MM_MAX_FNS];
@@ -81,7 +62,6 @@ static void state_free(grace_vm *vm, void *p) {
   mm_state *s = p;
   if (!s) return;
   cuda_blas_free(vm, s->blas);
-  if (s->libcuda) dlclose(s->libcuda);
   vm_free(vm, s, sizeof *s);
 }
 
@@ -286,22 +266,8 @@ static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_d
   /* geometry reads M, N, NB, SPLITS at the start of the words */
   memmove(g.words, l->words + w0, sizeof(uint64_t) * CG_MM_NWORDS);
   cg_matmul_geometry(d, &g);
-  if (d->form == CG_MM_GEMV_NT && !s->launch_ex_tried) {
-    s->launch_ex_tried = 1;
-    if ((s->libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)))
-      s->launch_ex = (mm_launch_ex_fn)dlsym(s->libcuda, "cuLaunchKernelEx");
-  }
-  if (d->form == CG_MM_GEMV_NT && s->launch_ex) {
-    /* the weight streams while the previous kernel drains; the kernel waits before reading its inputs */
-    mm_launch_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = MM_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.v.value = 1;
-    mm_launch_config cfg = {{g.grid[0], g.grid[1], g.grid[2]}, {g.block[0], g.block[1], g.block[2]}, g.smem,
-                            cuda_stream(c), &attr, 1};
-    void *args[1] = {l->words};
-    return cuda_check(vm, s->launch_ex(&cfg, f, args, NULL), "cuLaunchKernelEx");
-  }
+  if (d->form == CG_MM_GEMV_NT)   /* the weight streams while the previous kernel drains; it waits for its inputs */
+    return cuda_launch_overlapped(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
   return cuda_launch(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
 }
 
@@ -678,5 +644,3 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
   return GRACE_OK;
 }
 
-_Static_assert(sizeof(mm_launch_attr) == 72, "CUlaunchAttribute is 72 bytes");
-_Static_assert(sizeof(mm_launch_config) == 56, "CUlaunchConfig is 56 bytes");

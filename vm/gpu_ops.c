@@ -7,6 +7,7 @@
 #include <math.h>
 #include "vm/gpu_exec.h"
 #include "vm/cpu_kernels.h"
+#include "vm/vm_check.h"
 #include "codegen/cg_ops.h"
 
 /* ---- packing and launching ---- */
@@ -131,28 +132,14 @@ static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdevic
   return launch(vm, CGO_COPY, ddt, sdt, ddt, flat, blocks_for(n, 256), 256, 0, &w);
 }
 
-static grace_status check_writable(grace_vm *vm, const char *name, const grace_tensor *dst) {
-  for (int d = 0; d < dst->ndim; d++)
-    if (dst->strides[d] == 0 && dst->sizes[d] > 1)
-      return vm_err(vm, GRACE_EARG, "%s: destination has overlapping (expanded) elements: shape %s, strides %s; "
-                    "clone it first", name, VM_SHAPE(dst), vm_fmt_shape((char[128]){0}, 128, dst->ndim, dst->strides));
-  return GRACE_OK;
-}
 
-static void storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
-  *lo = *hi = t->offset;
-  for (int d = 0; d < t->ndim; d++) {
-    int64_t ext = (t->sizes[d] - 1) * t->strides[d];
-    if (ext < 0) *lo += ext; else *hi += ext;
-  }
-}
 
 static grace_status dev_clone(grace_vm *vm, const char *name, const grace_tensor *src, grace_tensor **out);
 
 /* cpu_copy_into on the device: src broadcast to dst, converted to dst's dtype; overlapping storage is read
  * through a copy. */
 static grace_status copy_into(grace_vm *vm, const char *op, grace_tensor *dst, const grace_tensor *src) {
-  grace_status st = check_writable(vm, op, dst);
+  grace_status st = vm_check_writable(vm, op, dst);
   if (st != GRACE_OK) return st;
   if (src->storage->device != GRACE_CUDA)
     return vm_err(vm, GRACE_EDEVICE, "%s: source is on '%s', the destination on 'cuda'", op,
@@ -168,8 +155,8 @@ static grace_status copy_into(grace_vm *vm, const char *op, grace_tensor *dst, c
   if (vm_numel(dst->ndim, dst->sizes) == 0) return GRACE_OK;
   if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
     int64_t slo, shi, dlo, dhi;
-    storage_span(src, &slo, &shi);
-    storage_span(dst, &dlo, &dhi);
+    vm_storage_span(src, &slo, &shi);
+    vm_storage_span(dst, &dlo, &dhi);
     if (slo <= dhi && dlo <= shi) {
       grace_tensor *tmp = NULL;
       if ((st = dev_clone(vm, op, src, &tmp)) != GRACE_OK) return st;
@@ -225,12 +212,6 @@ static tview tv_of(const grace_tensor *t) {
   return v;
 }
 
-static grace_status check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
-  if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
-    return vm_err(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", op, what,
-                  grace_dtype_name(idx->dtype), VM_SHAPE(idx));
-  return GRACE_OK;
-}
 
 /* Every value of idx must lie in [index_base, index_base + size): a kernel records the first bad row-major
  * position in a device word; the host reads it and then the value, for the CPU's message. dim < 0: embedding. */
@@ -376,7 +357,7 @@ static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor 
   const char *op = "index_select";
   int dim;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
   if (idx->ndim > 1)
     return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
   int64_t n = vm_numel(idx->ndim, idx->sizes);
@@ -402,28 +383,13 @@ static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor 
   return GRACE_OK;
 }
 
-static grace_status check_gather_shapes(grace_vm *vm, const char *op, const grace_tensor *x, const grace_tensor *idx,
-                                        const grace_tensor *src, int dim) {
-  if (idx->ndim != x->ndim || (src && src->ndim != idx->ndim))
-    return vm_err(vm, GRACE_ESHAPE, "%s: index (shape %s) must have the same number of dims as the input (shape %s)%s%s",
-                  op, VM_SHAPE(idx), VM_SHAPE(x), src ? " and src " : "", src ? VM_SHAPE(src) : "");
-  for (int d = 0; d < x->ndim; d++) {
-    if (d != dim && idx->sizes[d] > x->sizes[d])
-      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than input shape %s in dim %d", op, VM_SHAPE(idx),
-                    VM_SHAPE(x), d + vm->index_base);
-    if (src && idx->sizes[d] > src->sizes[d])
-      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than src shape %s in dim %d", op, VM_SHAPE(idx),
-                    VM_SHAPE(src), d + vm->index_base);
-  }
-  return GRACE_OK;
-}
 
 static grace_status op_gather(grace_vm *vm, grace_tensor *x, grace_tensor *idx, const grace_attrs *a, grace_tensor **out) {
   const char *op = "gather";
   int dim;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
-      (s = check_gather_shapes(vm, op, x, idx, NULL, dim)) != GRACE_OK)
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
+      (s = vm_check_gather_shapes(vm, op, x, idx, NULL, dim)) != GRACE_OK)
     return s;
   tview xv = tv_of(x), iv = tv_of(idx);
   if ((s = check_index(vm, op, idx, xv.sizes[dim], dim)) != GRACE_OK) return s;
@@ -462,8 +428,8 @@ static grace_status op_scatter(grace_vm *vm, grace_tensor *x, grace_tensor *idx,
   const char *op = "scatter";
   int dim, scalar = src->ndim == 0;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
-      (s = check_gather_shapes(vm, op, x, idx, scalar ? NULL : src, dim)) != GRACE_OK)
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
+      (s = vm_check_gather_shapes(vm, op, x, idx, scalar ? NULL : src, dim)) != GRACE_OK)
     return s;
   if (!scalar && src->dtype != x->dtype)
     return vm_err(vm, GRACE_EDTYPE, "scatter: expected src to have the input's dtype %s, got %s",
@@ -492,7 +458,7 @@ static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor 
   const char *op = "index_copy_";
   int dim;
   grace_status s = vm_norm_dim(vm, op, dim_arg(a), dst->ndim, &dim);
-  if (s != GRACE_OK || (s = check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
   if (idx->ndim > 1)
     return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
   int64_t n = vm_numel(idx->ndim, idx->sizes);
@@ -520,7 +486,7 @@ static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor 
 
 static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *w, grace_tensor **out) {
   const char *op = "embedding";
-  grace_status s = check_index_dtype(vm, op, ids, "ids");
+  grace_status s = vm_check_index_dtype(vm, op, ids, "ids");
   if (s != GRACE_OK) return s;
   if (w->ndim != 2) return vm_err(vm, GRACE_ESHAPE, "embedding: weight must be 2-d [rows, dim], got shape %s", VM_SHAPE(w));
   if (ids->ndim >= GRACE_MAX_DIMS)
@@ -592,28 +558,10 @@ static grace_status op_repeat(grace_vm *vm, grace_tensor *x, const grace_attrs *
   return GRACE_OK;
 }
 
-/* A dense tensor laid out in base's stride order (cpu_shape.c's dense_like), so later views match eager's. */
-static grace_tensor *dense_like(grace_vm *vm, const char *op, const grace_tensor *base) {
-  int perm[GRACE_MAX_DIMS], nd = base->ndim;
-  for (int d = 0; d < nd; d++) perm[d] = d;
-  for (int i = 1; i < nd; i++)
-    for (int j = i; j > 0 && base->strides[perm[j]] > base->strides[perm[j - 1]]; j--) {
-      int t = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = t;
-    }
-  int64_t psz[GRACE_MAX_DIMS] = {0}, pst[GRACE_MAX_DIMS], st[GRACE_MAX_DIMS];
-  for (int d = 0; d < nd; d++) psz[d] = base->sizes[perm[d]];
-  grace_tensor *dense = dev_new(vm, op, base->dtype, nd, psz);
-  if (!dense) return NULL;
-  vm_contiguous_strides(nd, psz, pst);
-  for (int d = 0; d < nd; d++) st[perm[d]] = pst[d];
-  grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
-  grace_tensor_release(dense);
-  return t;
-}
 
 static grace_status op_slice_scatter(grace_vm *vm, grace_tensor *base, grace_tensor *src, const grace_attrs *a,
                                      grace_tensor **out) {
-  grace_tensor *copy = dense_like(vm, "slice_scatter", base), *view = NULL;
+  grace_tensor *copy = vm_dense_like(vm, GRACE_CUDA, "slice_scatter", base), *view = NULL;
   grace_attrs va = *a;
   grace_status st = copy ? copy_into(vm, "slice_scatter", copy, base) : vm->status;
   if (st == GRACE_OK) st = vm_view_run(vm, a->flag ? GRACE_OP_SELECT : GRACE_OP_NARROW, 1, &copy, &va, 1, &view);
@@ -876,7 +824,7 @@ grace_status gpu_op_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const 
     vm_bump_version(in[0]);
     return GRACE_OK;
   case GRACE_OP_FILL_:
-    if ((st = check_writable(vm, "fill_", in[0])) != GRACE_OK) return st;
+    if ((st = vm_check_writable(vm, "fill_", in[0])) != GRACE_OK) return st;
     if ((st = dev_fill(vm, in[0], value_bits(in[0]->dtype, a))) != GRACE_OK) return st;
     vm_bump_version(in[0]);
     return GRACE_OK;

@@ -1,0 +1,60 @@
+/* vm_check.c: argument checks and layout helpers shared by the CPU ops (cpu_shape.c, cpu_pointwise.c) and the
+ * device ops (gpu_ops.c). */
+#include "vm/vm_check.h"
+
+grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
+  if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
+    return vm_err(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", op, what,
+                  grace_dtype_name(idx->dtype), VM_SHAPE(idx));
+  return GRACE_OK;
+}
+
+grace_status vm_check_gather_shapes(grace_vm *vm, const char *op, const grace_tensor *x, const grace_tensor *idx,
+                                    const grace_tensor *src, int dim) {
+  if (idx->ndim != x->ndim || (src && src->ndim != idx->ndim))
+    return vm_err(vm, GRACE_ESHAPE, "%s: index (shape %s) must have the same number of dims as the input (shape %s)%s%s",
+                  op, VM_SHAPE(idx), VM_SHAPE(x), src ? " and src " : "", src ? VM_SHAPE(src) : "");
+  for (int d = 0; d < x->ndim; d++) {
+    if (d != dim && idx->sizes[d] > x->sizes[d])
+      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than input shape %s in dim %d", op, VM_SHAPE(idx),
+                    VM_SHAPE(x), d + vm->index_base);
+    if (src && idx->sizes[d] > src->sizes[d])
+      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than src shape %s in dim %d", op, VM_SHAPE(idx),
+                    VM_SHAPE(src), d + vm->index_base);
+  }
+  return GRACE_OK;
+}
+
+grace_status vm_check_writable(grace_vm *vm, const char *name, const grace_tensor *dst) {
+  for (int d = 0; d < dst->ndim; d++)
+    if (dst->strides[d] == 0 && dst->sizes[d] > 1)
+      return vm_err(vm, GRACE_EARG, "%s: destination has overlapping (expanded) elements: shape %s, strides %s; "
+                    "clone it first", name, VM_SHAPE(dst), vm_fmt_shape((char[128]){0}, 128, dst->ndim, dst->strides));
+  return GRACE_OK;
+}
+
+void vm_storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
+  *lo = *hi = t->offset;
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t ext = (t->sizes[d] - 1) * t->strides[d];
+    if (ext < 0) *lo += ext; else *hi += ext;
+  }
+}
+
+grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, const grace_tensor *base) {
+  int perm[GRACE_MAX_DIMS], nd = base->ndim;
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  for (int i = 1; i < nd; i++)   /* insertion sort by stride, largest first, stable */
+    for (int j = i; j > 0 && base->strides[perm[j]] > base->strides[perm[j - 1]]; j--) {
+      int t = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = t;
+    }
+  int64_t psz[GRACE_MAX_DIMS] = {0}, pst[GRACE_MAX_DIMS], st[GRACE_MAX_DIMS];
+  for (int d = 0; d < nd; d++) psz[d] = base->sizes[perm[d]];
+  grace_tensor *dense = vm_tensor_new(vm, op, base->dtype, dev, nd, psz);
+  if (!dense) return NULL;
+  vm_contiguous_strides(nd, psz, pst);
+  for (int d = 0; d < nd; d++) st[perm[d]] = pst[d];
+  grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
+  grace_tensor_release(dense);
+  return t;
+}

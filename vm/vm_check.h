@@ -1,0 +1,21 @@
+/* vm_check.h: argument checks and layout helpers that both backends' ops use (vm_check.c), so the CPU and the
+ * device give the same errors with the same words. */
+#ifndef GRACE_VM_CHECK_H
+#define GRACE_VM_CHECK_H
+
+#include "vm/vm.h"
+
+/* An index tensor (what names it: "index", "ids") must be int64 or int32. */
+grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what);
+/* gather and scatter: same rank for x, index (and src), index no larger than x outside dim, no larger than src. */
+grace_status vm_check_gather_shapes(grace_vm *vm, const char *op, const grace_tensor *x, const grace_tensor *idx,
+                                    const grace_tensor *src, int dim);
+/* An in-place destination must not have expanded (overlapping) elements. */
+grace_status vm_check_writable(grace_vm *vm, const char *name, const grace_tensor *dst);
+/* Element range [lo, hi] of t within its storage. */
+void vm_storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi);
+/* A new dense tensor on dev whose dims are laid out in base's stride order (a transposed base gives a transposed
+ * result), so later views of it have the layout eager execution gives them. NULL with the error set. */
+grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, const grace_tensor *base);
+
+#endif
