@@ -72,7 +72,7 @@ static grace_status transfer(grace_vm *vm, grace_tensor *x, grace_device dev, gr
     return st;
   }
   cuda_ctx *c = cuda_get(vm);
-  if (!c) return vm_err(vm, vm->status, "to: %s", cuda_why(vm));
+  if (!c) return vm_err(vm, vm->status, "to: the CUDA device is not usable: %s", cuda_why(vm));
   grace_tensor *src = NULL;
   if ((st = cpu_contiguous(vm, "to", x, &src)) != GRACE_OK) return st;
   grace_tensor *t = vm_tensor_new(vm, "to", x->dtype, GRACE_CUDA, x->ndim, x->sizes);
@@ -107,6 +107,7 @@ typedef struct prog_entry {
 struct gpu_state {
   prog_entry *tab;
   int n;
+  int depth;          /* programs of the table running now (a nested op may come back here): no emptying then */
 };
 
 static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ull; }
@@ -211,17 +212,26 @@ static grace_status run_prog(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   int slot = (int)(h % PROG_CAP);
   while (s->tab[slot].ir && !(s->tab[slot].hash == h && key_equal(&s->tab[slot].key, &k))) slot = (slot + 1) % PROG_CAP;
   if (!s->tab[slot].ir) {
+    grace_ir *ir = NULL;
+    grace_status st;
     if (s->n >= PROG_CAP * 3 / 4) {
+      if (s->depth > 0) {   /* a program of the table is running: this one runs once, uncached */
+        if ((st = build_prog(vm, &k, &ir)) != GRACE_OK) return st;
+        st = gpu_ir_run(ir, na, args, nout, out);
+        grace_ir_free(ir);
+        return st;
+      }
       state_clear(vm);
       slot = (int)(h % PROG_CAP);
     }
-    grace_ir *ir = NULL;
-    grace_status st = build_prog(vm, &k, &ir);
-    if (st != GRACE_OK) return st;
+    if ((st = build_prog(vm, &k, &ir)) != GRACE_OK) return st;
     s->tab[slot] = (prog_entry){.hash = h, .key = k, .ir = ir};
     s->n++;
   }
-  return gpu_ir_run(s->tab[slot].ir, na, args, nout, out);
+  s->depth++;
+  grace_status st = gpu_ir_run(s->tab[slot].ir, na, args, nout, out);
+  s->depth--;
+  return st;
 }
 
 /* ---- grace_run's device branch ---- */
@@ -247,7 +257,7 @@ static grace_status on_host(grace_vm *vm, grace_op op, int nin, grace_tensor *co
 grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs, int nout,
                      grace_tensor **out) {
   if (op == GRACE_OP_TO_DEVICE) return transfer(vm, in[0], attrs->device, out);
-  if (!cuda_get(vm)) return vm_err(vm, vm->status, "%s: %s", grace_op_name(op), cuda_why(vm));
+  if (!cuda_get(vm)) return vm_err(vm, vm->status, "%s: the CUDA device is not usable: %s", grace_op_name(op), cuda_why(vm));
   if (op == GRACE_OP_COPY_ && in[1]->storage->device != in[0]->storage->device) {   /* copy_ across devices */
     grace_tensor *moved = NULL;
     grace_status st = transfer(vm, in[1], in[0]->storage->device, &moved);

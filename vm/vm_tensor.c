@@ -67,7 +67,7 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
       char msg[VM_ERRLEN];
       snprintf(msg, sizeof msg, "%s", vm->err);
       vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t);
-      vm_err(vm, st, "%s: %s", op, msg);
+      vm_err(vm, st, c ? "%s: %s" : "%s: the CUDA device is not usable: %s", op, msg);
       return NULL;
     }
     data = (void *)(uintptr_t)p;

@@ -84,6 +84,13 @@ check(function() return grace.tensor({1, "a"}) end, {"tensor", "string"}, "a str
 check(function() return x < x end, {"x:lt(y)"}, "x < y")
 check(function() return x <= x end, {"x:le(y)"}, "x <= y")
 
+-- without a usable CUDA device, device tensors are a clear error naming the op (the VM stays usable)
+if not grace.cuda_available() then
+  check(function() return grace.zeros(3):cuda() end, {"to", "CUDA device is not usable"}, "x:cuda() with no device")
+  check(function() return grace.ones(2, {device = "cuda"}) end, {"CUDA device is not usable"}, "a constructor on cuda with no device")
+  check(function() return grace.zeros(2):to("cuda") + 1 end, {"to", "CUDA device is not usable"}, "to('cuda') with no device")
+end
+
 -- use after close
 local closed
 do
