@@ -65,7 +65,7 @@ grace_status cuda_blas_load(grace_vm *vm, const char *path, cuda_blas **out) {
   if (!lib)
     return grace_set_error(vm, GRACE_EDEVICE, "cuBLASLt: cannot load %s", path ? path : "libcublasLt.so (.13, .12)");
   cuda_blas *b = grace_realloc(vm, NULL, 0, sizeof *b);
-  if (!b) { dlclose(lib); return grace_set_error(vm, GRACE_ENOMEM, "cuBLASLt: out of host memory"); }
+  if (!b) return grace_set_error(vm, GRACE_ENOMEM, "cuBLASLt: out of host memory");
   memset(b, 0, sizeof *b);
   b->lib = lib;
   struct { void **slot; const char *name; } syms[] = {
@@ -93,7 +93,8 @@ grace_status cuda_blas_load(grace_vm *vm, const char *path, cuda_blas **out) {
 void cuda_blas_free(grace_vm *vm, cuda_blas *b) {
   if (!b) return;
   if (b->handle && b->destroy) b->destroy(b->handle);
-  if (b->lib) dlclose(b->lib);
+  /* the library stays loaded (as libcuda and NVRTC do): unloading a C++ library leaks its runtime's buffers on
+   * every reload, and the next load is then free */
   grace_realloc(vm, b, sizeof *b, 0);
 }
 
