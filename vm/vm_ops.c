@@ -74,8 +74,8 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
       return vm_err(vm, GRACE_EDEVICE, "%s: inputs on different devices (%s and %s); move one with :to()", name,
                     grace_device_name(dev), grace_device_name(d));
   }
-  if (op == GRACE_OP_COPY_ && in[1]->storage->device != dev) dev = GRACE_CUDA;
   if (ndev == 0 && nin > 0 && op_info[op].kind != GRACE_KIND_CREATE) dev = GRACE_CPU;
+  if (op == GRACE_OP_COPY_ && in[1]->storage->device != dev) dev = GRACE_CUDA;   /* the device side moves it */
   /* a wrapped number is not handed back as itself: the result is an ordinary 0-d tensor, as typed */
   if ((op == GRACE_OP_CONTIGUOUS || (op == GRACE_OP_TO_DEVICE && attrs->device == GRACE_CPU)) && in[0]->wrapped)
     op = GRACE_OP_CLONE;
