@@ -2,6 +2,7 @@
  * random ops, which draw element i of the VM's k-th random op from Philox counter (i, k). */
 #include <math.h>
 #include "vm/cpu_kernels.h"
+#include "vm/vm_check.h"
 
 typedef struct { grace_tensor *t; uint64_t seed, offset; grace_op op; int64_t low, span; } rand_job;
 
@@ -33,35 +34,11 @@ static void rand_range(void *ctx, int64_t b, int64_t e) {
 grace_status cpu_create_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                             int nout, grace_tensor **out) {
   const char *name = grace_op_name(op);
-  grace_dtype dt = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
-  int nd = a->nshape;
+  grace_dtype dt;
+  int nd;
   int64_t shape[GRACE_MAX_DIMS];
-  memcpy(shape, a->shape, sizeof shape);
-  if (op == GRACE_OP_ARANGE) {
-    double start = a->a, end = a->b, step = a->c;
-    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
-      return vm_err(vm, GRACE_EARG, "arange: step must be nonzero and the bounds finite");
-    if ((end - start) * step < 0)
-      return vm_err(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", start, end, step);
-    nd = 1;
-    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {   /* exact integer range */
-      int64_t s = a->ia, e = a->ib, k = a->ic;
-      shape[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
-    } else
-      shape[0] = (int64_t)ceil((end - start) / step);
-  } else if (op == GRACE_OP_LINSPACE) {
-    if (a->i0 < 0) return vm_err(vm, GRACE_EARG, "linspace: number of steps must be non-negative, got %lld", (long long)a->i0);
-    nd = 1;
-    shape[0] = a->i0;
-  } else if (op == GRACE_OP_EYE) {
-    if (nd < 1 || nd > 2) return vm_err(vm, GRACE_EARG, "eye: expected n or n, m");
-    if (nd == 1) shape[1] = shape[0];
-    nd = 2;
-  } else if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN) {
-    if (!grace_dtype_is_float(dt)) return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(dt));
-  } else if (op == GRACE_OP_RANDINT) {
-    if (a->i1 <= a->i0) return vm_err(vm, GRACE_EARG, "randint: empty range [%lld, %lld)", (long long)a->i0, (long long)a->i1);
-  }
+  grace_status cs = vm_create_shape(vm, op, a, &dt, &nd, shape);
+  if (cs != GRACE_OK) return cs;
   grace_tensor *t = vm_tensor_new(vm, name, dt, GRACE_CPU, nd, shape);
   if (!t) return vm->status;
   int64_t n = vm_numel(nd, shape);

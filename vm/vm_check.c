@@ -1,5 +1,6 @@
 /* vm_check.c: argument checks and layout helpers shared by the CPU ops (cpu_shape.c, cpu_pointwise.c) and the
  * device ops (gpu_ops.c). */
+#include <math.h>
 #include "vm/vm_check.h"
 
 grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
@@ -57,4 +58,40 @@ grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, cons
   grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
   grace_tensor_release(dense);
   return t;
+}
+
+grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, grace_dtype *dtype, int *ndim,
+                             int64_t *shape) {
+  const char *name = grace_op_name(op);
+  grace_dtype dt = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
+  int nd = a->nshape;
+  memcpy(shape, a->shape, sizeof a->shape);
+  if (op == GRACE_OP_ARANGE) {
+    double start = a->a, end = a->b, step = a->c;
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+      return vm_err(vm, GRACE_EARG, "arange: step must be nonzero and the bounds finite");
+    if ((end - start) * step < 0)
+      return vm_err(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", start, end, step);
+    nd = 1;
+    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {   /* exact integer range */
+      int64_t s = a->ia, e = a->ib, k = a->ic;
+      shape[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
+    } else
+      shape[0] = (int64_t)ceil((end - start) / step);
+  } else if (op == GRACE_OP_LINSPACE) {
+    if (a->i0 < 0) return vm_err(vm, GRACE_EARG, "linspace: number of steps must be non-negative, got %lld", (long long)a->i0);
+    nd = 1;
+    shape[0] = a->i0;
+  } else if (op == GRACE_OP_EYE) {
+    if (nd < 1 || nd > 2) return vm_err(vm, GRACE_EARG, "eye: expected n or n, m");
+    if (nd == 1) shape[1] = shape[0];
+    nd = 2;
+  } else if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN) {
+    if (!grace_dtype_is_float(dt)) return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(dt));
+  } else if (op == GRACE_OP_RANDINT) {
+    if (a->i1 <= a->i0) return vm_err(vm, GRACE_EARG, "randint: empty range [%lld, %lld)", (long long)a->i0, (long long)a->i1);
+  }
+  *dtype = dt;
+  *ndim = nd;
+  return GRACE_OK;
 }

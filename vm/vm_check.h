@@ -17,5 +17,9 @@ void vm_storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi);
 /* A new dense tensor on dev whose dims are laid out in base's stride order (a transposed base gives a transposed
  * result), so later views of it have the layout eager execution gives them. NULL with the error set. */
 grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, const grace_tensor *base);
+/* A creation op's dtype and shape from its attributes (arange's length, eye's n x m, ...), with its argument
+ * checks; shape has room for GRACE_MAX_DIMS sizes. */
+grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, grace_dtype *dtype, int *ndim,
+                             int64_t *shape);
 
 #endif
