@@ -581,28 +581,15 @@ static pw_kind copy_kind(grace_dtype from, grace_dtype to) {
 static grace_status pw_clone(grace_vm *vm, const char *name, grace_tensor *src, grace_tensor **out);
 
 grace_status cpu_copy_into(grace_vm *vm, const char *op, grace_tensor *dst, const grace_tensor *src) {
-  grace_status st = vm_check_writable(vm, op, dst);
-  if (st != GRACE_OK) return st;
-  int fits = src->ndim <= dst->ndim;
-  for (int d = 0; fits && d < src->ndim; d++) {
-    int64_t s = src->sizes[d], t = dst->sizes[dst->ndim - src->ndim + d];
-    fits = s == t || s == 1;
-  }
-  if (!fits)
-    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s cannot be broadcast to the destination's shape %s", op,
-                  VM_SHAPE(src), VM_SHAPE(dst));
-  if (vm_numel(dst->ndim, dst->sizes) == 0) return GRACE_OK;
-  if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
-    int64_t slo, shi, dlo, dhi;
-    vm_storage_span(src, &slo, &shi);
-    vm_storage_span(dst, &dlo, &dhi);
-    if (slo <= dhi && dlo <= shi) {   /* overlapping: read from a copy */
-      grace_tensor *tmp = NULL;
-      if ((st = pw_clone(vm, op, (grace_tensor *)src, &tmp)) != GRACE_OK) return st;
-      st = cpu_copy_into(vm, op, dst, tmp);
-      grace_tensor_release(tmp);
-      return st;
-    }
+  int empty, overlap;
+  grace_status st = vm_check_copy(vm, op, dst, src, &empty, &overlap);
+  if (st != GRACE_OK || empty) return st;
+  if (overlap) {   /* read from a copy */
+    grace_tensor *tmp = NULL;
+    if ((st = pw_clone(vm, op, (grace_tensor *)src, &tmp)) != GRACE_OK) return st;
+    st = cpu_copy_into(vm, op, dst, tmp);
+    grace_tensor_release(tmp);
+    return st;
   }
   if (src->dtype == dst->dtype) {
     int64_t bst[GRACE_MAX_DIMS];

@@ -139,31 +139,18 @@ static grace_status dev_clone(grace_vm *vm, const char *name, const grace_tensor
 /* cpu_copy_into on the device: src broadcast to dst, converted to dst's dtype; overlapping storage is read
  * through a copy. */
 static grace_status copy_into(grace_vm *vm, const char *op, grace_tensor *dst, const grace_tensor *src) {
-  grace_status st = vm_check_writable(vm, op, dst);
-  if (st != GRACE_OK) return st;
-  if (src->storage->device != GRACE_CUDA)
+  if (src->storage->device != GRACE_CUDA)   /* grace_run moves a host source first: a caller's bug */
     return vm_err(vm, GRACE_EDEVICE, "%s: source is on '%s', the destination on 'cuda'", op,
                   grace_device_name(src->storage->device));
-  int fits = src->ndim <= dst->ndim;
-  for (int d = 0; fits && d < src->ndim; d++) {
-    int64_t s = src->sizes[d], t = dst->sizes[dst->ndim - src->ndim + d];
-    fits = s == t || s == 1;
-  }
-  if (!fits)
-    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s cannot be broadcast to the destination's shape %s", op,
-                  VM_SHAPE(src), VM_SHAPE(dst));
-  if (vm_numel(dst->ndim, dst->sizes) == 0) return GRACE_OK;
-  if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
-    int64_t slo, shi, dlo, dhi;
-    vm_storage_span(src, &slo, &shi);
-    vm_storage_span(dst, &dlo, &dhi);
-    if (slo <= dhi && dlo <= shi) {
-      grace_tensor *tmp = NULL;
-      if ((st = dev_clone(vm, op, src, &tmp)) != GRACE_OK) return st;
-      st = copy_into(vm, op, dst, tmp);
-      grace_tensor_release(tmp);
-      return st;
-    }
+  int empty, overlap;
+  grace_status st = vm_check_copy(vm, op, dst, src, &empty, &overlap);
+  if (st != GRACE_OK || empty) return st;
+  if (overlap) {
+    grace_tensor *tmp = NULL;
+    if ((st = dev_clone(vm, op, src, &tmp)) != GRACE_OK) return st;
+    st = copy_into(vm, op, dst, tmp);
+    grace_tensor_release(tmp);
+    return st;
   }
   int64_t bst[GRACE_MAX_DIMS];
   vm_broadcast_strides(src, dst->ndim, dst->sizes, bst);

@@ -34,13 +34,38 @@ grace_status vm_check_writable(grace_vm *vm, const char *name, const grace_tenso
   return GRACE_OK;
 }
 
-void vm_storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
+/* Element range [lo, hi] of t within its storage. */
+static void storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
   *lo = *hi = t->offset;
   for (int d = 0; d < t->ndim; d++) {
     int64_t ext = (t->sizes[d] - 1) * t->strides[d];
     if (ext < 0) *lo += ext; else *hi += ext;
   }
 }
+
+grace_status vm_check_copy(grace_vm *vm, const char *op, const grace_tensor *dst, const grace_tensor *src, int *empty,
+                           int *overlap) {
+  *empty = *overlap = 0;
+  grace_status st = vm_check_writable(vm, op, dst);
+  if (st != GRACE_OK) return st;
+  int fits = src->ndim <= dst->ndim;
+  for (int d = 0; fits && d < src->ndim; d++) {
+    int64_t s = src->sizes[d], t = dst->sizes[dst->ndim - src->ndim + d];
+    fits = s == t || s == 1;
+  }
+  if (!fits)
+    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s cannot be broadcast to the destination's shape %s", op,
+                  VM_SHAPE(src), VM_SHAPE(dst));
+  if (vm_numel(dst->ndim, dst->sizes) == 0) { *empty = 1; return GRACE_OK; }
+  if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
+    int64_t slo, shi, dlo, dhi;
+    storage_span(src, &slo, &shi);
+    storage_span(dst, &dlo, &dhi);
+    *overlap = slo <= dhi && dlo <= shi;
+  }
+  return GRACE_OK;
+}
+
 
 grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, const grace_tensor *base) {
   int perm[GRACE_MAX_DIMS], nd = base->ndim;

@@ -12,8 +12,10 @@ grace_status vm_check_gather_shapes(grace_vm *vm, const char *op, const grace_te
                                     const grace_tensor *src, int dim);
 /* An in-place destination must not have expanded (overlapping) elements. */
 grace_status vm_check_writable(grace_vm *vm, const char *name, const grace_tensor *dst);
-/* Element range [lo, hi] of t within its storage. */
-void vm_storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi);
+/* copy_'s checks (dst writable, src broadcastable to dst) and what the copy needs: *empty when there is nothing
+ * to copy, *overlap when src and dst share storage in overlapping ranges (then src must be read from a copy). */
+grace_status vm_check_copy(grace_vm *vm, const char *op, const grace_tensor *dst, const grace_tensor *src, int *empty,
+                           int *overlap);
 /* A new dense tensor on dev whose dims are laid out in base's stride order (a transposed base gives a transposed
  * result), so later views of it have the layout eager execution gives them. NULL with the error set. */
 grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, const grace_tensor *base);
