@@ -28,54 +28,15 @@ local tap = require "tests.lua.tap"
 local grace = require "grace"
 local nn = require "grace.nn"
 
-local DEV = os.getenv("GRACE_TEST_DEVICE") or "cuda"
-if DEV ~= "cpu" and not grace.cuda_available() then
-  local ok, why = pcall(grace.device, "cuda")
-  if ok then grace.device("cpu") end
-  why = tostring(why or grace.backend()):gsub("^[^:]*:%d+: ", ""):gsub("\n", " ")
-  io.write("1..0 # SKIP no CUDA device: ", why, "\n")
-  os.exit(0)
-end
--- A device is there: when not even a tensor can be made on it and read back, say so in one failing test
--- instead of thousands.
-do
-  local ok, err = pcall(function() return grace.ones(3, {device = DEV}):cpu():tolist() end)
-  if not ok then
-    io.write("not ok 1 - a tensor made on ", DEV, " reads back\n# ", tostring(err):gsub("\n", "\n# "), "\n1..1\n")
-    os.exit(1)
-  end
-end
-
-local SEED = tonumber(os.getenv("GRACE_TEST_SEED")) or os.time()
+local H = require "tests.lua.gpu_harness"   -- device choice, skip plan, smoke check, seed
+local DEV, SEED = H.DEV, H.SEED
 local FULL = os.getenv("GRACE_TEST_FULL") == "1"
 -- whether dtype dt gets the full set of layouts
 local function wide(dt) return FULL or dt == "float32" end
-tap.diag(("device %s, seed %d (GRACE_TEST_SEED=%d reproduces this run); backend: %s"):format(
-  DEV, SEED, SEED, grace.backend()))
-grace.manual_seed(SEED)
 
 local DTYPES = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool"}
 local FLOATS = {"float32", "float64", "float16", "bfloat16"}
-local TOL = {
-  float32 = {rtol = 1e-5, atol = 1e-6}, float64 = {rtol = 1e-12, atol = 1e-12},
-  float16 = {rtol = 1e-2, atol = 1e-3}, bfloat16 = {rtol = 2e-2, atol = 1e-2},
-}
-
-local function shape(t) return "[" .. table.concat(t:size(), ",") .. "]" end
-
--- A separate copy of a CPU tensor on the device under test (a clone when that device is the CPU too, so
--- in-place ops never touch the reference).
-local function to_dev(t)
-  if DEV == "cpu" then return t:clone() end
-  return t:to(DEV)
-end
-
-local function flat(t) return t:reshape(-1):tolist() end
-
-local function absmax(t)
-  if not grace.is_tensor(t) or t:numel() == 0 then return 0 end
-  return t:double():abs():max():item()
-end
+local TOL, shape, to_dev, flat, absmax = H.TOL, H.shape, H.to_dev, H.flat, H.absmax
 
 -- nil when got (a device result) equals want (the CPU result) within tol ({rtol, atol} or nil: exact);
 -- otherwise what differs.
