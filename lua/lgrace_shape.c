@@ -221,6 +221,11 @@ static int m_scatter(lua_State *L) {
     ca.has_dtype = 1;
     ca.dtype = grace_tensor_dtype(in[0]);
     in[2] = lg_run_tmp(L, c, GRACE_OP_CAST, 1, &in[2], &ca);
+    if (grace_tensor_device(in[0]) != GRACE_CPU) {   /* expanded, it is no longer a number: it must sit with x */
+      grace_attrs da = {0};
+      da.device = grace_tensor_device(in[0]);
+      in[2] = lg_run_tmp(L, c, GRACE_OP_TO_DEVICE, 1, &in[2], &da);
+    }
     grace_attrs e = {0};
     e.nshape = grace_tensor_ndim(in[1]);
     memcpy(e.shape, grace_tensor_sizes(in[1]), (size_t)e.nshape * sizeof(int64_t));

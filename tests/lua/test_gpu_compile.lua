@@ -164,7 +164,7 @@ local function compare_calls(name, make_fn, make_inputs, o)
       for k = 1, n do
         if grace.is_tensor(ca[k]) then
           if not d then
-            local dk = diff(da[k], ca[k], resolve(o.tol, ca[k]), keep and "cpu" or nil)
+            local dk = diff(da[k], ca[k], resolve(o.tol, ca[k]), o.keep_cpu and o.keep_cpu[k] and "cpu" or nil)
             if dk then d = ("argument %d after the call: %s"):format(k, dk) end
           end
           local dc, dd = ca[k]:version() - v0[k][1], da[k]:version() - v0[k][2]
