@@ -9,6 +9,7 @@
 #   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth and GEMM figures)
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
+#   graphs     bench/graph_replay.lua (host time per graph replay)
 # With no stage: gpu test bench.
 set -u
 OUT=${OUT:-bench/out}
@@ -84,6 +85,9 @@ for s in $stages; do
     timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \
       ${WEIGHTS_DIR:+--weights $WEIGHTS_DIR} --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
     tail -40 "$OUT/grace_workloads.txt" ;;
+  graphs)      # CUDA graph replay: host time per call by strategy (alone on the device: it is a timing)
+    echo "== graph replay"
+    timeout 120 $B/grace bench/graph_replay.lua 2>&1 | tee "$OUT/graph_replay.txt" ;;
   parallel)    # the GPU tests and the workloads at once (each under a timeout), after the kernel benchmarks
     echo "== gpu tests and workloads, in parallel"
     pids=""

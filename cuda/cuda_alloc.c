@@ -22,6 +22,9 @@ static size_t live_bucket(CUdeviceptr p) { return bucket(p); }
 static size_t size_bucket(size_t n) { return bucket(n); }
 
 static void track_live(cuda_ctx *c, cuda_block *b) {
+  b->pool = NULL;
+  b->held = 0;
+  if (c->cap) cuda_capture_adopt(c, b);   /* a graph's memory: kept for its replays */
   size_t h = live_bucket(b->ptr);
   b->next = c->live[h];
   c->live[h] = b;
@@ -87,12 +90,32 @@ grace_status cuda_malloc(cuda_ctx *c, size_t n, CUdeviceptr *ptr) {
   return GRACE_OK;
 }
 
+/* Moves a live block to the cache (it must be in the live table). */
+static void to_cache(cuda_ctx *c, cuda_block *b) {
+  for (cuda_block **pb = &c->live[live_bucket(b->ptr)]; *pb; pb = &(*pb)->next)
+    if (*pb == b) {
+      *pb = b->next;
+      c->mem.allocated -= b->size;
+      size_t h = size_bucket(b->size);
+      b->next = c->cached[h];
+      c->cached[h] = b;
+      return;
+    }
+}
+
+void cuda_alloc_unpool(cuda_ctx *c, cuda_block *b) {
+  b->pool = NULL;
+  if (!b->held) to_cache(c, b);
+}
+
 void cuda_release(cuda_ctx *c, CUdeviceptr ptr, size_t n) {
   (void)n;   /* the block's own record says its size */
   if (!ptr) return;
   for (cuda_block **pb = &c->live[live_bucket(ptr)]; *pb; pb = &(*pb)->next)
     if ((*pb)->ptr == ptr) {
       cuda_block *b = *pb;
+      /* a graph's block stays its own, at the address its replays use, until the graph goes */
+      if (b->pool) { b->held = 0; return; }
       *pb = b->next;
       c->mem.allocated -= b->size;
       size_t h = size_bucket(b->size);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_graph.h"
 
 enum {
   ATTR_MAX_THREADS_PER_BLOCK = 1,
@@ -85,6 +86,7 @@ static int load_symbols(cuda_ctx *c) {
   OPT(cuGraphGetNodes, "cuGraphGetNodes") OPT(cuGraphNodeGetType, "cuGraphNodeGetType")
   OPT(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2")
   OPT(cuFuncGetParamInfo, "cuFuncGetParamInfo")
+  OPT(cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams_v2")
 #undef REQ
 #undef OPT
   return 1;
@@ -220,11 +222,13 @@ grace_status cuda_copy_to_host(cuda_ctx *c, void *dst, CUdeviceptr src, size_t n
 
 grace_status cuda_copy_device(cuda_ctx *c, CUdeviceptr dst, CUdeviceptr src, size_t n) {
   if (n == 0) return GRACE_OK;
+  if (c->cap) cuda_capture_note(c, (uint64_t[]){dst, src}, 2);
   return cuda_check(c->vm, c->fn.cuMemcpyDtoDAsync_v2(dst, src, n, c->stream), "cuMemcpyDtoDAsync_v2");
 }
 
 grace_status cuda_memset(cuda_ctx *c, CUdeviceptr dst, int byte, size_t n) {
   if (n == 0) return GRACE_OK;
+  if (c->cap) cuda_capture_note(c, (uint64_t[]){dst}, 1);
   return cuda_check(c->vm, c->fn.cuMemsetD8Async(dst, (unsigned char)byte, n, c->stream), "cuMemsetD8Async");
 }
 
@@ -244,6 +248,7 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
                                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     if (st) return st;
   }
+  if (c->cap) cuda_capture_note(c, params, param_bytes / 8);   /* the struct's words: pointers among them */
   void *args[1] = {(void *)params};
   return cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                                                 c->stream, args, NULL),
@@ -274,6 +279,7 @@ grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned gr
   memset(&attr, 0, sizeof attr);
   attr.id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
   attr.v.value = 1;
+  if (c->cap) cuda_capture_note(c, params, param_bytes / 8);
   launch_config cfg = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, c->stream, &attr, 1};
   void *args[1] = {(void *)params};
   return cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");

@@ -192,6 +192,7 @@ typedef struct cuda_fns {
   CUresult (*cuGraphNodeGetType)(CUgraphNode, int *);
   CUresult (*cuGraphKernelNodeGetParams_v2)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  CUresult (*cuGraphKernelNodeSetParams_v2)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
 } cuda_fns;
 const cuda_fns *cuda_driver_fns(cuda_ctx *c);
 

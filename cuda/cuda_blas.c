@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda/cuda_blas.h"
+#include "cuda/cuda_graph.h"
 
 typedef int lt_status;
 typedef void *lt_handle;
@@ -145,6 +146,7 @@ grace_status cuda_blas_matmul(grace_vm *vm, cuda_blas *b, cuda_ctx *c, const cud
   if (!cuda_blas_supports(g) || !view_b(g, &x) || !view_a(g, &y))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "cuBLASLt: layout not supported");
   grace_status st;
+  cuda_capture_note(c, (uint64_t[]){g->A, g->B, g->C}, 3);   /* a graph cannot redirect these: noted as raw */
   if (!b->handle && (st = lt_check(vm, b->create(&b->handle), "cublasLtCreate"))) { b->handle = NULL; return st; }
   int dt = g->dt == GRACE_FLOAT32 ? LT_CUDA_R_32F : g->dt == GRACE_FLOAT16 ? LT_CUDA_R_16F : LT_CUDA_R_16BF;
   lt_desc desc = NULL;

@@ -18,6 +18,8 @@ typedef struct cuda_block {
   CUdeviceptr ptr;
   size_t size;                      /* rounded size, as allocated from the driver */
   struct cuda_block *next;
+  struct cuda_capture *pool;        /* the graph capture that owns it (cuda_graph.h), or NULL */
+  int held;                         /* pooled: a tensor still holds it (else only the graph does) */
 } cuda_block;
 
 typedef struct cuda_nvrtc_fns {
@@ -62,6 +64,8 @@ struct cuda_ctx {
   cuda_nvrtc_fns nv;
   char nvrtc_why[256];
   char nvrtc_version[16];
+  /* a graph capture in progress (cuda_graph.c): allocations go to its pool, launches are noted */
+  struct cuda_capture *cap;
   /* caching allocator */
   cuda_block *live[CUDA_ALLOC_BUCKETS];
   cuda_block *cached[CUDA_ALLOC_BUCKETS];
@@ -77,6 +81,10 @@ struct cuda_ctx {
 /* The VM's CUDA state, made on first call without probing anything; NULL only when host memory ran out. */
 cuda_ctx *cuda_state(grace_vm *vm);
 
+/* cuda_graph.c: a block allocated while c->cap is set joins that capture's pool. */
+int cuda_capture_adopt(cuda_ctx *c, cuda_block *b);
+/* cuda_alloc.c: a pooled block whose graph went: back to the cache unless a tensor still holds it. */
+void cuda_alloc_unpool(cuda_ctx *c, cuda_block *b);
 /* cuda_alloc.c: frees every block (live and cached) to the driver. */
 void cuda_alloc_free_all(cuda_ctx *c);
 /* cuda_nvrtc.c: unloads the modules and NVRTC. */

@@ -247,6 +247,34 @@ grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out);
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
  * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
 grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+/* How a program that runs on the CUDA device is launched (vm/gpu_graph.c). Its first call runs eagerly (kernel
+ * by kernel) and proves it stable; the next calls measure, each on a real call with its own inputs, the
+ * strategies below; the fastest is kept. GRACE_GRAPHS=off|eager|copy|indirect forces one (default: auto);
+ * GRACE_GRAPH_LIMIT bounds the graphs kept per program (default 8; a new input layout records another). */
+typedef enum grace_launch_strategy {
+  GRACE_LAUNCH_EAGER,       /* one launch per kernel */
+  GRACE_LAUNCH_COPY,        /* a CUDA graph; inputs copied into its placeholders, outputs copied out */
+  GRACE_LAUNCH_INDIRECT,    /* a CUDA graph whose kernels read their pointers from a device argument table */
+  GRACE_LAUNCH_NSTRATEGIES
+} grace_launch_strategy;
+typedef struct grace_graph_info {
+  int managed;                     /* 1 when the program ran on the device under this scheme */
+  long calls, captures;
+  int decided;                     /* the measurements are done (or a strategy was forced) */
+  grace_launch_strategy chosen;    /* the strategy calls use now */
+  double us[GRACE_LAUNCH_NSTRATEGIES];   /* best measured latency per call (launch to completion); 0 unmeasured */
+  char why[GRACE_LAUNCH_NSTRATEGIES][160];   /* why a strategy cannot run here ("" when it can) */
+  char ineligible[160];            /* why no graph is tried at all ("" when graphs are tried) */
+  int graphs;                      /* instantiated graphs held now */
+  int kernels;                     /* kernel nodes of the newest graph of the chosen strategy */
+  int indirect_words;              /* argument-table words rewritten per replay */
+  size_t graph_bytes;              /* device memory the held graphs keep (their arenas and tables) */
+  size_t copy_bytes;               /* bytes copied per replay: the table, inputs into placeholders, outputs out */
+} grace_graph_info;
+void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
+/* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),
+ * "off" (no graphs, no measuring), "eager", "copy" or "indirect" (forced); NULL: back to GRACE_GRAPHS. */
+grace_status grace_set_graphs(grace_vm *vm, const char *mode);
 
 /* ---- tracing: while a trace is active on a VM, every successful grace_run also appends its op to the
  * trace's IR, so a host records a function by running it once. Tensors are mapped to IR values: declared

@@ -75,6 +75,14 @@ static int l_synchronize(lua_State *L) {
   return 0;
 }
 
+/* grace.graphs(mode): the launch strategy of device programs that first run after the call ("auto", "off",
+ * "eager", "copy", "indirect"; nil: back to GRACE_GRAPHS). */
+static int l_graphs(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  if (grace_set_graphs(vm, luaL_optstring(L, 1, NULL)) != GRACE_OK) return lgrace_error(L, vm);
+  return 0;
+}
+
 static int l_empty_cache(lua_State *L) {
   grace_empty_cache(lgrace_vm(L));
   return 0;
@@ -125,6 +133,7 @@ static const luaL_Reg grace_funcs[] = {
   {"cuda_available", l_cuda_available},
   {"manual_seed", l_manual_seed},
   {"synchronize", l_synchronize},
+  {"graphs", l_graphs},
   {"empty_cache", l_empty_cache},
   {"device_stats", l_device_stats},
   {NULL, NULL}

@@ -1275,6 +1275,115 @@ static int l_explain(lua_State *L) {
   return 1;
 }
 
+/* ---- launch report: how each device program of a compiled function runs (vm/gpu_graph.c) ---- */
+static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection"};
+
+/* Pushes one program's launch figures as a table. */
+static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path) {
+  lua_createtable(L, 0, 16);
+  lua_pushinteger(L, entry); lua_setfield(L, -2, "entry");
+  if (path) { lua_pushinteger(L, path); lua_setfield(L, -2, "path"); }
+  lua_pushboolean(L, gi->managed); lua_setfield(L, -2, "on_device");
+  lua_pushinteger(L, gi->calls); lua_setfield(L, -2, "calls");
+  lua_pushinteger(L, gi->captures); lua_setfield(L, -2, "captures");
+  lua_pushboolean(L, gi->decided); lua_setfield(L, -2, "decided");
+  lua_pushstring(L, gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring");
+  lua_setfield(L, -2, "strategy");
+  if (gi->ineligible[0]) { lua_pushstring(L, gi->ineligible); lua_setfield(L, -2, "no_graph"); }
+  lua_createtable(L, 0, 3);
+  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
+    if (gi->us[k] > 0) { lua_pushnumber(L, gi->us[k]); lua_setfield(L, -2, launch_names[k]); }
+  lua_setfield(L, -2, "us");
+  lua_createtable(L, 0, 3);
+  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
+    if (gi->why[k][0]) { lua_pushstring(L, gi->why[k]); lua_setfield(L, -2, launch_names[k]); }
+  lua_setfield(L, -2, "unavailable");
+  lua_pushinteger(L, gi->graphs); lua_setfield(L, -2, "graphs");
+  lua_pushinteger(L, gi->kernels); lua_setfield(L, -2, "kernels");
+  lua_pushinteger(L, gi->indirect_words); lua_setfield(L, -2, "indirect_words");
+  lua_pushinteger(L, (lua_Integer)gi->graph_bytes); lua_setfield(L, -2, "graph_bytes");
+  lua_pushinteger(L, (lua_Integer)gi->copy_bytes); lua_setfield(L, -2, "copy_bytes");
+}
+
+/* f:report(): a list with one table per device program of f (entries, and paths of functions with breaks). */
+static int compiled_report(lua_State *L) {
+  check_compiled(L, 1);
+  lua_newtable(L);
+  int res = lua_gettop(L), n = 0;
+  lua_getiuservalue(L, 1, 1);
+  lua_rawgeti(L, -1, 2);
+  lua_Integer ne = luaL_len(L, -1);
+  for (lua_Integer k = 1; k <= ne; k++) {
+    lua_rawgeti(L, -1, k);
+    entry *e = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!e) continue;
+    for (int j = -1; j < e->ntree; j++) {
+      grace_ir *ir = j < 0 ? e->ir : e->tree[j];
+      if (!ir) continue;
+      grace_graph_info gi;
+      grace_ir_graph_info(ir, &gi);
+      if (!gi.managed) continue;
+      push_graph_info(L, &gi, (int)k, j + 1);
+      lua_rawseti(L, res, ++n);
+    }
+  }
+  lua_settop(L, res);
+  return 1;
+}
+
+/* grace.report(f): prints, per device program of compiled function f, the launch strategy chosen, what each
+ * strategy measured, kernels, bytes copied per call and the graphs' memory; returns f:report()'s table. */
+static int l_report(lua_State *L) {
+  compiled *cp = check_compiled(L, 1);
+  lua_settop(L, 1);
+  compiled_report(L);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char line[512];
+  snprintf(line, sizeof line, "grace.report: %s\n", cp->name);
+  luaL_addstring(&b, line);
+  lua_Integer n = luaL_len(L, 2);
+  if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, 2, i);
+    int t = lua_gettop(L);
+    lua_getfield(L, t, "entry"); lua_getfield(L, t, "path"); lua_getfield(L, t, "strategy");
+    lua_getfield(L, t, "calls"); lua_getfield(L, t, "kernels"); lua_getfield(L, t, "copy_bytes");
+    lua_getfield(L, t, "graph_bytes"); lua_getfield(L, t, "graphs");
+    snprintf(line, sizeof line, "  program %d%s%s: %s after %lld calls; %lld kernels per graph, %lld bytes copied per call, "
+             "%lld graphs holding %.1f KiB\n", (int)lua_tointeger(L, t + 1), lua_isnil(L, t + 2) ? "" : " path ",
+             lua_isnil(L, t + 2) ? "" : lua_tostring(L, t + 2), lua_tostring(L, t + 3), (long long)lua_tointeger(L, t + 4),
+             (long long)lua_tointeger(L, t + 5), (long long)lua_tointeger(L, t + 6), (long long)lua_tointeger(L, t + 8),
+             (double)lua_tointeger(L, t + 7) / 1024.0);
+    luaL_addstring(&b, line);
+    lua_settop(L, t);
+    lua_getfield(L, t, "no_graph");
+    if (!lua_isnil(L, -1)) {
+      snprintf(line, sizeof line, "    no graph: %s\n", lua_tostring(L, -1));
+      luaL_addstring(&b, line);
+    }
+    lua_settop(L, t);
+    lua_getfield(L, t, "us");
+    lua_getfield(L, t, "unavailable");
+    for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
+      lua_getfield(L, t + 1, launch_names[k]);
+      lua_getfield(L, t + 2, launch_names[k]);
+      if (!lua_isnil(L, -1)) snprintf(line, sizeof line, "    %-18s unavailable: %s\n", launch_names[k], lua_tostring(L, -1));
+      else if (!lua_isnil(L, -2)) snprintf(line, sizeof line, "    %-18s %9.1f us per call (best measured)\n", launch_names[k], lua_tonumber(L, -2));
+      else line[0] = 0;
+      luaL_addstring(&b, line);
+      lua_pop(L, 2);
+    }
+    lua_settop(L, t - 1);
+  }
+  luaL_pushresult(&b);
+  lua_getglobal(L, "print");
+  if (lua_isfunction(L, -1)) { lua_insert(L, -2); lua_call(L, 1, 0); } else lua_pop(L, 2);
+  lua_settop(L, 2);
+  return 1;
+}
+
 /* grace.eager(fn, ...): runs fn as plain Lua and eager ops. Inside a traced function it is a graph break. */
 static int l_eager(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -1298,11 +1407,13 @@ static const luaL_Reg compiled_meta[] = {
 static const luaL_Reg compiled_methods[] = {
   {"stats", compiled_stats},
   {"ir", compiled_ir},
+  {"report", compiled_report},
   {NULL, NULL}
 };
 static const luaL_Reg compile_funcs[] = {
   {"compile", l_compile},
   {"explain", l_explain},
+  {"report", l_report},
   {"clock", l_clock},
   {"eager", l_eager},
   {NULL, NULL}

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include "vm/cpu_kernels.h"
 #include "vm/gpu_exec.h"
+#include "vm/gpu_graph.h"
 #include "vm/vm_interp.h"
 
 cuda_ctx *gpu_ctx(grace_vm *vm) { return cuda_get(vm); }
@@ -254,6 +255,11 @@ static grace_status on_host(grace_vm *vm, grace_op op, int nin, grace_tensor *co
   for (int i = 0; i < nout && i < 4; i++) grace_tensor_release(r[i]);
   return st;
 }
+grace_status gpu_host_number(grace_vm *vm, grace_tensor *t, grace_tensor **out) {
+  /* in a graph capture a synchronous copy would end the capture: the number lives in the graph's table */
+  return gpu_graph_capturing(vm) ? gpu_graph_number(vm, t, out) : transfer(vm, t, GRACE_CUDA, out);
+}
+
 grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs, int nout,
                      grace_tensor **out) {
   if (op == GRACE_OP_TO_DEVICE) return transfer(vm, in[0], attrs->device, out);
@@ -282,7 +288,7 @@ grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in
     for (int i = 0; i < nin && st == GRACE_OK; i++) {
       args[i] = in[i];
       if (in[i] && in[i]->storage->device == GRACE_CPU && in[i]->ndim == 0 && op != GRACE_OP_COPY_)
-        if ((st = transfer(vm, in[i], GRACE_CUDA, &moved[nm])) == GRACE_OK) args[i] = moved[nm++];
+        if ((st = gpu_host_number(vm, in[i], &moved[nm])) == GRACE_OK) args[i] = moved[nm++];
     }
     if (st == GRACE_OK) st = gpu_op_run(vm, op, nin, args, attrs, nout, out);
     for (int i = 0; i < nm; i++) grace_tensor_release(moved[i]);
@@ -299,12 +305,20 @@ typedef struct gpu_plan {
   int32_t *rel;
   int nrel;
   int eager;                  /* a one-op program: falling back to grace_run would come back here */
+  gpu_part *part;             /* graphs and launch measurements (gpu_graph.c); not for one-op programs */
 } gpu_plan;
+
+static void plan_free(grace_ir *ir);
+const gpu_part *gpu_ir_part(const grace_ir *ir) {
+  const gpu_plan *p = ir->exec_free == plan_free ? ir->exec : NULL;
+  return p ? p->part : NULL;
+}
 
 static void plan_free(grace_ir *ir) {
   gpu_plan *p = ir->exec;
   grace_vm *vm = ir->vm;
   if (!p) return;
+  gpu_part_free(vm, p->part);
   int ng = p->f.ngroup;
   if (p->slots)
     for (int g = 0; g < ng; g++)
@@ -440,11 +454,11 @@ static grace_status run_group(grace_ir *ir, gpu_plan *p, int g, grace_tensor *co
   return run_members(ir, p, gr, in, val, at);
 }
 
-grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+/* The group executor: one call of ir, kernel by kernel (or captured into a graph by gpu_graph.c). */
+static grace_status exec(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
   grace_vm *vm = ir->vm;
   grace_status st = GRACE_OK;
   for (int i = 0; i < nout; i++) out[i] = NULL;
-  if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;
   gpu_plan *p = ir->exec;
   size_t vbytes = sizeof(grace_tensor *) * (size_t)(ir->nval ? ir->nval : 1);
   grace_tensor **val = vm_calloc(vm, vbytes);
@@ -456,6 +470,7 @@ grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout
     if (op == IR_OP_INPUT || op == IR_OP_CONST || op == IR_OP_SCALAR || op == IR_OP_LITERAL) {
       at = i;
       st = vm_ir_run_inst(ir, i, in, val);
+      if (st == GRACE_OK && op != IR_OP_LITERAL) st = gpu_graph_lift(ir, i, val);   /* host numbers, in a capture */
     }
   }
   for (int g = 0; g < p->f.ngroup && st == GRACE_OK; g++) {
@@ -479,4 +494,15 @@ grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout
   for (int v = 0; v < ir->nval; v++) grace_tensor_release(val[v]);
   vm_free(vm, val, vbytes);
   return st;
+}
+
+grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+  grace_status st = GRACE_OK;
+  for (int i = 0; i < nout; i++) out[i] = NULL;
+  if (ir->exec && ir->exec_free != plan_free)
+    return vm_err(ir->vm, GRACE_EINTERNAL, "run: the program is held by another executor");
+  if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;
+  gpu_plan *p = ir->exec;
+  if (p->eager) return exec(ir, nin, in, nout, out);
+  return gpu_graph_call(ir, &p->part, exec, nin, in, nout, out);
 }

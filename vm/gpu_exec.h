@@ -53,6 +53,11 @@ void gpu_ops_free(grace_vm *vm);
 /* Runs op on CUDA tensors (grace_run's device branch); 0-d CPU tensors (host numbers) may take part. */
 grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs, int nout,
                      grace_tensor **out);
+/* A device copy of host number t (a 0-d CPU tensor) for a kernel to read. */
+grace_status gpu_host_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+/* The launch strategy state of a program run on the device (vm/gpu_graph.c), or NULL. */
+struct gpu_part;
+const struct gpu_part *gpu_ir_part(const grace_ir *ir);
 /* Runs an IR program on the device (grace_ir_run's device branch). */
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 

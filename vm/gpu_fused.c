@@ -4,6 +4,7 @@
  * without generating or compiling anything. */
 #include <string.h>
 #include "codegen/cg_fused.h"
+#include "cuda/cuda_graph.h"
 #include "vm/gpu_exec.h"
 
 typedef struct fused_entry {
@@ -87,8 +88,7 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
     const ir_type *ty = &ir->vals[io->ext[k]].type;
     if (!t) { RELEASE_MOVED(); return vm_err(vm, GRACE_EINTERNAL, "fused kernel: operand %%%d was not computed", io->ext[k]); }
     if (t->storage->device != GRACE_CUDA && t->ndim == 0) {
-      grace_attrs a = {.device = GRACE_CUDA};
-      if ((st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, (grace_tensor *[]){(grace_tensor *)t}, &a, 1, &moved[nmoved])) != GRACE_OK) {
+      if ((st = gpu_host_number(vm, (grace_tensor *)t, &moved[nmoved])) != GRACE_OK) {
         RELEASE_MOVED();
         return st;
       }
@@ -112,7 +112,11 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
   if (!ctx) { RELEASE_MOVED(); return vm->status ? vm->status : GRACE_EDEVICE; }
   cg_fused_spec spec;
   cg_fused_geom geom;
-  if ((st = cg_fused_plan(vm, ir, f, g, io, ext, 0, cuda_properties(ctx)->sms, &spec, &geom)) != GRACE_OK) { RELEASE_MOVED(); return st; }
+  cuda_capture *ind = cuda_capture_indirect(ctx);   /* captured for a graph: pointers through its table */
+  if ((st = cg_fused_plan(vm, ir, f, g, io, ext, ind != NULL, cuda_properties(ctx)->sms, &spec, &geom)) != GRACE_OK) {
+    RELEASE_MOVED();
+    return st;
+  }
 
   /* nothing to compute for an empty iteration, but rows over an empty reduced dim still get their values */
   int work = spec.kind == CG_POINTWISE ? geom.n > 0 : geom.rows > 0;
@@ -143,6 +147,9 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
       if (st != GRACE_OK) ws = 0;
       ptrs[io->next + io->nstore] = ws;
     }
+    for (int a = 0; ind && st == GRACE_OK && a < e->k.narg; a++)
+      if (!(ptrs[a] = cuda_capture_slot(ind, ptrs[a])))
+        st = vm_err(vm, GRACE_EUNSUPPORTED, "fused kernel: the graph's argument table is full");
     if (st == GRACE_OK) st = cg_fused_pack(vm, &e->k, &spec, &geom, ptrs, cuda_properties(ctx)->sms, &L);
     if (st == GRACE_OK) st = cuda_launch(ctx, e->fn, L.grid, L.block, L.smem, L.words, sizeof(uint64_t) * (size_t)L.nwords);
     if (ws) cuda_release(ctx, ws, geom.ws_bytes);

@@ -11,6 +11,7 @@
 #include "vm/gpu_matmul.h"
 #include "codegen/cg_matmul.h"
 #include "cuda/cuda_blas.h"
+#include "cuda/cuda_graph.h"
 #include "vm/vm_interp.h"
 
 #define MM_MAX_FNS 48
@@ -259,6 +260,20 @@ static int pack(const mm_prob *p, CUdeviceptr C, CUdeviceptr WS, int64_t splits,
 
 static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_desc *d, cg_launch *l) {
   CUfunction f;
+  cg_mm_desc di;
+  cg_launch li;
+  cuda_capture *ind = cuda_capture_indirect(c);
+  if (ind) {   /* captured for a graph: pointers and scalars through slots of its argument table */
+    di = *d;
+    di.indirect = 1;
+    d = &di;
+    li = *l;
+    for (int i = 0; i < li.nwords; i++)
+      if (i < 4 + d->nop || i >= li.nwords - d->nscalar)
+        if (!(li.words[i] = cuda_capture_slot(ind, l->words[i])))
+          return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: the graph's argument table is full");
+    l = &li;
+  }
   grace_status st = get_fn(vm, c, s, d, &f);
   if (st != GRACE_OK) return st;
   int w0 = 4 + d->nop;

@@ -29,6 +29,8 @@ struct grace_vm {
   vm_trace *trace;               /* an active trace (vm_trace.c), or NULL */
   struct gpu_state *gpu;         /* the device executor's caches (gpu_exec.c), NULL until used */
   void *gpu_ops;                 /* gpu_ops.c's table of loaded single-op kernels, NULL until used */
+  struct gg_graph *graph_cap;    /* a CUDA graph being captured (gpu_graph.c), or NULL */
+  int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
   char info[160];
   grace_status status;           /* of the last error set by vm_err */
   char err[VM_ERRLEN];

@@ -14,12 +14,15 @@ local HERE = (arg and arg[0] or "bench/workloads/run.lua"):match("^(.*)/[^/]*$")
 local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode"}
 local NPOOL = 8
 
--- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. The ablation
--- of issue 8 (no graphs / graphs with input copies / parameter indirection / profiled selection) adds its
--- rows here once grace.compile takes options for them (unknown options are ignored today, so none is listed).
+-- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
+-- launch strategy of the compiled function's device programs (grace.graphs): the ablation of issue 8, no
+-- graphs / graphs with input copies / graphs with parameter indirection / chosen by measurement.
 local MODES = {
   {name = "eager"},
-  {name = "compiled", opts = {}},
+  {name = "compiled", opts = {}, graphs = "off"},
+  {name = "graph_copy", opts = {}, graphs = "copy"},
+  {name = "graph_indirect", opts = {}, graphs = "indirect"},
+  {name = "full", opts = {}, graphs = "auto"},
 }
 
 -- Output tolerance: max |got - want| <= tol * max |want| over the whole output.
@@ -338,6 +341,7 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
   if mode.opts then
     local copts = {name = entry.name .. ":" .. mode.name}
     for k, v in pairs(mode.opts) do copts[k] = v end
+    if grace.graphs then grace.graphs(mode.graphs or "auto") end
     f = grace.compile(w.fn, copts)
     local before = device_stats()
     local c1, c2, got1, got2 = first_calls(f, w.pool)
@@ -357,6 +361,21 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
   end
   for k, v in pairs(measure(f, w.pool)) do m[k] = v end
   if mode.opts then
+    -- after the timed calls (graphs recorded and replayed by now) the outputs must still be right
+    local again = table.pack(f(table.unpack(w.pool[1])))
+    for i = 1, math.max(want1.n, again.n) do
+      check(fmt("%s vs eager after %d calls, result %d (input 1)", mode.name, m.calls_timed or 0, i), again[i], want1[i],
+            tol.vs_eager)
+    end
+    if f.report then
+      m.launch = {}
+      for _, r in ipairs(f:report()) do
+        m.launch[#m.launch + 1] = {strategy = r.strategy, us = r.us, unavailable = r.unavailable, no_graph = r.no_graph,
+                                   kernels = r.kernels, copy_bytes = r.copy_bytes, graph_bytes = r.graph_bytes,
+                                   indirect_words = r.indirect_words, graphs = r.graphs, captures = r.captures}
+      end
+    end
+    if grace.graphs then grace.graphs() end
     local s = f:stats()
     m.compile_stats = {calls = s.calls, hits = s.hits, traces = s.traces, replays = s.replays,
                        eager_calls = s.eager_calls, fell_back_to_eager = s.eager and true or false}
@@ -367,12 +386,12 @@ end
 local function print_entry(vname, entry)
   print(fmt("\n%s: %s", vname, entry.description or ""))
   if entry.error then print("  ERROR " .. entry.error) return end
-  print(fmt("  %-10s %14s %14s %14s %14s %12s", "mode", "latency us", "lat min us", "throughput us",
+  print(fmt("  %-14s %14s %14s %14s %14s %12s", "mode", "latency us", "lat min us", "throughput us",
             "first call ms", "2nd call ms"))
   for _, mode in ipairs(modes) do
     local m = entry.modes[mode.name]
     if m.error then
-      print(fmt("  %-10s ERROR %s", mode.name, m.error))
+      print(fmt("  %-14s ERROR %s", mode.name, m.error))
     else
       local cs, note = m.compile_stats, ""
       if cs then
@@ -380,8 +399,18 @@ local function print_entry(vname, entry)
                    cs.replays > 0 and fmt(", %d replays", cs.replays) or "",
                    cs.fell_back_to_eager and ", FELL BACK TO EAGER" or "")
       end
-      print(fmt("  %-10s %14.1f %14.1f %14.1f %14.2f %12.2f%s", mode.name, m.latency_us_median, m.latency_us_min,
+      print(fmt("  %-14s %14.1f %14.1f %14.1f %14.2f %12.2f%s", mode.name, m.latency_us_median, m.latency_us_min,
                 m.throughput_us_per_call, m.first_call_ms, m.second_call_ms, note))
+      for k, l in ipairs(m.launch or {}) do   -- per device program: how it launches, what was measured
+        local us = {}
+        for _, n in ipairs({"eager", "graph+copies", "graph+indirection"}) do
+          if l.us[n] then us[#us + 1] = fmt("%s %.1f", n, l.us[n]) end
+          if l.unavailable[n] then us[#us + 1] = n .. " unavailable: " .. l.unavailable[n] end
+        end
+        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call%s%s", k, l.strategy, l.kernels,
+                  l.copy_bytes, l.indirect_words, #us > 0 and "; measured us: " .. table.concat(us, ", ") or "",
+                  l.no_graph and "; no graph: " .. l.no_graph or ""))
+      end
     end
   end
   print(fmt("  checks: %d, %s%s", #entry.checks, #entry.bad == 0 and "all ok" or (#entry.bad .. " FAILED"),

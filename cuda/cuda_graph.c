@@ -1,0 +1,250 @@
+/* cuda_graph.c: stream capture into CUDA graphs with a memory pool and a record of the words the captured work
+ * was given (see cuda_graph.h). The pool is why a graph can be replayed at all: the addresses baked into its
+ * nodes must stay the graph's, so blocks allocated during capture never return to the cache while it lives. */
+#include <string.h>
+#include "cuda/cuda_graph.h"
+#include "cuda/cuda_internal.h"
+
+enum { CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901 };
+
+struct cuda_capture {
+  int indirect, begun, failed;
+  cuda_block **blocks;
+  int nblocks, capblocks;
+  size_t bytes;
+  CUdeviceptr table;
+  int nslots, maxslots;
+  uint64_t *slots;
+  uint64_t *raw;
+  size_t nraw, capraw;
+};
+
+static int grow(grace_vm *vm, void **p, size_t elsize, size_t have, size_t *cap) {
+  if (have < *cap) return 1;
+  size_t n = *cap ? *cap * 2 : 64;
+  void *q = grace_realloc(vm, *p, elsize * *cap, elsize * n);
+  if (!q) return 0;
+  *p = q;
+  *cap = n;
+  return 1;
+}
+
+grace_status cuda_capture_open(cuda_ctx *c, int indirect, cuda_capture **out) {
+  *out = NULL;
+  if (c->cap) return vm_err(c->vm, GRACE_EINTERNAL, "graph capture: one is already open");
+  cuda_capture *cap = vm_calloc(c->vm, sizeof *cap);
+  if (!cap) return vm_err(c->vm, GRACE_ENOMEM, "graph capture: out of host memory");
+  cap->indirect = indirect;
+  c->cap = cap;
+  *out = cap;
+  return GRACE_OK;
+}
+
+int cuda_capture_adopt(cuda_ctx *c, cuda_block *b) {
+  cuda_capture *cap = c->cap;
+  size_t n = (size_t)cap->capblocks;
+  if (!grow(c->vm, (void **)&cap->blocks, sizeof *cap->blocks, (size_t)cap->nblocks, &n)) { cap->failed = 1; return 0; }
+  cap->capblocks = (int)n;
+  cap->blocks[cap->nblocks++] = b;
+  cap->bytes += b->size;
+  b->pool = cap;
+  b->held = 1;
+  return 1;
+}
+
+grace_status cuda_capture_set_table(cuda_ctx *c, cuda_capture *cap, CUdeviceptr dev, int nslots) {
+  cap->slots = grace_realloc(c->vm, NULL, 0, sizeof *cap->slots * (size_t)nslots);
+  if (!cap->slots) return vm_err(c->vm, GRACE_ENOMEM, "graph capture: out of host memory");
+  cap->table = dev;
+  cap->maxslots = nslots;
+  return GRACE_OK;
+}
+
+grace_status cuda_capture_begin(cuda_ctx *c) {
+  if (!c->cap) return vm_err(c->vm, GRACE_EINTERNAL, "graph capture: not open");
+  if (!c->fn.cuStreamBeginCapture_v2) return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph capture: the driver lacks it");
+  grace_status st = cuda_check(c->vm, c->fn.cuStreamBeginCapture_v2(c->stream, CU_STREAM_CAPTURE_MODE_RELAXED),
+                               "cuStreamBeginCapture");
+  if (st == GRACE_OK) c->cap->begun = 1;
+  return st;
+}
+
+grace_status cuda_capture_close(cuda_ctx *c, grace_status st, CUgraph *g) {
+  *g = NULL;
+  cuda_capture *cap = c->cap;
+  c->cap = NULL;
+  if (!cap) return st ? st : vm_err(c->vm, GRACE_EINTERNAL, "graph capture: not open");
+  if (cap->begun) {
+    CUgraph graph = NULL;
+    CUresult r = c->fn.cuStreamEndCapture(c->stream, &graph);
+    cap->begun = 0;
+    if (st == GRACE_OK && r) st = r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                   ? vm_err(c->vm, GRACE_EUNSUPPORTED, "graph capture: the work synchronized with the host")
+                                   : cuda_check(c->vm, r, "cuStreamEndCapture");
+    if (st == GRACE_OK && cap->failed)
+      st = vm_err(c->vm, GRACE_EUNSUPPORTED, "graph capture: more than %d indirect arguments, or out of host memory",
+                  cap->maxslots);
+    if (st == GRACE_OK) *g = graph;
+    else if (graph) c->fn.cuGraphDestroy(graph);
+  } else if (st == GRACE_OK)
+    st = vm_err(c->vm, GRACE_EINTERNAL, "graph capture: never begun");
+  return st;
+}
+
+void cuda_capture_free(cuda_ctx *c, cuda_capture *cap) {
+  if (!cap) return;
+  if (c->cap == cap) c->cap = NULL;
+  for (int i = 0; i < cap->nblocks; i++) cuda_alloc_unpool(c, cap->blocks[i]);
+  grace_realloc(c->vm, cap->blocks, sizeof *cap->blocks * (size_t)cap->capblocks, 0);
+  grace_realloc(c->vm, cap->slots, sizeof *cap->slots * (size_t)cap->maxslots, 0);
+  grace_realloc(c->vm, cap->raw, sizeof *cap->raw * cap->capraw, 0);
+  vm_free(c->vm, cap, sizeof *cap);
+}
+
+cuda_capture *cuda_capture_indirect(cuda_ctx *c) {
+  return c && c->cap && c->cap->indirect && c->cap->begun ? c->cap : NULL;
+}
+
+CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word) {
+  for (int i = 0; i < cap->nslots; i++)
+    if (cap->slots[i] == word) return cap->table + 8u * (unsigned)i;
+  if (cap->nslots >= cap->maxslots) { cap->failed = 1; return 0; }
+  cap->slots[cap->nslots] = word;
+  return cap->table + 8u * (unsigned)cap->nslots++;
+}
+
+void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n) {
+  cuda_capture *cap = c->cap;
+  if (!cap || !cap->begun) return;
+  for (size_t i = 0; i < n; i++) {
+    if (!grow(c->vm, (void **)&cap->raw, sizeof *cap->raw, cap->nraw, &cap->capraw)) { cap->failed = 1; return; }
+    cap->raw[cap->nraw++] = words[i];
+  }
+}
+
+const uint64_t *cuda_capture_slots(const cuda_capture *cap, int *nslots) { *nslots = cap->nslots; return cap->slots; }
+const uint64_t *cuda_capture_raw(const cuda_capture *cap, size_t *n) { *n = cap->nraw; return cap->raw; }
+size_t cuda_capture_bytes(const cuda_capture *cap) { return cap->bytes; }
+
+int cuda_capture_owns(const cuda_capture *cap, CUdeviceptr ptr, CUdeviceptr *base, size_t *size) {
+  for (int i = 0; i < cap->nblocks; i++) {
+    const cuda_block *b = cap->blocks[i];
+    if (ptr >= b->ptr && ptr < b->ptr + b->size) {
+      if (base) *base = b->ptr;
+      if (size) *size = b->size;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int cuda_graph_supported(cuda_ctx *c) {
+  return c->fn.cuStreamBeginCapture_v2 && c->fn.cuStreamEndCapture && c->fn.cuGraphInstantiateWithFlags &&
+         c->fn.cuGraphLaunch && c->fn.cuGraphExecDestroy && c->fn.cuGraphDestroy;
+}
+
+/* The kernel nodes of g (vm_alloc'ed, *n of them) or NULL. */
+static CUgraphNode *kernel_nodes(cuda_ctx *c, CUgraph g, size_t *n) {
+  size_t all = 0;
+  *n = 0;
+  if (c->fn.cuGraphGetNodes(g, NULL, &all) || !all) return NULL;
+  CUgraphNode *nodes = vm_alloc(c->vm, sizeof *nodes * all);
+  if (!nodes) return NULL;
+  if (c->fn.cuGraphGetNodes(g, nodes, &all)) { vm_free(c->vm, nodes, sizeof *nodes * all); return NULL; }
+  size_t k = 0;
+  for (size_t i = 0; i < all; i++) {
+    int type = -1;
+    if (!c->fn.cuGraphNodeGetType(nodes[i], &type) && type == CU_GRAPH_NODE_TYPE_KERNEL) nodes[k++] = nodes[i];
+  }
+  *n = k;
+  return nodes;   /* vm_alloc'ed for all nodes: free with that count */
+}
+
+grace_status cuda_graph_remap_slots(cuda_ctx *c, CUgraph g, CUdeviceptr table, int nslots, const int *map) {
+  if (!c->fn.cuGraphGetNodes || !c->fn.cuGraphNodeGetType || !c->fn.cuGraphKernelNodeGetParams_v2 ||
+      !c->fn.cuGraphKernelNodeSetParams_v2 || !c->fn.cuFuncGetParamInfo)
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: the driver cannot rewrite kernel parameters");
+  size_t all = 0, n = 0;
+  if (c->fn.cuGraphGetNodes(g, NULL, &all)) return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: cuGraphGetNodes failed");
+  CUgraphNode *nodes = kernel_nodes(c, g, &n);
+  if (!nodes) return all ? vm_err(c->vm, GRACE_ENOMEM, "graph: out of host memory") : GRACE_OK;
+  grace_status st = GRACE_OK;
+  /* two passes: check every node can be read (nothing changed on failure), then rewrite */
+  for (int pass = 0; pass < 2 && st == GRACE_OK; pass++)
+    for (size_t i = 0; i < n && st == GRACE_OK; i++) {
+      CUDA_KERNEL_NODE_PARAMS kp;
+      memset(&kp, 0, sizeof kp);
+      size_t off = 0, size = 0, off1, size1;
+      if (c->fn.cuGraphKernelNodeGetParams_v2(nodes[i], &kp) || !kp.func || !kp.kernelParams) {
+        if (pass == 0) st = vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: a kernel node's parameters cannot be read");
+        continue;
+      }
+      if (c->fn.cuFuncGetParamInfo(kp.func, 0, &off, &size)) {
+        if (pass == 0) st = vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: a kernel's parameter sizes are unknown");
+        continue;
+      }
+      if (!c->fn.cuFuncGetParamInfo(kp.func, 1, &off1, &size1) || size % 8 || size > 4096) continue;   /* not ours */
+      if (pass == 0) continue;
+      uint64_t words[512];
+      memcpy(words, kp.kernelParams[0], size);
+      int changed = 0;
+      for (size_t w = 0; w < size / 8; w++)
+        if (words[w] >= table && words[w] < table + 8u * (unsigned)nslots && (words[w] - table) % 8 == 0) {
+          words[w] = table + 8u * (unsigned)map[(words[w] - table) / 8];
+          changed = 1;
+        }
+      if (!changed) continue;
+      void *args[1] = {words};
+      kp.kernelParams = args;
+      st = cuda_check(c->vm, c->fn.cuGraphKernelNodeSetParams_v2(nodes[i], &kp), "cuGraphKernelNodeSetParams");
+    }
+  vm_free(c->vm, nodes, sizeof *nodes * all);
+  return st;
+}
+
+grace_status cuda_graph_instantiate(cuda_ctx *c, CUgraph g, CUgraphExec *x, int *nkernels) {
+  *x = NULL;
+  *nkernels = 0;
+  grace_status st = cuda_check(c->vm, c->fn.cuGraphInstantiateWithFlags(x, g, 0), "cuGraphInstantiateWithFlags");
+  if (st != GRACE_OK) { *x = NULL; return st; }
+  size_t n = 0;
+  if (c->fn.cuGraphGetNodes && c->fn.cuGraphNodeGetType && !c->fn.cuGraphGetNodes(g, NULL, &n) && n) {
+    CUgraphNode *nodes = vm_alloc(c->vm, sizeof *nodes * n);
+    if (nodes && !c->fn.cuGraphGetNodes(g, nodes, &n))
+      for (size_t i = 0; i < n; i++) {
+        int type = -1;
+        if (!c->fn.cuGraphNodeGetType(nodes[i], &type) && type == CU_GRAPH_NODE_TYPE_KERNEL) (*nkernels)++;
+      }
+    vm_free(c->vm, nodes, sizeof *nodes * n);
+  }
+  return GRACE_OK;
+}
+
+grace_status cuda_graph_launch(cuda_ctx *c, CUgraphExec x) {
+  return cuda_check(c->vm, c->fn.cuGraphLaunch(x, c->stream), "cuGraphLaunch");
+}
+
+void cuda_graph_destroy(cuda_ctx *c, CUgraph g, CUgraphExec x) {
+  if (x) c->fn.cuGraphExecDestroy(x);
+  if (g) c->fn.cuGraphDestroy(g);
+}
+
+grace_status cuda_host_alloc(cuda_ctx *c, size_t n, void **p) {
+  *p = NULL;
+  grace_status st = cuda_check(c->vm, c->fn.cuMemAllocHost_v2(p, n ? n : 1), "cuMemAllocHost");
+  if (st != GRACE_OK) *p = NULL;
+  return st;
+}
+
+void cuda_host_free(cuda_ctx *c, void *p) {
+  if (p) c->fn.cuMemFreeHost(p);
+}
+
+grace_status cuda_copy_to_device_async(cuda_ctx *c, CUdeviceptr dst, const void *src, size_t n) {
+  if (n == 0) return GRACE_OK;
+  return cuda_check(c->vm, c->fn.cuMemcpyHtoDAsync_v2(dst, src, n, c->stream), "cuMemcpyHtoDAsync_v2");
+}
+
+grace_status cuda_event_sync(cuda_ctx *c, CUevent e) {
+  return cuda_check(c->vm, c->fn.cuEventSynchronize(e), "cuEventSynchronize");
+}

@@ -1,0 +1,66 @@
+/* cuda_graph.h: capturing the work queued on the VM's stream into a CUDA graph, the memory such a graph keeps,
+ * and the record of what its kernels were given, so the caller can tell which arguments a replay must change.
+ *
+ * While a capture is open (cuda_capture_open .. cuda_capture_close):
+ *   - every device allocation joins the capture's pool: its address stays the graph's after the tensor that
+ *     asked for it is released, and no other allocation takes it while the graph lives (the pool is the graph's
+ *     memory, counted in cuda_capture_bytes);
+ *   - launches and copies note the raw 8-byte words they pass (pointers among them), so that pointers into the
+ *     caller's per-call tensors can be found afterwards (cuda_capture_raw);
+ *   - with indirection on, runners that can dereference ask cuda_capture_slot for the address of a slot of the
+ *     device-resident argument table holding a word, and pass that instead: the caller rewrites the slot before
+ *     each replay. Nothing here prints or aborts; a driver error ends the capture and is returned. */
+#ifndef GRACE_CUDA_GRAPH_H
+#define GRACE_CUDA_GRAPH_H
+#include "cuda/cuda_api.h"
+
+typedef struct cuda_capture cuda_capture;
+
+/* Starts routing allocations to a new pool (no stream capture yet: placeholders and the table come first).
+ * indirect: runners should use cuda_capture_slot. */
+grace_status cuda_capture_open(cuda_ctx *c, int indirect, cuda_capture **out);
+/* The argument table: nslots 8-byte slots at dev (device memory the caller allocated while the pool was open). */
+grace_status cuda_capture_set_table(cuda_ctx *c, cuda_capture *cap, CUdeviceptr dev, int nslots);
+/* Begins stream capture (relaxed mode: allocation is allowed, synchronizing calls fail and end the capture). */
+grace_status cuda_capture_begin(cuda_ctx *c);
+/* Ends stream capture (when begun) and the pool's routing. *g: the graph, or NULL when st (the status of the
+ * captured work) is an error or the driver invalidated the capture; the status returned says why. */
+grace_status cuda_capture_close(cuda_ctx *c, grace_status st, CUgraph *g);
+/* Frees the pool: its blocks go back to the cache (those a tensor still holds, when that tensor goes). */
+void cuda_capture_free(cuda_ctx *c, cuda_capture *cap);
+
+/* The capture in progress on c with indirection on, or NULL. */
+cuda_capture *cuda_capture_indirect(cuda_ctx *c);
+/* The device address of the table slot that holds word (the same slot for the same word); 0 when the table is
+ * full (the capture is then marked failed). */
+CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word);
+/* Notes words passed to the device directly (by launches, copies, vendor libraries) during an open capture. */
+void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
+
+/* What the capture recorded: the slots' words (nslots of them), the raw words noted, the pool's blocks. */
+const uint64_t *cuda_capture_slots(const cuda_capture *cap, int *nslots);
+const uint64_t *cuda_capture_raw(const cuda_capture *cap, size_t *n);
+size_t cuda_capture_bytes(const cuda_capture *cap);
+/* Whether ptr lies in a block of the pool; *base, *size: that block. */
+int cuda_capture_owns(const cuda_capture *cap, CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
+
+/* Renumbers the argument-table slots the kernels of g read: a word equal to slot i's address (table + 8 i,
+ * i < nslots) in a node's parameter struct becomes slot map[i]'s. Only kernels of one parameter struct (grace's
+ * own) are looked at. GRACE_EUNSUPPORTED with g untouched when the driver cannot say the parameters' sizes. */
+grace_status cuda_graph_remap_slots(cuda_ctx *c, CUgraph g, CUdeviceptr table, int nslots, const int *map);
+/* Instantiates g; counts its kernel nodes into *nkernels. */
+grace_status cuda_graph_instantiate(cuda_ctx *c, CUgraph g, CUgraphExec *x, int *nkernels);
+grace_status cuda_graph_launch(cuda_ctx *c, CUgraphExec x);
+void cuda_graph_destroy(cuda_ctx *c, CUgraph g, CUgraphExec x);
+/* Whether the driver has the graph entry points. */
+int cuda_graph_supported(cuda_ctx *c);
+
+/* Page-locked host memory (for the argument table's staging copies). */
+grace_status cuda_host_alloc(cuda_ctx *c, size_t n, void **p);
+void cuda_host_free(cuda_ctx *c, void *p);
+/* Asynchronous host-to-device copy on the VM's stream (src must be page-locked and stay untouched until the
+ * copy has run: record an event after it). */
+grace_status cuda_copy_to_device_async(cuda_ctx *c, CUdeviceptr dst, const void *src, size_t n);
+grace_status cuda_event_sync(cuda_ctx *c, CUevent e);
+
+#endif

@@ -1,0 +1,195 @@
+-- test_gpu_graphs.lua: compiled device programs run as CUDA graphs (vm/gpu_graph.c), under each launch strategy
+-- forced ("copy": inputs copied into placeholders; "indirect": pointers through the argument table) and chosen
+-- by measurement ("auto"). The safety list of issue 7: fresh inputs every call; the same input mutated in place
+-- between calls; outputs held across 100 calls and compared with eager at the end; two compiled functions
+-- interleaved; a function with a break taking both branches; a Lua error between calls; a captured weight
+-- updated in place; a host number (0-d CPU tensor) and a dynamic scalar changing every call; a new input
+-- layout recording another graph, bounded by GRACE_GRAPH_LIMIT's default. References are the same Lua functions
+-- run eagerly on CPU copies (float32; tolerance rtol 1e-4, atol 1e-4 * sqrt(K) for products over K terms).
+-- Without a usable CUDA device it prints a TAP skip plan.
+local tap = require "tests.lua.tap"
+local grace = require "grace"
+local H = require "tests.lua.gpu_harness"
+local DEV, to_dev = H.DEV, H.to_dev
+
+local function maxdiff(got, want)
+  if got.device ~= DEV and DEV ~= "cpu" then return math.huge, "on " .. got.device end
+  local g = got:cpu():double()
+  local w = want:double()
+  if H.shape(g) ~= H.shape(w) then return math.huge, "shape " .. H.shape(g) .. " vs " .. H.shape(w) end
+  return (g - w):abs():max():item(), nil
+end
+
+local function close(name, got, want, atol)
+  local d, why = maxdiff(got, want)
+  local tol = (atol or 1e-4) + 1e-4 * H.absmax(want)
+  if not tap.ok(d <= tol, name) then tap.diag(why or ("max |got - want| = %g > %g"):format(d, tol)) end
+end
+
+local function report_of(f)
+  local r = f:report()
+  return r[#r] or {}
+end
+
+-- a program with a matmul, a bias and activation epilogue, a row softmax scaled by a host number, a reduction
+local K = 64
+local function make_prog(W1, b1, W2)
+  return function(x, temp)
+    local h = (x:matmul(W1) + b1):relu()
+    local att = (h:matmul(W2) / temp):softmax(-1)
+    return att, (att * h):sum(-1)
+  end
+end
+
+local MODES = DEV == "cpu" and {"auto"} or {"copy", "indirect", "auto"}
+for _, mode in ipairs(MODES) do
+  grace.graphs(mode)
+  local W1c, b1c, W2c = grace.randn(K, K) * 0.2, grace.randn(K), grace.randn(K, K) * 0.2
+  local W1, b1, W2 = to_dev(W1c), to_dev(b1c), to_dev(W2c)
+  local fe = make_prog(W1c, b1c, W2c)
+  local fc = grace.compile(make_prog(W1, b1, W2))
+
+  -- fresh inputs from a pool of 8, a host temperature changing every call, outputs held over 100 calls
+  local pool, poolc = {}, {}
+  for i = 1, 8 do poolc[i] = grace.randn(5, K); pool[i] = to_dev(poolc[i]) end
+  local held, want = {}, {}
+  local bad_now = 0
+  for i = 1, 100 do
+    local temp = grace.tensor(0.5 + (i % 7) * 0.25)
+    local a, s = fc(pool[(i - 1) % 8 + 1], temp)
+    local ea, es = fe(poolc[(i - 1) % 8 + 1], temp)
+    if maxdiff(a, ea) > 1e-4 or maxdiff(s, es) > 1e-3 then bad_now = bad_now + 1 end
+    held[i], want[i] = {a, s}, {ea, es}
+  end
+  tap.ok(bad_now == 0, mode .. ": 100 calls with fresh inputs and a changing host number match eager (" .. bad_now .. " differ)")
+  local bad_end = 0
+  for i = 1, 100 do
+    if maxdiff(held[i][1], want[i][1]) > 1e-4 or maxdiff(held[i][2], want[i][2]) > 1e-3 then bad_end = bad_end + 1 end
+  end
+  tap.ok(bad_end == 0, mode .. ": outputs held across 100 calls are still right (" .. bad_end .. " overwritten)")
+  local rep = report_of(fc)
+  if DEV ~= "cpu" then
+    -- the first call traces (running eagerly); the other 99 run the compiled program
+    tap.ok(rep.on_device and rep.calls >= 99, mode .. ": the report covers the program (" .. tostring(rep.calls) .. " calls)")
+    if mode == "auto" then
+      tap.ok(rep.decided, "auto: a strategy was chosen after measuring (" .. tostring(rep.strategy) .. ")")
+      local best = math.huge
+      for _, us in pairs(rep.us) do best = math.min(best, us) end
+      local chosen_us = rep.us[rep.strategy]
+      tap.ok(chosen_us ~= nil and chosen_us <= best, "auto: the chosen strategy measured fastest")
+      tap.diag(("auto measured: eager %s us, copies %s us, indirection %s us; chose %s"):format(
+        tostring(rep.us.eager), tostring(rep.us["graph+copies"]), tostring(rep.us["graph+indirection"]), rep.strategy))
+    else
+      local name = mode == "copy" and "graph+copies" or "graph+indirection"
+      tap.ok(rep.strategy == name and rep.graphs >= 1, mode .. ": runs as " .. name .. " (" .. tostring(rep.strategy) ..
+        (rep.unavailable[name] and (": " .. rep.unavailable[name]) or "") .. ")")
+      tap.ok(rep.kernels >= 3, mode .. ": the graph holds the program's kernels (" .. tostring(rep.kernels) .. ")")
+      if mode == "indirect" then
+        tap.ok(rep.copy_bytes < 1024, mode .. ": under 1 KB copied per call (" .. tostring(rep.copy_bytes) .. ")")
+      else
+        tap.ok(rep.copy_bytes >= 5 * K * 4, mode .. ": the inputs are copied (" .. tostring(rep.copy_bytes) .. " bytes)")
+      end
+    end
+  end
+
+  -- the same input tensor mutated in place between calls
+  local x, xc = to_dev(poolc[1]), poolc[1]:clone()
+  local temp = grace.tensor(1.0)
+  for i = 1, 6 do
+    local a = fc(x, temp)
+    close(mode .. ": input mutated in place between calls, call " .. i, a, (fe(xc, temp)))
+    x:add_(0.5); xc:add_(0.5)
+  end
+
+  -- a captured weight updated in place: the next calls see it
+  for i = 1, 4 do
+    W1:mul_(1.1); W1c:mul_(1.1)
+    local a, s = fc(pool[2], temp)
+    local ea, es = fe(poolc[2], temp)
+    close(mode .. ": captured weight updated in place, call " .. i, s, es, 1e-3)
+  end
+
+  -- a new input layout (batch 3, then a transposed view) records again; old layouts keep working
+  local x3c = grace.randn(3, K)
+  local xtb = grace.randn(K, 4)
+  local xtd = to_dev(xtb)
+  for i = 1, 4 do
+    close(mode .. ": batch 3, call " .. i, (fc(to_dev(x3c), temp)), (fe(x3c, temp)))
+    close(mode .. ": transposed input, call " .. i, (fc(xtd:t(), temp)), (fe(xtb:t(), temp)))
+    close(mode .. ": batch 5 again, call " .. i, (fc(pool[3], temp)), (fe(poolc[3], temp)))
+  end
+  if DEV ~= "cpu" then
+    local r = report_of(fc)
+    tap.ok(r.graphs <= 8, mode .. ": graphs held stay bounded (" .. tostring(r.graphs) .. ")")
+  end
+
+  -- two compiled functions interleaved, each with its own graphs
+  local g1 = grace.compile(function(a, b) return (a * b + 1):tanh() end)
+  local g2 = grace.compile(function(a, b) return a:matmul(b):sigmoid() end)
+  local A, B = grace.randn(16, 16), grace.randn(16, 16)
+  local Ad, Bd = to_dev(A), to_dev(B)
+  local outs = {}
+  for i = 1, 12 do outs[#outs + 1] = {g1(Ad, Bd), (A * B + 1):tanh()}; outs[#outs + 1] = {g2(Bd, Ad), B:matmul(A):sigmoid()} end
+  local worst = 0
+  for _, o in ipairs(outs) do worst = math.max(worst, (maxdiff(o[1], o[2]))) end
+  tap.ok(worst <= 1e-4, mode .. ": two compiled functions interleaved, 24 held outputs right (max diff " .. worst .. ")")
+
+  -- a function with a break taking both branches: its device programs on either side are graphed too
+  local br = grace.compile(function(a)
+    local y = (a * 2):exp()
+    if y:sum():item() > 20 then return (y - 1):log() else return y * 3 end
+  end)
+  local brs = 0
+  for i = 1, 12 do
+    local v = grace.full({8}, i % 2 == 0 and 1.0 or -1.0)
+    local got = br(to_dev(v))
+    local w = (v * 2):exp()
+    w = w:sum():item() > 20 and (w - 1):log() or w * 3
+    if maxdiff(got, w) <= 1e-4 then brs = brs + 1 end
+  end
+  tap.ok(brs == 12, mode .. ": a break taking both branches, 12 calls right (" .. brs .. ")")
+
+  -- a Lua error between calls (raised inside the compiled function's Lua side) leaves it working
+  local err_f = grace.compile(function(a, fail)
+    local y = a:relu() + 1
+    if fail then error("stop here") end
+    return y * 2
+  end)
+  local errs, good = 0, 0
+  for i = 1, 10 do
+    local v = grace.randn(33)
+    local ok, got = pcall(err_f, to_dev(v), i % 3 == 0)
+    if not ok then errs = errs + 1
+    elseif maxdiff(got, (v:relu() + 1) * 2) <= 1e-5 then good = good + 1 end
+  end
+  tap.ok(errs == 3 and good == 7, mode .. ": Lua errors between calls (" .. errs .. " raised, " .. good .. " of 7 right)")
+
+  -- a dynamic scalar (a Lua number promoted after two traces) changing every call
+  local dyn = grace.compile(function(a, lr) return a - a:tanh() * lr end, {dynamic = {2}})
+  local dgood = 0
+  local av = grace.randn(1000)
+  for i = 1, 12 do
+    local lr = 0.01 * i
+    if maxdiff(dyn(to_dev(av), lr), av - av:tanh() * lr) <= 1e-5 then dgood = dgood + 1 end
+  end
+  tap.ok(dgood == 12, mode .. ": a dynamic scalar changing every call, 12 calls right (" .. dgood .. ")")
+end
+grace.graphs()
+
+-- a program that writes into its argument runs eagerly and says why
+if DEV ~= "cpu" then
+  local upd = grace.compile(function(w, g) w:sub_(g * 0.1); return w:sum() end)
+  local w, g = to_dev(grace.randn(64)), to_dev(grace.randn(64))
+  for _ = 1, 5 do upd(w, g) end
+  local r = report_of(upd)
+  tap.ok(r.strategy == "eager" and r.no_graph ~= nil, "in-place updates of arguments run eagerly, with the reason given (" ..
+    tostring(r.no_graph) .. ")")
+  local txt = {}
+  local oldprint = print
+  print = function(s) txt[#txt + 1] = s end
+  grace.report(upd)
+  print = oldprint
+  tap.ok((txt[1] or ""):find("no graph:", 1, true) ~= nil, "grace.report prints the reason")
+end
+
+tap.done()

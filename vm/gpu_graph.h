@@ -1,0 +1,25 @@
+/* gpu_graph.h: running a device program (a compiled partition) as a CUDA graph, chosen per program by measuring
+ * on the device (see grace_graph_info in grace.h for the strategies). gpu_ir_run hands every program that is
+ * not an eager one-op program to gpu_graph_call, which runs it through exec (the group executor) eagerly, or
+ * captures exec's launches into a graph and replays that. */
+#ifndef GRACE_GPU_GRAPH_H
+#define GRACE_GPU_GRAPH_H
+#include "ir/ir.h"
+#include "vm/vm.h"
+
+typedef grace_status (*gpu_exec_fn)(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+typedef struct gpu_part gpu_part;
+
+/* One call of ir with *part (made on first use) holding its graphs and measurements. */
+grace_status gpu_graph_call(grace_ir *ir, gpu_part **part, gpu_exec_fn exec, int nin, grace_tensor *const *in,
+                            int nout, grace_tensor **out);
+void gpu_part_free(grace_vm *vm, gpu_part *part);
+/* While a graph is being captured: the value of instruction inst (an input, scalar input or capture that is a
+ * host number) moves into the graph's argument table, rewritten before each replay. No-op otherwise. */
+grace_status gpu_graph_lift(grace_ir *ir, int inst, grace_tensor **val);
+/* Whether a graph is being captured on vm; then gpu_graph_number gives a device copy of host number t that
+ * lives in the argument table (its value fixed at capture: only constants reach here). */
+int gpu_graph_capturing(grace_vm *vm);
+grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+
+#endif
