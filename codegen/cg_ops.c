@@ -135,7 +135,7 @@ static const tmpl_def defs[CGO_NTMPL] = {
   [CGO_TRI] = {1, {"D"}, {"x"}, "n, rows, cols, k, upper", 0, {0}},
   [CGO_ICHECK] = {2, {"I", "F"}, {"idx", "flag"}, "n, nd, size" W16 ", is" W16 ", bound, base", 0, {0}},
   [CGO_IMOVE] = {3, {"D", "S", "I"}, {"dst", "src", "idx"},
-                 "n, nd, size" W16 ", ss" W16 ", ds" W16 ", is" W16 ", len, lss, lds, lis, sq, dq, base", 0, {0}},
+                 "n, nd, size" W16 ", ss" W16 ", ds" W16 ", is" W16 ", len, lss, lds, lis, sq, dq, base, bound", 0, {0}},
   [CGO_CREATE] = {1, {"D"}, {"out"}, "n, w0, w1, w2, w3", 2, {"seed", "offset"}},
   [CGO_CUMSUM] = {2, {"D", "S"}, {"out", "x"}, "rows, L, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol", 0, {0}},
   [CGO_SOFTMAX] = {2, {"D", "S"}, {"out", "x"}, "rows, L, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol", 0, {0}},
@@ -144,6 +144,8 @@ static const tmpl_def defs[CGO_NTMPL] = {
   [CGO_SORT] = {3, {"V", "I", "X"}, {"vals", "idx", "x"},
                 "rows, L, P, k, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol, base, has_idx", 0, {0}},
 };
+
+int cg_ops_nscalar(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? defs[t].nscalar : 0; }
 
 /* Unravels r over p.size[0..nd) adding coordinate * stride for each listed stride array. */
 static void emit_unravel(cg_buf *b, const char *r, int n, const char *const *strides, const char *const *accs) {
@@ -185,6 +187,9 @@ static void body_imove(cg_buf *b) {
   emit_unravel(b, "i", 3, (const char *[]){"ss", "ds", "is"}, (const char *[]){"so", "dof", "io"});
   cg_puts(b, "    for (long long l = 0; l < p.len; l++) {\n"
              "      long long q = I_ldi(idx + io + l * p.lis) - p.base;\n"
+             /* checked before the launch, or (in a CUDA graph) by a check node whose flag is read after it: a
+              * bad index is skipped here so that it never reads or writes out of bounds */
+             "      if ((unsigned long long)q >= (unsigned long long)p.bound) continue;\n"
              "      cgo_conv(dst + dof + l * p.lds + q * p.dq, src + so + l * p.lss + q * p.sq);\n"
              "    }\n  }\n");
 }

@@ -58,5 +58,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *spec, cg_kernel *k);
 const char *cg_ops_tmpl_name(cgo_tmpl t);
 /* Number of tensor pointers (then words) in a template's parameter struct. */
 int cg_ops_nptr(cgo_tmpl t);
+/* Number of scalar words ending the struct (passed through pointers when indirect). */
+int cg_ops_nscalar(cgo_tmpl t);
 
 #endif

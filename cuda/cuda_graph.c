@@ -248,3 +248,8 @@ grace_status cuda_copy_to_device_async(cuda_ctx *c, CUdeviceptr dst, const void 
 grace_status cuda_event_sync(cuda_ctx *c, CUevent e) {
   return cuda_check(c->vm, c->fn.cuEventSynchronize(e), "cuEventSynchronize");
 }
+
+grace_status cuda_copy_to_host_async(cuda_ctx *c, void *dst, CUdeviceptr src, size_t n) {
+  if (n == 0) return GRACE_OK;
+  return cuda_check(c->vm, c->fn.cuMemcpyDtoHAsync_v2(dst, src, n, c->stream), "cuMemcpyDtoHAsync_v2");
+}

@@ -62,5 +62,7 @@ void cuda_host_free(cuda_ctx *c, void *p);
  * copy has run: record an event after it). */
 grace_status cuda_copy_to_device_async(cuda_ctx *c, CUdeviceptr dst, const void *src, size_t n);
 grace_status cuda_event_sync(cuda_ctx *c, CUevent e);
+/* Asynchronous device-to-host copy on the VM's stream (dst page-locked; read it after a synchronize). */
+grace_status cuda_copy_to_host_async(cuda_ctx *c, void *dst, CUdeviceptr src, size_t n);
 
 #endif

@@ -270,6 +270,8 @@ typedef struct grace_graph_info {
   int indirect_words;              /* argument-table words rewritten per replay */
   size_t graph_bytes;              /* device memory the held graphs keep (their arenas and tables) */
   size_t copy_bytes;               /* bytes copied per replay: the table, inputs into placeholders, outputs out */
+  long replays;                    /* of that graph */
+  double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),

@@ -1303,6 +1303,9 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->indirect_words); lua_setfield(L, -2, "indirect_words");
   lua_pushinteger(L, (lua_Integer)gi->graph_bytes); lua_setfield(L, -2, "graph_bytes");
   lua_pushinteger(L, (lua_Integer)gi->copy_bytes); lua_setfield(L, -2, "copy_bytes");
+  lua_pushinteger(L, gi->replays); lua_setfield(L, -2, "replays");
+  lua_pushnumber(L, gi->replay_host_us_min); lua_setfield(L, -2, "replay_host_us_min");
+  lua_pushnumber(L, gi->replay_host_us_mean); lua_setfield(L, -2, "replay_host_us_mean");
 }
 
 /* f:report(): a list with one table per device program of f (entries, and paths of functions with breaks). */

@@ -29,6 +29,7 @@ enum {
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
   GG_ROUNDS = 3,          /* measured calls per strategy */
+  GG_CHECKS = 32,         /* deferred index checks per graph */
   GG_MAX_LIMIT = 64
 };
 
@@ -50,6 +51,7 @@ typedef struct gg_out {
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
 } gg_out;
+typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim; char op[24]; } gg_check;
 typedef struct gg_sig {
   int present, device, dtype, ndim, aligned;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
@@ -74,6 +76,11 @@ typedef struct gg_graph {
   int evused[GG_RING], ring;
   size_t copy_bytes;
   uint64_t used;
+  double replay_us_sum, replay_us_min;   /* host time of replay() (the table, its copy, the launch) */
+  long nreplay;
+  int ncheck;
+  gg_check chk[GG_CHECKS];
+  int64_t *chk_host;      /* page-locked: the flags read back after a replay */
 } gg_graph;
 
 struct gpu_part {
@@ -104,6 +111,7 @@ static void graph_free(grace_vm *vm, gg_graph *gg) {
   if (c) {
     cuda_graph_destroy(c, gg->g, gg->x);
     for (int r = 0; r < GG_RING; r++) { cuda_host_free(c, gg->host[r]); cuda_event_free(c, gg->ev[r]); }
+    cuda_host_free(c, gg->chk_host);
   }
   grace_tensor_release(gg->table);
   if (c) cuda_capture_free(c, gg->cap);
@@ -167,6 +175,15 @@ static grace_status table_scalar(grace_vm *vm, gg_graph *gg, const grace_tensor 
 }
 
 int gpu_graph_capturing(grace_vm *vm) { return vm->graph_cap != NULL; }
+
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim) {
+  gg_graph *gg = vm->graph_cap;
+  if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
+  gg_check *k = &gg->chk[gg->ncheck++];
+  *k = (gg_check){flag, n, size, dim, {0}};
+  snprintf(k->op, sizeof k->op, "%s", op);
+  return GRACE_OK;
+}
 
 grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out) {
   return table_scalar(vm, vm->graph_cap, t, SC_FIXED, -1, out);
@@ -345,6 +362,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     if (st == GRACE_OK)
       st = cuda_copy_to_device_async(c, gpu_ptr(gg->table), gg->host[0], sizeof(uint64_t) * (size_t)(GG_SCALARS + gg->nslots));
     if (st == GRACE_OK) st = cuda_sync(c);
+    if (st == GRACE_OK && gg->ncheck) st = cuda_host_alloc(c, sizeof(int64_t) * GG_CHECKS, (void **)&gg->chk_host);
     if (st == GRACE_OK) st = cuda_graph_instantiate(c, gg->g, &gg->x, &gg->nkernels);
     gg->copy_bytes = sizeof(uint64_t) * (size_t)(gg->hi - gg->lo);
     for (int i = 0; i < nin; i++) if (gg->in[i].copy) gg->copy_bytes += gg->in[i].bytes;
@@ -365,6 +383,7 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   grace_vm *vm = ir->vm;
   cuda_ctx *c = gpu_ctx(vm);
   grace_status st = GRACE_OK;
+  double t0 = now_us();
   int r = gg->ring;
   gg->ring = (r + 1) % GG_RING;
   if (gg->evused[r] && (st = cuda_event_sync(c, gg->ev[r])) != GRACE_OK) return st;
@@ -379,7 +398,7 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
     h[y->word] = (y->kind == SRC_INPUT ? gpu_ptr(in[y->index]) : gpu_ptr(fresh[y->index])) + (uint64_t)y->delta;
   }
   for (int k = 0; k < gg->nsc && st == GRACE_OK; k++)
-    if (gg->sc[k].kind != SC_FIXED) st = scalar_word(ir, &gg->sc[k], in, &h[k]);
+    if (gg->sc[k].kind != SC_FIXED) st = scalar_word(ir, &gg->sc[k], in, &h[GG_SCALARS - 1 - k]);
   for (int i = 0; i < gg->nin && st == GRACE_OK; i++)
     if (gg->in[i].copy) st = cuda_copy_device(c, gg->in[i].ph, gpu_ptr(in[i]), gg->in[i].bytes);
   if (st == GRACE_OK && gg->hi > gg->lo) {
@@ -388,8 +407,22 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
     if (st == GRACE_OK && (st = cuda_event_record(c, gg->ev[r])) == GRACE_OK) gg->evused[r] = 1;
   }
   if (st == GRACE_OK) st = cuda_graph_launch(c, gg->x);
+  double dt = now_us() - t0;
+  gg->replay_us_sum += dt;
+  if (!gg->nreplay++ || dt < gg->replay_us_min) gg->replay_us_min = dt;
   for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
     if (gg->grp[g].direct) st = cuda_copy_device(c, gpu_ptr(fresh[g]), gg->grp[g].base, gg->grp[g].bytes);
+  /* index checks: as eager, the call waits for them (so a bad index fails this call, not a later one) */
+  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
+    st = cuda_copy_to_host_async(c, &gg->chk_host[k], gg->chk[k].flag, sizeof(int64_t));
+  if (st == GRACE_OK && gg->ncheck) st = cuda_sync(c);
+  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++) {
+    const gg_check *q = &gg->chk[k];
+    if (gg->chk_host[k] >= q->n) continue;
+    st = q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows", q->op, (long long)q->size)
+                    : vm_err(vm, GRACE_EINDEX, "%s: an index is out of range for dim %d of size %lld", q->op,
+                             q->dim + vm->index_base, (long long)q->size);
+  }
   for (int j = 0; j < nout; j++) out[j] = NULL;
   for (int j = 0; j < nout && st == GRACE_OK; j++) {
     const gg_out *o = &gg->out[j];
@@ -497,6 +530,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     p->limit = l && atoi(l) > 0 ? atoi(l) : 8;
     if (p->limit > GG_MAX_LIMIT) p->limit = GG_MAX_LIMIT;
     eligibility(ir, p->inel, sizeof p->inel);
+    if (p->mode == -2) snprintf(p->inel, sizeof p->inel, "graphs are off (GRACE_GRAPHS or grace.graphs)");
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
     *pp = p;
@@ -580,5 +614,8 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
     out->kernels = last->nkernels;
     out->indirect_words = last->ndyn;
     out->copy_bytes = last->copy_bytes;
+    out->replays = last->nreplay;
+    out->replay_host_us_min = last->replay_us_min;
+    out->replay_host_us_mean = last->nreplay ? last->replay_us_sum / (double)last->nreplay : 0;
   }
 }

@@ -21,5 +21,8 @@ grace_status gpu_graph_lift(grace_ir *ir, int inst, grace_tensor **val);
  * lives in the argument table (its value fixed at capture: only constants reach here). */
 int gpu_graph_capturing(grace_vm *vm);
 grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+/* While capturing: an index check whose device flag (the first bad position, or more than n) is read after
+ * each replay instead of now; a bad index then fails that call as the eager check would. */
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim);
 
 #endif

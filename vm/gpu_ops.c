@@ -6,6 +6,8 @@
  * device by a kernel that records the first bad position; the host reads it back and reports the value. */
 #include <math.h>
 #include "vm/gpu_exec.h"
+#include "vm/gpu_graph.h"
+#include "cuda/cuda_graph.h"
 #include "vm/cpu_kernels.h"
 #include "vm/vm_check.h"
 #include "codegen/cg_ops.h"
@@ -91,6 +93,17 @@ static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype
                            unsigned grid, unsigned block, unsigned smem, const words *w) {
   cuda_ctx *c = gpu_ctx(vm);
   cgo_spec spec = {t, {d0, d1, d2}, variant, 0};
+  words wi;
+  cuda_capture *ind = cuda_capture_indirect(c);
+  if (ind) {   /* captured for a graph: pointers and scalars through slots of its argument table */
+    spec.indirect = 1;
+    wi = *w;
+    int np = cg_ops_nptr(t), ns = cg_ops_nscalar(t);
+    for (int i = 0; i < wi.n; i++)
+      if ((i < np || i >= wi.n - ns) && !(wi.w[i] = cuda_capture_slot(ind, w->w[i])))
+        return vm_err(vm, GRACE_EUNSUPPORTED, "%s: the graph's argument table is full", cg_ops_tmpl_name(t));
+    w = &wi;
+  }
   CUfunction f = NULL;
   grace_status st = get_function(vm, c, &spec, &f);
   if (st == GRACE_OK)
@@ -128,7 +141,9 @@ static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdevic
   wptr(&w, dst); wptr(&w, src);
   wput(&w, n); wput(&w, k); warr(&w, sz, k); warr(&w, a, k); warr(&w, b, k);
   int flat = k == 1 && a[0] == 1 && b[0] == 1;
-  if (flat && sdt == ddt) return cuda_copy_device(gpu_ctx(vm), dst, src, (size_t)n * grace_dtype_size(ddt));
+  /* a flat copy is a driver copy, unless a graph is being captured with indirection: its kernel reads slots */
+  if (flat && sdt == ddt && !cuda_capture_indirect(gpu_ctx(vm)))
+    return cuda_copy_device(gpu_ctx(vm), dst, src, (size_t)n * grace_dtype_size(ddt));
   return launch(vm, CGO_COPY, ddt, sdt, ddt, flat, blocks_for(n, 256), 256, 0, &w);
 }
 
@@ -218,7 +233,9 @@ static grace_status check_index(grace_vm *vm, const char *op, const grace_tensor
     wput(&w, n); wput(&w, idx->ndim); warr(&w, idx->sizes, idx->ndim); warr(&w, idx->strides, idx->ndim);
     wput(&w, size); wput(&w, vm->index_base);
     st = launch(vm, CGO_ICHECK, idx->dtype, GRACE_INT64, idx->dtype, 0, blocks_for(n, 256), 256, 0, &w);
-    if (st == GRACE_OK) st = cuda_copy_to_host(c, &first, flag, 8);
+    /* in a graph capture the flag is the graph's (its pool keeps it) and is read after each replay */
+    if (st == GRACE_OK && gpu_graph_capturing(vm)) st = gpu_graph_defer_check(vm, flag, op, n, size, dim);
+    else if (st == GRACE_OK) st = cuda_copy_to_host(c, &first, flag, 8);
   }
   cuda_release(c, flag, 8);
   if (st != GRACE_OK || first >= n) return st;
@@ -238,6 +255,7 @@ typedef struct imove {
   int nd;
   int64_t sizes[CGO_MAXD], ss[CGO_MAXD], ds[CGO_MAXD], is[CGO_MAXD];
   int64_t len, lss, lds, lis, sq, dq;
+  int64_t bound;              /* the indexed dim's size: indices outside it are skipped (they were checked) */
 } imove;
 
 static grace_status run_imove(grace_vm *vm, const imove *m, CUdeviceptr dst, grace_dtype ddt, CUdeviceptr src,
@@ -249,7 +267,7 @@ static grace_status run_imove(grace_vm *vm, const imove *m, CUdeviceptr dst, gra
   wput(&w, n); wput(&w, m->nd);
   warr(&w, m->sizes, m->nd); warr(&w, m->ss, m->nd); warr(&w, m->ds, m->nd); warr(&w, m->is, m->nd);
   wput(&w, m->len); wput(&w, m->lss); wput(&w, m->lds); wput(&w, m->lis); wput(&w, m->sq); wput(&w, m->dq);
-  wput(&w, vm->index_base);
+  wput(&w, vm->index_base); wput(&w, m->bound);
   return launch(vm, CGO_IMOVE, ddt, sdt, idx->dtype, 0, blocks_for(n, 256), 256, 0, &w);
 }
 
@@ -358,7 +376,7 @@ static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor 
   grace_tensor *o = dev_new(vm, op, x->dtype, x->ndim, sz);
   if (!o) return vm->status;
   tview ov = tv_of(o);
-  imove m = {.nd = ov.nd, .len = 1, .sq = xv.strides[dim]};
+  imove m = {.nd = ov.nd, .len = 1, .sq = xv.strides[dim], .bound = xv.sizes[dim]};
   for (int d = 0; d < ov.nd; d++) {
     m.sizes[d] = ov.sizes[d];
     m.ss[d] = d == dim ? 0 : xv.strides[d];
@@ -383,7 +401,7 @@ static grace_status op_gather(grace_vm *vm, grace_tensor *x, grace_tensor *idx, 
   grace_tensor *o = dev_new(vm, op, x->dtype, idx->ndim, idx->sizes);
   if (!o) return vm->status;
   tview ov = tv_of(o);
-  imove m = {.nd = iv.nd, .len = 1, .sq = xv.strides[dim]};
+  imove m = {.nd = iv.nd, .len = 1, .sq = xv.strides[dim], .bound = xv.sizes[dim]};
   for (int d = 0; d < iv.nd; d++) {
     m.sizes[d] = iv.sizes[d];
     m.ss[d] = d == dim ? 0 : xv.strides[d];
@@ -427,7 +445,7 @@ static grace_status op_scatter(grace_vm *vm, grace_tensor *x, grace_tensor *idx,
   if (!o) return vm->status;
   tview ov = tv_of(o);
   s = copy_into(vm, op, o, x);
-  imove m = {0};
+  imove m = {.bound = xv.sizes[dim]};
   line_over(&m, &iv, dim);
   int64_t unused;
   line_strides(m.is, &m.lis, &iv, dim);
@@ -459,7 +477,7 @@ static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor 
     return vm_err(vm, GRACE_EDEVICE, "%s: source is on '%s', the destination on 'cuda'", op,
                   grace_device_name(src->storage->device));
   if ((s = check_index(vm, op, idx, dv.sizes[dim], dim)) != GRACE_OK) return s;
-  imove m = {0};
+  imove m = {.bound = dv.sizes[dim]};
   int64_t unused;
   line_over(&m, &sv, dim);
   line_strides(m.ss, &m.lss, &sv, dim);
@@ -485,7 +503,7 @@ static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *
   sz[nd] = w->sizes[1];
   grace_tensor *o = dev_new(vm, op, w->dtype, nd + 1, sz);
   if (!o) return vm->status;
-  imove m = {.nd = nd + 1, .len = 1, .sq = w->strides[0]};
+  imove m = {.nd = nd + 1, .len = 1, .sq = w->strides[0], .bound = w->sizes[0]};
   for (int d = 0; d <= nd; d++) {
     m.sizes[d] = sz[d];
     m.ss[d] = d == nd ? w->strides[1] : 0;

@@ -372,7 +372,8 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
       for _, r in ipairs(f:report()) do
         m.launch[#m.launch + 1] = {strategy = r.strategy, us = r.us, unavailable = r.unavailable, no_graph = r.no_graph,
                                    kernels = r.kernels, copy_bytes = r.copy_bytes, graph_bytes = r.graph_bytes,
-                                   indirect_words = r.indirect_words, graphs = r.graphs, captures = r.captures}
+                                   indirect_words = r.indirect_words, graphs = r.graphs, captures = r.captures,
+                                   replay_host_us_min = r.replay_host_us_min, replay_host_us_mean = r.replay_host_us_mean}
       end
     end
     if grace.graphs then grace.graphs() end
@@ -407,9 +408,9 @@ local function print_entry(vname, entry)
           if l.us[n] then us[#us + 1] = fmt("%s %.1f", n, l.us[n]) end
           if l.unavailable[n] then us[#us + 1] = n .. " unavailable: " .. l.unavailable[n] end
         end
-        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call%s%s", k, l.strategy, l.kernels,
-                  l.copy_bytes, l.indirect_words, #us > 0 and "; measured us: " .. table.concat(us, ", ") or "",
-                  l.no_graph and "; no graph: " .. l.no_graph or ""))
+        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call, replay host %.1f us%s%s", k,
+                  l.strategy, l.kernels, l.copy_bytes, l.indirect_words, l.replay_host_us_mean or 0,
+                  #us > 0 and "; measured us: " .. table.concat(us, ", ") or "", l.no_graph and "; no graph: " .. l.no_graph or ""))
       end
     end
   end

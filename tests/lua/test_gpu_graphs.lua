@@ -164,6 +164,21 @@ for _, mode in ipairs(MODES) do
   end
   tap.ok(errs == 3 and good == 7, mode .. ": Lua errors between calls (" .. errs .. " raised, " .. good .. " of 7 right)")
 
+  -- an index op in the graph: its range check is read after each replay, so a bad id fails that very call
+  local E = grace.randn(10, 6)
+  local Ed = to_dev(E)
+  local emb = grace.compile(function(ids) return grace.embedding(ids, Ed):sum(-1) * 2 end)
+  local egood, ebad = 0, nil
+  for i = 1, 10 do
+    local ids = grace.tensor({{(i % 10) + 1, ((i * 3) % 10) + 1}}):long()
+    if maxdiff(emb(to_dev(ids)), grace.embedding(ids, E):sum(-1) * 2) <= 1e-5 then egood = egood + 1 end
+  end
+  local okb, errb = pcall(emb, to_dev(grace.tensor({{1, 11}}):long()))
+  ebad = not okb and tostring(errb):find("out of range", 1, true) ~= nil
+  local after = maxdiff(emb(to_dev(grace.tensor({{2, 3}}):long())), grace.embedding(grace.tensor({{2, 3}}):long(), E):sum(-1) * 2)
+  tap.ok(egood == 10 and ebad and after <= 1e-5, mode .. (": embedding: 10 calls right (%d), a bad id fails its call (%s), " ..
+    "the next call right"):format(egood, tostring(errb)))
+
   -- a dynamic scalar (a Lua number promoted after two traces) changing every call
   local dyn = grace.compile(function(a, lr) return a - a:tanh() * lr end, {dynamic = {2}})
   local dgood = 0
