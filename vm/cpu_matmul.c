@@ -1,9 +1,12 @@
 /* cpu_matmul.c: the CPU backend's matrix products (NumPy/PyTorch matmul semantics: 1-D operands, batch
- * broadcasting). float32/float16/bfloat16 run a packed, register-blocked GEMM in float32 (AVX2+FMA
- * micro-kernel chosen at run time, portable fallback otherwise); float32 matrix-vector products take a
- * bandwidth-bound path that reads the matrix once; float64 and integers run a simple blocked loop. */
+ * broadcasting). float32/float16/bfloat16 run a packed, register-blocked GEMM in float32 (AVX-512 or AVX2+FMA
+ * micro-kernels chosen at run time, all summing each element the same way, portable fallback otherwise);
+ * float32 matrix-vector products take a bandwidth-bound path that reads the matrix once; float64 and integers
+ * run a simple blocked loop. Compiled programs (cpu_fused.c) run the same float32 GEMM on a right operand
+ * packed once, with an epilogue per finished block of rows. */
 #include <stdatomic.h>
 #include "vm/cpu_kernels.h"
+#include "vm/cpu_fused.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define MM_X86 1
@@ -215,14 +218,147 @@ static void kernel_avx2(int64_t kc, const float *a, const float *b, float *c, in
     _mm256_storeu_ps(cr + 8, v1);
   }
 }
+/* The same sums for fewer than MR rows (a matrix's last row panel): each element is the same chain of FMAs
+ * in k order as kernel_avx2 computes, then added to C (or to 0) as gemm_block adds its edge tiles, so results
+ * are bit for bit eager's, without the FMAs of the zero rows (a product with 8 rows would otherwise compute 12). */
+#define DEF_KROWS(R)                                                                                            \
+  __attribute__((target("avx2,fma")))                                                                           \
+  static void kernel_avx2_r##R(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) {    \
+    __m256 s[R][2];                                                                                             \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) s[r][0] = s[r][1] = _mm256_setzero_ps();               \
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {                                                        \
+      __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);                                              \
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                                     \
+        __m256 x = _mm256_broadcast_ss(a + r);                                                                  \
+        s[r][0] = _mm256_fmadd_ps(x, b0, s[r][0]);                                                              \
+        s[r][1] = _mm256_fmadd_ps(x, b1, s[r][1]);                                                              \
+      }                                                                                                         \
+    }                                                                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                                       \
+      float *cr = c + r * ldc;                                                                                  \
+      __m256 v0 = s[r][0], v1 = s[r][1];                                                                        \
+      __m256 c0 = acc ? _mm256_loadu_ps(cr) : _mm256_setzero_ps(), c1 = acc ? _mm256_loadu_ps(cr + 8) : c0;      \
+      v0 = _mm256_add_ps(v0, c0);   /* as gemm_block's edge tiles: 0 + s, so a sum of -0 stores +0 */        \
+      v1 = _mm256_add_ps(v1, c1);                                                                               \
+      _mm256_storeu_ps(cr, v0);                                                                                 \
+      _mm256_storeu_ps(cr + 8, v1);                                                                             \
+    }                                                                                                           \
+  }
+DEF_KROWS(1)
+DEF_KROWS(2)
+DEF_KROWS(3)
+DEF_KROWS(4)
+DEF_KROWS(5)
+
+/* AVX-512: a panel row of NR = 16 floats is one register, so R rows take R accumulators, one load of B and R
+ * broadcasts per k. Each lane runs the same FMA chain in k order as the AVX2 kernel's lanes, so the sums are
+ * bit for bit the same; the wider FMAs about double the throughput where the CPU has them. R = MR is the
+ * full tile (stored as kernel_avx2 stores it), R < MR the last row panel (stored as gemm_block's edge tiles). */
+#define DEF_K512(NAME, R, EDGE)                                                                                 \
+  __attribute__((target("avx512f")))                                                                            \
+  static void NAME(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) {                \
+    __m512 s[R];                                                                                                \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) s[r] = _mm512_setzero_ps();                            \
+    for (int64_t k = 0; k < kc; k++, a += MR, b += NR) {                                                        \
+      __m512 b0 = _mm512_loadu_ps(b);                                                                           \
+      _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), b0, s[r]); \
+    }                                                                                                           \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                                       \
+      float *cr = c + r * ldc;                                                                                  \
+      __m512 v = s[r];                                                                                          \
+      if (acc) v = _mm512_add_ps(v, _mm512_loadu_ps(cr));                                                       \
+      else if (EDGE) v = _mm512_add_ps(v, _mm512_setzero_ps());   /* 0 + s: a sum of -0 stores +0 */           \
+      _mm512_storeu_ps(cr, v);                                                                                  \
+    }                                                                                                           \
+  }
+DEF_K512(kernel_avx512, MR, 0)
+DEF_K512(kernel_avx512_r1, 1, 1)
+DEF_K512(kernel_avx512_r2, 2, 1)
+DEF_K512(kernel_avx512_r3, 3, 1)
+DEF_K512(kernel_avx512_r4, 4, 1)
+DEF_K512(kernel_avx512_r5, 5, 1)
+
+/* Two row panels at once (the second one's packed rows follow the first's at a + MR kc): 6 + R2 independent
+ * FMA chains instead of 6 hide the FMA latency, and each B load serves both panels. The first panel is a
+ * full tile, the second a full tile (R2 = MR) or the last, partial one. */
+#define DEF_K512_PAIR(R2)                                                                                       \
+  __attribute__((target("avx512f")))                                                                            \
+  static void kernel_avx512_p##R2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int acc) { \
+    __m512 s[MR + R2];                                                                                          \
+    const float *a2 = a + MR * kc;                                                                              \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR + R2; r++) s[r] = _mm512_setzero_ps();                     \
+    for (int64_t k = 0; k < kc; k++, a += MR, a2 += MR, b += NR) {                                              \
+      __m512 b0 = _mm512_loadu_ps(b);                                                                           \
+      _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) s[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), b0, s[r]); \
+      _Pragma("GCC unroll 6") for (int r = 0; r < R2; r++)                                                     \
+        s[MR + r] = _mm512_fmadd_ps(_mm512_set1_ps(a2[r]), b0, s[MR + r]);                                      \
+    }                                                                                                           \
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR + R2; r++) {                                               \
+      float *cr = c + r * ldc;                                                                                  \
+      __m512 v = s[r];                                                                                          \
+      if (acc) v = _mm512_add_ps(v, _mm512_loadu_ps(cr));                                                       \
+      else if (r >= MR && R2 < MR) v = _mm512_add_ps(v, _mm512_setzero_ps());   /* an edge tile's 0 + s */    \
+      _mm512_storeu_ps(cr, v);                                                                                  \
+    }                                                                                                           \
+  }
+DEF_K512_PAIR(1)
+DEF_K512_PAIR(2)
+DEF_K512_PAIR(3)
+DEF_K512_PAIR(4)
+DEF_K512_PAIR(5)
+DEF_K512_PAIR(6)
+
+static int have_avx512(void) { return __builtin_cpu_supports("avx512f"); }
 #endif
 
 
-static mm_kernel_fn pick_kernel(void) {
+/* The kernels one machine uses: a full tile, fewer rows (NULL: through a full-size buffer), two row panels at
+ * once (pair[r2]: the second panel's rows; NULL: one panel at a time). Every choice sums each element the same
+ * way, so which of them runs a tile never changes a result. */
+typedef struct mm_kset {
+  mm_kernel_fn full, rows[MR], pair[MR + 1];
+} mm_kset;
+
+static const mm_kset kset_generic = {.full = kernel_generic};
 #ifdef MM_X86
-  if (have_avx2()) return kernel_avx2;
+static const mm_kset kset_avx2 = {.full = kernel_avx2, .rows = {NULL, kernel_avx2_r1, kernel_avx2_r2, kernel_avx2_r3,
+                                  kernel_avx2_r4, kernel_avx2_r5}};
+static const mm_kset kset_avx512 = {
+  .full = kernel_avx512,
+  .rows = {NULL, kernel_avx512_r1, kernel_avx512_r2, kernel_avx512_r3, kernel_avx512_r4, kernel_avx512_r5},
+  .pair = {NULL, kernel_avx512_p1, kernel_avx512_p2, kernel_avx512_p3, kernel_avx512_p4, kernel_avx512_p5, kernel_avx512_p6}};
 #endif
-  return kernel_generic;
+
+static const mm_kset *pick_kernels(void) {
+#ifdef MM_X86
+  if (have_avx2() && have_avx512()) return &kset_avx512;
+  if (have_avx2()) return &kset_avx2;
+#endif
+  return &kset_generic;
+}
+
+/* Rows [0, mc) of packed A (panels of MR rows) times one packed NR-column panel of B (nr columns used) into c
+ * (row stride ldc), added to c when acc. */
+static void run_column(const mm_kset *ks, int64_t kc, const float *Ap, const float *bp, float *c, int64_t ldc,
+                       int64_t mc, int64_t nr, int acc) {
+  float tmp[MR * NR];
+  int64_t ir = 0, np = (mc + MR - 1) / MR;
+  if (nr == NR && ks->pair[1]) {
+    if (np % 2 == 1 && mc >= MR) { ks->full(kc, Ap, bp, c, ldc, acc); ir = MR; }   /* odd count: one alone first */
+    for (; ir + MR < mc; ir += 2 * MR) {
+      int64_t r2 = mc - ir - MR < MR ? mc - ir - MR : MR;
+      ks->pair[r2](kc, Ap + ir * kc, bp, c + ir * ldc, ldc, acc);
+    }
+  }
+  for (; ir < mc; ir += MR) {
+    int64_t mr = mc - ir < MR ? mc - ir : MR;
+    float *cc = c + ir * ldc;
+    if (nr == NR && mr == MR) { ks->full(kc, Ap + ir * kc, bp, cc, ldc, acc); continue; }
+    if (nr == NR && ks->rows[mr]) { ks->rows[mr](kc, Ap + ir * kc, bp, cc, ldc, acc); continue; }
+    ks->full(kc, Ap + ir * kc, bp, tmp, NR, 0);   /* edge tile: through a full-size buffer */
+    for (int64_t r = 0; r < mr; r++)
+      for (int64_t j = 0; j < nr; j++) cc[r * ldc + j] = (acc ? cc[r * ldc + j] : 0) + tmp[r * NR + j];
+  }
 }
 
 /* ---- the packed GEMM: tasks are (batch, row group, column group) rectangles of C ---- */
@@ -232,7 +368,7 @@ typedef struct gemm_ctx {
   int64_t rg, cg, rp, cp;          /* groups and MR/NR panels along rows and columns */
   size_t bp_floats;                /* the packed-B part of a slot */
   mm_slots *slots;
-  mm_kernel_fn kern;
+  const mm_kset *ks;
 } gemm_ctx;
 
 static void gemm_block(const gemm_ctx *x, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *Bp,
@@ -242,7 +378,6 @@ static void gemm_block(const gemm_ctx *x, int64_t b, int64_t m0, int64_t m1, int
   batch_offsets(p, b, &oa, &ob);
   const char *A = p->pa + oa * es, *B = p->pb + ob * es;
   float *C = x->C + b * p->M * N;
-  float tmp[MR * NR];
   for (int64_t jc = n0; jc < n1; jc += NC) {
     int64_t nc = n1 - jc < NC ? n1 - jc : NC;
     for (int64_t pc = 0; pc < K; pc += KC) {
@@ -251,17 +386,8 @@ static void gemm_block(const gemm_ctx *x, int64_t b, int64_t m0, int64_t m1, int
       for (int64_t ic = m0; ic < m1; ic += MC) {
         int64_t mc = m1 - ic < MC ? m1 - ic : MC;
         pack_a(p->dt, A + (ic * p->ars + pc * p->acs) * es, p->ars, p->acs, mc, kc, Ap);
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-          int64_t nr = nc - jr < NR ? nc - jr : NR;
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            int64_t mr = mc - ir < MR ? mc - ir : MR;
-            float *c = C + (ic + ir) * N + jc + jr;
-            if (mr == MR && nr == NR) { x->kern(kc, Ap + ir * kc, Bp + jr * kc, c, N, pc > 0); continue; }
-            x->kern(kc, Ap + ir * kc, Bp + jr * kc, tmp, NR, 0);   /* edge tile: through a full-size buffer */
-            for (int64_t r = 0; r < mr; r++)
-              for (int64_t j = 0; j < nr; j++) c[r * N + j] = (pc > 0 ? c[r * N + j] : 0) + tmp[r * NR + j];
-          }
-        }
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          run_column(x->ks, kc, Ap, Bp + jr * kc, C + ic * N + jc + jr, N, mc, nc - jr < NR ? nc - jr : NR, pc > 0);
       }
     }
   }
@@ -304,7 +430,7 @@ static grace_status gemm_f32(grace_vm *vm, const mm_plan *p, float *C) {
   if (!slots.buf) return vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory for %zu bytes of packing buffers", bytes);
   for (int i = 0; i < slots.n; i++) atomic_init(&slots.busy[i], 0);
   gemm_ctx x = {.p = p, .C = C, .rg = rg, .cg = cg, .rp = rp, .cp = cp, .bp_floats = bp, .slots = &slots,
-                .kern = pick_kernel()};
+                .ks = pick_kernels()};
   if (parallel) vm_parallel_for(vm, ntasks, 1, gemm_tasks, &x);
   else gemm_tasks(&x, 0, ntasks);
   vm_free(vm, slots.buf, bytes);
@@ -650,5 +776,117 @@ grace_status cpu_matmul_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
   grace_status st = compute(vm, &p, x, y, o);
   if (st != GRACE_OK) { grace_tensor_release(o); return st; }
   *out = o;
+  return GRACE_OK;
+}
+
+/* ---- compiled programs: B packed once (a captured weight), the product with an epilogue per finished block ----
+ * The packed layout is what pack_b makes for all N columns, one KC block of k after another: block pc holds
+ * npad/NR panels of kc x NR floats at data + pc * npad. Each element is summed exactly as gemm_f32 sums it
+ * (KC blocks in order, a chain of FMAs in k order inside a block), so results are bit for bit eager's. */
+grace_status cpu_mm_pack_b(grace_vm *vm, const grace_tensor *b, cpu_mm_pack *pk) {
+  memset(pk, 0, sizeof *pk);
+  if (b->dtype != GRACE_FLOAT32 || b->ndim != 2 || b->storage->device != GRACE_CPU)
+    return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: only a 2-d float32 CPU matrix is packed ahead");
+  int64_t K = b->sizes[0], N = b->sizes[1], npad = round_up(N, NR);
+  size_t bytes = (size_t)(K * npad) * sizeof(float);
+  float *d = vm_alloc(vm, bytes ? bytes : 64);
+  if (!d) return vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory packing a %lldx%lld matrix", (long long)K,
+                        (long long)N);
+  const char *B = vm_ptr(b);
+  int64_t brs = N == 1 ? 1 : b->strides[0], bcs = N == 1 ? 1 : b->strides[1];
+  if (K == 1) brs = 1;
+  for (int64_t pc = 0; pc < K; pc += KC) {
+    int64_t kc = K - pc < KC ? K - pc : KC;
+    pack_b(GRACE_FLOAT32, B + pc * brs * (int64_t)sizeof(float), brs, bcs, kc, N, d + pc * npad);
+  }
+  *pk = (cpu_mm_pack){.K = K, .N = N, .npad = npad, .data = d, .bytes = bytes ? bytes : 64};
+  return GRACE_OK;
+}
+
+void cpu_mm_pack_free(grace_vm *vm, cpu_mm_pack *pk) {
+  if (pk->data) vm_free(vm, pk->data, pk->bytes);
+  memset(pk, 0, sizeof *pk);
+}
+
+typedef struct pk_ctx {
+  const cpu_mm_pack *pk;
+  const float *A;
+  int64_t M, ars, acs;
+  float *C;                        /* [M, N] contiguous */
+  int64_t rg, cg, rp, cp;
+  mm_slots *slots;
+  const mm_kset *ks;
+  cpu_mm_epi_fn epi;
+  void *ectx;
+} pk_ctx;
+
+/* Rows [m0, m1) x columns [n0, n1) of C (n0 a multiple of NR); the epilogue runs on each MC block of rows as soon
+ * as its last KC block is summed, while those rows are still in cache. */
+static void pk_block(const pk_ctx *x, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *Ap) {
+  const cpu_mm_pack *pk = x->pk;
+  int64_t N = pk->N, K = pk->K;
+  for (int64_t ic = m0; ic < m1; ic += MC) {
+    int64_t mc = m1 - ic < MC ? m1 - ic : MC;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      int64_t kc = K - pc < KC ? K - pc : KC;
+      pack_a_f32(x->A + ic * x->ars + pc * x->acs, x->ars, x->acs, mc, kc, Ap);
+      const float *Bk = pk->data + pc * pk->npad;
+      for (int64_t jr = n0; jr < n1; jr += NR)
+        run_column(x->ks, kc, Ap, Bk + jr / NR * kc * NR, x->C + ic * N + jr, N, mc, n1 - jr < NR ? n1 - jr : NR, pc > 0);
+    }
+    if (x->epi) x->epi(x->ectx, ic, ic + mc, n0, n1);
+  }
+}
+
+static void pk_tasks(void *vctx, int64_t begin, int64_t end) {
+  const pk_ctx *x = vctx;
+  int s = slot_acquire(x->slots);
+  float *Ap = x->slots->buf + (size_t)s * x->slots->each;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t r = t / x->cg, c = t % x->cg;
+    int64_t m0 = r * x->rp / x->rg * MR, m1 = (r + 1) * x->rp / x->rg * MR;
+    int64_t n0 = c * x->cp / x->cg * NR, n1 = (c + 1) * x->cp / x->cg * NR;
+    if (m1 > x->M) m1 = x->M;
+    if (n1 > x->pk->N) n1 = x->pk->N;
+    if (m0 < m1 && n0 < n1) pk_block(x, m0, m1, n0, n1, Ap);
+  }
+  slot_release(x->slots, s);
+}
+
+grace_status cpu_mm_packed_run(grace_vm *vm, const grace_tensor *a, const cpu_mm_pack *pk, float *C, cpu_mm_epi_fn epi,
+                               void *ectx) {
+  if (a->dtype != GRACE_FLOAT32 || a->ndim < 2 || a->storage->device != GRACE_CPU || a->sizes[a->ndim - 1] != pk->K)
+    return GRACE_EUNSUPPORTED;
+  /* A's batch and row dims as one run of rows, as fold_batch folds them for eager */
+  mm_plan p = {.dt = GRACE_FLOAT32, .M = a->sizes[a->ndim - 2], .K = pk->K, .N = pk->N, .nb = 1, .nbd = a->ndim - 2};
+  for (int d = 0; d < p.nbd; d++) { p.bsizes[d] = a->sizes[d]; p.nb *= a->sizes[d]; p.bstr_a[d] = a->strides[d]; }
+  p.ars = a->strides[a->ndim - 2];
+  p.acs = a->strides[a->ndim - 1];
+  if (p.M == 1) p.ars = 0;
+  fold_batch(&p);
+  /* eager takes other paths here (matrix-vector sums, a zero fill): the caller runs eager's matmul instead */
+  if (p.nb != 1 || p.M <= 1 || p.N <= 1 || p.K == 0) return GRACE_EUNSUPPORTED;
+  int64_t M = p.M, N = p.N, rp = (M + MR - 1) / MR, cp = (N + NR - 1) / NR, rg = 1, cg = 1;
+  double work = (double)M * (double)N * (double)p.K;
+  int threads = vm->threads < 64 ? vm->threads : 64, parallel = threads > 1 && work >= CPU_MM_PACKED_PAR_WORK;
+  if (parallel) {
+    /* B needs no packing per task, so columns split freely; rows split too when there are few column panels */
+    int64_t want = 2 * (int64_t)threads;
+    cg = cp < want ? cp : want;
+    rg = (want + cg - 1) / cg;
+    if (rg > rp) rg = rp;
+  }
+  int64_t ntasks = rg * cg;
+  mm_slots slots = {.n = parallel ? (int)(ntasks < threads ? ntasks : threads) : 1};
+  slots.each = (size_t)round_up((MC < M ? MC : round_up(M, MR)) * KC, 16);
+  size_t bytes = slots.each * (size_t)slots.n * sizeof(float);
+  slots.buf = vm_alloc(vm, bytes);
+  if (!slots.buf) return vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory for %zu bytes of packing buffers", bytes);
+  for (int i = 0; i < slots.n; i++) atomic_init(&slots.busy[i], 0);
+  pk_ctx x = {.pk = pk, .A = (const float *)vm_ptr(a), .M = M, .ars = p.ars, .acs = p.acs, .C = C, .rg = rg, .cg = cg,
+              .rp = rp, .cp = cp, .slots = &slots, .ks = pick_kernels(), .epi = epi, .ectx = ectx};
+  if (parallel) vm_parallel_for(vm, ntasks, 1, pk_tasks, &x);
+  else pk_tasks(&x, 0, ntasks);
+  vm_free(vm, slots.buf, bytes);
   return GRACE_OK;
 }
