@@ -12,6 +12,7 @@
 #include "codegen/cg_matmul.h"
 #include "cuda/cuda_blas.h"
 #include "cuda/cuda_graph.h"
+#include "vm/gpu_graph.h"
 #include "vm/vm_interp.h"
 
 #define MM_MAX_FNS 48
@@ -409,9 +410,8 @@ out:
 static grace_status run_prob(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, CUdeviceptr C, gpu_mm_choice choice) {
   if (p->nb * p->M * p->N == 0) return GRACE_OK;
   cuda_blas_gemm g;
-  int rows_few = p->M <= MM_GEMV_ROWS || (p->N == 1);
   int blas_ok = p->K > 0 && blas_fits(p, &g);
-  if (choice == GPU_MM_OWN || (choice == GPU_MM_AUTO && (rows_few || !blas_ok))) return run_own(vm, c, s, p, C);
+  if (choice == GPU_MM_OWN || (choice == GPU_MM_AUTO && !blas_ok)) return run_own(vm, c, s, p, C);
   if (!s->blas_tried) {
     s->blas_tried = 1;
     if (cuda_blas_load(vm, NULL, &s->blas) != GRACE_OK) s->blas = NULL;
@@ -428,6 +428,8 @@ static grace_status run_prob(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p,
         t->bk == bk)
       return t->use_blas ? run_blas(vm, c, s, p, &g, C) : run_own(vm, c, s, p, C);
   }
+  /* timing synchronizes, which a graph capture cannot; a shape first seen there runs ours, untimed */
+  if (c && gpu_graph_capturing(vm)) return run_own(vm, c, s, p, C);
   float own = time_one(vm, c, s, p, &g, C, 0);
   if (own < 0) return vm->status;
   float vendor = time_one(vm, c, s, p, &g, C, 1);
