@@ -10,6 +10,7 @@
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
+#   suite      issue 8: PyTorch and grace workloads on shared weights, alone on the device, and the report
 # With no stage: gpu test bench.
 set -u
 OUT=${OUT:-bench/out}
@@ -85,6 +86,22 @@ for s in $stages; do
     timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \
       ${WEIGHTS_DIR:+--weights $WEIGHTS_DIR} --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
     tail -40 "$OUT/grace_workloads.txt" ;;
+  suite)       # issue 8 in one go, alone on the device: PyTorch (writes the shared weights and its outputs),
+               # grace on the same weights (checked against PyTorch), then the report (markdown, JSON, chart)
+    echo "== benchmark suite: PyTorch"
+    W=$PWD/.bench-weights
+    rm -rf "$W"; mkdir -p "$W"
+    timeout ${TORCH_TIMEOUT:-300} python3 bench/torch/workloads.py --device cuda --iters ${WL_ITERS:-100} \
+      --weights "$W" --json "$OUT/torch.json" > "$OUT/torch_workloads.txt" 2>&1 || { echo "torch side failed or timed out"; status=1; }
+    tail -30 "$OUT/torch_workloads.txt"
+    echo "== benchmark suite: grace"
+    timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-100} \
+      --weights "$W" --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
+    tail -45 "$OUT/grace_workloads.txt"
+    echo "== report"
+    python3 bench/report.py --grace "$OUT/grace.json" --torch "$OUT/torch.json" --md "$OUT/report.md" \
+      --png "$OUT/report.png" --json "$OUT/bench.json" 2>&1 | tail -5
+    cat "$OUT/report.md" 2>/dev/null | head -60 ;;
   graphs)      # CUDA graph replay: host time per call by strategy (alone on the device: it is a timing)
     echo "== graph replay"
     timeout 120 $B/grace bench/graph_replay.lua 2>&1 | tee "$OUT/graph_replay.txt" ;;
@@ -124,6 +141,7 @@ for s in $stages; do
 done
 $B/grace -e 'print("backend: " .. grace.backend())' 2>&1 | tee -a "$OUT/machine.txt"
 # The run tool brings back a few files only: everything goes into logs.tgz, and only the JSON stays beside it.
-tar czf "$OUT/../logs.tgz.$$" -C "$OUT" . 2>/dev/null && find "$OUT" -mindepth 1 ! -name '*.json' -delete &&
+tar czf "$OUT/../logs.tgz.$$" -C "$OUT" . 2>/dev/null &&
+  find "$OUT" -mindepth 1 ! -name bench.json ! -name report.md ! -name report.png ! -name grace.json -delete &&
   mv "$OUT/../logs.tgz.$$" "$OUT/logs.tgz"
 exit $status
