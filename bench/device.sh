@@ -59,7 +59,8 @@ for s in $stages; do
     pids=""
     for t in $gpu_tests; do   # all at once, each under a timeout: memcheck slows kernels 10-100x
       n=$(basename "$t")
-      ( run_one "$t" "$OUT/memcheck_$n.log" timeout ${T_TIMEOUT:-300} "$cs" --tool memcheck --leak-check full \
+      case "$n" in *${MEMCHECK_ONLY:-}*) ;; *) continue ;; esac   # MEMCHECK_ONLY=name: only the files matching it
+      ( run_one "$t" "$OUT/memcheck_$n.log" timeout ${T_TIMEOUT:-300} "$cs" --tool memcheck --leak-check full --report-api-errors no \
           --error-exitcode 9 > "$OUT/msum_$n.txt"
         grep -E 'ERROR SUMMARY|LEAK SUMMARY' "$OUT/memcheck_$n.log" | sed 's/^/    /' >> "$OUT/msum_$n.txt" ) &
       pids="$pids $!"
@@ -87,17 +88,24 @@ for s in $stages; do
       ${WEIGHTS_DIR:+--weights $WEIGHTS_DIR} --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
     tail -40 "$OUT/grace_workloads.txt" ;;
   suite)       # issue 8 in one go, alone on the device: PyTorch (writes the shared weights and its outputs),
-               # grace on the same weights (checked against PyTorch), then the report (markdown, JSON, chart)
+               # grace on the same weights (checked against PyTorch), then the report (markdown, JSON, chart).
+               # Each side ends with first calls in fresh processes, cold and warm compile cache, inside its own
+               # timeout: grace's compiled modes for every workload, PyTorch's for TORCH_FRESH (torch.compile's
+               # cold compile takes tens of seconds a workload; TORCH_FRESH= skips it), each within a budget;
+               # before them PyTorch counts kernels with its profiler (compiling each mode again, within
+               # TORCH_PROFILE_BUDGET). Both sides write their JSON before these extras, so a timeout keeps it.
     echo "== benchmark suite: PyTorch"
     W=$PWD/.bench-weights
     rm -rf "$W"; mkdir -p "$W"
     timeout ${TORCH_TIMEOUT:-300} python3 bench/torch/workloads.py --device cuda --iters ${WL_ITERS:-100} \
-      --weights "$W" --json "$OUT/torch.json" > "$OUT/torch_workloads.txt" 2>&1 || { echo "torch side failed or timed out"; status=1; }
-    tail -30 "$OUT/torch_workloads.txt"
+      --weights "$W" --json "$OUT/torch.json" --profile-budget ${TORCH_PROFILE_BUDGET:-45} \
+      --fresh "${TORCH_FRESH-gpt2_decode_fp32}" --fresh-budget ${TORCH_FRESH_BUDGET:-60} > "$OUT/torch_workloads.txt" 2>&1 || { echo "torch side failed or timed out"; status=1; }
+    tail -40 "$OUT/torch_workloads.txt"
     echo "== benchmark suite: grace"
     timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-100} \
-      --weights "$W" --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
-    tail -45 "$OUT/grace_workloads.txt"
+      --weights "$W" --json "$OUT/grace.json" --fresh ${WL_FRESH:-compiled,full} \
+      --fresh-budget ${WL_FRESH_BUDGET:-90} > "$OUT/grace_workloads.txt" 2>&1 || status=1
+    tail -60 "$OUT/grace_workloads.txt"
     echo "== report"
     python3 bench/report.py --grace "$OUT/grace.json" --torch "$OUT/torch.json" --md "$OUT/report.md" \
       --png "$OUT/report.png" --json "$OUT/bench.json" 2>&1 | tail -5

@@ -54,6 +54,8 @@ grace_status cuda_malloc(cuda_ctx *c, size_t n, CUdeviceptr *ptr) {
     return vm_err(c->vm, GRACE_ENOMEM, "cuda: out of memory allocating %zu bytes (more than can exist)", n);
   size_t size = round_size(n);
   size_t h = size_bucket(size);
+  cuda_block *pooled = c->cap ? cuda_capture_reuse(c, size) : NULL;
+  if (pooled) { c->mem.ncache_hits++; *ptr = pooled->ptr; return GRACE_OK; }
   for (cuda_block **pb = &c->cached[h]; *pb; pb = &(*pb)->next)
     if ((*pb)->size == size) {
       cuda_block *b = *pb;
@@ -115,7 +117,7 @@ void cuda_release(cuda_ctx *c, CUdeviceptr ptr, size_t n) {
     if ((*pb)->ptr == ptr) {
       cuda_block *b = *pb;
       /* a graph's block stays its own, at the address its replays use, until the graph goes */
-      if (b->pool) { b->held = 0; return; }
+      if (b->pool) { cuda_capture_release(c, b); return; }
       *pb = b->next;
       c->mem.allocated -= b->size;
       size_t h = size_bucket(b->size);
@@ -132,6 +134,9 @@ void cuda_empty_cache(cuda_ctx *c) {
 }
 
 void cuda_memory_stats(cuda_ctx *c, cuda_mem_stats *out) { *out = c->mem; }
+
+/* Blocks held now (weights, a graph's pool) stay in the new peak: it is the highest allocation from here on. */
+void cuda_alloc_reset_peak(cuda_ctx *c) { c->mem.peak_allocated = c->mem.allocated; }
 
 void cuda_alloc_free_all(cuda_ctx *c) {
   free_cached(c);

@@ -248,11 +248,14 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
                                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
     if (st) return st;
   }
-  if (c->cap) cuda_capture_note(c, params, param_bytes / 8);   /* the struct's words: pointers among them */
+  if (c->cap) cuda_capture_kernel(c, f, params, param_bytes);   /* its words, pointers among them, noted */
   void *args[1] = {(void *)params};
-  return cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                                                c->stream, args, NULL),
-                    "cuLaunchKernel");
+  grace_status st = cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                                           smem, c->stream, args, NULL),
+                               "cuLaunchKernel");
+  /* a launch into a capture runs only when its graph is replayed: the graph's kernel count says that */
+  if (st == GRACE_OK && !c->cap) c->nlaunches++;
+  return st;
 }
 
 /* cuLaunchKernelEx's ABI (CUlaunchConfig, CUlaunchAttribute: a 64-byte value union after the id) */
@@ -279,11 +282,15 @@ grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned gr
   memset(&attr, 0, sizeof attr);
   attr.id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
   attr.v.value = 1;
-  if (c->cap) cuda_capture_note(c, params, param_bytes / 8);
+  if (c->cap) cuda_capture_kernel(c, f, params, param_bytes);
   launch_config cfg = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, c->stream, &attr, 1};
   void *args[1] = {(void *)params};
-  return cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");
+  grace_status st = cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");
+  if (st == GRACE_OK && !c->cap) c->nlaunches++;   /* counted as cuda_launch counts */
+  return st;
 }
+
+uint64_t cuda_launch_count(const cuda_ctx *c) { return c->nlaunches; }
 
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e) {
   *e = NULL;

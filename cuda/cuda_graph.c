@@ -1,6 +1,7 @@
 /* cuda_graph.c: stream capture into CUDA graphs with a memory pool and a record of the words the captured work
  * was given (see cuda_graph.h). The pool is why a graph can be replayed at all: the addresses baked into its
  * nodes must stay the graph's, so blocks allocated during capture never return to the cache while it lives. */
+#include <stdio.h>
 #include <string.h>
 #include "cuda/cuda_graph.h"
 #include "cuda/cuda_internal.h"
@@ -12,11 +13,14 @@ struct cuda_capture {
   cuda_block **blocks;
   int nblocks, capblocks;
   size_t bytes;
+  cuda_block *free;                 /* pool blocks released during the capture: reused by later allocations */
   CUdeviceptr table;
   int nslots, maxslots;
   uint64_t *slots;
   uint64_t *raw;
   size_t nraw, capraw;
+  struct { CUfunction f; size_t bytes; } *fns;   /* grace's kernels launched in the capture, with their struct size */
+  size_t nfns, capfns;
 };
 
 static int grow(grace_vm *vm, void **p, size_t elsize, size_t have, size_t *cap) {
@@ -38,6 +42,36 @@ grace_status cuda_capture_open(cuda_ctx *c, int indirect, cuda_capture **out) {
   c->cap = cap;
   *out = cap;
   return GRACE_OK;
+}
+
+cuda_block *cuda_capture_reuse(cuda_ctx *c, size_t size) {
+  cuda_capture *cap = c->cap;
+  for (cuda_block **pb = &cap->free; *pb; pb = &(*pb)->pool_next)
+    if ((*pb)->size == size) {
+      cuda_block *b = *pb;
+      *pb = b->pool_next;
+      b->held = 1;
+      return b;
+    }
+  return NULL;
+}
+
+void cuda_capture_release(cuda_ctx *c, cuda_block *b) {
+  cuda_capture *cap = b->pool;
+  b->held = 0;
+  /* freed inside its own capture: later work of the same capture may take it (stream order makes that safe) */
+  if (cap == c->cap && cap->begun) { b->pool_next = cap->free; cap->free = b; }
+}
+
+void cuda_capture_drop(cuda_ctx *c, cuda_capture *cap, CUdeviceptr ptr) {
+  for (int i = 0; i < cap->nblocks; i++)
+    if (cap->blocks[i]->ptr == ptr) {
+      cuda_block *b = cap->blocks[i];
+      cap->blocks[i] = cap->blocks[--cap->nblocks];
+      cap->bytes -= b->size;
+      cuda_alloc_unpool(c, b);
+      return;
+    }
 }
 
 int cuda_capture_adopt(cuda_ctx *c, cuda_block *b) {
@@ -78,6 +112,7 @@ grace_status cuda_capture_close(cuda_ctx *c, grace_status st, CUgraph *g) {
     CUgraph graph = NULL;
     CUresult r = c->fn.cuStreamEndCapture(c->stream, &graph);
     cap->begun = 0;
+    cap->free = NULL;   /* the blocks stay in the pool (cap->blocks) */
     if (st == GRACE_OK && r) st = r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                                    ? vm_err(c->vm, GRACE_EUNSUPPORTED, "graph capture: the work synchronized with the host")
                                    : cuda_check(c->vm, r, "cuStreamEndCapture");
@@ -98,6 +133,7 @@ void cuda_capture_free(cuda_ctx *c, cuda_capture *cap) {
   grace_realloc(c->vm, cap->blocks, sizeof *cap->blocks * (size_t)cap->capblocks, 0);
   grace_realloc(c->vm, cap->slots, sizeof *cap->slots * (size_t)cap->maxslots, 0);
   grace_realloc(c->vm, cap->raw, sizeof *cap->raw * cap->capraw, 0);
+  grace_realloc(c->vm, cap->fns, sizeof *cap->fns * cap->capfns, 0);
   vm_free(c->vm, cap, sizeof *cap);
 }
 
@@ -111,6 +147,16 @@ CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word) {
   if (cap->nslots >= cap->maxslots) { cap->failed = 1; return 0; }
   cap->slots[cap->nslots] = word;
   return cap->table + 8u * (unsigned)cap->nslots++;
+}
+
+void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t bytes) {
+  cuda_capture *cap = c->cap;
+  if (!cap || !cap->begun) return;
+  cuda_capture_note(c, params, bytes / 8);   /* the struct's words: pointers among them */
+  for (size_t i = 0; i < cap->nfns; i++) if (cap->fns[i].f == f) return;
+  if (!grow(c->vm, (void **)&cap->fns, sizeof *cap->fns, cap->nfns, &cap->capfns)) { cap->failed = 1; return; }
+  cap->fns[cap->nfns].f = f;
+  cap->fns[cap->nfns++].bytes = bytes;
 }
 
 void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n) {
@@ -160,9 +206,11 @@ static CUgraphNode *kernel_nodes(cuda_ctx *c, CUgraph g, size_t *n) {
   return nodes;   /* vm_alloc'ed for all nodes: free with that count */
 }
 
-grace_status cuda_graph_remap_slots(cuda_ctx *c, CUgraph g, CUdeviceptr table, int nslots, const int *map) {
+grace_status cuda_graph_remap_slots(cuda_ctx *c, const cuda_capture *cap, CUgraph g, const int *map) {
+  CUdeviceptr table = cap->table;
+  int nslots = cap->nslots;
   if (!c->fn.cuGraphGetNodes || !c->fn.cuGraphNodeGetType || !c->fn.cuGraphKernelNodeGetParams_v2 ||
-      !c->fn.cuGraphKernelNodeSetParams_v2 || !c->fn.cuFuncGetParamInfo)
+      !c->fn.cuGraphKernelNodeSetParams_v2)
     return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: the driver cannot rewrite kernel parameters");
   size_t all = 0, n = 0;
   if (c->fn.cuGraphGetNodes(g, NULL, &all)) return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: cuGraphGetNodes failed");
@@ -174,17 +222,13 @@ grace_status cuda_graph_remap_slots(cuda_ctx *c, CUgraph g, CUdeviceptr table, i
     for (size_t i = 0; i < n && st == GRACE_OK; i++) {
       CUDA_KERNEL_NODE_PARAMS kp;
       memset(&kp, 0, sizeof kp);
-      size_t off = 0, size = 0, off1, size1;
-      if (c->fn.cuGraphKernelNodeGetParams_v2(nodes[i], &kp) || !kp.func || !kp.kernelParams) {
+      if (c->fn.cuGraphKernelNodeGetParams_v2(nodes[i], &kp)) {
         if (pass == 0) st = vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: a kernel node's parameters cannot be read");
         continue;
       }
-      if (c->fn.cuFuncGetParamInfo(kp.func, 0, &off, &size)) {
-        if (pass == 0) st = vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: a kernel's parameter sizes are unknown");
-        continue;
-      }
-      if (!c->fn.cuFuncGetParamInfo(kp.func, 1, &off1, &size1) || size % 8 || size > 4096) continue;   /* not ours */
-      if (pass == 0) continue;
+      size_t size = 0;   /* grace's own kernels (one struct, launched in the capture) are the ones with slots */
+      for (size_t k = 0; k < cap->nfns && kp.func; k++) if (cap->fns[k].f == kp.func) size = cap->fns[k].bytes;
+      if (!size || !kp.kernelParams || size % 8 || size > 4096 || pass == 0) continue;
       uint64_t words[512];
       memcpy(words, kp.kernelParams[0], size);
       int changed = 0;
@@ -227,6 +271,26 @@ grace_status cuda_graph_launch(cuda_ctx *c, CUgraphExec x) {
 void cuda_graph_destroy(cuda_ctx *c, CUgraph g, CUgraphExec x) {
   if (x) c->fn.cuGraphExecDestroy(x);
   if (g) c->fn.cuGraphDestroy(g);
+}
+
+static cuda_key decision_key(cuda_ctx *c, const char *text) {
+  char opts[256];
+  snprintf(opts, sizeof opts, "launch decision v1; %s; driver %d", c->props.name, c->props.driver_version);
+  return cuda_cache_key(text, opts, c->props.major * 10 + c->props.minor, c->nvrtc_version);
+}
+
+int cuda_graph_decision_load(cuda_ctx *c, const char *text, void *buf, size_t n) {
+  char *bytes = NULL;
+  size_t len = 0;
+  if (!text || cuda_cache_load(c, decision_key(c, text), &bytes, &len) != CUDA_CACHE_HIT) return 0;
+  int ok = len == n;
+  if (ok) memcpy(buf, bytes, n);
+  grace_realloc(c->vm, bytes, len, 0);
+  return ok;
+}
+
+void cuda_graph_decision_store(cuda_ctx *c, const char *text, const void *buf, size_t n) {
+  if (text) cuda_cache_store(c, decision_key(c, text), buf, n);
 }
 
 grace_status cuda_host_alloc(cuda_ctx *c, size_t n, void **p) {

@@ -34,6 +34,9 @@ cuda_capture *cuda_capture_indirect(cuda_ctx *c);
 /* The device address of the table slot that holds word (the same slot for the same word); 0 when the table is
  * full (the capture is then marked failed). */
 CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word);
+/* A launch of grace's kernel f with its parameter struct during an open capture: its words are noted (below)
+ * and f is known as one of grace's (cuda_graph_remap_slots rewrites only those). */
+void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t bytes);
 /* Notes words passed to the device directly (by launches, copies, vendor libraries) during an open capture. */
 void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
 
@@ -41,19 +44,27 @@ void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
 const uint64_t *cuda_capture_slots(const cuda_capture *cap, int *nslots);
 const uint64_t *cuda_capture_raw(const cuda_capture *cap, size_t *n);
 size_t cuda_capture_bytes(const cuda_capture *cap);
+/* Gives the pool's block at ptr back (a placeholder or output the replays never touch). */
+void cuda_capture_drop(cuda_ctx *c, cuda_capture *cap, CUdeviceptr ptr);
 /* Whether ptr lies in a block of the pool; *base, *size: that block. */
 int cuda_capture_owns(const cuda_capture *cap, CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
 
 /* Renumbers the argument-table slots the kernels of g read: a word equal to slot i's address (table + 8 i,
- * i < nslots) in a node's parameter struct becomes slot map[i]'s. Only kernels of one parameter struct (grace's
- * own) are looked at. GRACE_EUNSUPPORTED with g untouched when the driver cannot say the parameters' sizes. */
-grace_status cuda_graph_remap_slots(cuda_ctx *c, CUgraph g, CUdeviceptr table, int nslots, const int *map);
+ * i < nslots) in a node's parameter struct becomes slot map[i]'s. Only grace's own kernels launched in the capture
+ * are looked at. GRACE_EUNSUPPORTED with g untouched when the driver cannot read or rewrite kernel nodes. */
+grace_status cuda_graph_remap_slots(cuda_ctx *c, const cuda_capture *cap, CUgraph g, const int *map);
 /* Instantiates g; counts its kernel nodes into *nkernels. */
 grace_status cuda_graph_instantiate(cuda_ctx *c, CUgraph g, CUgraphExec *x, int *nkernels);
 grace_status cuda_graph_launch(cuda_ctx *c, CUgraphExec x);
 void cuda_graph_destroy(cuda_ctx *c, CUgraph g, CUgraphExec x);
 /* Whether the driver has the graph entry points. */
 int cuda_graph_supported(cuda_ctx *c);
+
+/* A program's launch decision (n bytes) kept with the compiled kernels ($GRACE_CACHE_DIR), keyed by text (the
+ * program) with the device and the driver, so that another process need not measure again. load: 1 when an
+ * entry of exactly n bytes was read. Failures only mean no cache (no error is set). */
+int cuda_graph_decision_load(cuda_ctx *c, const char *text, void *buf, size_t n);
+void cuda_graph_decision_store(cuda_ctx *c, const char *text, const void *buf, size_t n);
 
 /* Page-locked host memory (for the argument table's staging copies). */
 grace_status cuda_host_alloc(cuda_ctx *c, size_t n, void **p);

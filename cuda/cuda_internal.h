@@ -20,6 +20,7 @@ typedef struct cuda_block {
   struct cuda_block *next;
   struct cuda_capture *pool;        /* the graph capture that owns it (cuda_graph.h), or NULL */
   int held;                         /* pooled: a tensor still holds it (else only the graph does) */
+  struct cuda_block *pool_next;     /* in its capture's list of blocks free for reuse during the capture */
 } cuda_block;
 
 typedef struct cuda_nvrtc_fns {
@@ -70,6 +71,9 @@ struct cuda_ctx {
   cuda_block *live[CUDA_ALLOC_BUCKETS];
   cuda_block *cached[CUDA_ALLOC_BUCKETS];
   cuda_mem_stats mem;
+  /* kernels launched on the stream outside captures (cuda_launch, cuda_launch_overlapped): grace's own kernels per
+   * call for benchmarks (cuBLASLt's launches and graph replays are not seen here) */
+  uint64_t nlaunches;
   /* modules and the disk cache */
   struct cuda_module *modules;
   cuda_compile_stats cstats;
@@ -83,10 +87,18 @@ cuda_ctx *cuda_state(grace_vm *vm);
 
 /* cuda_graph.c: a block allocated while c->cap is set joins that capture's pool. */
 int cuda_capture_adopt(cuda_ctx *c, cuda_block *b);
+/* cuda_graph.c: a pooled block of the open capture released during it, of exactly size bytes, or NULL. */
+cuda_block *cuda_capture_reuse(cuda_ctx *c, size_t size);
+/* cuda_graph.c: a pooled block's tensor let it go (the graph keeps it; its capture may reuse it). */
+void cuda_capture_release(cuda_ctx *c, cuda_block *b);
 /* cuda_alloc.c: a pooled block whose graph went: back to the cache unless a tensor still holds it. */
 void cuda_alloc_unpool(cuda_ctx *c, cuda_block *b);
 /* cuda_alloc.c: frees every block (live and cached) to the driver. */
 void cuda_alloc_free_all(cuda_ctx *c);
+/* cuda_alloc.c: the peak of allocated bytes starts again from what is allocated now (grace_device_reset_peak). */
+void cuda_alloc_reset_peak(cuda_ctx *c);
+/* cuda_api.c: kernels launched outside captures so far (grace_device_stats.kernel_launches). */
+uint64_t cuda_launch_count(const cuda_ctx *c);
 /* cuda_nvrtc.c: unloads the modules and NVRTC. */
 void cuda_nvrtc_free_all(cuda_ctx *c);
 

@@ -94,10 +94,26 @@ typedef struct grace_device_stats {
   size_t allocated, reserved, peak_allocated;   /* bytes: in tensors now, held from the driver, highest allocated */
   uint64_t nvrtc_calls, disk_hits, memory_hits; /* kernels compiled, loaded from the disk cache, found in memory */
   double nvrtc_seconds;
+  /* Kernels grace launched itself on its stream since the VM began (generated and template kernels). Not counted:
+   * kernels launched by cuBLASLt, kernels replayed inside a CUDA graph (grace_graph_info.kernels says how many a
+   * graph holds) and launches recorded into a graph being captured. */
+  uint64_t kernel_launches;
 } grace_device_stats;
 void grace_device_stats_get(grace_vm *vm, grace_device_stats *out);
+/* Starts a new peak: peak_allocated becomes the bytes allocated now, so that grace_device_stats_get reports the
+ * highest allocation since this call (per benchmark mode, say). Nothing to do when no device was used. */
+void grace_device_reset_peak(grace_vm *vm);
 /* Waits for the device's queued work (timing from the host needs it); GRACE_OK when no device is in use. */
 grace_status grace_synchronize(grace_vm *vm);
+/* The device time of fn(vm, ud) in *ms. dev GRACE_CUDA: the milliseconds between two events recorded on the VM's
+ * stream, one just before fn runs and one when it has returned, waiting for the second: the span on the device from
+ * the point where fn's work could start to its completion. Work queued before the call delays the first event, and
+ * gaps where the device waits for the host (a host-bound fn) count, so synchronize first and read it as the device
+ * span of one call, not a sum of kernel durations. A CUDA device must be usable (else GRACE_EDEVICE). dev GRACE_CPU:
+ * the host's wall time of fn (the CPU backend finishes each op before it returns). fn's status is returned, with its
+ * error message; *ms is 0 unless everything succeeded. */
+typedef grace_status (*grace_timed_fn)(grace_vm *vm, void *ud);
+grace_status grace_device_time(grace_vm *vm, grace_device dev, grace_timed_fn fn, void *ud, double *ms);
 /* Returns the device memory cached by the allocator but not in use to the driver. */
 void grace_empty_cache(grace_vm *vm);
 int grace_index_base(const grace_vm *vm);
@@ -261,6 +277,7 @@ typedef struct grace_graph_info {
   int managed;                     /* 1 when the program ran on the device under this scheme */
   long calls, captures;
   int decided;                     /* the measurements are done (or a strategy was forced) */
+  int from_cache;                  /* decided by an earlier process's measurements (kept with the kernels) */
   grace_launch_strategy chosen;    /* the strategy calls use now */
   double us[GRACE_LAUNCH_NSTRATEGIES];   /* best measured latency per call (launch to completion); 0 unmeasured */
   char why[GRACE_LAUNCH_NSTRATEGIES][160];   /* why a strategy cannot run here ("" when it can) */
@@ -329,6 +346,13 @@ grace_status grace_ir_memplan(grace_ir *ir, int64_t *offsets, int64_t *arena_byt
  * (stores: values read by another kernel or returned). *nkernels gets the count; buf may be NULL (n 0) to count
  * only; a report longer than n bytes is truncated and gives GRACE_EARG. ---- */
 grace_status grace_ir_fuse_report(grace_ir *ir, char *buf, size_t n, int *nkernels);
+
+/* ---- placement (ir/ir_place.c): how each host value a device partition reads gets there (a device-resident scalar
+ * in the graph's argument table, or a host-to-device copy that keeps the partition from being a CUDA graph), device
+ * ops with no device kernel and where they split the partition. One line per decision, "%v (what, type) -> decision:
+ * reason; at file:line", then a summary line: "no device partition: ...", "one device partition; ..." or "N device
+ * partitions (...); ...". *npartitions gets the count; buf and n as for grace_ir_fuse_report. ---- */
+grace_status grace_ir_place_report(grace_ir *ir, char *buf, size_t n, int *npartitions);
 
 #ifdef __cplusplus
 }

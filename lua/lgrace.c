@@ -92,7 +92,7 @@ static int l_empty_cache(lua_State *L) {
 static int l_device_stats(lua_State *L) {
   grace_device_stats s;
   grace_device_stats_get(lgrace_vm(L), &s);
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 8);
   lua_pushinteger(L, (lua_Integer)s.allocated); lua_setfield(L, -2, "allocated");
   lua_pushinteger(L, (lua_Integer)s.reserved); lua_setfield(L, -2, "reserved");
   lua_pushinteger(L, (lua_Integer)s.peak_allocated); lua_setfield(L, -2, "peak_allocated");
@@ -100,7 +100,56 @@ static int l_device_stats(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)s.disk_hits); lua_setfield(L, -2, "disk_hits");
   lua_pushinteger(L, (lua_Integer)s.memory_hits); lua_setfield(L, -2, "memory_hits");
   lua_pushnumber(L, s.nvrtc_seconds); lua_setfield(L, -2, "nvrtc_seconds");
+  lua_pushinteger(L, (lua_Integer)s.kernel_launches); lua_setfield(L, -2, "kernel_launches");
   return 1;
+}
+
+/* grace.reset_peak_memory(): device_stats().peak_allocated starts again from the bytes allocated now. */
+static int l_reset_peak_memory(lua_State *L) {
+  grace_device_reset_peak(lgrace_vm(L));
+  return 0;
+}
+
+/* The Lua call timed by grace.device_time: fn and its arguments are at stack slots first..first+nargs. A Lua error
+ * is caught here (it must not unwind through grace_device_time, which holds events) and raised again after. */
+typedef struct { lua_State *L; int first, nargs, raised; } timed_call;
+
+static grace_status timed_lua_call(grace_vm *vm, void *ud) {
+  timed_call *t = ud;
+  for (int i = 0; i <= t->nargs; i++) lua_pushvalue(t->L, t->first + i);
+  if (lua_pcall(t->L, t->nargs, 0, 0) == LUA_OK) return GRACE_OK;
+  t->raised = 1;   /* the error value stays on the stack */
+  return grace_set_error(vm, GRACE_EARG, "grace.device_time: the timed function raised an error");
+}
+
+/* grace.device_time([device,] fn, ...): ms, device. Calls fn(...) once (its results are dropped) and returns its
+ * device time in milliseconds (grace_device_time: on "cuda" the span between two events on the VM's stream, on "cpu"
+ * the wall time) and the device name used. device defaults to "cuda" when a CUDA device is usable, else "cpu". */
+static int l_device_time(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  int first = 1;
+  grace_device dev = grace_cuda_available(vm) ? GRACE_CUDA : GRACE_CPU;
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    const char *name = lua_tostring(L, 1);
+    if (!strcmp(name, "cuda")) dev = GRACE_CUDA;
+    else if (!strcmp(name, "cpu")) dev = GRACE_CPU;
+    else return luaL_argerror(L, 1, "expected \"cuda\" or \"cpu\"");
+    first = 2;
+  }
+  /* a compiled function is a callable userdata */
+  if (lua_type(L, first) != LUA_TFUNCTION) {
+    if (luaL_getmetafield(L, first, "__call") == LUA_TNIL) return luaL_typeerror(L, first, "function");
+    lua_pop(L, 1);
+  }
+  timed_call t = {L, first, lua_gettop(L) - first, 0};
+  luaL_checkstack(L, t.nargs + 2, "grace.device_time: too many arguments");
+  double ms = 0;
+  grace_status st = grace_device_time(vm, dev, timed_lua_call, &t, &ms);
+  if (t.raised) return lua_error(L);
+  if (st != GRACE_OK) return lgrace_error(L, vm);
+  lua_pushnumber(L, ms);
+  lua_pushstring(L, grace_device_name(dev));
+  return 2;
 }
 
 static int l_manual_seed(lua_State *L) {
@@ -136,6 +185,8 @@ static const luaL_Reg grace_funcs[] = {
   {"graphs", l_graphs},
   {"empty_cache", l_empty_cache},
   {"device_stats", l_device_stats},
+  {"reset_peak_memory", l_reset_peak_memory},
+  {"device_time", l_device_time},
   {NULL, NULL}
 };
 

@@ -451,6 +451,31 @@ static void log_plan(grace_vm *vm, grace_ir *ir) {
   grace_ir_free(dec);
 }
 
+/* ---- placement (ir/ir_place.c): for GRACE_LOG=placement and grace.explain's "placement:" section ---- */
+/* ir's placement report, each line after prefix: to stderr (b NULL) or into b. A report longer than the buffer is
+ * shown as far as it fits. */
+static void place_lines(grace_vm *vm, grace_ir *ir, const char *prefix, luaL_Buffer *b) {
+  const size_t n = 1 << 16;
+  char *buf = grace_realloc(vm, NULL, 0, n);
+  grace_status st = buf ? grace_ir_place_report(ir, buf, n, NULL) : GRACE_ENOMEM;
+  if (buf && (st == GRACE_OK || (st == GRACE_EARG && buf[0]))) {
+    for (const char *p = buf, *e; *p; p = *e ? e + 1 : e) {
+      if (!(e = strchr(p, '\n'))) e = p + strlen(p);
+      if (!b) { fprintf(stderr, "%s%.*s\n", prefix, (int)(e - p), p); continue; }
+      luaL_addstring(b, prefix);
+      luaL_addlstring(b, p, (size_t)(e - p));
+      luaL_addchar(b, '\n');
+    }
+  } else if (b) {
+    luaL_addstring(b, prefix);
+    luaL_addstring(b, "(no placement report: ");
+    luaL_addstring(b, grace_last_error(vm));
+    luaL_addstring(b, ")\n");
+  } else
+    fprintf(stderr, "%s(no placement report: %s)\n", prefix, grace_last_error(vm));
+  grace_realloc(vm, buf, n, 0);
+}
+
 /* "model.lua", 12 -> "model_lua_12" */
 static void set_irname(compiled *cp, const char *src, int line) {
   const char *base = strrchr(src, '/');
@@ -803,6 +828,12 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
       }
     } else if (log_topic("ir"))
       fprintf(stderr, "grace: %s: passes failed, the traced IR runs: %s\n", cp->name, grace_last_error(vm));
+  }
+  /* GRACE_LOG=placement: where host values meet the device, and the device partitions */
+  if (!*why && (e->ir || e->ntree) && log_topic("placement")) {
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "grace: placement of %s: ", cp->name);
+    place_lines(vm, e->ir ? e->ir : e->tree[e->ntree - 1], prefix, NULL);
   }
   if (*why) {
     grace_ir_free(e->ir);
@@ -1235,6 +1266,8 @@ static int l_explain(lua_State *L) {
                "tensor (grace.where instead of if) to remove the break\n", where ? where : "(unknown place)");
       luaL_addstring(&b, line);
     }
+    luaL_addstring(&b, "  placement:\n");
+    place_lines(c->vm, prog, "    ", &b);
   } else {
     lua_getiuservalue(L, base + 1, 1);
     lua_rawgeti(L, -1, 5);
@@ -1287,6 +1320,7 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->calls); lua_setfield(L, -2, "calls");
   lua_pushinteger(L, gi->captures); lua_setfield(L, -2, "captures");
   lua_pushboolean(L, gi->decided); lua_setfield(L, -2, "decided");
+  lua_pushboolean(L, gi->from_cache); lua_setfield(L, -2, "from_cache");
   lua_pushstring(L, gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring");
   lua_setfield(L, -2, "strategy");
   if (gi->ineligible[0]) { lua_pushstring(L, gi->ineligible); lua_setfield(L, -2, "no_graph"); }
@@ -1354,9 +1388,13 @@ static int l_report(lua_State *L) {
     lua_getfield(L, t, "entry"); lua_getfield(L, t, "path"); lua_getfield(L, t, "strategy");
     lua_getfield(L, t, "calls"); lua_getfield(L, t, "kernels"); lua_getfield(L, t, "copy_bytes");
     lua_getfield(L, t, "graph_bytes"); lua_getfield(L, t, "graphs");
-    snprintf(line, sizeof line, "  program %d%s%s: %s after %lld calls; %lld kernels per graph, %lld bytes copied per call, "
+    lua_getfield(L, t, "from_cache");
+    int cached = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    snprintf(line, sizeof line, "  program %d%s%s: %s%s after %lld calls; %lld kernels per graph, %lld bytes copied per call, "
              "%lld graphs holding %.1f KiB\n", (int)lua_tointeger(L, t + 1), lua_isnil(L, t + 2) ? "" : " path ",
-             lua_isnil(L, t + 2) ? "" : lua_tostring(L, t + 2), lua_tostring(L, t + 3), (long long)lua_tointeger(L, t + 4),
+             lua_isnil(L, t + 2) ? "" : lua_tostring(L, t + 2), lua_tostring(L, t + 3),
+             cached ? " (measured by an earlier process: from the launch cache)" : "", (long long)lua_tointeger(L, t + 4),
              (long long)lua_tointeger(L, t + 5), (long long)lua_tointeger(L, t + 6), (long long)lua_tointeger(L, t + 8),
              (double)lua_tointeger(L, t + 7) / 1024.0);
     luaL_addstring(&b, line);

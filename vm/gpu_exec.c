@@ -4,6 +4,8 @@
  * views made on the host when a group first needs them and every value released after the last group that
  * reads it (directly or through views). */
 #include <stdio.h>
+#include <time.h>
+#include "cuda/cuda_internal.h"   /* the launch counter and the allocator's peak (grace_device_stats_get) */
 #include "vm/cpu_kernels.h"
 #include "vm/gpu_exec.h"
 #include "vm/gpu_graph.h"
@@ -22,11 +24,49 @@ void grace_device_stats_get(grace_vm *vm, grace_device_stats *out) {
   out->allocated = m.allocated; out->reserved = m.reserved; out->peak_allocated = m.peak_allocated;
   out->nvrtc_calls = k.nvrtc_calls; out->disk_hits = k.disk_hits; out->memory_hits = k.memory_hits;
   out->nvrtc_seconds = k.nvrtc_seconds;
+  out->kernel_launches = cuda_launch_count(c);
+}
+
+void grace_device_reset_peak(grace_vm *vm) {
+  if (vm->cuda && cuda_usable(vm)) cuda_alloc_reset_peak(cuda_get(vm));
 }
 
 grace_status grace_synchronize(grace_vm *vm) {
   if (!vm->cuda || !cuda_usable(vm)) return GRACE_OK;
   return cuda_sync(cuda_get(vm));
+}
+
+static double host_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+grace_status grace_device_time(grace_vm *vm, grace_device dev, grace_timed_fn fn, void *ud, double *ms) {
+  *ms = 0;
+  if (dev != GRACE_CUDA) {
+    double t0 = host_seconds();
+    grace_status st = fn(vm, ud);
+    if (st == GRACE_OK) *ms = (host_seconds() - t0) * 1e3;
+    return st;
+  }
+  cuda_ctx *c = cuda_get(vm);
+  if (!c) return vm->status;
+  /* Two fresh events per call: the VM keeps no timing state, and creating an event costs microseconds of host time
+   * outside the measured span. */
+  CUevent a = NULL, b = NULL;
+  float span = 0;
+  grace_status st = cuda_event_new(c, &a);
+  if (st == GRACE_OK) st = cuda_event_new(c, &b);
+  if (st == GRACE_OK) st = cuda_event_record(c, a);
+  if (st == GRACE_OK) st = fn(vm, ud);
+  if (st == GRACE_OK) st = cuda_event_record(c, b);
+  if (st == GRACE_OK) st = cuda_event_elapsed(c, a, b, &span);
+  if (st == GRACE_OK) *ms = span;
+  /* a recorded event may be destroyed before it completes: the driver frees it once it has */
+  cuda_event_free(c, a);
+  cuda_event_free(c, b);
+  return st;
 }
 
 void grace_empty_cache(grace_vm *vm) {

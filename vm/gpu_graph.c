@@ -14,7 +14,10 @@
  * Afterwards every word handed to the device directly (a non-indirect kernel, a copy, cuBLASLt) is checked
  * against the placeholders and the outputs: an input read directly is copied into its placeholder before each
  * replay, an output written directly is copied out after it. So each replay gives fresh output tensors: a
- * result the caller keeps is never overwritten by a later call, whatever the strategy. */
+ * result the caller keeps is never overwritten by a later call, whatever the strategy. The per-call words are
+ * renumbered to the front of the table, so a replay copies only them. Nothing in a capture may synchronize:
+ * index checks are read after each replay (the call still fails on a bad index), matmul tuning happens in an
+ * eager run of each new layout before its capture. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,7 @@
 #include "vm/gpu_graph.h"
 
 enum {
-  GG_SCALARS = 64,        /* host numbers per graph: the first words of the table */
+  GG_SCALARS = 64,        /* host numbers per graph: the table's first words, number k at word GG_SCALARS - 1 - k */
   GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
@@ -84,6 +87,10 @@ typedef struct gg_graph {
   int64_t *chk_host;      /* page-locked: the flags read back after a replay */
 } gg_graph;
 
+/* The launch cache's entry for a program (cuda_graph_decision_load/store). */
+enum { GG_DECISION_MAGIC = 0x47524c31 };   /* "GRL1" */
+typedef struct gg_decision { int32_t magic, chosen; double us[GRACE_LAUNCH_NSTRATEGIES]; } gg_decision;
+
 struct gpu_part {
   long calls, captures;
   int mode;               /* -1 auto, -2 off, else a forced grace_launch_strategy */
@@ -96,6 +103,7 @@ struct gpu_part {
   gg_graph *gr[GG_MAX_LIMIT];
   int ngr;
   uint64_t tick;
+  int from_cache;         /* the decision was read from the launch cache (measured by an earlier process) */
   int nwarm;              /* inputs of the last layout run eagerly: a new layout runs so once before capture */
   gg_sig *warm;
 };
@@ -117,6 +125,7 @@ static void graph_free(grace_vm *vm, gg_graph *gg) {
     cuda_host_free(c, gg->chk_host);
   }
   grace_tensor_release(gg->table);
+  for (int k = 0; c && k < gg->ncheck; k++) cuda_release(c, gg->chk[k].flag, sizeof(int64_t));
   if (c) cuda_capture_free(c, gg->cap);
   vm_free(vm, gg->sig, sizeof *gg->sig * (size_t)(gg->nin ? gg->nin : 1));
   vm_free(vm, gg->in, sizeof *gg->in * (size_t)(gg->nin ? gg->nin : 1));
@@ -288,8 +297,9 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
   for (int j = 0; j < nout && st == GRACE_OK; j++) {
     const grace_tensor *o = res[j];
     CUdeviceptr base = 0;
+    size_t bsize = 0;   /* the whole block: an intermediate that used it earlier in the capture stays in range */
     if (!o || o->storage->device != GRACE_CUDA ||
-        !cuda_capture_owns(gg->cap, (CUdeviceptr)(uintptr_t)o->storage->data, &base, NULL) ||
+        !cuda_capture_owns(gg->cap, (CUdeviceptr)(uintptr_t)o->storage->data, &base, &bsize) ||
         base != (CUdeviceptr)(uintptr_t)o->storage->data || o->storage == gg->table->storage) {
       st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: output %d is not a device tensor the program makes", j + 1);
       break;
@@ -297,8 +307,8 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     int g = 0;
     while (g < gg->ngrp && gg->grp[g].base != base) g++;
     if (g == gg->ngrp) {
-      gg->grp[gg->ngrp++] = (gg_grp){base, o->storage->nbytes, gg->out_bytes, 0};
-      gg->out_bytes += (o->storage->nbytes + 255) / 256 * 256;
+      gg->grp[gg->ngrp++] = (gg_grp){base, bsize, gg->out_bytes, 0};
+      gg->out_bytes += (bsize + 255) / 256 * 256;
     }
     gg_out *d = &gg->out[j];
     d->grp = g; d->dt = o->dtype; d->ndim = o->ndim; d->offset = o->offset;
@@ -338,7 +348,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
       for (int k = 0; k < gg->nslots; k++) map[k] = -1;
       for (int d = 0; d < gg->ndyn; d++) if (map[gg->dyn[d].word - GG_SCALARS] < 0) map[gg->dyn[d].word - GG_SCALARS] = next++;
       for (int k = 0; k < gg->nslots; k++) if (map[k] < 0) map[k] = next++;
-      grace_status rs = cuda_graph_remap_slots(c, gg->g, gpu_ptr(gg->table) + 8 * GG_SCALARS, gg->nslots, map);
+      grace_status rs = cuda_graph_remap_slots(c, gg->cap, gg->g, map);
       if (rs == GRACE_OK) {
         for (int d = 0; d < gg->ndyn; d++) gg->dyn[d].word = GG_SCALARS + map[gg->dyn[d].word - GG_SCALARS];
         for (int k = 0; k < gg->nslots; k++) perm[map[k]] = sl[k];
@@ -370,6 +380,11 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     if (st == GRACE_OK) st = cuda_sync(c);
     if (st == GRACE_OK && gg->ncheck) st = cuda_host_alloc(c, sizeof(int64_t) * GG_CHECKS, (void **)&gg->chk_host);
     if (st == GRACE_OK) st = cuda_graph_instantiate(c, gg->g, &gg->x, &gg->nkernels);
+    /* placeholders and outputs that every replay redirects are never touched again: their memory goes back */
+    for (int i = 0; i < nin && st == GRACE_OK; i++)
+      if (!gg->in[i].host && !gg->in[i].copy && gg->in[i].bytes) cuda_capture_drop(c, gg->cap, gg->in[i].ph);
+    for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
+      if (!gg->grp[g].direct) cuda_capture_drop(c, gg->cap, gg->grp[g].base);
     gg->copy_bytes = sizeof(uint64_t) * (size_t)(gg->hi - gg->lo);
     for (int i = 0; i < nin; i++) if (gg->in[i].copy) gg->copy_bytes += gg->in[i].bytes;
     for (int g = 0; g < gg->ngrp; g++) if (gg->grp[g].direct) gg->copy_bytes += gg->grp[g].bytes;
@@ -549,6 +564,13 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     if (p->mode == -2) snprintf(p->inel, sizeof p->inel, "graphs are off (GRACE_GRAPHS or grace.graphs)");
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
+    gg_decision dc;
+    if (p->mode == -1 && !p->inel[0] && c && cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) &&
+        dc.magic == GG_DECISION_MAGIC && dc.chosen >= 0 && dc.chosen < GRACE_LAUNCH_NSTRATEGIES) {
+      p->decided = p->from_cache = 1;
+      p->chosen = (grace_launch_strategy)dc.chosen;
+      for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) p->best[k] = dc.us[k], p->samples[k] = dc.us[k] > 0;
+    }
     *pp = p;
   }
   p->calls++;
@@ -602,6 +624,9 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
       p->decided = 1;
       p->chosen = (grace_launch_strategy)best;
       drop_graphs(vm, p, best);
+      gg_decision dc = {GG_DECISION_MAGIC, best, {0}};
+      for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) dc.us[k] = p->samples[k] ? p->best[k] : 0;
+      cuda_graph_decision_store(c, grace_ir_text(ir), &dc, sizeof dc);
     }
   }
   return st;
@@ -615,6 +640,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->calls = p->calls;
   out->captures = p->captures;
   out->decided = p->decided;
+  out->from_cache = p->from_cache;
   out->chosen = p->chosen;
   memcpy(out->ineligible, p->inel, sizeof out->ineligible);
   for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {

@@ -22,7 +22,8 @@ grace_status gpu_graph_lift(grace_ir *ir, int inst, grace_tensor **val);
 int gpu_graph_capturing(grace_vm *vm);
 grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
 /* While capturing: an index check whose device flag (the first bad position, or more than n) is read after
- * each replay instead of now; a bad index then fails that call as the eager check would. */
+ * each replay instead of now; a bad index then fails that call as the eager check would. On success the graph
+ * owns the flag (8 bytes from cuda_malloc) and releases it. */
 grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim);
 
 #endif

@@ -411,7 +411,11 @@ static grace_status run_prob(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p,
   if (p->nb * p->M * p->N == 0) return GRACE_OK;
   cuda_blas_gemm g;
   int blas_ok = p->K > 0 && blas_fits(p, &g);
-  if (choice == GPU_MM_OWN || (choice == GPU_MM_AUTO && !blas_ok)) return run_own(vm, c, s, p, C);
+  /* cuBLASLt cannot read a graph's argument table: captured with indirection, a product of few rows (where ours
+   * is close) runs ours, so its inputs and outputs need no copies around the replay */
+  int few_rows = p->M <= MM_GEMV_ROWS || p->N == 1;
+  if (choice == GPU_MM_OWN || (choice == GPU_MM_AUTO && (!blas_ok || (few_rows && cuda_capture_indirect(c)))))
+    return run_own(vm, c, s, p, C);
   if (!s->blas_tried) {
     s->blas_tried = 1;
     if (cuda_blas_load(vm, NULL, &s->blas) != GRACE_OK) s->blas = NULL;

@@ -233,9 +233,12 @@ static grace_status check_index(grace_vm *vm, const char *op, const grace_tensor
     wput(&w, n); wput(&w, idx->ndim); warr(&w, idx->sizes, idx->ndim); warr(&w, idx->strides, idx->ndim);
     wput(&w, size); wput(&w, vm->index_base);
     st = launch(vm, CGO_ICHECK, idx->dtype, GRACE_INT64, idx->dtype, 0, blocks_for(n, 256), 256, 0, &w);
-    /* in a graph capture the flag is the graph's (its pool keeps it) and is read after each replay */
-    if (st == GRACE_OK && gpu_graph_capturing(vm)) st = gpu_graph_defer_check(vm, flag, op, n, size, dim);
-    else if (st == GRACE_OK) st = cuda_copy_to_host(c, &first, flag, 8);
+    /* in a graph capture the flag becomes the graph's (it releases it when it goes) and is read after each
+     * replay; released now, a later allocation of the capture could take its block */
+    if (st == GRACE_OK && gpu_graph_capturing(vm)) {
+      if ((st = gpu_graph_defer_check(vm, flag, op, n, size, dim)) == GRACE_OK) return GRACE_OK;
+    } else if (st == GRACE_OK)
+      st = cuda_copy_to_host(c, &first, flag, 8);
   }
   cuda_release(c, flag, 8);
   if (st != GRACE_OK || first >= n) return st;

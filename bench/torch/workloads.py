@@ -5,7 +5,12 @@ The four workloads of bench/workloads/*.lua (mlp, eos, st, gpt2_decode in float3
 same shapes, dtypes, weights and inputs, timed in three modes: eager, torch.compile (default) and
 torch.compile(mode="reduce-overhead"), the same way as bench/workloads/run.lua times grace: latency per
 call with torch.cuda.synchronize() after each call (lower median of --iters), throughput without it (total
-/ calls, one synchronize at the end), and the first two calls (compile for the compiled modes).
+/ calls, one synchronize at the end), the first two calls (compile for the compiled modes), the device span
+of one call (torch.cuda.Event pairs, a separate pass), the peak device memory of each mode, and, after all
+the timings (the profiler may slow what runs after it), the CUDA kernels of one call of each mode
+(torch.profiler, on a second compile of the mode). With --fresh VARIANTS, the first calls of the compiled modes are also timed
+in a fresh process (this script with --first-call-only), with an empty inductor cache (cold:
+TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR in a new folder) and again with that folder (warm).
 
 Weights and the pool of 8 inputs are made with NumPy from fixed per-tensor seeds. With --weights DIR they
 are written there (one raw little-endian .bin per tensor, listed in DIR/manifest.txt as
@@ -15,6 +20,10 @@ DIR` checks grace against PyTorch on the same numbers. Token ids are 0-based on 
 
 usage: python3 bench/torch/workloads.py [--device cuda|cpu] [--only mlp,eos,...] [--iters N] [--warmup N]
            [--json out.json] [--weights DIR] [--small] [--modes eager,compile,reduce-overhead]
+           [--device-time-calls N] [--no-profile] [--fresh gpt2_decode_fp32,...] [--fresh-modes compile,...]
+       python3 bench/torch/workloads.py --first-call-only VARIANT --modes MODE [--device ...] [--small]
+           (one fresh-process measurement: prints one line "FIRST_CALL_JSON {...}"; inductor's caches are
+           wherever TORCHINDUCTOR_CACHE_DIR / TRITON_CACHE_DIR point)
        python3 bench/torch/workloads.py --write-only --weights DIR [--small]   (NumPy only: no torch, no
            timing; the references come from NumPy float64 versions of the models; for testing grace's loader
            and checks on a machine without torch)
@@ -25,7 +34,10 @@ import gc
 import json
 import math
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import zlib
@@ -279,6 +291,35 @@ def stats_us(ts):
             "latency_us_mean": sum(ts) / n * 1e6}
 
 
+def fresh_first_call(args, vname, mode, cache_dir, timeout):
+    """The first calls of vname in mode, in a new process of this script (--first-call-only) whose inductor and
+    Triton caches are in cache_dir: its FIRST_CALL_JSON line as a dict, with process_s (the whole process) or
+    error."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, TRITON_CACHE_DIR=os.path.join(cache_dir, "triton"))
+    cmd = [sys.executable, os.path.abspath(__file__), "--first-call-only", vname, "--modes", mode,
+           "--device", args.device] + (["--small"] if args.small else [])
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s", "process_s": time.perf_counter() - t0}
+    r = None
+    for line in p.stdout.splitlines():
+        if line.startswith("FIRST_CALL_JSON "):
+            try:
+                r = json.loads(line[len("FIRST_CALL_JSON "):])
+            except ValueError as e:
+                r = {"error": f"unreadable FIRST_CALL_JSON line: {e}"}
+    if r is None:
+        tail = [ln for ln in (p.stdout + "\n" + p.stderr).splitlines() if ln.strip()]
+        r = {"error": f"no FIRST_CALL_JSON line (exit {p.returncode}): {tail[-1] if tail else ''}"}
+    elif p.returncode != 0 and "error" not in r:
+        r["error"] = ("the first call's results differ from eager's" if r.get("check_ok") is False
+                      else f"exit {p.returncode}")
+    r["process_s"] = time.perf_counter() - t0
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -290,13 +331,39 @@ def main():
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--modes", default=",".join(ALL_MODES))
     ap.add_argument("--write-only", action="store_true", help="write --weights (NumPy only) and stop")
+    ap.add_argument("--device-time-calls", type=int, default=50,
+                    help="calls of the device-span pass (at most --iters; 0: none)")
+    ap.add_argument("--no-profile", action="store_true", help="do not count kernels with torch.profiler")
+    ap.add_argument("--profile-budget", type=float, default=0,
+                    help="seconds for counting kernels after the timings (0: no limit); later modes are skipped")
+    ap.add_argument("--fresh", default="", help="variants whose compiled modes' first calls are also timed in a "
+                    "fresh process, cold and warm inductor cache (default: none)")
+    ap.add_argument("--fresh-modes", default="compile,reduce-overhead")
+    ap.add_argument("--fresh-timeout", type=float, default=300, help="seconds per fresh process")
+    ap.add_argument("--fresh-budget", type=float, default=0,
+                    help="seconds for all fresh processes together (0: no limit); later ones are skipped")
+    ap.add_argument("--first-call-only", default=None, metavar="VARIANT",
+                    help="(internal) time the first calls of VARIANT in --modes' one mode and print one JSON line")
     args = ap.parse_args()
     modes = args.modes.split(",")
     for m in modes:
         if m not in ALL_MODES:
             ap.error(f"unknown mode {m!r} (expected {', '.join(ALL_MODES)})")
-    if args.iters < 1 or args.warmup < 0:
-        ap.error("--iters must be >= 1 and --warmup >= 0")
+    if args.iters < 1 or args.warmup < 0 or args.device_time_calls < 0:
+        ap.error("--iters must be >= 1, --warmup and --device-time-calls >= 0")
+    fresh = [v for v in args.fresh.split(",") if v]
+    fresh_modes = [m for m in args.fresh_modes.split(",") if m]
+    known_variants = {v for w in WORKLOADS for v, _ in VARIANTS[w]}
+    for v in fresh + ([args.first_call_only] if args.first_call_only else []):
+        if v not in known_variants:
+            ap.error(f"no variant named {v!r} (expected {', '.join(sorted(known_variants))})")
+    for m in fresh_modes:
+        if m not in ALL_MODES:
+            ap.error(f"--fresh-modes: unknown mode {m!r}")
+    if args.first_call_only:
+        if len(modes) != 1:
+            ap.error("--first-call-only needs exactly one mode in --modes")
+        args.only = args.first_call_only
 
     only = set(args.only.split(",")) if args.only else None
     known = set(WORKLOADS) | {v for w in WORKLOADS for v, _ in VARIANTS[w]}
@@ -525,6 +592,122 @@ def main():
         r["ok"] = bool(r["max_abs_diff"] <= tol * max(r["max_abs_ref"], 1e-30))   # False for NaN
         return r
 
+    def measure_device(f, pool):
+        """The device span of one call over a separate pass of min(--device-time-calls, --iters) calls, each after
+        a synchronize, as run.lua measures grace with grace.device_time: on CUDA two torch.cuda.Events on the
+        current stream, recorded just before the call and after it returns (gaps where the GPU waits for the
+        host count: for a host-bound mode it nears the latency); on the CPU the wall time."""
+        n = min(args.device_time_calls, args.iters)
+        if n < 1:
+            return {}
+        ts = []
+        for k in range(n):
+            sync()
+            inp = pool[k % len(pool)]
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                f(*inp)
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b) * 1e-3)
+            else:
+                t0 = time.perf_counter()
+                f(*inp)
+                ts.append(time.perf_counter() - t0)
+        sync()
+        st = stats_us(ts)
+        return {"device_span_us_median": st["latency_us_median"], "device_span_us_min": st["latency_us_min"],
+                "device_span_us_p90": st["latency_us_p90"], "device_span_calls": n,
+                "device_span_clock": "cuda events" if cuda else "host wall clock"}
+
+    def count_kernels(f, pool):
+        """The CUDA kernels of one call and the sum of their durations, from torch.profiler (kernels replayed
+        inside CUDA graphs included). Copies and memsets are not kernels."""
+        from torch.profiler import ProfilerActivity, profile
+        sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            f(*pool[0])
+            sync()
+        dev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        kernels = [e for e in dev if not e.name.startswith(("Memcpy", "Memset", "Activity Buffer"))]
+        if not kernels:   # a profiler that saw nothing is not a count of zero
+            return {"kernels_note": "torch.profiler saw no CUDA kernel"}
+        return {"kernels_per_call": len(kernels),
+                "profiled_kernel_us_sum": sum(e.time_range.elapsed_us() for e in kernels),
+                "profiled_copies_per_call": len(dev) - len(kernels)}
+
+    def kernels_phase():
+        """Kernels per call for every mode that ran, after all the timings: torch.profiler can leave CUPTI attached
+        once it stops (PyTorch issue 144455: calls 10-20% slower afterwards), which would slow every call timed
+        after it. Each mode is compiled again (inductor's caches are warm by now) and called three times (compile,
+        warm-up, CUDA graph recording for reduce-overhead) before the profiled call. The modes run in order over
+        all workloads (eager first: the profiler has started once before this phase records a graph, which it
+        must have to see the graph's kernels, PyTorch issue 100441), within --profile-budget."""
+        note = None if cuda and not args.no_profile else ("--no-profile" if cuda else "no CUDA device")
+        t0 = time.perf_counter()
+        built = {}
+        for mode in modes:
+            for wname, vname, dtype_name in plan:
+                m = result["workloads"][vname]["modes"].get(mode)
+                if m is None or "error" in m:
+                    continue
+                if note:
+                    m["kernels_note"] = note
+                    continue
+                if args.profile_budget > 0 and time.perf_counter() - t0 > args.profile_budget:
+                    m["kernels_note"] = f"skipped: over --profile-budget {args.profile_budget:.0f} s"
+                    continue
+                f = None
+                try:
+                    if vname not in built:
+                        built[vname] = build(wname, dtype_name, config(wname, args.small))[:2]
+                    model, pool = built[vname]
+                    torch._dynamo.reset()
+                    f = model if mode == "eager" else torch.compile(model, **({} if mode == "compile" else {"mode": mode}))
+                    for k in range(3):
+                        f(*pool[k % len(pool)])
+                    m.update(count_kernels(f, pool))
+                except Exception as e:   # optional: the rest of the run goes on
+                    m["kernels_note"] = f"counting failed: {type(e).__name__}: {e}".split("\n")[0]
+                f = None
+        built.clear()
+        torch._dynamo.reset()
+        gc.collect()
+        if cuda and not note:
+            print(f"kernels per call counted with torch.profiler in {time.perf_counter() - t0:.1f} s")
+
+    if args.first_call_only:   # one fresh-process measurement (see fresh_first_call)
+        wname, vname, dtype_name = plan[0]
+        mode = modes[0]
+        r = {"variant": vname, "mode": mode, "device": args.device, "torch_version": torch.__version__}
+        try:
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                model, pool, _ = build(wname, dtype_name, config(wname, args.small))
+                sync()
+                r["setup_s"] = time.perf_counter() - t0
+                f = model if mode == "eager" else torch.compile(model, **({"mode": mode} if mode != "compile" else {}))
+                ms, got = [], None
+                for k in range(3):
+                    t1 = time.perf_counter()
+                    out = results(f(*pool[k]))
+                    sync()
+                    ms.append((time.perf_counter() - t1) * 1e3)
+                    if got is None:
+                        got = [o.clone() for o in out]   # CUDA Graph outputs are overwritten by the next replay
+                r["first_call_ms"], r["second_call_ms"], r["third_call_ms"] = ms
+                want = results(model(*pool[0]))
+                checks = [compare("first call vs eager", g_, w_, TOL_VS_EAGER[dtype_name]) for g_, w_ in zip(got, want)]
+                r["check_ok"] = len(got) == len(want) and all(c["ok"] for c in checks)
+                r["check_worst_rel"] = max((c.get("max_abs_diff", 0) / max(c.get("max_abs_ref", 0), 1e-30)
+                                            for c in checks), default=0.0)
+        except Exception as e:
+            traceback.print_exc()
+            r["error"] = f"{type(e).__name__}: {e}".split("\n")[0]
+        print("FIRST_CALL_JSON " + json.dumps(r, sort_keys=True), flush=True)
+        return 0 if "error" not in r and r.get("check_ok") else 1
+
     result = {
         "system": "pytorch",
         "torch_version": torch.__version__,
@@ -541,7 +724,19 @@ def main():
                   "(lower median, min, p90, mean); throughput_us_per_call: wall time of --iters calls with one "
                   "synchronize at the end, divided by --iters; first_call_ms / second_call_ms: the first two "
                   "calls of a fresh function (compiled modes: compile + run), each synchronized. Each call takes "
-                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad().",
+                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad(). "
+                  "device_span_us_*: a separate pass of device_span_calls calls, each after a synchronize, timed "
+                  "with two torch.cuda.Events on the current stream just before the call and after it returns "
+                  "(gaps where the GPU waits for the host count), on the CPU the wall time. kernels_per_call: "
+                  "CUDA kernel events of one call under torch.profiler (graph replays included; copies and "
+                  "memsets not), profiled_kernel_us_sum their durations; counted after all timings on the mode "
+                  "compiled again and called three times first (kernels_note: why not counted). peak_allocated_bytes: "
+                  "torch.cuda.max_memory_allocated() from the mode's start (reset_peak_memory_stats there, with "
+                  "baseline_allocated_bytes already in use) to the end of its timed calls. fresh_process: the first "
+                  "three calls of a compiled mode in a new process (--first-call-only), with TORCHINDUCTOR_CACHE_DIR "
+                  "and TRITON_CACHE_DIR in an empty folder (cold), then the same folder again (warm); process_s: the "
+                  "whole child process (Python start, import torch, weights).",
+        "device_time_calls": min(args.device_time_calls, args.iters),
         "workloads": {},
     }
     print(f"PyTorch {torch.__version__}, device {result['device_name']}{' (--small sizes)' if args.small else ''}, "
@@ -573,14 +768,23 @@ def main():
                 modes_here = modes
                 if wdir:
                     wdir.add(f"{vname}.ref.1", want1[0].float().cpu().numpy())
+            cum_peak = 0
             for mode in modes_here:
                 m = {}
+                if mode != "eager":
+                    torch._dynamo.reset()   # the previous compiled mode's code and CUDA graphs go
+                gc.collect()
+                sync()
+                if cuda:
+                    # the mode's peak: from what is allocated now (weights, inputs, eager results) to its end
+                    cum_peak = max(cum_peak, torch.cuda.max_memory_allocated())
+                    torch.cuda.reset_peak_memory_stats()
+                    baseline = torch.cuda.memory_allocated()
                 try:
                     if mode == "eager":
                         f = model
                         m["first_call_ms"], m["second_call_ms"] = e1, e2
                     else:
-                        torch._dynamo.reset()
                         f = torch.compile(model) if mode == "compile" else torch.compile(model, mode="reduce-overhead")
                         m["first_call_ms"], m["second_call_ms"], got1, got2 = first_calls(f, pool)
                         for i in range(max(len(want1), len(got1))):
@@ -588,6 +792,10 @@ def main():
                                 entry["checks"].append(compare(f"{mode} vs eager, result {i + 1} (input {inp})",
                                                                got[i], want[i], TOL_VS_EAGER[dtype_name]))
                     m.update(measure(f, pool))
+                    m.update(measure_device(f, pool))
+                    if cuda:
+                        m["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+                        m["baseline_allocated_bytes"] = baseline
                 except Exception as e:
                     traceback.print_exc()
                     m = {"error": f"{type(e).__name__}: {e}".split("\n")[0]}
@@ -597,31 +805,88 @@ def main():
             bad = errors + [f"{ch['what']}: {ch.get('error') or ch}" for ch in entry["checks"] if not ch["ok"]]
             entry["checks_ok"] = not bad
             failed = failed or bool(bad)
-            if cuda:
-                entry["device_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            if cuda:   # the highest of the whole variant (eager reference calls and every mode)
+                entry["device_peak_allocated_bytes"] = max(cum_peak, torch.cuda.max_memory_allocated())
             print(f"\n{vname}: {entry['description']}" + (f"\n  ERROR {entry['error']}" if "error" in entry else ""))
-            print(f"  {'mode':<16} {'latency us':>12} {'lat min us':>12} {'throughput us':>14} {'first call ms':>14} "
-                  f"{'2nd call ms':>12}")
+            print(f"  {'mode':<16} {'latency us':>11} {'lat min us':>11} {'throughput us':>13} {'first call ms':>13} "
+                  f"{'2nd call ms':>11} {'dev span us':>11} {'peak MB':>8}")
+
+            def opt_num(v, f):
+                return "-" if v is None else format(v, f)
             for mode, m in entry["modes"].items():
                 if "error" in m:
                     print(f"  {mode:<16} ERROR {m['error']}")
                     continue
-                print(f"  {mode:<16} {m['latency_us_median']:12.1f} {m['latency_us_min']:12.1f} "
-                      f"{m['throughput_us_per_call']:14.1f} {m['first_call_ms']:14.2f} {m['second_call_ms']:12.2f}")
+                peak = m.get("peak_allocated_bytes")
+                print(f"  {mode:<16} {m['latency_us_median']:11.1f} {m['latency_us_min']:11.1f} "
+                      f"{m['throughput_us_per_call']:13.1f} {m['first_call_ms']:13.2f} {m['second_call_ms']:11.2f} "
+                      f"{opt_num(m.get('device_span_us_median'), '.1f'):>11} {opt_num(peak and peak / 1e6, '.1f'):>8}")
             print(f"  checks: {len(entry['checks'])}, " + ("all ok" if not bad else f"{len(bad)} FAILED"))
             for b in bad:
                 print(f"    FAILED {b}")
             model = pool = want1 = want2 = got1 = got2 = None
             gc.collect()
 
-    if wdir:
+    if wdir:   # first: grace reads it, whatever happens to the phases below
         n = wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
         print(f"\nwrote {args.weights}: {n} tensors (weights, inputs, references)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2, sort_keys=True)
-            f.write("\n")
-        print(f"wrote {args.json}")
+
+    def write_json():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2, sort_keys=True)
+                f.write("\n")
+            print(f"wrote {args.json}")
+    write_json()   # the timings are safe even if what follows is cut short
+    with torch.no_grad():
+        kernels_phase()
+    kernels_counted = [f"{v} {m}: {e['modes'][m]['kernels_per_call']}" for v, e in result["workloads"].items()
+                       for m in e["modes"] if e["modes"][m].get("kernels_per_call") is not None]
+    if kernels_counted:
+        print("kernels per call: " + ", ".join(kernels_counted))
+    if fresh:
+        write_json()
+        fresh_t0 = time.perf_counter()
+        print("\nfirst call in a fresh process (ms; compile + run; cold: empty TORCHINDUCTOR_CACHE_DIR and "
+              "TRITON_CACHE_DIR, warm: the same folder again)")
+        print(f"{'workload':<18} {'mode':<16} {'cold ms':>10} {'warm ms':>10} {'warm 2nd':>9} {'warm 3rd':>9} "
+              f"{'cold s':>7} {'warm s':>7}")
+    for vname in fresh:
+        entry = result["workloads"].get(vname)
+        if entry is None or "error" in entry:
+            print(f"{vname}: not run here (--only) or raised: no fresh-process measurement")
+            continue
+        entry["fresh_process"] = {}
+        for mode in fresh_modes:
+            d = tempfile.mkdtemp(prefix="torch-firstcall.")
+            fr = {}
+            try:
+                for t in ("cold", "warm"):
+                    left = args.fresh_budget - (time.perf_counter() - fresh_t0) if args.fresh_budget > 0 else math.inf
+                    if left < 1:
+                        fr[t] = {"skipped": f"over --fresh-budget {args.fresh_budget:.0f} s"}
+                    elif t == "warm" and "error" in fr["cold"]:
+                        fr[t] = {"skipped": "the cold run failed (the cache may be incomplete)"}
+                    else:
+                        fr[t] = fresh_first_call(args, vname, mode, d, min(args.fresh_timeout, left))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            entry["fresh_process"][mode] = fr
+            c, w = fr["cold"], fr["warm"]
+
+            def g(r, k, f):
+                return "-" if r.get(k) is None else format(r[k], f)
+            print(f"{vname:<18} {mode:<16} {g(c, 'first_call_ms', '.1f'):>10} {g(w, 'first_call_ms', '.1f'):>10} "
+                  f"{g(w, 'second_call_ms', '.1f'):>9} {g(w, 'third_call_ms', '.1f'):>9} {g(c, 'process_s', '.1f'):>7} "
+                  f"{g(w, 'process_s', '.1f'):>7}")
+            for t, r in fr.items():
+                if "error" in r:
+                    print(f"    FAILED {t}: {r['error']}")
+                    failed = True
+                elif "skipped" in r:
+                    print(f"    skipped {t}: {r['skipped']}")
+
+    write_json()
     if failed:
         print("workloads.py: correctness checks FAILED or a workload raised an error (see above)", file=sys.stderr)
         return 1

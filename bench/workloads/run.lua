@@ -3,9 +3,16 @@
 -- files bench/torch/workloads.py writes, or seeded random numbers), checks the compiled output against the
 -- eager one and, when the files hold PyTorch's outputs, against PyTorch, then times every mode: latency per
 -- call with a synchronize after each call (median), throughput without one (total / calls, one synchronize
--- at the end), and the first call (trace + compile for compiled modes). Prints a table, writes JSON.
+-- at the end), the first call (trace + compile for compiled modes), the device span of one call (events,
+-- grace.device_time, median of a separate pass), kernels per call and the peak device memory of the mode.
+-- Last, each compiled mode's first call in a fresh process (this script again, with --first-call-only),
+-- with an empty kernel cache (cold) and with the cache that run left (warm). Prints a table, writes JSON.
 -- usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,...] [--iters N]
 --          [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]
+--          [--device-time-calls N] [--fresh compiled,full|none] [--fresh-timeout S] [--fresh-budget S]
+--        grace bench/workloads/run.lua --first-call-only VARIANT --mode MODE [--device ...] [--weights DIR]
+--          [--small]   (one fresh-process measurement: prints one line "FIRST_CALL_JSON {...}"; the kernel
+--          cache is wherever GRACE_CACHE_DIR points)
 -- A workload name selects all its variants (gpt2_decode = gpt2_decode_fp32 + gpt2_decode_bf16).
 -- Exit status 1 when a correctness check failed or a workload raised an error: the error is recorded and
 -- printed, the other workloads and modes still run, and timings are still taken and written.
@@ -37,11 +44,16 @@ local TOL = {
 local function usage(msg)
   io.stderr:write((msg and (msg .. "\n") or ""),
     "usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,st,gpt2_decode[_fp32|_bf16]]\n",
-    "         [--iters N] [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]\n")
+    "         [--iters N] [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]\n",
+    "         [--device-time-calls N (default 50)] [--fresh MODES (default compiled,full; none: skip)]\n",
+    "         [--fresh-timeout S (per process, default 120)] [--fresh-budget S (all of them; default 0: no limit)]\n",
+    "       grace bench/workloads/run.lua --first-call-only VARIANT --mode MODE [--device ...] [--weights DIR]\n",
+    "         [--small]\n")
   os.exit(2)
 end
 
-local opt = {device = "auto", iters = 200, warmup = 10, small = false}
+local opt = {device = "auto", iters = 200, warmup = 10, small = false, device_time_calls = 50,
+             fresh = "compiled,full", fresh_timeout = 120, fresh_budget = 0}
 do
   local a, i = arg or {}, 1
   local function value(name)
@@ -61,12 +73,22 @@ do
     elseif s == "--weights" then opt.weights = value(s)
     elseif s == "--modes" then opt.modes = value(s)
     elseif s == "--small" then opt.small = true
+    elseif s == "--device-time-calls" then
+      opt.device_time_calls = math.tointeger(tonumber(value(s))) or usage("--device-time-calls needs an integer")
+    elseif s == "--fresh" then opt.fresh = value(s)
+    elseif s == "--fresh-timeout" then opt.fresh_timeout = tonumber(value(s)) or usage("--fresh-timeout needs a number")
+    elseif s == "--fresh-budget" then opt.fresh_budget = tonumber(value(s)) or usage("--fresh-budget needs a number")
+    elseif s == "--first-call-only" then opt.first_call_only = value(s)
+    elseif s == "--mode" then opt.mode = value(s)
     elseif s == "-h" or s == "--help" then usage()
     else usage("unknown argument '" .. s .. "'") end
     i = i + 1
   end
   if opt.iters < 1 then usage("--iters must be >= 1") end
   if opt.warmup < 0 then usage("--warmup must be >= 0") end
+  if opt.device_time_calls < 0 then usage("--device-time-calls must be >= 0") end
+  if opt.first_call_only and not opt.mode then usage("--first-call-only needs --mode") end
+  if opt.mode and not opt.first_call_only then usage("--mode goes with --first-call-only") end
 end
 
 local cuda_ok = grace.cuda_available and grace.cuda_available()
@@ -77,15 +99,20 @@ if opt.device == "cuda" and not cuda_ok then
   os.exit(2)
 end
 
+local function mode_named(m)
+  for _, md in ipairs(MODES) do if md.name == m then return md end end
+  usage("unknown mode '" .. m .. "'")
+end
+
 local modes = MODES
 if opt.modes then
   modes = {}
-  for m in opt.modes:gmatch("[^,]+") do
-    local found
-    for _, md in ipairs(MODES) do if md.name == m then found = md end end
-    if not found then usage("unknown mode '" .. m .. "'") end
-    modes[#modes + 1] = found
-  end
+  for m in opt.modes:gmatch("[^,]+") do modes[#modes + 1] = mode_named(m) end
+end
+-- the modes whose first call is also measured in a fresh process (cold and warm kernel cache)
+local fresh_modes = {}
+if opt.fresh ~= "none" and opt.fresh ~= "" then
+  for m in opt.fresh:gmatch("[^,]+") do fresh_modes[#fresh_modes + 1] = mode_named(m) end
 end
 
 local clock = grace.clock
@@ -245,6 +272,53 @@ local function device_stats()
   return grace.device_stats()
 end
 
+-- Per device program of compiled function f: its graph replays so far and the kernel nodes of its graph.
+local function graph_replays(f)
+  local t = {}
+  for _, r in ipairs(f:report()) do
+    t[(r.entry or 0) .. ":" .. (r.path or 0)] = {replays = r.replays or 0, kernels = r.kernels or 0}
+  end
+  return t
+end
+
+-- The device span of one call over a separate pass of min(--device-time-calls, --iters) calls, each after a
+-- synchronize: grace.device_time, i.e. events on grace's stream just before the call and after it returns on
+-- CUDA (gaps where the device waits for the host count: for a host-bound mode it nears the latency), the wall
+-- clock on the CPU. On CUDA also the kernels per call over the same calls: grace's own launches
+-- (device_stats().kernel_launches: cuBLASLt's kernels are not seen) plus, for programs run as CUDA graphs, each
+-- replay's kernel nodes (f:report(), cuBLASLt's included).
+local function measure_device(f, pool, compiled)
+  local n = math.min(opt.device_time_calls, opt.iters)
+  if n < 1 or not grace.device_time then return {} end
+  local npool = #pool
+  local s0 = device_stats()
+  local g0 = compiled and s0 and graph_replays(f)
+  local ts, clock_of = {}, nil
+  for k = 1, n do
+    sync()
+    ts[k], clock_of = grace.device_time(opt.device, f, table.unpack(pool[(k - 1) % npool + 1]))
+    ts[k] = ts[k] * 1e-3   -- ms -> s, for stats_us
+  end
+  sync()
+  local st = stats_us(ts)
+  local r = {device_span_us_median = st.latency_us_median, device_span_us_min = st.latency_us_min,
+             device_span_us_p90 = st.latency_us_p90, device_span_calls = n,
+             device_span_clock = clock_of == "cuda" and "cuda events" or "host wall clock"}
+  local s1 = device_stats()
+  if s0 and s1 then
+    r.kernels_launched_per_call = (s1.kernel_launches - s0.kernel_launches) / n
+    local graph = 0
+    if g0 then
+      for key, b in pairs(graph_replays(f)) do
+        graph = graph + (b.replays - (g0[key] and g0[key].replays or 0)) * b.kernels
+      end
+    end
+    r.graph_kernels_per_call = graph / n
+    r.kernels_per_call = r.kernels_launched_per_call + r.graph_kernels_per_call
+  end
+  return r
+end
+
 ---------------------------------------------------------------------------------------------------------
 -- JSON (keys sorted; numbers as %.6g or integers; an empty table is {} unless it has the ARRAY metatable)
 
@@ -281,6 +355,83 @@ local function json(v, indent)
   return "{\n" .. table.concat(parts, ",\n") .. "\n" .. indent .. "}"
 end
 
+-- JSON text -> Lua value (objects, arrays, strings, numbers, true/false; null is nil): for the one line a
+-- --first-call-only child prints.
+local function json_decode(text)
+  local pos = 1
+  local function ws() pos = text:find("[^ \t\r\n]", pos) or #text + 1 end
+  local function fail(what) error(fmt("JSON: expected %s at byte %d", what, pos), 0) end
+  local function str()
+    local out = {}
+    pos = pos + 1
+    while true do
+      local c = text:sub(pos, pos)
+      if c == "" then fail("'\"'") end
+      if c == '"' then pos = pos + 1; return table.concat(out) end
+      if c == "\\" then
+        local e = text:sub(pos + 1, pos + 1)
+        if e == "u" then
+          out[#out + 1] = utf8.char(tonumber(text:sub(pos + 2, pos + 5), 16) or fail("4 hex digits"))
+          pos = pos + 6
+        else
+          out[#out + 1] = ({b = "\b", f = "\f", n = "\n", r = "\r", t = "\t"})[e] or e
+          pos = pos + 2
+        end
+      else
+        out[#out + 1] = c
+        pos = pos + 1
+      end
+    end
+  end
+  local value
+  local function seq(close, t, item)
+    pos = pos + 1
+    ws()
+    if text:sub(pos, pos) == close then pos = pos + 1; return t end
+    while true do
+      item(t)
+      ws()
+      local d = text:sub(pos, pos)
+      pos = pos + 1
+      if d == close then return t end
+      if d ~= "," then pos = pos - 1; fail("',' or '" .. close .. "'") end
+      ws()
+    end
+  end
+  function value()
+    ws()
+    local c = text:sub(pos, pos)
+    if c == "{" then
+      return seq("}", {}, function(t)
+        if text:sub(pos, pos) ~= '"' then fail("a key") end
+        local k = str()
+        ws()
+        if text:sub(pos, pos) ~= ":" then fail("':'") end
+        pos = pos + 1
+        t[k] = value()
+      end)
+    elseif c == "[" then
+      return seq("]", setmetatable({}, ARRAY), function(t) t[#t + 1] = value() end)
+    elseif c == '"' then
+      return str()
+    end
+    for _, lit in ipairs({{"true", true}, {"false", false}, {"null", nil}}) do
+      if text:sub(pos, pos + #lit[1] - 1) == lit[1] then
+        pos = pos + #lit[1]
+        return lit[2]
+      end
+    end
+    local num = text:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
+    if not num then fail("a value") end
+    pos = pos + #num
+    return math.tointeger(tonumber(num)) or tonumber(num) or fail("a number")
+  end
+  local v = value()
+  ws()
+  if pos <= #text then fail("the end") end
+  return v
+end
+
 ---------------------------------------------------------------------------------------------------------
 -- main
 
@@ -302,6 +453,76 @@ local function wanted(module_name, variant_name)
   return not opt.only or selected[module_name] or selected[variant_name]
 end
 
+-- Each variant's seed comes from its name: the same random weights whatever else runs (and in a child).
+local function variant_seed(name)
+  local seed = 0
+  for j = 1, #name do seed = seed + name:byte(j) * j end
+  return seed
+end
+
+-- --first-call-only VARIANT --mode MODE: this process only builds one variant and times its first three calls
+-- in MODE (trace + compile + run, capture for graph modes), with the kernel cache GRACE_CACHE_DIR holds; then
+-- checks the first call's results against eager ones and prints one line "FIRST_CALL_JSON {...}". The parent
+-- (fresh_first_call below) runs it with an empty cache dir (cold) and again with the same dir (warm).
+if opt.first_call_only then
+  local module, variant
+  for _, md in ipairs(modules) do
+    for _, v in ipairs(md.variants) do
+      if v.name == opt.first_call_only then module, variant = md, v end
+    end
+  end
+  if not variant then usage("--first-call-only: no variant named '" .. opt.first_call_only .. "'") end
+  local mode = mode_named(opt.mode)
+  local r = {variant = variant.name, mode = mode.name, device = opt.device}
+  local ok, err = xpcall(function()
+    grace.manual_seed(variant_seed(variant.name))
+    local t0 = clock()
+    local w = module.build(make_ctx(variant))
+    sync()
+    r.setup_s = clock() - t0
+    local stats = {device_stats()}
+    local f = w.fn
+    if mode.opts then
+      if grace.graphs then grace.graphs(mode.graphs or "auto") end
+      local copts = {name = variant.name .. ":" .. mode.name}
+      for k, v in pairs(mode.opts) do copts[k] = v end
+      f = grace.compile(w.fn, copts)
+    end
+    local ms, got = {}, nil
+    for k = 1, 3 do
+      local t1 = clock()
+      local res = table.pack(f(table.unpack(w.pool[k])))
+      sync()
+      ms[k] = (clock() - t1) * 1e3
+      stats[k + 1] = device_stats()
+      got = got or res
+    end
+    r.first_call_ms, r.second_call_ms, r.third_call_ms = ms[1], ms[2], ms[3]
+    if stats[1] then
+      local function delta(k, key) return stats[k][key] - stats[1][key] end
+      r.first_call_nvrtc_calls, r.first_call_nvrtc_s = delta(2, "nvrtc_calls"), delta(2, "nvrtc_seconds")
+      r.first_call_disk_hits = delta(2, "disk_hits")
+      r.three_calls_nvrtc_calls, r.three_calls_disk_hits = delta(4, "nvrtc_calls"), delta(4, "disk_hits")
+      r.setup_nvrtc_calls = stats[1].nvrtc_calls   -- before the first call (building the inputs)
+    end
+    local want = table.pack(w.fn(table.unpack(w.pool[1])))
+    local worst = 0
+    r.check_ok = true
+    for i = 1, math.max(want.n, got.n) do
+      local c = compare("first call vs eager", got[i], want[i], TOL[variant.dtype].vs_eager)
+      r.check_ok = r.check_ok and c.ok
+      if c.max_abs_diff then worst = math.max(worst, c.max_abs_diff / math.max(c.max_abs_ref, 1e-30)) end
+    end
+    r.check_worst_rel = worst
+  end, debug.traceback)
+  if not ok then
+    io.stderr:write(tostring(err), "\n")
+    r.error = tostring(err):match("^[^\n]*")
+  end
+  io.write("FIRST_CALL_JSON ", (json(r):gsub("\n%s*", "")), "\n")
+  os.exit((r.error or not r.check_ok) and 1 or 0)
+end
+
 local result = {
   system = "grace",
   grace_version = grace.version,
@@ -318,7 +539,18 @@ local result = {
     .. "p90, mean); throughput_us_per_call: wall time of --iters calls with one grace.synchronize() at the end, "
     .. "divided by --iters; first_call_ms / second_call_ms: the first two calls of a fresh function (for compiled "
     .. "modes: trace + compile + run), each with a synchronize. Each call takes the next input of a pool of "
-    .. "pool_size pre-made inputs. Checks: max |got - want| <= tolerance_rel_to_max * max |want|.",
+    .. "pool_size pre-made inputs. Checks: max |got - want| <= tolerance_rel_to_max * max |want|. "
+    .. "device_span_us_*: a separate pass of device_span_calls calls, each after a synchronize, timed by "
+    .. "grace.device_time: on CUDA the span between events recorded on grace's stream just before the call and "
+    .. "after it returns (gaps where the device waits for the host count), on the CPU the wall time. "
+    .. "kernels_per_call (CUDA, same pass) = kernels_launched_per_call (grace's own launches; cuBLASLt's kernels "
+    .. "are NOT counted) + graph_kernels_per_call (kernel nodes of each CUDA graph replayed, cuBLASLt's included). "
+    .. "peak_allocated_bytes: the allocator's highest in-use bytes from the mode's start (peak reset there, with "
+    .. "baseline_allocated_bytes already in use: weights, inputs) to the end of its timed calls. fresh_process: "
+    .. "the first three calls of a compiled mode in a new process (this script with --first-call-only), with "
+    .. "GRACE_CACHE_DIR an empty dir (cold), then the same dir again (warm); *_nvrtc_calls: kernels NVRTC "
+    .. "compiled in that span; process_s: the whole child process.",
+  device_time_calls = math.min(opt.device_time_calls, opt.iters),
   workloads = {},
 }
 
@@ -338,6 +570,15 @@ end
 local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
   local f, m = w.fn, {}
   local function check(what, got, want, t) entry.checks[#entry.checks + 1] = compare(what, got, want, t) end
+  -- the mode's peak device memory: from what is allocated now (weights, inputs, eager results; the previous
+  -- mode's function and graphs collected first) to the highest allocation until the mode is done
+  collectgarbage()
+  collectgarbage()
+  sync()
+  local before = device_stats()   -- the variant's peak so far survives the reset in peak_seen
+  if before then entry.peak_seen = math.max(entry.peak_seen or 0, before.peak_allocated) end
+  if grace.reset_peak_memory then grace.reset_peak_memory() end
+  local at_start = device_stats()
   if mode.opts then
     local copts = {name = entry.name .. ":" .. mode.name}
     for k, v in pairs(mode.opts) do copts[k] = v end
@@ -360,6 +601,11 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
     m.first_call_ms, m.second_call_ms = e1_ms, e2_ms
   end
   for k, v in pairs(measure(f, w.pool)) do m[k] = v end
+  for k, v in pairs(measure_device(f, w.pool, mode.opts ~= nil)) do m[k] = v end
+  local at_end = device_stats()
+  if at_start and at_end then
+    m.peak_allocated_bytes, m.baseline_allocated_bytes = at_end.peak_allocated, at_start.allocated
+  end
   if mode.opts then
     -- after the timed calls (graphs recorded and replayed by now) the outputs must still be right
     local again = table.pack(f(table.unpack(w.pool[1])))
@@ -387,8 +633,8 @@ end
 local function print_entry(vname, entry)
   print(fmt("\n%s: %s", vname, entry.description or ""))
   if entry.error then print("  ERROR " .. entry.error) return end
-  print(fmt("  %-14s %14s %14s %14s %14s %12s", "mode", "latency us", "lat min us", "throughput us",
-            "first call ms", "2nd call ms"))
+  print(fmt("  %-14s %11s %11s %13s %13s %11s %11s %8s %8s", "mode", "latency us", "lat min us", "throughput us",
+            "first call ms", "2nd call ms", "dev span us", "kernels", "peak MB"))
   for _, mode in ipairs(modes) do
     local m = entry.modes[mode.name]
     if m.error then
@@ -400,8 +646,11 @@ local function print_entry(vname, entry)
                    cs.replays > 0 and fmt(", %d replays", cs.replays) or "",
                    cs.fell_back_to_eager and ", FELL BACK TO EAGER" or "")
       end
-      print(fmt("  %-14s %14.1f %14.1f %14.1f %14.2f %12.2f%s", mode.name, m.latency_us_median, m.latency_us_min,
-                m.throughput_us_per_call, m.first_call_ms, m.second_call_ms, note))
+      print(fmt("  %-14s %11.1f %11.1f %13.1f %13.2f %11.2f %11s %8s %8s%s", mode.name, m.latency_us_median,
+                m.latency_us_min, m.throughput_us_per_call, m.first_call_ms, m.second_call_ms,
+                m.device_span_us_median and fmt("%.1f", m.device_span_us_median) or "-",
+                m.kernels_per_call and fmt("%.1f", m.kernels_per_call) or "-",
+                m.peak_allocated_bytes and fmt("%.1f", m.peak_allocated_bytes / 1e6) or "-", note))
       for k, l in ipairs(m.launch or {}) do   -- per device program: how it launches, what was measured
         local us = {}
         for _, n in ipairs({"eager", "graph+copies", "graph+indirection"}) do
@@ -422,9 +671,7 @@ end
 -- A workload variant: build, eager results, every mode. Returns its JSON entry (with .bad, .has_ref for
 -- printing, removed before the JSON is written).
 local function run_variant(module, variant)
-  local seed = 0
-  for j = 1, #variant.name do seed = seed + variant.name:byte(j) * j end
-  grace.manual_seed(seed)
+  grace.manual_seed(variant_seed(variant.name))
   local entry = {name = variant.name, dtype = variant.dtype, checks = setmetatable({}, ARRAY), modes = {}, bad = {}}
   local ok, err = xpcall(function()
     local tb = clock()
@@ -476,7 +723,8 @@ local function run_variant(module, variant)
   end
   entry.checks_ok = #entry.bad == 0
   local st = device_stats()
-  if st then entry.device_peak_allocated_bytes_cumulative = st.peak_allocated end
+  if st then entry.device_peak_allocated_bytes_cumulative = math.max(entry.peak_seen or 0, st.peak_allocated) end
+  entry.peak_seen = nil
   return entry
 end
 
@@ -517,13 +765,113 @@ for _, r in ipairs(rows) do
             (#r.bad == 0 and "ok" or "FAILED") .. (r.has_ref and (" (vs " .. ref_label .. " too)") or "")))
 end
 
-if opt.json then
+-- First calls in fresh processes: this script again with --first-call-only, through the shell.
+local function shell_quote(v) return "'" .. (tostring(v):gsub("'", "'\\''")) .. "'" end
+local function interpreter()   -- arg[-k]: the grace binary that runs this script (lowest index)
+  local i = -1
+  while arg and arg[i - 1] ~= nil do i = i - 1 end
+  return arg and arg[i] or "grace"
+end
+
+local function fresh_first_call(vname, mode, cache_dir, timeout_s)
+  -- coreutils' timeout: a child that hangs (a driver stuck in a cold compile) must not take the suite with it
+  local cmd = {"GRACE_CACHE_DIR=" .. shell_quote(cache_dir), fmt("timeout -k 5 %d", math.max(1, math.floor(timeout_s))),
+               shell_quote(interpreter()), shell_quote(arg[0]),
+               "--first-call-only", vname, "--mode", mode.name, "--device", opt.device}
+  if opt.weights then cmd[#cmd + 1] = "--weights " .. shell_quote(opt.weights) end
+  if opt.small then cmd[#cmd + 1] = "--small" end
+  local t0 = clock()
+  local p = io.popen(table.concat(cmd, " ") .. " 2>&1", "r")
+  local out = p and p:read("a") or ""
+  local closed_ok, _, code = true, nil, 0
+  if p then closed_ok, _, code = p:close() end
+  local r
+  local line = out:match("FIRST_CALL_JSON ([^\n]*)")
+  if line then
+    local ok, v = pcall(json_decode, line)
+    r = ok and v or {error = "unreadable FIRST_CALL_JSON line: " .. tostring(v)}
+  else
+    local last = ""
+    for l in out:gmatch("[^\n]+") do if l:match("%S") then last = l end end
+    r = {error = fmt("no FIRST_CALL_JSON line (exit %s%s): %s", tostring(code),
+                     code == 124 and fmt(", timed out after %d s", math.floor(timeout_s)) or "", last)}
+  end
+  r.process_s = clock() - t0
+  if not closed_ok and not r.error then
+    r.error = r.check_ok == false and "the first call's results differ from eager's" or ("exit " .. tostring(code))
+  end
+  return r
+end
+
+local function write_json()
+  if not opt.json then return end
   local f, err = io.open(opt.json, "w")
   if not f then io.stderr:write("run.lua: --json: ", err, "\n"); os.exit(2) end
   f:write(json(result), "\n")
   f:close()
   print("wrote " .. opt.json)
 end
+
+if #fresh_modes > 0 and #rows > 0 then
+  write_json()   -- the timings are safe even if what follows is cut short
+  local fresh_t0 = clock()
+  print(fmt("\nfirst call in a fresh process (ms; trace + compile + run; cold: an empty GRACE_CACHE_DIR, warm: the "
+            .. "same dir again; NVRTC: kernels compiled in the first call)"))
+  print(fmt("%-18s %-14s %11s %6s %11s %6s %10s %9s %9s", "workload", "mode", "cold ms", "NVRTC", "warm ms", "NVRTC",
+            "warm 2nd", "cold s", "warm s"))
+  -- GPT-2 first: issue 6's first-call targets are about it, and --fresh-budget may not reach the last ones
+  local order, ngpt2 = {}, 0
+  for _, r in ipairs(rows) do
+    if r.variant:match("^gpt2_decode") then
+      ngpt2 = ngpt2 + 1
+      table.insert(order, ngpt2, r)
+    else
+      order[#order + 1] = r
+    end
+  end
+  for _, r in ipairs(order) do
+    if not r.entry.error then
+      r.entry.fresh_process = {}
+      for _, mode in ipairs(fresh_modes) do
+        local fr = {}
+        local p = io.popen("mktemp -d \"${TMPDIR:-/tmp}/grace-firstcall.XXXXXX\" 2>/dev/null")
+        local dir = p and p:read("l")
+        if p then p:close() end
+        if not dir or not dir:match("grace%-firstcall%.") then
+          fr.error = "mktemp -d failed"
+        else
+          for _, temp in ipairs({"cold", "warm"}) do
+            local left = opt.fresh_budget > 0 and opt.fresh_budget - (clock() - fresh_t0) or math.huge
+            if left < 1 then
+              fr[temp] = {skipped = fmt("over --fresh-budget %g s", opt.fresh_budget)}
+            elseif temp == "warm" and fr.cold.error then
+              fr[temp] = {skipped = "the cold run failed (the cache may be incomplete)"}
+            else
+              fr[temp] = fresh_first_call(r.variant, mode, dir, math.min(opt.fresh_timeout, left))
+            end
+          end
+          os.execute("rm -rf " .. shell_quote(dir))
+        end
+        r.entry.fresh_process[mode.name] = fr
+        local function num(x, f) return x and fmt(f, x) or "-" end
+        local c, wm = fr.cold or {}, fr.warm or {}
+        print(fmt("%-18s %-14s %11s %6s %11s %6s %10s %9s %9s", r.variant, mode.name, num(c.first_call_ms, "%.1f"),
+                  num(c.first_call_nvrtc_calls, "%d"), num(wm.first_call_ms, "%.1f"), num(wm.first_call_nvrtc_calls, "%d"),
+                  num(wm.second_call_ms, "%.1f"), num(c.process_s, "%.2f"), num(wm.process_s, "%.2f")))
+        for _, e in ipairs({{"", fr}, {"cold: ", c}, {"warm: ", wm}}) do
+          if e[2].error then
+            print("    FAILED " .. e[1] .. e[2].error)
+            failed = true
+          elseif e[2].skipped then
+            print("    skipped " .. e[1] .. e[2].skipped)
+          end
+        end
+      end
+    end
+  end
+end
+
+write_json()
 if failed then
   io.stderr:write("run.lua: correctness checks FAILED or a workload raised an error (see above); the rest was "
                   .. "timed and written\n")

@@ -10,7 +10,7 @@
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local H = require "tests.lua.gpu_harness"
-local DEV, to_dev = H.DEV, H.to_dev
+local DEV, SEED, to_dev = H.DEV, H.SEED, H.to_dev
 
 local function maxdiff(got, want)
   if got.device ~= DEV and DEV ~= "cpu" then return math.huge, "on " .. got.device end
@@ -190,6 +190,24 @@ for _, mode in ipairs(MODES) do
   tap.ok(dgood == 12, mode .. ": a dynamic scalar changing every call, 12 calls right (" .. dgood .. ")")
 end
 grace.graphs()
+
+-- the measured choice is kept with the kernels: the same program compiled again (as another process would)
+-- starts decided, without measuring
+if DEV ~= "cpu" then
+  local name = ("graph-cache-test-%d"):format(SEED)   -- a fresh program text: the first one measures
+  local prog = function(a, b) return (a:matmul(b) + 1):relu():sum(-1) end
+  local A, B = to_dev(grace.randn(8, 32)), to_dev(grace.randn(32, 16))
+  local f1 = grace.compile(prog, {name = name})
+  for _ = 1, 16 do f1(A, B) end
+  local r1 = report_of(f1)
+  local f2 = grace.compile(prog, {name = name})
+  local got = f2(A, B); f2(A, B)
+  local r2 = report_of(f2)
+  tap.ok(r1.decided and not r1.from_cache and r2.decided and r2.from_cache and r2.strategy == r1.strategy,
+    ("a second compile of the same program takes the first one's choice from the cache (%s / %s, from_cache %s)"):format(
+      tostring(r1.strategy), tostring(r2.strategy), tostring(r2.from_cache)))
+  close("the cached choice runs right", got, (A:cpu():matmul(B:cpu()) + 1):relu():sum(-1))
+end
 
 -- a program that writes into its argument runs eagerly and says why
 if DEV ~= "cpu" then

@@ -1,0 +1,400 @@
+/* ir_place.c: CUDA-Graph-aware placement (see ir_place.h): which host values a device partition reads and how,
+ * which device ops need the host and where they split the partition, and the partition count. An analysis, not a
+ * rewrite: the device executor (vm/gpu_exec.c, vm/gpu_graph.c) already lifts host numbers into the graph's argument
+ * table while capturing, so the IR needs no change for them; what this adds is the decision made visible and
+ * explained per value (GRACE_LOG=placement, grace.explain), and the cases that still keep a partition from being a
+ * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ir/ir_place.h"
+
+/* The device back end's limits that decide whether an op has a kernel. ir/ may not include codegen/, so they are
+ * restated here: codegen/cg_ops.h CGO_SORT_MAX and CGO_SELECT_MAXK (vm/gpu_ops.c sorts longer rows on the host). */
+#define PLACE_SORT_MAX 8192
+#define PLACE_SELECT_MAXK 1024
+
+/* What an instruction is, for placement. */
+enum { C_FREE, C_HOST, C_HOST_VIEW, C_DEV_VIEW, C_KERNEL, C_NO_KERNEL, C_TO_HOST };
+
+static const ir_type *vtype(const grace_ir *ir, int32_t v) { return &ir->vals[v].type; }
+static int32_t arg(const grace_ir *ir, const ir_inst *k, int j) { return ir->args[k->first_arg + j]; }
+
+/* Why the device back end has no kernel for device instruction k (it then runs the op on the host through copies
+ * and a synchronize, vm/gpu_exec.c on_host and vm/gpu_ops.c sort_on_host), or NULL when it has one. */
+static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, size_t n) {
+  if (k->op == GRACE_OP_MATMUL && k->nin == 2 && arg(ir, k, 0) >= 0 && arg(ir, k, 1) >= 0) {
+    grace_dtype a = vtype(ir, arg(ir, k, 0))->dtype, b = vtype(ir, arg(ir, k, 1))->dtype;
+    if (a == b && a != GRACE_BOOL && a != GRACE_FLOAT32 && a != GRACE_FLOAT16 && a != GRACE_BFLOAT16) {
+      snprintf(buf, n, "matmul of %s has no device kernel: it runs on the host through two copies and a synchronize",
+               grace_dtype_name(a));
+      return buf;
+    }
+  }
+  if ((k->op == GRACE_OP_SORT || k->op == GRACE_OP_TOPK) && k->nin >= 1 && arg(ir, k, 0) >= 0) {
+    const ir_type *x = vtype(ir, arg(ir, k, 0));
+    int d = k->attrs.ndims ? (int)k->attrs.dims[0] : -1;
+    if (d < 0) d += x->ndim;
+    int64_t len = x->ndim && d >= 0 && d < x->ndim ? x->sizes[d] : 1, numel = 1;
+    for (int i = 0; i < x->ndim; i++) numel *= x->sizes[i];
+    int64_t kk = k->op == GRACE_OP_TOPK ? k->attrs.i0 : len;
+    if (len > PLACE_SORT_MAX && kk > 0 && numel > 0 && (k->op == GRACE_OP_SORT || kk > PLACE_SELECT_MAXK)) {
+      snprintf(buf, n, "%s over rows of %lld (more than %d) has no device kernel: it runs on the host through two "
+               "copies and a synchronize", grace_op_name((grace_op)k->op), (long long)len, PLACE_SORT_MAX);
+      return buf;
+    }
+  }
+  return NULL;
+}
+
+static int classify(const grace_ir *ir, const ir_inst *k) {
+  if (k->op >= GRACE_NOPS) return C_FREE;
+  int dev_out = 0, dev_in = 0;
+  for (int r = 0; r < k->nout; r++) dev_out |= vtype(ir, k->first_result + r)->device == GRACE_CUDA;
+  for (int j = 0; j < k->nin; j++) if (arg(ir, k, j) >= 0) dev_in |= vtype(ir, arg(ir, k, j))->device == GRACE_CUDA;
+  if (grace_op_kind((grace_op)k->op) == GRACE_KIND_VIEW) return dev_out ? C_DEV_VIEW : C_HOST_VIEW;
+  if (!dev_out) return dev_in ? C_TO_HOST : C_HOST;   /* a device value read into a host result: a copy back */
+  char why[8];
+  return no_kernel(ir, k, why, sizeof why) ? C_NO_KERNEL : C_KERNEL;
+}
+
+static grace_status add(grace_vm *vm, ir_placement *p, ir_place_decision d) {
+  if (p->nd == p->capd) {
+    int nc = p->capd ? p->capd * 2 : 8;
+    ir_place_decision *q = grace_realloc(vm, p->d, sizeof *q * (size_t)p->capd, sizeof *q * (size_t)nc);
+    if (!q) return grace_set_error(vm, GRACE_ENOMEM, "placement: out of host memory");
+    p->d = q;
+    p->capd = nc;
+  }
+  p->d[p->nd++] = d;
+  return GRACE_OK;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+void ir_place_free(grace_vm *vm, ir_placement *p) {
+  grace_realloc(vm, p->d, sizeof *p->d * (size_t)p->capd, 0);
+  grace_realloc(vm, p->partition, sizeof *p->partition * (size_t)(p->ninst ? p->ninst : 1), 0);
+  memset(p, 0, sizeof *p);
+}
+
+/* Scratch arrays of one analysis, in one allocation. */
+typedef struct scratch {
+  int8_t *cls;         /* per instruction: C_* */
+  int32_t *seg;        /* per instruction: breaks before it */
+  int32_t *level;      /* per value: how many splitting host steps precede it in its segment */
+  int8_t *need;        /* per value: a device kernel reads it, directly or through host work */
+  int8_t *seen;        /* per value: decided (or walked) already */
+  int32_t *stack;      /* per value: the walk back from a host number */
+  int64_t *keys;       /* per instruction: (segment, level) of each kernel */
+  void *block;
+  size_t size;
+} scratch;
+
+/* The host number v read by device instruction at: walks back through host arithmetic on numbers to where it comes
+ * from (an input, dynamic scalar or capture: lifted into the argument table; host work over tensors with dims: its
+ * value is fixed when a graph is captured; a literal: a constant of the kernel). */
+static grace_status walk_number(const grace_ir *ir, ir_placement *p, scratch *s, int32_t v, int at) {
+  int sp = 0;
+  int32_t via = ir->insts[ir->vals[v].inst].op < GRACE_NOPS ? ir->vals[v].inst : -1;
+  if (!s->seen[v]) { s->seen[v] = 1; s->stack[sp++] = v; }
+  while (sp > 0) {
+    int32_t u = s->stack[--sp];
+    const ir_inst *k = &ir->insts[ir->vals[u].inst];
+    if (k->op == IR_OP_INPUT || k->op == IR_OP_SCALAR || k->op == IR_OP_CONST) {
+      grace_status st = add(ir->vm, p, (ir_place_decision){IR_PLACE_SCALAR, u, at, via, 0, p->partition[at]});
+      if (st != GRACE_OK) return st;
+      continue;
+    }
+    if (k->op >= GRACE_NOPS) continue;   /* a literal */
+    int dims = 0;
+    for (int j = 0; j < k->nin; j++) if (arg(ir, k, j) >= 0) dims |= vtype(ir, arg(ir, k, j))->ndim > 0;
+    if (dims) {
+      grace_status st = add(ir->vm, p, (ir_place_decision){IR_PLACE_HOST_NUMBER, u, at, ir->vals[u].inst, 0,
+                                                           p->partition[at]});
+      if (st != GRACE_OK) return st;
+      continue;
+    }
+    for (int j = 0; j < k->nin; j++) {
+      int32_t w = arg(ir, k, j);
+      if (w >= 0 && !s->seen[w]) { s->seen[w] = 1; s->stack[sp++] = w; }
+    }
+  }
+  return GRACE_OK;
+}
+
+/* Device partitions: within a segment (the instructions between two graph breaks) a kernel's level is the number of
+ * splitting host steps it depends on; kernels of one (segment, level) can run together, since nothing they need
+ * waits on the host in between, so each distinct pair is one partition. Independent device work does not wait for
+ * a split: the partition splits only where a dependence forces it. */
+static void partitions(const grace_ir *ir, ir_placement *p, scratch *s) {
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    int32_t m = 0;
+    for (int j = 0; j < k->nin; j++) {
+      int32_t v = arg(ir, k, j);
+      if (v >= 0 && s->seg[ir->vals[v].inst] == s->seg[i] && s->level[v] > m) m = s->level[v];
+    }
+    int split = s->cls[i] == C_NO_KERNEL || s->cls[i] == C_TO_HOST;
+    for (int r = 0; r < k->nout; r++) s->level[k->first_result + r] = m + split;
+    s->keys[i] = (int64_t)s->seg[i] * ((int64_t)ir->ninst + 2) + m;
+  }
+  int64_t *sorted = s->keys + ir->ninst;
+  int n = 0;
+  for (int i = 0; i < ir->ninst; i++) if (s->cls[i] == C_KERNEL) sorted[n++] = s->keys[i];
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_i64);
+  int u = 0;
+  for (int i = 0; i < n; i++) if (!u || sorted[u - 1] != sorted[i]) sorted[u++] = sorted[i];
+  p->npartitions = u;
+  /* partitions a graph break starts: one per segment with device work after the first */
+  const int64_t per_seg = (int64_t)ir->ninst + 2;
+  for (int i = 1; i < u; i++) p->break_bounds += sorted[i] / per_seg != sorted[i - 1] / per_seg;
+  /* a split ends the partition of its own (segment, level), if device work is there */
+  for (int i = 0; i < ir->ninst; i++) {
+    p->partition[i] = -1;
+    if (s->cls[i] != C_KERNEL && s->cls[i] != C_NO_KERNEL && s->cls[i] != C_TO_HOST) continue;
+    int64_t *hit = bsearch(&s->keys[i], sorted, (size_t)u, sizeof *sorted, cmp_i64);
+    if (hit) p->partition[i] = (int32_t)(hit - sorted);
+  }
+}
+
+/* Why no partition of ir can be a CUDA graph today, as vm/gpu_graph.c would find it (eligibility, and captures that
+ * fail); "" when each is a candidate. */
+static void graph_status(const grace_ir *ir, ir_placement *p) {
+  char *w = p->no_graph;
+  size_t n = sizeof p->no_graph;
+  w[0] = 0;
+  for (int i = 0; i < p->nd; i++) {
+    const ir_place_decision *d = &p->d[i];
+    const char *op = ir_op_name(ir->insts[d->at].op);
+    switch (d->kind) {
+    case IR_PLACE_HOST_COPY:
+      snprintf(w, n, "host-to-device copy of %%%d (%s %%%d)", d->value, op, ir->insts[d->at].first_result);
+      return;
+    case IR_PLACE_HOST_INPUT: snprintf(w, n, "input %%%d is a host tensor with dims", d->value); return;
+    case IR_PLACE_NO_KERNEL: snprintf(w, n, "%s %%%d runs on the host", op, d->value); return;
+    case IR_PLACE_TO_HOST: snprintf(w, n, "%s %%%d copies to the host", op, d->value); return;
+    default: break;
+    }
+  }
+  if (ir->nwrite) { snprintf(w, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
+  for (int i = 0; i < ir->nout; i++)
+    if (vtype(ir, ir->outputs[i])->device != GRACE_CUDA) { snprintf(w, n, "output %d is a host tensor", i + 1); return; }
+  for (int i = 0; i < ir->ninst; i++) {
+    int op = ir->insts[i].op;
+    if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT) {
+      snprintf(w, n, "it draws random numbers (%s)", grace_op_name((grace_op)op));
+      return;
+    }
+  }
+}
+
+grace_status ir_place(grace_ir *ir, ir_placement *p) {
+  grace_vm *vm = ir->vm;
+  memset(p, 0, sizeof *p);
+  size_t ni = (size_t)(ir->ninst ? ir->ninst : 1), nv = (size_t)(ir->nval ? ir->nval : 1);
+  scratch s = {0};
+  /* widest first, so each array stays aligned */
+  s.size = sizeof(int64_t) * 2 * ni + sizeof(int32_t) * (ni + 2 * nv) + 2 * nv + ni;
+  s.block = grace_realloc(vm, NULL, 0, s.size);
+  p->ninst = ir->ninst;
+  p->partition = grace_realloc(vm, NULL, 0, sizeof *p->partition * ni);
+  if (!s.block || !p->partition) {
+    grace_realloc(vm, s.block, s.size, 0);
+    ir_place_free(vm, p);
+    return grace_set_error(vm, GRACE_ENOMEM, "placement: out of host memory");
+  }
+  memset(s.block, 0, s.size);
+  char *q = s.block;
+  s.keys = (int64_t *)q; q += sizeof(int64_t) * 2 * ni;
+  s.seg = (int32_t *)q; q += sizeof(int32_t) * ni;
+  s.level = (int32_t *)q; q += sizeof(int32_t) * nv;
+  s.stack = (int32_t *)q; q += sizeof(int32_t) * nv;
+  s.need = (int8_t *)q; q += nv;
+  s.seen = (int8_t *)q; q += nv;
+  s.cls = (int8_t *)q;
+
+  for (int i = 0, nb = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    while (nb < ir->nbreak && ir->breaks[nb].after < i) nb++;
+    s.seg[i] = nb;
+    s.cls[i] = (int8_t)classify(ir, k);
+    if (s.cls[i] == C_KERNEL) p->kernels++;
+    if ((k->op == IR_OP_INPUT || k->op == IR_OP_CONST) && vtype(ir, k->first_result)->device == GRACE_CUDA) p->on_device = 1;
+  }
+  /* which values device kernels need, through host work and earlier splits: a split with no device work after it
+   * ends nothing */
+  for (int i = ir->ninst - 1; i >= 0; i--) {
+    const ir_inst *k = &ir->insts[i];
+    int live = s.cls[i] == C_KERNEL;
+    for (int r = 0; r < k->nout && !live; r++) live = s.need[k->first_result + r];
+    if (live && s.cls[i] != C_FREE)
+      for (int j = 0; j < k->nin; j++) if (arg(ir, k, j) >= 0) s.need[arg(ir, k, j)] = 1;
+  }
+  partitions(ir, p, &s);
+  grace_status st = GRACE_OK;
+  /* the decisions, in program order of where the host meets the device; a program that never reaches the device
+   * executor (no CUDA input or capture: its device ops run one at a time) lifts nothing, so it gets none */
+  for (int i = 0; i < ir->ninst && st == GRACE_OK && p->on_device; i++) {
+    const ir_inst *k = &ir->insts[i];
+    if (s.cls[i] != C_KERNEL && s.cls[i] != C_NO_KERNEL && s.cls[i] != C_TO_HOST) continue;
+    for (int j = 0; j < k->nin && st == GRACE_OK; j++) {
+      int32_t v = arg(ir, k, j);
+      if (v < 0 || vtype(ir, v)->device != GRACE_CPU || s.seen[v]) continue;
+      if (vtype(ir, v)->ndim == 0) { st = walk_number(ir, p, &s, v, i); continue; }
+      s.seen[v] = 1;
+      st = add(vm, p, (ir_place_decision){IR_PLACE_HOST_COPY, v, i, -1, 0, p->partition[i]});
+    }
+    if (st == GRACE_OK && (s.cls[i] == C_NO_KERNEL || s.cls[i] == C_TO_HOST)) {
+      /* it splits a partition when device work is on both sides of it: before it at its level, and after it
+       * depending on it */
+      int splits = 0;
+      for (int r = 0; r < k->nout; r++) splits |= s.need[k->first_result + r];
+      splits &= p->partition[i] >= 0;
+      p->nsplits += splits;
+      st = add(vm, p, (ir_place_decision){s.cls[i] == C_NO_KERNEL ? IR_PLACE_NO_KERNEL : IR_PLACE_TO_HOST, k->first_result,
+                                          i, -1, splits, p->partition[i]});
+    }
+  }
+  /* a per-call host tensor with dims keeps any capture from starting (vm/gpu_graph.c takes device tensors and host
+   * numbers), whoever reads it */
+  for (int i = 0; i < ir->ninst && st == GRACE_OK && p->on_device; i++) {
+    const ir_inst *k = &ir->insts[i];
+    const ir_type *t = vtype(ir, k->first_result);
+    if (k->op == IR_OP_INPUT && t->device == GRACE_CPU && t->ndim > 0 && !s.seen[k->first_result]) {
+      s.seen[k->first_result] = 1;
+      st = add(vm, p, (ir_place_decision){IR_PLACE_HOST_INPUT, k->first_result, i, -1, 0, -1});
+    }
+  }
+  grace_realloc(vm, s.block, s.size, 0);
+  if (st != GRACE_OK) { ir_place_free(vm, p); return st; }
+  graph_status(ir, p);
+  return GRACE_OK;
+}
+
+/* ---- the report ---- */
+typedef struct rbuf { char *buf; size_t n, len; } rbuf;
+
+static void rput(rbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rput(rbuf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(b->buf && b->len < b->n ? b->buf + b->len : NULL, b->buf && b->len < b->n ? b->n - b->len : 0, fmt, ap);
+  va_end(ap);
+  if (k > 0) b->len += (size_t)k;
+}
+
+static const char *where(const grace_ir *ir, int inst) {
+  int l = inst >= 0 ? ir->insts[inst].loc : -1;
+  return l >= 0 ? ir->locs[l] : "(unknown place)";
+}
+
+/* "%3 (input #1, f32[])", "%7 (div, f32[4] cuda)" */
+static void put_value(rbuf *b, const grace_ir *ir, int32_t v) {
+  const ir_inst *k = &ir->insts[ir->vals[v].inst];
+  char t[192];
+  ir_type_str(vtype(ir, v), t, sizeof t);
+  if (k->op == IR_OP_INPUT) rput(b, "%%%d (input #%d, %s)", v, k->input_index, t);
+  else if (k->op == IR_OP_SCALAR) rput(b, "%%%d (dynamic scalar #%d, %s)", v, k->input_index, t);
+  else if (k->op == IR_OP_CONST) rput(b, "%%%d (captured #%d, %s)", v, k->input_index, t);
+  else rput(b, "%%%d (%s, %s)", v, ir_op_name(k->op), t);
+}
+
+static void put_decision(rbuf *b, const grace_ir *ir, const ir_place_decision *d) {
+  const ir_inst *at = &ir->insts[d->at];
+  const char *op = ir_op_name(at->op);
+  int res = at->first_result;
+  put_value(b, ir, d->value);
+  switch (d->kind) {
+  case IR_PLACE_SCALAR: {
+    int kind = ir->insts[ir->vals[d->value].inst].op;
+    rput(b, " -> device-resident scalar (argument table word, rewritten per call): %s read by %s %%%d on the device",
+         kind == IR_OP_SCALAR ? "a dynamic scalar" : kind == IR_OP_CONST ? "a captured 0-d host tensor" : "a 0-d host tensor",
+         op, res);
+    if (d->via >= 0) rput(b, " (through %s %%%d on the host)", ir_op_name(ir->insts[d->via].op), ir->insts[d->via].first_result);
+    rput(b, "; a capture reads it into the graph's argument table before each replay, so no copy stays in the partition");
+    break;
+  }
+  case IR_PLACE_HOST_NUMBER:
+    rput(b, " -> host-computed number, fixed in the argument table when captured: host work over a tensor with dims, "
+         "read by %s %%%d on the device; a replay does not redo it (valid while the captured tensors it reads keep "
+         "their versions)", op, res);
+    break;
+  case IR_PLACE_HOST_COPY:
+    rput(b, " -> host-to-device copy inside the partition: the partition cannot be a CUDA graph; ");
+    if (at->op == GRACE_OP_TO_DEVICE || at->op == GRACE_OP_COPY_) rput(b, "%s %%%d copies it", op, res);
+    else rput(b, "read by %s %%%d on the device, it must be copied there", op, res);
+    rput(b, " with a synchronous copy, which ends a capture, so the partition runs eagerly (a copy staged in front of "
+         "the partition would remove it)");
+    break;
+  case IR_PLACE_HOST_INPUT:
+    rput(b, " -> host tensor input: the partition cannot be a CUDA graph; a graph takes device tensors and host numbers "
+         "as inputs, so every call runs eagerly");
+    break;
+  case IR_PLACE_NO_KERNEL: {
+    char why[200];
+    rput(b, " -> no device kernel: %s; %s", d->splits ? "the partition would split here" : "the program cannot be a CUDA graph",
+         no_kernel(ir, at, why, sizeof why));
+    if (d->splits) rput(b, ", and device work after it depends on it");
+    break;
+  }
+  case IR_PLACE_TO_HOST:
+    rput(b, " -> device-to-host copy: %s; %s %%%d copies a device value to the host synchronously, which ends a capture",
+         d->splits ? "the partition would split here" : "the program cannot be a CUDA graph", op, res);
+    if (d->splits) rput(b, ", and device work after it depends on it");
+    break;
+  }
+  rput(b, "; at %s\n", where(ir, d->at));
+}
+
+size_t ir_place_report(const grace_ir *ir, const ir_placement *p, char *buf, size_t n) {
+  rbuf b = {buf, n, 0};
+  if (buf && n) buf[0] = 0;
+  for (int i = 0; i < p->nd; i++) put_decision(&b, ir, &p->d[i]);
+  int any_dev = 0;
+  for (int v = 0; v < ir->nval; v++) any_dev |= vtype(ir, v)->device == GRACE_CUDA;
+  if (!p->kernels && p->nd && p->on_device)
+    rput(&b, "no device partition: no op of it runs on the device (its device ops run on the host)\n");
+  else if (!p->kernels)
+    rput(&b, "no device partition: %s\n", any_dev ? "no op runs on the device (views only)" : "every value is on the CPU");
+  else if (!p->on_device)
+    rput(&b, "no device partition: its %d device op%s run one at a time as eager programs (no CUDA input or captured "
+         "tensor hands the program to the device executor)\n", p->kernels, p->kernels == 1 ? "" : "s");
+  else {
+    if (p->npartitions == 1) rput(&b, "one device partition");
+    else {
+      /* what starts each partition after the first: a graph break, or host work device ops depend on */
+      int nb = p->break_bounds, ns = p->npartitions - 1 - p->break_bounds;
+      rput(&b, "%d device partitions (", p->npartitions);
+      if (nb) rput(&b, "%d at graph breaks%s", nb, ns ? ", " : "");
+      if (ns) rput(&b, "%d after host work", ns);
+      rput(&b, ")");
+    }
+    if (p->no_graph[0]) rput(&b, "; runs eagerly, not as a CUDA graph: %s\n", p->no_graph);
+    else rput(&b, "; %s CUDA graph candidate (kept where it measures faster than eager launches)\n",
+              p->npartitions == 1 ? "a" : "each a");
+  }
+  if (buf && n) buf[b.len < n ? b.len : n - 1] = 0;
+  return b.len;
+}
+
+grace_status grace_ir_place_report(grace_ir *ir, char *buf, size_t n, int *npartitions) {
+  if (npartitions) *npartitions = 0;
+  if (buf && n) buf[0] = 0;
+  if (!ir) return GRACE_EARG;
+  grace_status st = grace_ir_verify(ir);
+  if (st != GRACE_OK) return st;
+  ir_placement p;
+  if ((st = ir_place(ir, &p)) != GRACE_OK) return st;
+  size_t need = ir_place_report(ir, &p, buf, n);
+  if (npartitions) *npartitions = p.npartitions;
+  ir_place_free(ir->vm, &p);
+  if (buf && need >= n)
+    return grace_set_error(ir->vm, GRACE_EARG, "placement report: %zu bytes of buffer, the report of '%s' needs %zu", n,
+                           ir->name, need + 1);
+  return GRACE_OK;
+}
