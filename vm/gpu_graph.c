@@ -304,6 +304,10 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
       st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: output %d is not a device tensor the program makes", j + 1);
       break;
     }
+    for (int i = 0; i < nin && st == GRACE_OK; i++)   /* a view of an input: no fresh memory can stand for it */
+      if (!gg->in[i].host && gg->in[i].bytes && base == gg->in[i].ph)
+        st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: output %d is a view of input %d", j + 1, i + 1);
+    if (st != GRACE_OK) break;
     int g = 0;
     while (g < gg->ngrp && gg->grp[g].base != base) g++;
     if (g == gg->ngrp) {

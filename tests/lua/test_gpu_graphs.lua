@@ -179,6 +179,16 @@ for _, mode in ipairs(MODES) do
   tap.ok(egood == 10 and ebad and after <= 1e-5, mode .. (": embedding: 10 calls right (%d), a bad id fails its call (%s), " ..
     "the next call right"):format(egood, tostring(errb)))
 
+  -- an output that is a view of an input (no fresh memory can stand for it): right on every call
+  local vw = grace.compile(function(a) return a:t(), a * 2 end)
+  local vgood = 0
+  for i = 1, 14 do
+    local v = grace.randn(3, 5)
+    local t, d = vw(to_dev(v))
+    if maxdiff(t, v:t()) == 0 and maxdiff(d, v * 2) == 0 then vgood = vgood + 1 end
+  end
+  tap.ok(vgood == 14, mode .. ": an output that is a view of an input, 14 calls right (" .. vgood .. ")")
+
   -- a dynamic scalar (a Lua number promoted after two traces) changing every call
   local dyn = grace.compile(function(a, lr) return a - a:tanh() * lr end, {dynamic = {2}})
   local dgood = 0
