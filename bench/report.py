@@ -180,6 +180,34 @@ def main():
     md += [table(["workload", "grace mode", "latency us", "device span us", "host after us", "kernels", "floor us",
                   "span / floor", "latency / target"], rows), ""]
 
+    md += ["## How grace launches (its compiled modes; issue 7's ablation)", "",
+           "Per device program: the strategy the mode ran (forced for graph_copy / graph_indirect, measured for "
+           "full: each strategy timed on three real calls, the fastest kept), the times full measured (eager / "
+           "graph+copies / graph+indirection, us), kernels per graph, bytes copied per call, argument-table words "
+           "rewritten per call, the least host time of one replay (the table, its copy, the launch; the mean also holds "
+           "waits for the device when calls run ahead of it) and the graphs' memory.", ""]
+    rows = []
+    for w in wls:
+        for m in gm:
+            try:
+                launches = g["workloads"][w]["modes"][m].get("launch") or []
+            except (KeyError, TypeError, AttributeError):
+                launches = []
+            for k, l in enumerate(launches):
+                meas = l.get("us") or {}
+                unavailable = l.get("unavailable") or {}
+                def cell(name):
+                    if name in unavailable:
+                        return "n/a"
+                    return us(meas.get(name)) if isinstance(meas, dict) else "-"
+                measured = " / ".join(cell(n) for n in ("eager", "graph+copies", "graph+indirection"))
+                rows.append([w, m + (f" #{k + 1}" if len(launches) > 1 else ""), str(l.get("strategy", "-")),
+                             measured if m == "full" else "-", num(l.get("kernels"), "{:.0f}"),
+                             num(l.get("copy_bytes"), "{:.0f}"), num(l.get("indirect_words"), "{:.0f}"),
+                             us(l.get("replay_host_us_min") or None), mb(l.get("graph_bytes") or None)])
+    md += [measured_table(["workload", "grace mode", "strategy", "full measured us", "kernels", "bytes copied",
+                           "table words", "replay host us (min)", "graph MB"], rows, "no program ran on a CUDA device"), ""]
+
     md += ["## Throughput (us per call, one synchronize after all calls)", ""]
     header = ["workload"] + [f"torch {m}" for m in tm] + [f"grace {m}" for m in gm]
     rows = [[w] + [us(value(t, w, m, "throughput_us_per_call")) for m in tm]

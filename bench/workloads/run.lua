@@ -657,8 +657,8 @@ local function print_entry(vname, entry)
           if l.us[n] then us[#us + 1] = fmt("%s %.1f", n, l.us[n]) end
           if l.unavailable[n] then us[#us + 1] = n .. " unavailable: " .. l.unavailable[n] end
         end
-        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call, replay host %.1f us%s%s", k,
-                  l.strategy, l.kernels, l.copy_bytes, l.indirect_words, l.replay_host_us_mean or 0,
+        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call, replay host %.1f us (min)%s%s", k,
+                  l.strategy, l.kernels, l.copy_bytes, l.indirect_words, l.replay_host_us_min or 0,
                   #us > 0 and "; measured us: " .. table.concat(us, ", ") or "", l.no_graph and "; no graph: " .. l.no_graph or ""))
       end
     end
