@@ -1,0 +1,191 @@
+/* test_cuda_pool.c: the graph-capture side of the caching allocator and the capture record (cuda/cuda_graph.c),
+ * on a fake driver, so it runs without a GPU. The fake hands out distinct addresses and counts frees; the test
+ * follows blocks through: cached blocks taken into a capture's pool; a block released inside the capture reused
+ * by that capture only; pooled blocks never handed to allocations after the capture while the graph lives;
+ * dropped blocks and the pool's blocks going back to the cache when the graph goes (those a tensor still holds
+ * only when it lets them go); the allocator's byte count back where it started. Also the argument table's slots
+ * (the same word, the same slot; a full table fails the capture) and the words noted only while capturing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "grace.h"
+#include "cuda/cuda_graph.h"
+#include "cuda/cuda_internal.h"
+#include "tap.h"
+
+/* ---- the fake driver ---- */
+static CUdeviceptr next_addr = 0x7f0000000000ull;
+static int driver_allocs, driver_frees, capturing, end_result;
+static int fake_graph;
+
+static CUresult fake_alloc(CUdeviceptr *p, size_t n) {
+  *p = next_addr;
+  next_addr += (n + 0xfff) / 0x1000 * 0x1000 + 0x1000;
+  driver_allocs++;
+  return 0;
+}
+static CUresult fake_free(CUdeviceptr p) { (void)p; driver_frees++; return 0; }
+static CUresult fake_sync(CUstream s) { (void)s; return 0; }
+static CUresult fake_begin(CUstream s, int mode) { (void)s; (void)mode; capturing = 1; return 0; }
+static CUresult fake_end(CUstream s, CUgraph *g) {
+  (void)s;
+  capturing = 0;
+  *g = end_result ? NULL : (CUgraph)&fake_graph;
+  return end_result;
+}
+static CUresult fake_graph_destroy(CUgraph g) { (void)g; return 0; }
+static CUresult fake_stream_destroy(CUstream s) { (void)s; return 0; }
+static CUresult fake_ctx_release(CUdevice d) { (void)d; return 0; }
+static CUresult fake_error_string(CUresult r, const char **s) { (void)r; *s = "fake driver error"; return 0; }
+
+static cuda_ctx *fake_ctx(grace_vm *vm) {
+  cuda_ctx *c = cuda_state(vm);
+  c->driver_probed = c->usable = 1;
+  c->fn.cuMemAlloc_v2 = fake_alloc;
+  c->fn.cuMemFree_v2 = fake_free;
+  c->fn.cuStreamSynchronize = fake_sync;
+  c->fn.cuStreamBeginCapture_v2 = fake_begin;
+  c->fn.cuStreamEndCapture = fake_end;
+  c->fn.cuGraphDestroy = fake_graph_destroy;
+  c->fn.cuStreamDestroy_v2 = fake_stream_destroy;
+  c->fn.cuDevicePrimaryCtxRelease_v2 = fake_ctx_release;
+  c->fn.cuGetErrorString = fake_error_string;
+  return c;
+}
+
+static CUdeviceptr alloc(cuda_ctx *c, size_t n) {
+  CUdeviceptr p = 0;
+  return cuda_malloc(c, n, &p) == GRACE_OK ? p : 0;
+}
+
+static void test_pool(grace_vm *vm) {
+  cuda_ctx *c = fake_ctx(vm);
+  cuda_mem_stats m0;
+  cuda_memory_stats(c, &m0);
+
+  /* a cached block: taken into the pool by the capture's first allocation of its size */
+  CUdeviceptr cached = alloc(c, 1000);
+  cuda_release(c, cached, 1000);
+  cuda_capture *cap = NULL;
+  ok(cuda_capture_open(c, 1, &cap) == GRACE_OK && cap, "a capture opens");
+  ok(cuda_capture_open(c, 1, &(cuda_capture *){0}) != GRACE_OK, "a second capture cannot open while one is");
+  CUdeviceptr table = alloc(c, 8 * 16);
+  ok(cuda_capture_set_table(c, cap, table, 4) == GRACE_OK, "the argument table is set (4 slots)");
+  CUdeviceptr a = alloc(c, 1000);
+  ok(a == cached, "the capture takes a block of the cache");
+  ok(cuda_capture_owns(cap, a + 100, NULL, NULL), "and owns it (an address inside the block)");
+  ok(cuda_capture_indirect(c) == NULL, "no indirection before the stream capture begins");
+  ok(cuda_capture_begin(c) == GRACE_OK && capturing, "stream capture begins");
+  ok(cuda_capture_indirect(c) == cap, "indirection on while capturing");
+
+  /* inside the capture: a released block is reused by the same capture */
+  CUdeviceptr b = alloc(c, 5000);
+  cuda_release(c, b, 5000);
+  CUdeviceptr b2 = alloc(c, 5000);
+  ok(b2 == b, "a block released inside the capture is reused by it");
+  CUdeviceptr out = alloc(c, 3000);
+  ok(out != b && out != a, "a live block is not handed out twice");
+
+  /* slots: one per distinct word, the table's size bounds them */
+  CUdeviceptr s1 = cuda_capture_slot(cap, 0x1111), s2 = cuda_capture_slot(cap, 0x2222);
+  ok(s1 == table && s2 == table + 8, "slots are the table's words in order of first use");
+  ok(cuda_capture_slot(cap, 0x1111) == s1, "the same word gets the same slot");
+  cuda_capture_slot(cap, 0x3333);
+  cuda_capture_slot(cap, 0x4444);
+  int ns = 0;
+  const uint64_t *sl = cuda_capture_slots(cap, &ns);
+  ok(ns == 4 && sl[0] == 0x1111 && sl[3] == 0x4444, "the slots' words are recorded");
+
+  /* words given directly are noted while capturing */
+  cuda_capture_note(c, (uint64_t[]){out, 42}, 2);
+  size_t nraw = 0;
+  const uint64_t *raw = cuda_capture_raw(cap, &nraw);
+  ok(nraw == 2 && raw[0] == out, "words passed directly are noted during the capture");
+
+  CUgraph g = NULL;
+  ok(cuda_capture_close(c, GRACE_OK, &g) == GRACE_OK && g == (CUgraph)&fake_graph, "the capture ends with a graph");
+  ok(!c->cap && !capturing, "allocations no longer go to the pool");
+  cuda_capture_note(c, (uint64_t[]){1}, 1);
+  cuda_capture_raw(cap, &nraw);
+  ok(nraw == 2, "nothing is noted after the capture");
+
+  /* after the capture: the graph's blocks stay its own */
+  cuda_release(c, a, 1000);
+  cuda_release(c, b2, 5000);
+  CUdeviceptr x = alloc(c, 1000), y = alloc(c, 5000);
+  ok(x != a && y != b2, "blocks the graph owns are not handed out after the capture, even released");
+  size_t pool_bytes = cuda_capture_bytes(cap);
+  ok(pool_bytes >= 1000 + 5000 + 3000, "the pool's bytes count its blocks (%zu)", pool_bytes);
+
+  /* a block the replays never touch goes back now */
+  cuda_capture_drop(c, cap, out);   /* still held by its tensor: it comes back to the cache when that lets go */
+  ok(cuda_capture_bytes(cap) < pool_bytes, "a dropped block leaves the pool");
+  ok(!cuda_capture_owns(cap, out, NULL, NULL), "and the pool no longer owns it");
+  cuda_release(c, out, 3000);
+  ok(alloc(c, 3000) == out, "released by its tensor, it is the cache's again");
+
+  /* the graph goes: its blocks back to the cache (the table too, once its tensor lets it go) */
+  cuda_graph_destroy(c, g, NULL);
+  cuda_capture_free(c, cap);
+  ok(alloc(c, 1000) == a && alloc(c, 5000) == b, "the pool's blocks return to the cache when the graph goes");
+  cuda_release(c, a, 1000);
+  cuda_release(c, b, 5000);
+  cuda_release(c, table, 128);
+  cuda_release(c, x, 1000);
+  cuda_release(c, y, 5000);
+  cuda_release(c, out, 3000);
+  cuda_mem_stats m1;
+  cuda_memory_stats(c, &m1);
+  is_int(m1.allocated, m0.allocated, "every byte is back: the allocator's count is where it started");
+}
+
+static void test_failures(grace_vm *vm) {
+  cuda_ctx *c = fake_ctx(vm);
+  /* a full table fails the capture (the runner passes 0 and the close says why) */
+  cuda_capture *cap = NULL;
+  cuda_capture_open(c, 1, &cap);
+  CUdeviceptr table = alloc(c, 16);
+  cuda_capture_set_table(c, cap, table, 2);
+  cuda_capture_begin(c);
+  cuda_capture_slot(cap, 1);
+  cuda_capture_slot(cap, 2);
+  ok(cuda_capture_slot(cap, 3) == 0, "a full table gives no slot");
+  CUgraph g = NULL;
+  grace_status st = cuda_capture_close(c, GRACE_OK, &g);
+  ok(st == GRACE_EUNSUPPORTED && !g, "and the capture fails (%s)", grace_last_error(vm));
+  cuda_release(c, table, 16);
+  cuda_capture_free(c, cap);
+
+  /* the captured work failed: no graph, its status returned */
+  cuda_capture_open(c, 0, &cap);
+  cuda_capture_begin(c);
+  st = cuda_capture_close(c, GRACE_EINDEX, &g);
+  ok(st == GRACE_EINDEX && !g, "a failure inside the capture is returned, with no graph");
+  cuda_capture_free(c, cap);
+
+  /* the driver invalidated the capture (the work synchronized) */
+  cuda_capture_open(c, 0, &cap);
+  cuda_capture_begin(c);
+  end_result = 901;
+  st = cuda_capture_close(c, GRACE_OK, &g);
+  end_result = 0;
+  ok(st == GRACE_EUNSUPPORTED && !g && strstr(grace_last_error(vm), "synchronized"),
+     "an invalidated capture says the work synchronized (%s)", grace_last_error(vm));
+  cuda_capture_free(c, cap);
+}
+
+int main(void) {
+  grace_config cfg = {0};
+  cfg.device = "cpu";
+  char err[256];
+  grace_vm *vm = grace_vm_new(&cfg, err, sizeof err);
+  if (!vm) { printf("not ok 1 - grace_vm_new: %s\n1..1\n", err); return 1; }
+  test_pool(vm);
+  grace_vm_free(vm);
+  vm = grace_vm_new(&cfg, err, sizeof err);
+  test_failures(vm);
+  int frees_before = driver_frees;
+  grace_vm_free(vm);
+  ok(driver_frees > frees_before, "the VM's end gives the blocks back to the driver");
+  return tap_done();
+}
