@@ -1,0 +1,265 @@
+/* test_graph_fake.c: the bookkeeping of CUDA graphs for device programs (vm/gpu_graph.c) on a fake driver, so it
+ * runs without a GPU. Device memory is host memory and kernels do nothing, so no value is checked here (the GPU
+ * tests do that: tests/lua/test_gpu_graphs.lua); what is checked is what grace decides and records: the first
+ * call eager, the forced strategies capturing once per input layout and replaying after, the bytes copied per
+ * call (inputs into placeholders for copies, a few table words for indirection), fresh output memory every
+ * call, a host number becoming a per-call table word, the LRU bound on graphs, measured choice settling on one
+ * strategy, and the programs that are not graphed with their reasons (a view of an input returned, random
+ * numbers, writes into arguments). NVRTC compiles the kernels for real; without it the file skips. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "grace.h"
+#include "cuda/cuda_internal.h"
+#include "tap.h"
+
+/* ---- the fake driver: host memory for device memory, kernels and graphs that do nothing ---- */
+static long kernel_launches, graph_launches, instantiations;
+static int fake_ctx_obj, fake_obj;
+
+static CUresult f_ok0(void) { return 0; }
+static CUresult f_alloc(CUdeviceptr *p, size_t n) {
+  void *m = NULL;
+  if (posix_memalign(&m, 256, n ? n : 1)) return 2;
+  memset(m, 0, n ? n : 1);
+  *p = (CUdeviceptr)(uintptr_t)m;
+  return 0;
+}
+static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
+static CUresult f_sync(CUstream s) { (void)s; return 0; }
+static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0; }
+static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+static CUresult f_dtod(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
+static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)(uintptr_t)d, v, n); return 0; }
+static CUresult f_load(CUmodule *m, const void *img) { (void)img; *m = (CUmodule)&fake_obj; return 0; }
+static CUresult f_unload(CUmodule m) { (void)m; return 0; }
+static CUresult f_getfn(CUfunction *f, CUmodule m, const char *name) { (void)m; (void)name; *f = (CUfunction)&fake_obj; return 0; }
+static CUresult f_attr(CUfunction f, int a, int v) { (void)f; (void)a; (void)v; return 0; }
+static CUresult f_launch(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned smem,
+                         CUstream s, void **p, void **x) {
+  (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)smem; (void)s; (void)p; (void)x;
+  kernel_launches++;
+  return 0;
+}
+static CUresult f_event_new(CUevent *e, unsigned fl) { (void)fl; *e = (CUevent)&fake_obj; return 0; }
+static CUresult f_event_free(CUevent e) { (void)e; return 0; }
+static CUresult f_event_rec(CUevent e, CUstream s) { (void)e; (void)s; return 0; }
+static CUresult f_event_sync(CUevent e) { (void)e; return 0; }
+static CUresult f_elapsed(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 1.0f; return 0; }
+static CUresult f_host_alloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
+static CUresult f_host_free(void *p) { free(p); return 0; }
+static CUresult f_begin(CUstream s, int mode) { (void)s; (void)mode; return 0; }
+static CUresult f_end(CUstream s, CUgraph *g) { (void)s; *g = (CUgraph)&fake_obj; return 0; }
+static CUresult f_inst(CUgraphExec *x, CUgraph g, unsigned long long fl) { (void)g; (void)fl; *x = (CUgraphExec)&fake_obj; instantiations++; return 0; }
+static CUresult f_glaunch(CUgraphExec x, CUstream s) { (void)x; (void)s; graph_launches++; return 0; }
+static CUresult f_gxdestroy(CUgraphExec x) { (void)x; return 0; }
+static CUresult f_gdestroy(CUgraph g) { (void)g; return 0; }
+static CUresult f_nodes(CUgraph g, CUgraphNode *n, size_t *k) { (void)g; (void)n; *k = 0; return 0; }
+static CUresult f_nodetype(CUgraphNode n, int *t) { (void)n; *t = 0; return 0; }
+static CUresult f_ctx_get(CUcontext *c) { *c = (CUcontext)&fake_ctx_obj; return 0; }
+static CUresult f_ctx_set(CUcontext c) { (void)c; return 0; }
+static CUresult f_meminfo(size_t *fr, size_t *tot) { *fr = *tot = (size_t)1 << 36; return 0; }
+static CUresult f_errstr(CUresult r, const char **s) { (void)r; *s = "fake driver error"; return 0; }
+static CUresult f_release(CUdevice d) { (void)d; return 0; }
+static CUresult f_sdestroy(CUstream s) { (void)s; return 0; }
+
+static void install_fake(grace_vm *vm) {
+  cuda_ctx *c = cuda_state(vm);
+  cuda_fns *f = &c->fn;
+  c->driver_probed = c->usable = 1;
+  c->ctx = (CUcontext)&fake_ctx_obj;
+  c->props = (cuda_props){.name = "fake GPU", .major = 9, .minor = 0, .sms = 132, .max_threads_per_block = 1024,
+                          .smem_per_block = 49152, .smem_per_block_optin = 232448, .smem_per_sm = 233472,
+                          .l2_bytes = 50 << 20, .warp_size = 32, .total_mem = (size_t)1 << 36,
+                          .driver_version = 13000};
+  snprintf(c->desc, sizeof c->desc, "fake GPU, sm_90, 132 SMs");
+  f->cuMemAlloc_v2 = f_alloc; f->cuMemFree_v2 = f_free; f->cuStreamSynchronize = f_sync;
+  f->cuMemcpyHtoDAsync_v2 = f_htod; f->cuMemcpyDtoHAsync_v2 = f_dtoh; f->cuMemcpyDtoDAsync_v2 = f_dtod;
+  f->cuMemsetD8Async = f_memset; f->cuModuleLoadData = f_load; f->cuModuleUnload = f_unload;
+  f->cuModuleGetFunction = f_getfn; f->cuFuncSetAttribute = f_attr; f->cuLaunchKernel = f_launch;
+  f->cuEventCreate = f_event_new; f->cuEventDestroy_v2 = f_event_free; f->cuEventRecord = f_event_rec;
+  f->cuEventSynchronize = f_event_sync; f->cuEventElapsedTime = f_elapsed; f->cuMemAllocHost_v2 = f_host_alloc;
+  f->cuMemFreeHost = f_host_free; f->cuStreamBeginCapture_v2 = f_begin; f->cuStreamEndCapture = f_end;
+  f->cuGraphInstantiateWithFlags = f_inst; f->cuGraphLaunch = f_glaunch; f->cuGraphExecDestroy = f_gxdestroy;
+  f->cuGraphDestroy = f_gdestroy; f->cuGraphGetNodes = f_nodes; f->cuGraphNodeGetType = f_nodetype;
+  f->cuCtxGetCurrent = f_ctx_get; f->cuCtxSetCurrent = f_ctx_set; f->cuMemGetInfo_v2 = f_meminfo;
+  f->cuGetErrorString = f_errstr; f->cuGetErrorName = f_errstr; f->cuDevicePrimaryCtxRelease_v2 = f_release;
+  f->cuStreamDestroy_v2 = f_sdestroy;
+  (void)f_ok0;
+}
+
+static grace_tensor *dev_tensor(grace_vm *vm, int64_t n) {
+  grace_tensor *t = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &t);
+  return t;
+}
+
+/* y = exp(x) / t + 1 with x a device vector of n and t a host number (a 0-d float64 CPU input). */
+static grace_ir *prog(grace_vm *vm, int64_t n, int view_out, int random) {
+  grace_ir *ir = grace_ir_new(vm, view_out ? "fake_view" : random ? "fake_random" : "fake_prog");
+  grace_value x, t, e, d, one, y;
+  grace_status st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT64, GRACE_CPU, 0, NULL, &t);   /* a host number */
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_EXP, 1, &x, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_DIV, 2, (grace_value[]){e, t}, NULL, 1, &d);
+  if (st == GRACE_OK) st = grace_ir_literal(ir, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_ADD, 2, (grace_value[]){d, one}, NULL, 1, &y);
+  if (st == GRACE_OK && random) {
+    grace_value r, y2;
+    grace_attrs a = {.nshape = 1, .shape = {n}, .device = GRACE_CUDA, .has_dtype = 1, .dtype = GRACE_FLOAT32};
+    st = grace_ir_op(ir, GRACE_OP_RAND, 0, NULL, &a, 1, &r);
+    if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_ADD, 2, (grace_value[]){y, r}, NULL, 1, &y2);
+    y = y2;
+  }
+  if (st == GRACE_OK) st = grace_ir_output(ir, y);
+  if (st == GRACE_OK && view_out) {
+    grace_value v;
+    grace_attrs a = {.ndims = 1, .dims = {0}, .i0 = 0, .i1 = 4};
+    st = grace_ir_op(ir, GRACE_OP_NARROW, 1, &x, &a, 1, &v);
+    if (st == GRACE_OK) st = grace_ir_output(ir, v);
+  }
+  if (st != GRACE_OK) { printf("# building the program: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
+/* Runs ir on (x, t) `calls` times; returns how many calls failed; *distinct: whether every call's output had its
+ * own device memory while all of them were held. */
+static int run_calls(grace_vm *vm, grace_ir *ir, grace_tensor *x, int calls, int nout, int *distinct) {
+  grace_tensor *held[64] = {0};
+  int bad = 0;
+  *distinct = 1;
+  for (int i = 0; i < calls && i < 64; i++) {
+    grace_tensor *t = NULL, *out[2] = {0};
+    grace_tensor_scalar(vm, 0.5 + i, 0, &t);
+    if (grace_ir_run(ir, 2, (grace_tensor *[]){x, t}, nout, out) != GRACE_OK) {
+      printf("# call %d: %s\n", i + 1, grace_last_error(vm));
+      bad++;
+    }
+    held[i] = out[0];
+    for (int k = 1; k < nout; k++) grace_tensor_release(out[k]);
+    grace_tensor_release(t);
+    for (int j = 0; j < i && held[i]; j++)
+      if (held[j] && grace_tensor_storage_id(held[j]) == grace_tensor_storage_id(held[i])) *distinct = 0;
+  }
+  for (int i = 0; i < 64; i++) grace_tensor_release(held[i]);
+  return bad;
+}
+
+static void forced(grace_vm *vm, const char *mode, grace_launch_strategy want) {
+  grace_set_graphs(vm, mode);
+  grace_ir *ir = prog(vm, 1000, 0, 0);
+  grace_tensor *x = dev_tensor(vm, 1000);
+  if (!ir || !x) { ok(0, "%s: setup", mode); return; }
+  long g0 = graph_launches;
+  int distinct = 0;
+  is_int(run_calls(vm, ir, x, 12, 1, &distinct), 0, "%s: 12 calls run", mode);
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.managed && gi.decided && gi.chosen == want, "%s: the strategy is the one forced", mode);
+  is_int(gi.captures, 1, "%s: one capture for one input layout", mode);
+  /* call 1 eager (stable first run), call 2 eager again (the layout's warm run), call 3 captures, all replay */
+  is_int(graph_launches - g0, 10, "%s: calls 3 to 12 replay the graph", mode);
+  ok(distinct, "%s: every call's output has memory of its own while all are held", mode);
+  if (want == GRACE_LAUNCH_COPY)
+    ok(gi.copy_bytes >= 1000 * 4 * 2, "copy: the input is copied in and the output out (%zu bytes per call)", gi.copy_bytes);
+  else
+    ok(gi.copy_bytes <= 64, "indirect: only table words are copied (%zu bytes per call)", gi.copy_bytes);
+  if (want == GRACE_LAUNCH_INDIRECT)
+    ok(gi.indirect_words >= 2, "indirect: the input's and the output's pointers are per-call words (%d)", gi.indirect_words);
+  ok(gi.graph_bytes > 0, "%s: the graph's memory is reported (%zu bytes)", mode, gi.graph_bytes);
+
+  /* new layouts record again, bounded by GRACE_GRAPH_LIMIT (2 in this test) */
+  grace_tensor *xs[3];
+  for (int k = 0; k < 3; k++) {   /* the same shape, other strides: a column of a [1000, k + 2] matrix */
+    grace_tensor *base = NULL, *v = NULL;
+    grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, (int64_t[]){1000, k + 2}, &base);
+    grace_run(vm, GRACE_OP_SELECT, 1, &base, &(grace_attrs){.ndims = 1, .dims = {1}, .i0 = 0}, 1, &v);
+    xs[k] = v;
+    grace_tensor_release(base);
+  }
+  int bad = 0;
+  for (int k = 0; k < 3; k++) bad += run_calls(vm, ir, xs[k] ? xs[k] : x, 4, 1, &distinct);
+  grace_ir_graph_info(ir, &gi);
+  is_int(bad, 0, "%s: calls with other layouts run", mode);
+  ok(gi.graphs <= 2, "%s: graphs held stay within the limit (%d)", mode, gi.graphs);
+  for (int k = 0; k < 3; k++) grace_tensor_release(xs[k]);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+static void measured(grace_vm *vm) {
+  grace_set_graphs(vm, "auto");
+  grace_ir *ir = prog(vm, 500, 0, 0);
+  grace_tensor *x = dev_tensor(vm, 500);
+  int distinct = 0;
+  is_int(run_calls(vm, ir, x, 20, 1, &distinct), 0, "auto: 20 calls run");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.decided, "auto: a strategy is chosen after measuring");
+  int all = 1;
+  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) all &= gi.us[k] > 0 || gi.why[k][0];
+  ok(all, "auto: every strategy was measured or said why not");
+  ok(gi.graphs <= 1, "auto: the losing strategies' graphs are dropped (%d held)", gi.graphs);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+static void not_graphed(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = prog(vm, 64, 1, 0);
+  grace_tensor *x = dev_tensor(vm, 64);
+  int distinct = 0;
+  is_int(run_calls(vm, ir, x, 6, 2, &distinct), 0, "a program returning a view of its input runs");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.why[GRACE_LAUNCH_INDIRECT][0] && strstr(gi.why[GRACE_LAUNCH_INDIRECT], "view of input") &&
+     gi.chosen == GRACE_LAUNCH_EAGER, "and runs eagerly, saying why (%s)", gi.why[GRACE_LAUNCH_INDIRECT]);
+  grace_ir_free(ir);
+
+  ir = prog(vm, 64, 0, 1);
+  if (ir) {
+    is_int(run_calls(vm, ir, x, 4, 1, &distinct), 0, "a program drawing random numbers runs");
+    grace_ir_graph_info(ir, &gi);
+    ok(gi.ineligible[0] && strstr(gi.ineligible, "random"), "and is not graphed, saying why (%s)", gi.ineligible);
+    grace_ir_free(ir);
+  } else
+    ok(0, "the random program builds");
+  grace_tensor_release(x);
+  grace_set_graphs(vm, "off");
+  ir = prog(vm, 64, 0, 0);
+  x = dev_tensor(vm, 64);
+  long g0 = graph_launches;
+  run_calls(vm, ir, x, 6, 1, &distinct);
+  grace_ir_graph_info(ir, &gi);
+  ok(graph_launches == g0 && strstr(gi.ineligible, "off"), "graphs off: no graph, and the report says so");
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+int main(void) {
+  setenv("GRACE_GRAPH_LIMIT", "2", 1);
+  char dir[] = "/tmp/grace-fake-XXXXXX";
+  if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);   /* no launch decisions from earlier runs */
+  grace_config cfg = {0};
+  cfg.device = "cpu";
+  char err[256];
+  grace_vm *vm = grace_vm_new(&cfg, err, sizeof err);
+  if (!vm) { printf("not ok 1 - grace_vm_new: %s\n1..1\n", err); return 1; }
+  const char *why = cuda_nvrtc_why(vm);
+  if (why) {
+    printf("1..0 # SKIP no NVRTC to compile the kernels: %s\n", why);
+    grace_vm_free(vm);
+    return 0;
+  }
+  install_fake(vm);
+  forced(vm, "copy", GRACE_LAUNCH_COPY);
+  forced(vm, "indirect", GRACE_LAUNCH_INDIRECT);
+  measured(vm);
+  not_graphed(vm);
+  ok(kernel_launches > 0 && instantiations > 0, "kernels and graphs went through the fake driver");
+  grace_vm_free(vm);
+  return tap_done();
+}
