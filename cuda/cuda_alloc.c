@@ -22,8 +22,7 @@ static size_t live_bucket(CUdeviceptr p) { return bucket(p); }
 static size_t size_bucket(size_t n) { return bucket(n); }
 
 static void track_live(cuda_ctx *c, cuda_block *b) {
-  b->pool = NULL;
-  b->held = 0;
+  b->arena = b->held = 0;
   if (c->cap) cuda_capture_adopt(c, b);   /* a graph's memory: kept for its replays */
   size_t h = live_bucket(b->ptr);
   b->next = c->live[h];
@@ -54,8 +53,8 @@ grace_status cuda_malloc(cuda_ctx *c, size_t n, CUdeviceptr *ptr) {
     return vm_err(c->vm, GRACE_ENOMEM, "cuda: out of memory allocating %zu bytes (more than can exist)", n);
   size_t size = round_size(n);
   size_t h = size_bucket(size);
-  cuda_block *pooled = c->cap ? cuda_capture_reuse(c, size) : NULL;
-  if (pooled) { c->mem.ncache_hits++; *ptr = pooled->ptr; return GRACE_OK; }
+  cuda_block *shared = c->cap ? cuda_capture_reuse(c, size) : NULL;   /* a capture takes the arena's first */
+  if (shared) { c->mem.ncache_hits++; *ptr = shared->ptr; return GRACE_OK; }
   for (cuda_block **pb = &c->cached[h]; *pb; pb = &(*pb)->next)
     if ((*pb)->size == size) {
       cuda_block *b = *pb;
@@ -106,7 +105,7 @@ static void to_cache(cuda_ctx *c, cuda_block *b) {
 }
 
 void cuda_alloc_unpool(cuda_ctx *c, cuda_block *b) {
-  b->pool = NULL;
+  b->arena = 0;
   if (!b->held) to_cache(c, b);
 }
 
@@ -116,8 +115,8 @@ void cuda_release(cuda_ctx *c, CUdeviceptr ptr, size_t n) {
   for (cuda_block **pb = &c->live[live_bucket(ptr)]; *pb; pb = &(*pb)->next)
     if ((*pb)->ptr == ptr) {
       cuda_block *b = *pb;
-      /* a graph's block stays its own, at the address its replays use, until the graph goes */
-      if (b->pool) { cuda_capture_release(c, b); return; }
+      /* an arena block stays at the address graphs replay with; any capture may take it again */
+      if (b->arena) { b->held = 0; return; }
       *pb = b->next;
       c->mem.allocated -= b->size;
       size_t h = size_bucket(b->size);

@@ -1,6 +1,10 @@
-/* cuda_graph.c: stream capture into CUDA graphs with a memory pool and a record of the words the captured work
- * was given (see cuda_graph.h). The pool is why a graph can be replayed at all: the addresses baked into its
- * nodes must stay the graph's, so blocks allocated during capture never return to the cache while it lives. */
+/* cuda_graph.c: stream capture into CUDA graphs with an arena and a record of the words the captured work was
+ * given (see cuda_graph.h). The arena is why a graph can be replayed at all: the addresses baked into its nodes
+ * must stay graph memory, so blocks allocated during a capture never return to the cache while graphs live. It
+ * is one arena for all the VM's graphs: every replay runs on the one stream after the previous, and no block but
+ * a graph's table and index flags (held by their graph) carries a value from one replay to the next, so a free
+ * arena block may serve any capture. Graph memory is then the largest set one capture needs at once, not the
+ * sum over graphs. */
 #include <stdio.h>
 #include <string.h>
 #include "cuda/cuda_graph.h"
@@ -10,10 +14,10 @@ enum { CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901 };
 
 struct cuda_capture {
   int indirect, begun, failed;
-  cuda_block **blocks;
+  unsigned epoch;
+  cuda_block **blocks;              /* the arena blocks this capture took */
   int nblocks, capblocks;
   size_t bytes;
-  cuda_block *free;                 /* pool blocks released during the capture: reused by later allocations */
   CUdeviceptr table;
   int nslots, maxslots;
   uint64_t *slots;
@@ -39,52 +43,64 @@ grace_status cuda_capture_open(cuda_ctx *c, int indirect, cuda_capture **out) {
   cuda_capture *cap = vm_calloc(c->vm, sizeof *cap);
   if (!cap) return vm_err(c->vm, GRACE_ENOMEM, "graph capture: out of host memory");
   cap->indirect = indirect;
+  cap->epoch = ++c->epoch;
+  c->ncaptures++;
   c->cap = cap;
   *out = cap;
   return GRACE_OK;
 }
 
-cuda_block *cuda_capture_reuse(cuda_ctx *c, size_t size) {
+/* Records that the open capture took b (once per capture). */
+static int take(cuda_ctx *c, cuda_block *b) {
   cuda_capture *cap = c->cap;
-  for (cuda_block **pb = &cap->free; *pb; pb = &(*pb)->pool_next)
-    if ((*pb)->size == size) {
-      cuda_block *b = *pb;
-      *pb = b->pool_next;
-      b->held = 1;
-      return b;
-    }
-  return NULL;
-}
-
-void cuda_capture_release(cuda_ctx *c, cuda_block *b) {
-  cuda_capture *cap = b->pool;
-  b->held = 0;
-  /* freed inside its own capture: later work of the same capture may take it (stream order makes that safe) */
-  if (cap == c->cap && cap->begun) { b->pool_next = cap->free; cap->free = b; }
-}
-
-void cuda_capture_drop(cuda_ctx *c, cuda_capture *cap, CUdeviceptr ptr) {
-  for (int i = 0; i < cap->nblocks; i++)
-    if (cap->blocks[i]->ptr == ptr) {
-      cuda_block *b = cap->blocks[i];
-      cap->blocks[i] = cap->blocks[--cap->nblocks];
-      cap->bytes -= b->size;
-      cuda_alloc_unpool(c, b);
-      return;
-    }
-}
-
-int cuda_capture_adopt(cuda_ctx *c, cuda_block *b) {
-  cuda_capture *cap = c->cap;
+  b->held = 1;
+  if (b->taken == cap->epoch) return 1;
   size_t n = (size_t)cap->capblocks;
   if (!grow(c->vm, (void **)&cap->blocks, sizeof *cap->blocks, (size_t)cap->nblocks, &n)) { cap->failed = 1; return 0; }
   cap->capblocks = (int)n;
   cap->blocks[cap->nblocks++] = b;
   cap->bytes += b->size;
-  b->pool = cap;
-  b->held = 1;
+  b->taken = cap->epoch;
   return 1;
 }
+
+cuda_block *cuda_capture_reuse(cuda_ctx *c, size_t size) {
+  for (cuda_block *b = c->arena; b; b = b->arena_next)
+    if (!b->held && b->size == size) return take(c, b) ? b : NULL;
+  return NULL;
+}
+
+int cuda_capture_adopt(cuda_ctx *c, cuda_block *b) {
+  b->arena = 1;
+  b->arena_next = c->arena;
+  c->arena = b;
+  c->arena_bytes += b->size;
+  return take(c, b);
+}
+
+void cuda_capture_drop(cuda_ctx *c, cuda_capture *cap, CUdeviceptr ptr) {
+  (void)c;   /* the block stays in the arena, free for any capture once its tensor lets it go */
+  for (int i = 0; i < cap->nblocks; i++)
+    if (cap->blocks[i]->ptr == ptr) {
+      cap->bytes -= cap->blocks[i]->size;
+      cap->blocks[i] = cap->blocks[--cap->nblocks];
+      return;
+    }
+}
+
+/* No graph is left: the arena's free blocks go back to the cache (those still held, when their tensors go). */
+static void arena_empty(cuda_ctx *c) {
+  cuda_block *b = c->arena;
+  c->arena = NULL;
+  c->arena_bytes = 0;
+  while (b) {
+    cuda_block *next = b->arena_next;
+    cuda_alloc_unpool(c, b);
+    b = next;
+  }
+}
+
+size_t cuda_graph_arena_bytes(const cuda_ctx *c) { return c->arena_bytes; }
 
 grace_status cuda_capture_set_table(cuda_ctx *c, cuda_capture *cap, CUdeviceptr dev, int nslots) {
   cap->slots = grace_realloc(c->vm, NULL, 0, sizeof *cap->slots * (size_t)nslots);
@@ -112,7 +128,6 @@ grace_status cuda_capture_close(cuda_ctx *c, grace_status st, CUgraph *g) {
     CUgraph graph = NULL;
     CUresult r = c->fn.cuStreamEndCapture(c->stream, &graph);
     cap->begun = 0;
-    cap->free = NULL;   /* the blocks stay in the pool (cap->blocks) */
     if (st == GRACE_OK && r) st = r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                                    ? vm_err(c->vm, GRACE_EUNSUPPORTED, "graph capture: the work synchronized with the host")
                                    : cuda_check(c->vm, r, "cuStreamEndCapture");
@@ -129,7 +144,7 @@ grace_status cuda_capture_close(cuda_ctx *c, grace_status st, CUgraph *g) {
 void cuda_capture_free(cuda_ctx *c, cuda_capture *cap) {
   if (!cap) return;
   if (c->cap == cap) c->cap = NULL;
-  for (int i = 0; i < cap->nblocks; i++) cuda_alloc_unpool(c, cap->blocks[i]);
+  if (--c->ncaptures == 0) arena_empty(c);
   grace_realloc(c->vm, cap->blocks, sizeof *cap->blocks * (size_t)cap->capblocks, 0);
   grace_realloc(c->vm, cap->slots, sizeof *cap->slots * (size_t)cap->maxslots, 0);
   grace_realloc(c->vm, cap->raw, sizeof *cap->raw * cap->capraw, 0);

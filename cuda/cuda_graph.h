@@ -2,9 +2,10 @@
  * and the record of what its kernels were given, so the caller can tell which arguments a replay must change.
  *
  * While a capture is open (cuda_capture_open .. cuda_capture_close):
- *   - every device allocation joins the capture's pool: its address stays the graph's after the tensor that
- *     asked for it is released, and no other allocation takes it while the graph lives (the pool is the graph's
- *     memory, counted in cuda_capture_bytes);
+ *   - every device allocation comes from the graphs' arena (a free block of it, else a new one that joins it):
+ *     its address stays graph memory after the tensor that asked for it is released; no allocation outside a
+ *     capture takes it while any graph lives, and captures share the arena's free blocks (the blocks a capture
+ *     took are counted in cuda_capture_bytes);
  *   - launches and copies note the raw 8-byte words they pass (pointers among them), so that pointers into the
  *     caller's per-call tensors can be found afterwards (cuda_capture_raw);
  *   - with indirection on, runners that can dereference ask cuda_capture_slot for the address of a slot of the
@@ -44,8 +45,11 @@ void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
 const uint64_t *cuda_capture_slots(const cuda_capture *cap, int *nslots);
 const uint64_t *cuda_capture_raw(const cuda_capture *cap, size_t *n);
 size_t cuda_capture_bytes(const cuda_capture *cap);
-/* Gives the pool's block at ptr back (a placeholder or output the replays never touch). */
+/* The block at ptr is not the graph's after all (a placeholder or output its replays never touch): no longer
+ * counted as its memory. */
 void cuda_capture_drop(cuda_ctx *c, cuda_capture *cap, CUdeviceptr ptr);
+/* Device bytes in the graphs' arena (shared by all graphs of the VM; see cuda_graph.c). */
+size_t cuda_graph_arena_bytes(const cuda_ctx *c);
 /* Whether ptr lies in a block of the pool; *base, *size: that block. */
 int cuda_capture_owns(const cuda_capture *cap, CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
 

@@ -18,9 +18,10 @@ typedef struct cuda_block {
   CUdeviceptr ptr;
   size_t size;                      /* rounded size, as allocated from the driver */
   struct cuda_block *next;
-  struct cuda_capture *pool;        /* the graph capture that owns it (cuda_graph.h), or NULL */
-  int held;                         /* pooled: a tensor still holds it (else only the graph does) */
-  struct cuda_block *pool_next;     /* in its capture's list of blocks free for reuse during the capture */
+  int arena;                        /* in the graphs' arena (cuda_graph.c): never in the cache while graphs live */
+  int held;                         /* arena block: a tensor holds it (else any capture may take it) */
+  unsigned taken;                   /* arena block: the epoch of the last capture that took it */
+  struct cuda_block *arena_next;
 } cuda_block;
 
 typedef struct cuda_nvrtc_fns {
@@ -65,8 +66,14 @@ struct cuda_ctx {
   cuda_nvrtc_fns nv;
   char nvrtc_why[256];
   char nvrtc_version[16];
-  /* a graph capture in progress (cuda_graph.c): allocations go to its pool, launches are noted */
+  /* a graph capture in progress (cuda_graph.c): allocations come from the arena, launches are noted */
   struct cuda_capture *cap;
+  /* the graphs' arena: blocks of every capture, shared by all graphs of the VM (their replays are ordered on the
+   * one stream, and nothing but tables and flags keeps a value from one replay to the next) */
+  cuda_block *arena;
+  size_t arena_bytes;
+  int ncaptures;                    /* captures alive (open or kept by a graph): the arena is freed at 0 */
+  unsigned epoch;
   /* caching allocator */
   cuda_block *live[CUDA_ALLOC_BUCKETS];
   cuda_block *cached[CUDA_ALLOC_BUCKETS];
@@ -85,13 +92,11 @@ struct cuda_ctx {
 /* The VM's CUDA state, made on first call without probing anything; NULL only when host memory ran out. */
 cuda_ctx *cuda_state(grace_vm *vm);
 
-/* cuda_graph.c: a block allocated while c->cap is set joins that capture's pool. */
+/* cuda_graph.c: a block allocated while c->cap is set joins the arena, taken by that capture. */
 int cuda_capture_adopt(cuda_ctx *c, cuda_block *b);
-/* cuda_graph.c: a pooled block of the open capture released during it, of exactly size bytes, or NULL. */
+/* cuda_graph.c: a free arena block of exactly size bytes, now taken by the open capture, or NULL. */
 cuda_block *cuda_capture_reuse(cuda_ctx *c, size_t size);
-/* cuda_graph.c: a pooled block's tensor let it go (the graph keeps it; its capture may reuse it). */
-void cuda_capture_release(cuda_ctx *c, cuda_block *b);
-/* cuda_alloc.c: a pooled block whose graph went: back to the cache unless a tensor still holds it. */
+/* cuda_alloc.c: an arena block goes back to the cache (the arena empties once no graph is left). */
 void cuda_alloc_unpool(cuda_ctx *c, cuda_block *b);
 /* cuda_alloc.c: frees every block (live and cached) to the driver. */
 void cuda_alloc_free_all(cuda_ctx *c);

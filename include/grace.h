@@ -285,7 +285,8 @@ typedef struct grace_graph_info {
   int graphs;                      /* instantiated graphs held now */
   int kernels;                     /* kernel nodes of the newest graph of the chosen strategy */
   int indirect_words;              /* argument-table words rewritten per replay */
-  size_t graph_bytes;              /* device memory the held graphs keep (their arenas and tables) */
+  size_t graph_bytes;              /* device memory the held graphs use (arena blocks they took, their tables) */
+  size_t arena_bytes;              /* the VM's graph arena, shared by all its graphs (graph memory in all) */
   size_t copy_bytes;               /* bytes copied per replay: the table, inputs into placeholders, outputs out */
   long replays;                    /* of that graph */
   double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */

@@ -7,9 +7,9 @@
  * The fastest is kept. A graph is recorded per input layout (sizes, strides, 16-byte alignment), up to a limit,
  * least recently used first out; a new layout records again from the same compiled kernels.
  *
- * Recording: the group executor runs under stream capture with placeholder inputs, allocations going to the
- * capture's pool (cuda/cuda_graph.h): intermediates and outputs get addresses no one else takes while the graph
- * lives. With indirection the runners pass table slots instead of pointers. Host numbers (0-d CPU inputs,
+ * Recording: the group executor runs under stream capture with placeholder inputs, allocations coming from the
+ * VM's graph arena (cuda/cuda_graph.h): intermediates and outputs get addresses that stay graph memory while
+ * graphs live, shared with other graphs (replays are ordered on the one stream). With indirection the runners pass table slots instead of pointers. Host numbers (0-d CPU inputs,
  * dynamic scalars, captured 0-d CPU tensors) become 0-d device views into the table, rewritten per replay.
  * Afterwards every word handed to the device directly (a non-indirect kernel, a copy, cuBLASLt) is checked
  * against the placeholders and the outputs: an input read directly is copied into its placeholder before each
@@ -652,6 +652,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
     memcpy(out->why[k], p->why[k], sizeof out->why[k]);
   }
   out->graphs = p->ngr;
+  if (ir->vm->cuda) out->arena_bytes = cuda_graph_arena_bytes(ir->vm->cuda);
   const gg_graph *last = NULL;
   for (int i = 0; i < p->ngr; i++) {
     out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap);

@@ -619,7 +619,8 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
         m.launch[#m.launch + 1] = {strategy = r.strategy, us = r.us, unavailable = r.unavailable, no_graph = r.no_graph,
                                    kernels = r.kernels, copy_bytes = r.copy_bytes, graph_bytes = r.graph_bytes,
                                    indirect_words = r.indirect_words, graphs = r.graphs, captures = r.captures,
-                                   replay_host_us_min = r.replay_host_us_min, replay_host_us_mean = r.replay_host_us_mean}
+                                   replay_host_us_min = r.replay_host_us_min, replay_host_us_mean = r.replay_host_us_mean,
+                                   arena_bytes = r.arena_bytes}
       end
     end
     if grace.graphs then grace.graphs() end

@@ -1,9 +1,10 @@
 /* test_cuda_pool.c: the graph-capture side of the caching allocator and the capture record (cuda/cuda_graph.c),
  * on a fake driver, so it runs without a GPU. The fake hands out distinct addresses and counts frees; the test
- * follows blocks through: cached blocks taken into a capture's pool; a block released inside the capture reused
- * by that capture only; pooled blocks never handed to allocations after the capture while the graph lives;
- * dropped blocks and the pool's blocks going back to the cache when the graph goes (those a tensor still holds
- * only when it lets them go); the allocator's byte count back where it started. Also the argument table's slots
+ * follows blocks through: cached blocks taken into the graphs' arena by a capture; a block released inside the
+ * capture reused by it; arena blocks never handed to allocations outside captures while a graph lives; a later
+ * capture sharing the free arena blocks (the arena does not grow); the arena kept while one graph lives and
+ * emptied into the cache when the last goes (blocks a tensor still holds only when it lets them go); the
+ * allocator's byte count back where it started. Also the argument table's slots
  * (the same word, the same slot; a full table fails the capture) and the words noted only while capturing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,23 +118,48 @@ static void test_pool(grace_vm *vm) {
   size_t pool_bytes = cuda_capture_bytes(cap);
   ok(pool_bytes >= 1000 + 5000 + 3000, "the pool's bytes count its blocks (%zu)", pool_bytes);
 
-  /* a block the replays never touch goes back now */
-  cuda_capture_drop(c, cap, out);   /* still held by its tensor: it comes back to the cache when that lets go */
-  ok(cuda_capture_bytes(cap) < pool_bytes, "a dropped block leaves the pool");
-  ok(!cuda_capture_owns(cap, out, NULL, NULL), "and the pool no longer owns it");
+  /* a block the replays never touch is no longer counted as the graph's */
+  cuda_capture_drop(c, cap, out);
+  ok(cuda_capture_bytes(cap) < pool_bytes, "a dropped block is no longer counted as the graph's");
+  ok(!cuda_capture_owns(cap, out, NULL, NULL), "nor owned by it");
   cuda_release(c, out, 3000);
-  ok(alloc(c, 3000) == out, "released by its tensor, it is the cache's again");
+  CUdeviceptr other = alloc(c, 3000);
+  ok(other != out, "it stays graph memory (the arena's) while graphs live");
+  cuda_release(c, other, 3000);
+  size_t arena = cuda_graph_arena_bytes(c);
 
-  /* the graph goes: its blocks back to the cache (the table too, once its tensor lets it go) */
+  /* a second capture shares the arena's free blocks: graph memory is the larger need, not the sum */
+  cuda_capture *cap2 = NULL;
+  cuda_capture_open(c, 0, &cap2);
+  cuda_capture_begin(c);
+  CUdeviceptr p1 = alloc(c, 1000), p2 = alloc(c, 5000), p3 = alloc(c, 3000);
+  ok(p1 == a && p2 == b2 && p3 == out, "a later capture takes the free blocks of the first one's");
+  is_int(cuda_graph_arena_bytes(c), arena, "and the arena does not grow");
+  ok(cuda_capture_owns(cap2, p1, NULL, NULL) && cuda_capture_owns(cap, p1, NULL, NULL),
+     "both graphs count the shared block as theirs");
+  CUdeviceptr p4 = alloc(c, 1000);
+  ok(p4 != p1, "a block taken and still held is not taken twice");
+  cuda_release(c, p1, 1000); cuda_release(c, p2, 5000); cuda_release(c, p3, 3000); cuda_release(c, p4, 1000);
+  CUgraph g2 = NULL;
+  cuda_capture_close(c, GRACE_OK, &g2);
+
+  /* one graph goes: the arena stays for the other */
   cuda_graph_destroy(c, g, NULL);
   cuda_capture_free(c, cap);
-  ok(alloc(c, 1000) == a && alloc(c, 5000) == b, "the pool's blocks return to the cache when the graph goes");
+  ok(cuda_graph_arena_bytes(c) == arena + 1024, "the arena stays while a graph lives (%zu bytes)", cuda_graph_arena_bytes(c));
+  CUdeviceptr other2 = alloc(c, 5000);
+  ok(other2 != b2, "and its blocks stay out of the cache");
+  cuda_release(c, other2, 5000);
+  /* the last graph goes: the arena's blocks return to the cache (the table once its tensor lets it go) */
+  cuda_graph_destroy(c, g2, NULL);
+  cuda_capture_free(c, cap2);
+  is_int(cuda_graph_arena_bytes(c), 0, "no graph left: the arena is empty");
+  ok(alloc(c, 1000) == a && alloc(c, 5000) == b, "the arena's blocks return to the cache when no graph is left");
   cuda_release(c, a, 1000);
   cuda_release(c, b, 5000);
   cuda_release(c, table, 128);
   cuda_release(c, x, 1000);
   cuda_release(c, y, 5000);
-  cuda_release(c, out, 3000);
   cuda_mem_stats m1;
   cuda_memory_stats(c, &m1);
   is_int(m1.allocated, m0.allocated, "every byte is back: the allocator's count is where it started");

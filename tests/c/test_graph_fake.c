@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "grace.h"
+#include "cuda/cuda_graph.h"
 #include "cuda/cuda_internal.h"
 #include "tap.h"
 
@@ -167,6 +168,7 @@ static void forced(grace_vm *vm, const char *mode, grace_launch_strategy want) {
   if (want == GRACE_LAUNCH_INDIRECT)
     ok(gi.indirect_words >= 2, "indirect: the input's and the output's pointers are per-call words (%d)", gi.indirect_words);
   ok(gi.graph_bytes > 0, "%s: the graph's memory is reported (%zu bytes)", mode, gi.graph_bytes);
+  ok(gi.arena_bytes >= gi.graph_bytes, "%s: the VM's graph arena holds it (%zu bytes)", mode, gi.arena_bytes);
 
   /* new layouts record again, bounded by GRACE_GRAPH_LIMIT (2 in this test) */
   grace_tensor *xs[3];
@@ -185,6 +187,7 @@ static void forced(grace_vm *vm, const char *mode, grace_launch_strategy want) {
   for (int k = 0; k < 3; k++) grace_tensor_release(xs[k]);
   grace_tensor_release(x);
   grace_ir_free(ir);
+  is_int(cuda_graph_arena_bytes(cuda_state(vm)), 0, "%s: the program gone, no graph is left and the arena is empty", mode);
   grace_set_graphs(vm, NULL);
 }
 
