@@ -164,6 +164,12 @@ CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word) {
   return cap->table + 8u * (unsigned)cap->nslots++;
 }
 
+CUdeviceptr cuda_capture_slot_own(cuda_capture *cap, uint64_t word) {
+  if (cap->nslots >= cap->maxslots) { cap->failed = 1; return 0; }
+  cap->slots[cap->nslots] = word;
+  return cap->table + 8u * (unsigned)cap->nslots++;
+}
+
 void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t bytes) {
   cuda_capture *cap = c->cap;
   if (!cap || !cap->begun) return;

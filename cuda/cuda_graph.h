@@ -38,6 +38,8 @@ CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word);
 /* A launch of grace's kernel f with its parameter struct during an open capture: its words are noted (below)
  * and f is known as one of grace's (cuda_graph_remap_slots rewrites only those). */
 void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t bytes);
+/* A slot of its own for word (never shared with an equal word): for a value the caller rewrites per replay. */
+CUdeviceptr cuda_capture_slot_own(cuda_capture *cap, uint64_t word);
 /* Notes words passed to the device directly (by launches, copies, vendor libraries) during an open capture. */
 void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
 

@@ -184,13 +184,7 @@ static void graph_status(const grace_ir *ir, ir_placement *p) {
   if (ir->nwrite) { snprintf(w, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
   for (int i = 0; i < ir->nout; i++)
     if (vtype(ir, ir->outputs[i])->device != GRACE_CUDA) { snprintf(w, n, "output %d is a host tensor", i + 1); return; }
-  for (int i = 0; i < ir->ninst; i++) {
-    int op = ir->insts[i].op;
-    if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT) {
-      snprintf(w, n, "it draws random numbers (%s)", grace_op_name((grace_op)op));
-      return;
-    }
-  }
+  /* random numbers do not stop a graph: with parameter indirection the generator's offset is a per-call word */
 }
 
 grace_status ir_place(grace_ir *ir, ir_placement *p) {

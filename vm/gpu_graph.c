@@ -36,7 +36,7 @@ enum {
   GG_MAX_LIMIT = 64
 };
 
-typedef enum { SRC_INPUT, SRC_OUTPUT } gg_src;
+typedef enum { SRC_INPUT, SRC_OUTPUT, SRC_SEED, SRC_RNG } gg_src;
 typedef enum { SC_FIXED, SC_INPUT, SC_SCALAR, SC_CONST } gg_sc_kind;
 
 typedef struct gg_dyn { int32_t word, kind, index; int64_t delta; } gg_dyn;   /* a table word rewritten per replay */
@@ -82,6 +82,7 @@ typedef struct gg_graph {
   uint64_t used;
   double replay_us_sum, replay_us_min;   /* host time of replay() (the table, its copy, the launch) */
   long nreplay;
+  uint64_t rng0, rng_total;   /* the VM's generator offset when capture began, and how far one call advances it */
   int ncheck;
   gg_check chk[GG_CHECKS];
   int64_t *chk_host;      /* page-locked: the flags read back after a replay */
@@ -197,6 +198,25 @@ grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, 
   return GRACE_OK;
 }
 
+/* The table word of slot address a. */
+static int32_t slot_word(const gg_graph *gg, uint64_t a) {
+  return (int32_t)(GG_SCALARS + (a - (gpu_ptr(gg->table) + 8 * GG_SCALARS)) / 8);
+}
+
+grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, uint64_t *offset_slot) {
+  gg_graph *gg = vm->graph_cap;
+  cuda_capture *cap = cuda_capture_indirect(gpu_ctx(vm));
+  if (!cap || gg->strat != GRACE_LAUNCH_INDIRECT)
+    return vm_err(vm, GRACE_EUNSUPPORTED, "graph: random numbers need parameter indirection (the generator's offset "
+                  "changes every call)");
+  *seed_slot = cuda_capture_slot_own(cap, vm->seed);
+  *offset_slot = cuda_capture_slot_own(cap, offset);
+  if (!*seed_slot || !*offset_slot) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: the argument table is full");
+  gg->dyn[gg->ndyn++] = (gg_dyn){slot_word(gg, *seed_slot), SRC_SEED, 0, 0};
+  gg->dyn[gg->ndyn++] = (gg_dyn){slot_word(gg, *offset_slot), SRC_RNG, 0, (int64_t)(offset - gg->rng0)};
+  return GRACE_OK;
+}
+
 grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out) {
   return table_scalar(vm, vm->graph_cap, t, SC_FIXED, -1, out);
 }
@@ -285,9 +305,13 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
   CUgraph graph = NULL;
   if (st == GRACE_OK) {
     if ((st = cuda_capture_begin(c)) == GRACE_OK) {
+      /* nothing runs in a capture: the generator's offset goes back, and each replay advances it as eager would */
+      gg->rng0 = vm->rng_offset;
       vm->graph_cap = gg;
       st = exec(ir, nin, args, nout, res);
       vm->graph_cap = NULL;
+      gg->rng_total = vm->rng_offset - gg->rng0;
+      vm->rng_offset = gg->rng0;
     }
   }
   if (gg->cap) st = cuda_capture_close(c, st, &graph);
@@ -419,7 +443,9 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   CUdeviceptr fb = gpu_ptr(fresh);
   for (int d = 0; d < gg->ndyn; d++) {
     const gg_dyn *y = &gg->dyn[d];
-    h[y->word] = (y->kind == SRC_INPUT ? gpu_ptr(in[y->index]) : fb + gg->grp[y->index].at) + (uint64_t)y->delta;
+    h[y->word] = y->kind == SRC_INPUT ? gpu_ptr(in[y->index]) + (uint64_t)y->delta
+                 : y->kind == SRC_OUTPUT ? fb + gg->grp[y->index].at + (uint64_t)y->delta
+                 : y->kind == SRC_SEED ? vm->seed : vm->rng_offset + (uint64_t)y->delta;
   }
   for (int k = 0; k < gg->nsc && st == GRACE_OK; k++)
     if (gg->sc[k].kind != SC_FIXED) st = scalar_word(ir, &gg->sc[k], in, &h[GG_SCALARS - 1 - k]);
@@ -430,7 +456,7 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
                                    sizeof(uint64_t) * (size_t)(gg->hi - gg->lo));
     if (st == GRACE_OK && (st = cuda_event_record(c, gg->ev[r])) == GRACE_OK) gg->evused[r] = 1;
   }
-  if (st == GRACE_OK) st = cuda_graph_launch(c, gg->x);
+  if (st == GRACE_OK && (st = cuda_graph_launch(c, gg->x)) == GRACE_OK) vm->rng_offset += gg->rng_total;
   double dt = now_us() - t0;
   gg->replay_us_sum += dt;
   if (!gg->nreplay++ || dt < gg->replay_us_min) gg->replay_us_min = dt;
@@ -496,14 +522,6 @@ static void eligibility(const grace_ir *ir, char *why, size_t n) {
   if (ir->nwrite) { snprintf(why, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
   for (int i = 0; i < ir->nout; i++)
     if (ir->vals[ir->outputs[i]].type.device != GRACE_CUDA) { snprintf(why, n, "output %d is a host tensor", i + 1); return; }
-  for (int i = 0; i < ir->ninst; i++) {
-    int op = ir->insts[i].op;
-    if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT) {
-      snprintf(why, n, "it draws random numbers (%s): the generator's offset is not yet a graph argument",
-               grace_op_name((grace_op)op));
-      return;
-    }
-  }
 }
 
 void gpu_part_free(grace_vm *vm, gpu_part *p) {

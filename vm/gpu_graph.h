@@ -21,6 +21,10 @@ grace_status gpu_graph_lift(grace_ir *ir, int inst, grace_tensor **val);
  * lives in the argument table (its value fixed at capture: only constants reach here). */
 int gpu_graph_capturing(grace_vm *vm);
 grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+/* While capturing: the generator's seed and offset words of a random op (offset: the one it took) as slots of the
+ * argument table, rewritten per replay with the VM's seed and the offset that op takes then. An error unless the
+ * capture uses indirection (a baked offset would repeat the same numbers every call). */
+grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, uint64_t *offset_slot);
 /* While capturing: an index check whose device flag (the first bad position, or more than n) is read after
  * each replay instead of now; a bad index then fails that call as the eager check would. On success the graph
  * owns the flag (8 bytes from cuda_malloc) and releases it. */

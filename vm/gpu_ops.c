@@ -88,9 +88,10 @@ static grace_status get_function(grace_vm *vm, cuda_ctx *c, const cgo_spec *spec
   return st;
 }
 
-/* Finds (or compiles) and launches one template instance. */
-static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
-                           unsigned grid, unsigned block, unsigned smem, const words *w) {
+/* Finds (or compiles) and launches one template instance. In a capture with indirection the pointer and scalar
+ * words go through table slots; the last `own` scalar words are slots already (gpu_graph_rng's). */
+static grace_status launch_own(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
+                               unsigned grid, unsigned block, unsigned smem, const words *w, int own) {
   cuda_ctx *c = gpu_ctx(vm);
   cgo_spec spec = {t, {d0, d1, d2}, variant, 0};
   words wi;
@@ -99,7 +100,7 @@ static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype
     spec.indirect = 1;
     wi = *w;
     int np = cg_ops_nptr(t), ns = cg_ops_nscalar(t);
-    for (int i = 0; i < wi.n; i++)
+    for (int i = 0; i < wi.n - own; i++)
       if ((i < np || i >= wi.n - ns) && !(wi.w[i] = cuda_capture_slot(ind, w->w[i])))
         return vm_err(vm, GRACE_EUNSUPPORTED, "%s: the graph's argument table is full", cg_ops_tmpl_name(t));
     w = &wi;
@@ -109,6 +110,11 @@ static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype
   if (st == GRACE_OK)
     st = cuda_launch(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w, sizeof(uint64_t) * (size_t)w->n);
   return st;
+}
+
+static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
+                           unsigned grid, unsigned block, unsigned smem, const words *w) {
+  return launch_own(vm, t, d0, d1, d2, variant, grid, block, smem, w, 0);
 }
 
 static grace_tensor *dev_new(grace_vm *vm, const char *op, grace_dtype dt, int nd, const int64_t *sizes) {
@@ -770,8 +776,15 @@ static grace_status op_create(grace_vm *vm, grace_op op, const grace_attrs *a, g
   }
   if (variant >= 0 && n > 0) {
     for (int i = 0; i < 4; i++) wput(&w, w4[i]);
-    wput(&w, (int64_t)vm->seed); wput(&w, (int64_t)offset);
-    s = launch(vm, CGO_CREATE, dt, dt, dt, variant, blocks_for(n, 256), 256, 0, &w);
+    int own = 0;
+    uint64_t seed_w = vm->seed, offset_w = offset;
+    if (gpu_graph_capturing(vm) && (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT)) {
+      /* in a graph the seed and the offset are per-call words of its table */
+      if ((s = gpu_graph_rng(vm, offset, &seed_w, &offset_w)) != GRACE_OK) { grace_tensor_release(t); return s; }
+      own = 2;
+    }
+    wput(&w, (int64_t)seed_w); wput(&w, (int64_t)offset_w);
+    s = launch_own(vm, CGO_CREATE, dt, dt, dt, variant, blocks_for(n, 256), 256, 0, &w, own);
   }
   if (s != GRACE_OK) { grace_tensor_release(t); return s; }
   out[0] = t;

@@ -4,8 +4,9 @@
  * call eager, the forced strategies capturing once per input layout and replaying after, the bytes copied per
  * call (inputs into placeholders for copies, a few table words for indirection), fresh output memory every
  * call, a host number becoming a per-call table word, the LRU bound on graphs, measured choice settling on one
- * strategy, and the programs that are not graphed with their reasons (a view of an input returned, random
- * numbers, writes into arguments). NVRTC compiles the kernels for real; without it the file skips. */
+ * strategy, random numbers (seed and offset per-call words, the offset advancing as eager's; refused for a graph
+ * fed by copies), and the programs that are not graphed with their reasons (a view of an input returned, graphs
+ * turned off). NVRTC compiles the kernels for real; without it the file skips. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,19 +222,32 @@ static void not_graphed(grace_vm *vm) {
      gi.chosen == GRACE_LAUNCH_EAGER, "and runs eagerly, saying why (%s)", gi.why[GRACE_LAUNCH_INDIRECT]);
   grace_ir_free(ir);
 
+  /* random numbers: with indirection the seed and the generator's offset are per-call table words, and each call
+   * advances the offset as an eager call does; a graph fed by copies would repeat its numbers, so it is refused */
   ir = prog(vm, 64, 0, 1);
-  if (ir) {
-    is_int(run_calls(vm, ir, x, 4, 1, &distinct), 0, "a program drawing random numbers runs");
-    grace_ir_graph_info(ir, &gi);
-    ok(gi.ineligible[0] && strstr(gi.ineligible, "random"), "and is not graphed, saying why (%s)", gi.ineligible);
-    grace_ir_free(ir);
-  } else
-    ok(0, "the random program builds");
+  uint64_t r0 = vm->rng_offset;
+  long g0 = graph_launches;
+  is_int(run_calls(vm, ir, x, 8, 1, &distinct), 0, "indirect: a program drawing random numbers runs");
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.chosen == GRACE_LAUNCH_INDIRECT && gi.captures == 1 && graph_launches - g0 == 6,
+     "indirect: it is graphed (%d captures, %ld replays)", (int)gi.captures, graph_launches - g0);
+  is_int(vm->rng_offset - r0, 8, "indirect: each call takes the next generator offset, as eager calls do");
+  ok(gi.indirect_words >= 4, "indirect: the seed and the offset are per-call words too (%d words)", gi.indirect_words);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, "copy");
+  ir = prog(vm, 64, 0, 1);
+  r0 = vm->rng_offset;
+  is_int(run_calls(vm, ir, x, 6, 1, &distinct), 0, "copy: a program drawing random numbers runs");
+  grace_ir_graph_info(ir, &gi);
+  ok(strstr(gi.why[GRACE_LAUNCH_COPY], "random") && gi.chosen == GRACE_LAUNCH_EAGER,
+     "copy: it is not graphed, saying why (%s)", gi.why[GRACE_LAUNCH_COPY]);
+  is_int(vm->rng_offset - r0, 6, "copy: the refused capture does not advance the generator");
+  grace_ir_free(ir);
   grace_tensor_release(x);
   grace_set_graphs(vm, "off");
   ir = prog(vm, 64, 0, 0);
   x = dev_tensor(vm, 64);
-  long g0 = graph_launches;
+  g0 = graph_launches;
   run_calls(vm, ir, x, 6, 1, &distinct);
   grace_ir_graph_info(ir, &gi);
   ok(graph_launches == g0 && strstr(gi.ineligible, "off"), "graphs off: no graph, and the report says so");

@@ -283,7 +283,8 @@ static void test_other(void) {
       "  %2 = add %0, %1 : f32[8] cuda  @\"r.lua:3\"\n"
       "  return %2\n"
       "}\n",
-      "one device partition; runs eagerly, not as a CUDA graph: it draws random numbers (randn)\n", "random");
+      "one device partition; a CUDA graph candidate (kept where it measures faster than eager launches)\n",
+      "random numbers (the generator's offset is a per-call word of the graph)");
   /* a short buffer: GRACE_EARG and what fits, terminated; NULL counts only */
   grace_ir *ir = NULL;
   if (grace_ir_parse(vm,

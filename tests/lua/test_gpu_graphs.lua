@@ -179,6 +179,27 @@ for _, mode in ipairs(MODES) do
   tap.ok(egood == 10 and ebad and after <= 1e-5, mode .. (": embedding: 10 calls right (%d), a bad id fails its call (%s), " ..
     "the next call right"):format(egood, tostring(errb)))
 
+  -- random numbers in a graph: each replay draws what the eager call would (the seed and the generator's offset
+  -- are per-call table words), a new seed included
+  local rfn = function(a) return a + grace.rand(a:size(), {device = a.device}) end
+  local rc = grace.compile(rfn)
+  local av = grace.randn(257)
+  local ad = to_dev(av)
+  local rgot = {}
+  grace.manual_seed(SEED + 7)
+  for i = 1, 12 do
+    if i == 7 then grace.manual_seed(SEED + 8) end
+    rgot[i] = rc(ad)
+  end
+  grace.manual_seed(SEED + 7)
+  local rgood = 0
+  for i = 1, 12 do
+    if i == 7 then grace.manual_seed(SEED + 8) end
+    if maxdiff(rgot[i], rfn(av)) == 0 then rgood = rgood + 1 end
+  end
+  tap.ok(rgood == 12, mode .. ": random numbers drawn in 12 calls (a new seed at call 7) equal eager CPU draws (" ..
+    rgood .. ")")
+
   -- an output that is a view of an input (no fresh memory can stand for it): right on every call
   local vw = grace.compile(function(a) return a:t(), a * 2 end)
   local vgood = 0
