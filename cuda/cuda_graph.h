@@ -17,17 +17,18 @@
 
 typedef struct cuda_capture cuda_capture;
 
-/* Starts routing allocations to a new pool (no stream capture yet: placeholders and the table come first).
+/* Starts routing allocations to the graphs' arena (no stream capture yet: placeholders and the table come first).
  * indirect: runners should use cuda_capture_slot. */
 grace_status cuda_capture_open(cuda_ctx *c, int indirect, cuda_capture **out);
-/* The argument table: nslots 8-byte slots at dev (device memory the caller allocated while the pool was open). */
+/* The argument table: nslots 8-byte slots at dev (device memory the caller allocated while the capture was open). */
 grace_status cuda_capture_set_table(cuda_ctx *c, cuda_capture *cap, CUdeviceptr dev, int nslots);
 /* Begins stream capture (relaxed mode: allocation is allowed, synchronizing calls fail and end the capture). */
 grace_status cuda_capture_begin(cuda_ctx *c);
-/* Ends stream capture (when begun) and the pool's routing. *g: the graph, or NULL when st (the status of the
+/* Ends stream capture (when begun) and the arena's routing. *g: the graph, or NULL when st (the status of the
  * captured work) is an error or the driver invalidated the capture; the status returned says why. */
 grace_status cuda_capture_close(cuda_ctx *c, grace_status st, CUgraph *g);
-/* Frees the pool: its blocks go back to the cache (those a tensor still holds, when that tensor goes). */
+/* Frees the capture's record. When no capture is left (its graph was the last), the arena's blocks go back to the
+ * cache (those a tensor still holds, when that tensor goes). */
 void cuda_capture_free(cuda_ctx *c, cuda_capture *cap);
 
 /* The capture in progress on c with indirection on, or NULL. */
@@ -43,7 +44,8 @@ CUdeviceptr cuda_capture_slot_own(cuda_capture *cap, uint64_t word);
 /* Notes words passed to the device directly (by launches, copies, vendor libraries) during an open capture. */
 void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
 
-/* What the capture recorded: the slots' words (nslots of them), the raw words noted, the pool's blocks. */
+/* What the capture recorded: the slots' words (nslots of them), the raw words noted, the bytes of the arena blocks
+ * it took. */
 const uint64_t *cuda_capture_slots(const cuda_capture *cap, int *nslots);
 const uint64_t *cuda_capture_raw(const cuda_capture *cap, size_t *n);
 size_t cuda_capture_bytes(const cuda_capture *cap);
@@ -52,7 +54,7 @@ size_t cuda_capture_bytes(const cuda_capture *cap);
 void cuda_capture_drop(cuda_ctx *c, cuda_capture *cap, CUdeviceptr ptr);
 /* Device bytes in the graphs' arena (shared by all graphs of the VM; see cuda_graph.c). */
 size_t cuda_graph_arena_bytes(const cuda_ctx *c);
-/* Whether ptr lies in a block of the pool; *base, *size: that block. */
+/* Whether ptr lies in an arena block the capture took; *base, *size: that block. */
 int cuda_capture_owns(const cuda_capture *cap, CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
 
 /* Renumbers the argument-table slots the kernels of g read: a word equal to slot i's address (table + 8 i,

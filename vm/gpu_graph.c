@@ -119,7 +119,7 @@ static double now_us(void) {
 static void graph_free(grace_vm *vm, gg_graph *gg) {
   if (!gg) return;
   cuda_ctx *c = vm->cuda;
-  if (c && (gg->x || gg->cap)) cuda_sync(c);   /* staging buffers and the pool may still be in use */
+  if (c && (gg->x || gg->cap)) cuda_sync(c);   /* staging buffers and the table may still be in use */
   if (c) {
     cuda_graph_destroy(c, gg->g, gg->x);
     for (int r = 0; r < GG_RING; r++) { cuda_host_free(c, gg->host[r]); cuda_event_free(c, gg->ev[r]); }
@@ -317,7 +317,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
   if (gg->cap) st = cuda_capture_close(c, st, &graph);
   gg->g = graph;
   for (int i = 0; i < nin; i++) grace_tensor_release(args[i]);
-  /* the outputs: storages made in the pool, each to be made fresh per replay */
+  /* the outputs: storages the capture made in the arena, each to be made fresh per replay */
   for (int j = 0; j < nout && st == GRACE_OK; j++) {
     const grace_tensor *o = res[j];
     CUdeviceptr base = 0;
