@@ -6,7 +6,7 @@
  * call, a host number becoming a per-call table word, the LRU bound on graphs, measured choice settling on one
  * strategy, random numbers (seed and offset per-call words, the offset advancing as eager's; refused for a graph
  * fed by copies), and the programs that are not graphed with their reasons (a view of an input returned, graphs
- * turned off). NVRTC compiles the kernels for real; without it the file skips. */
+ * turned off), and out of memory while instantiating (the calls run eagerly, the reason reported, nothing kept). NVRTC compiles the kernels for real; without it the file skips. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +52,14 @@ static CUresult f_host_alloc(void **p, size_t n) { *p = malloc(n ? n : 1); retur
 static CUresult f_host_free(void *p) { free(p); return 0; }
 static CUresult f_begin(CUstream s, int mode) { (void)s; (void)mode; return 0; }
 static CUresult f_end(CUstream s, CUgraph *g) { (void)s; *g = (CUgraph)&fake_obj; return 0; }
-static CUresult f_inst(CUgraphExec *x, CUgraph g, unsigned long long fl) { (void)g; (void)fl; *x = (CUgraphExec)&fake_obj; instantiations++; return 0; }
+static int inst_oom;   /* instantiation runs out of device memory */
+static CUresult f_inst(CUgraphExec *x, CUgraph g, unsigned long long fl) {
+  (void)g; (void)fl;
+  if (inst_oom) return 2;   /* CUDA_ERROR_OUT_OF_MEMORY */
+  *x = (CUgraphExec)&fake_obj;
+  instantiations++;
+  return 0;
+}
 static CUresult f_glaunch(CUgraphExec x, CUstream s) { (void)x; (void)s; graph_launches++; return 0; }
 static CUresult f_gxdestroy(CUgraphExec x) { (void)x; return 0; }
 static CUresult f_gdestroy(CUgraph g) { (void)g; return 0; }
@@ -61,7 +68,7 @@ static CUresult f_nodetype(CUgraphNode n, int *t) { (void)n; *t = 0; return 0; }
 static CUresult f_ctx_get(CUcontext *c) { *c = (CUcontext)&fake_ctx_obj; return 0; }
 static CUresult f_ctx_set(CUcontext c) { (void)c; return 0; }
 static CUresult f_meminfo(size_t *fr, size_t *tot) { *fr = *tot = (size_t)1 << 36; return 0; }
-static CUresult f_errstr(CUresult r, const char **s) { (void)r; *s = "fake driver error"; return 0; }
+static CUresult f_errstr(CUresult r, const char **s) { *s = r == 2 ? "out of memory" : "fake driver error"; return 0; }
 static CUresult f_release(CUdevice d) { (void)d; return 0; }
 static CUresult f_sdestroy(CUstream s) { (void)s; return 0; }
 
@@ -256,6 +263,28 @@ static void not_graphed(grace_vm *vm) {
   grace_set_graphs(vm, NULL);
 }
 
+/* Out of memory while instantiating: the call still runs (eagerly), the report says why, nothing is kept. */
+static void instantiation_oom(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = prog(vm, 256, 0, 0);
+  grace_tensor *x = dev_tensor(vm, 256);
+  inst_oom = 1;
+  long g0 = graph_launches;
+  int distinct = 0;
+  is_int(run_calls(vm, ir, x, 8, 1, &distinct), 0, "out of memory at instantiation: every call still runs");
+  inst_oom = 0;
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(graph_launches == g0 && gi.chosen == GRACE_LAUNCH_EAGER && gi.graphs == 0,
+     "it falls back to eager launches and keeps no graph");
+  ok(strstr(gi.why[GRACE_LAUNCH_INDIRECT], "out of memory") != NULL, "the report says why (%s)", gi.why[GRACE_LAUNCH_INDIRECT]);
+  is_int(gi.captures, 0, "it is tried once, not on every call");
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  is_int(cuda_graph_arena_bytes(cuda_state(vm)), 0, "the failed capture leaves no graph memory behind");
+  grace_set_graphs(vm, NULL);
+}
+
 int main(void) {
   setenv("GRACE_GRAPH_LIMIT", "2", 1);
   char dir[] = "/tmp/grace-fake-XXXXXX";
@@ -276,6 +305,7 @@ int main(void) {
   forced(vm, "indirect", GRACE_LAUNCH_INDIRECT);
   measured(vm);
   not_graphed(vm);
+  instantiation_oom(vm);
   ok(kernel_launches > 0 && instantiations > 0, "kernels and graphs went through the fake driver");
   grace_vm_free(vm);
   return tap_done();
