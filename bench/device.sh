@@ -11,7 +11,7 @@
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
 #   suite      issue 8: PyTorch and grace workloads on shared weights, alone on the device, and the report
-# With no stage: gpu test bench.
+# With no stage: suite (the benchmark suite against PyTorch: report.md, bench.json, report.png under $OUT).
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -25,7 +25,7 @@ cat "$OUT/machine.txt"
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export GRACE_CACHE_DIR=${GRACE_CACHE_DIR:-$PWD/.grace-cache}
 jobs=$(nproc)
-stages=${*:-gpu test bench}
+stages=${*:-suite}
 B=build
 if ! make DEPS_PREFIX="$root" -j"$jobs" all $(ls tests/c/*.c | sed 's|tests/c/\(.*\)\.c|build/tests/\1|') > "$OUT/build.log" 2>&1; then
   echo "build failed:"; grep -E 'error|Error' "$OUT/build.log" | head -30; tail -5 "$OUT/build.log"; exit 1
