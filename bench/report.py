@@ -182,7 +182,7 @@ def main():
 
     md += ["## How grace launches (its compiled modes; issue 7's ablation)", "",
            "Per device program: the strategy the mode ran (forced for graph_copy / graph_indirect, measured for "
-           "full: each strategy timed on three real calls, the fastest kept), the times full measured (eager / "
+           "full: each strategy timed on real calls in turn, the lowest median kept; three calls each before 2026-11-23 17:00), the times full measured (eager / "
            "graph+copies / graph+indirection, us), kernels per graph, bytes copied per call, argument-table words "
            "rewritten per call, the least host time of one replay (the table, its copy, the launch; the mean also holds "
            "waits for the device when calls run ahead of it) and the graphs' memory.", ""]

@@ -1,7 +1,8 @@
 /* gpu_graph.c: CUDA graphs for device programs, chosen by measurement (grace_graph_info in grace.h).
  *
  * A program's first call runs eagerly and proves it stable (its kernels compiled, its matmuls tuned). Then
- * each strategy is measured on real calls, GG_ROUNDS times each, launch to completion: eager launches; a graph
+ * each strategy is measured on real calls, GG_ROUNDS times each in turn, launch to completion (the median
+ * decides: what a caller sees over many calls, steadier than the best of a few): eager launches; a graph
  * fed by copying the inputs into placeholders and the outputs out of its arena (what PyTorch's reduce-overhead
  * does); a graph whose kernels read their pointers through a device argument table (parameter indirection).
  * The fastest is kept. A graph is recorded per input layout (sizes, strides, 16-byte alignment), up to a limit,
@@ -31,7 +32,7 @@ enum {
   GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
-  GG_ROUNDS = 3,          /* measured calls per strategy */
+  GG_ROUNDS = 7,          /* measured calls per strategy (a median of 3 moved by 3-8% between runs) */
   GG_CHECKS = 32,         /* deferred index checks per graph */
   GG_MAX_LIMIT = 64
 };
@@ -97,7 +98,8 @@ struct gpu_part {
   int mode;               /* -1 auto, -2 off, else a forced grace_launch_strategy */
   int decided, limit;
   grace_launch_strategy chosen;
-  double best[GRACE_LAUNCH_NSTRATEGIES];
+  double best[GRACE_LAUNCH_NSTRATEGIES];   /* the median of the samples once all are in (or the cached figure) */
+  double samp[GRACE_LAUNCH_NSTRATEGIES][GG_ROUNDS];
   int samples[GRACE_LAUNCH_NSTRATEGIES];
   char why[GRACE_LAUNCH_NSTRATEGIES][160];
   char inel[160];
@@ -108,6 +110,15 @@ struct gpu_part {
   int nwarm;              /* inputs of the last layout run eagerly: a new layout runs so once before capture */
   gg_sig *warm;
 };
+
+/* The median of v[0..n) (n <= GG_ROUNDS), v left as it was. */
+static double median(const double *v, int n) {
+  double t[GG_ROUNDS];
+  memcpy(t, v, sizeof *t * (size_t)n);
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
 
 static double now_us(void) {
   struct timespec ts;
@@ -632,8 +643,8 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
   }
   if (measure && st == GRACE_OK && (st = cuda_sync(c)) == GRACE_OK && !fresh) {
     double us = now_us() - t0;
-    if (!p->samples[s] || us < p->best[s]) p->best[s] = us;
-    p->samples[s]++;
+    p->samp[s][p->samples[s]++] = us;
+    p->best[s] = median(p->samp[s], p->samples[s]);
   }
   if (!p->decided && p->mode < 0) {
     int done = 1, best = -1;

@@ -204,7 +204,7 @@ static void measured(grace_vm *vm) {
   grace_ir *ir = prog(vm, 500, 0, 0);
   grace_tensor *x = dev_tensor(vm, 500);
   int distinct = 0;
-  is_int(run_calls(vm, ir, x, 20, 1, &distinct), 0, "auto: 20 calls run");
+  is_int(run_calls(vm, ir, x, 40, 1, &distinct), 0, "auto: 40 calls run");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.decided, "auto: a strategy is chosen after measuring");
