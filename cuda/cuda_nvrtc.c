@@ -122,6 +122,7 @@ static grace_status compile(grace_vm *vm, cuda_ctx *c, const char *src, int arch
   const char *opts[] = {archopt, "--std=c++17", "-DNDEBUG"};
   double t0 = now_s();
   c->cstats.nvrtc_calls++;
+  vm_progress(vm, "compiling kernel %llu with NVRTC", (unsigned long long)c->cstats.nvrtc_calls);
   nvrtcProgram prog = NULL;
   nvrtcResult r = c->nv.nvrtcCreateProgram(&prog, src, "grace.cu", 0, NULL, NULL);
   if (r) return nvrtc_err(vm, c, r, "nvrtcCreateProgram");

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -125,6 +126,36 @@ static int msghandler(lua_State *L) {
   return 1;
 }
 
+/* ---- progress of long work (grace_set_progress): one line on a terminal's stderr after a second of it ---- */
+static struct {
+  double start, last;   /* the current stretch of progress messages: its first and latest */
+  int shown;            /* a line is on the screen (cleared when the chunk that caused it ends) */
+} progress;
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void show_progress(void *ud, const char *what) {
+  (void)ud;
+  double now = now_seconds();
+  if (now - progress.last > 0.5) progress.start = now;   /* a pause ends a stretch: quick work stays silent */
+  progress.last = now;
+  if (now - progress.start < 1.0) return;
+  fprintf(stderr, "\r\033[K" PROGNAME ": %s", what);
+  fflush(stderr);
+  progress.shown = 1;
+}
+
+static void clear_progress(void) {
+  if (!progress.shown) return;
+  fputs("\r\033[K", stderr);
+  fflush(stderr);
+  progress.shown = 0;
+}
+
 /* Calls the function under the narg arguments on the stack with the message handler and Ctrl-C
  * interruption in place. */
 static int docall(lua_State *L, int narg, int nres) {
@@ -135,6 +166,7 @@ static int docall(lua_State *L, int narg, int nres) {
   struct sigaction old;
   set_sigint(on_sigint_run, SA_RESETHAND, &old);
   int status = lua_pcall(L, narg, nres, base);
+  clear_progress();
   sigaction(SIGINT, &old, NULL);
   lua_sethook(L, NULL, 0, 0); /* a Ctrl-C that came after the chunk ended must not hit the next one */
   lua_remove(L, base);
@@ -787,6 +819,7 @@ static int pmain(lua_State *L) {
   }
   luaL_openlibs(L);
   if (open_grace(L) != LUA_OK) return 0;
+  if (isatty(STDERR_FILENO)) grace_set_progress(lgrace_vm(L), show_progress, NULL);   /* silent otherwise */
   createargtable(L, argv, argc, o.script);
   lua_gc(L, LUA_GCRESTART);
   /* incremental, not lua5.4's generational mode: a tensor temporary that survives one minor collection

@@ -120,6 +120,8 @@ static double median(const double *v, int n) {
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
+static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection"};
+
 static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -267,6 +269,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
   cuda_ctx *c = gpu_ctx(vm);
   *out = NULL;
   if (!c) return vm->status;
+  vm_progress(vm, "recording a CUDA graph (%s) of %s", strategy_names[strat], ir->name);
   if (nin > 256 || nout > 256) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 256 inputs or outputs");
   gg_graph *gg = vm_calloc(vm, sizeof *gg);
   if (!gg) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
@@ -499,7 +502,6 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
 }
 
 /* ---- per program ---- */
-static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection"};
 
 /* -1 auto, -2 off, a strategy, or -3 for a name that is none of these */
 static int parse_mode(const char *e) {
@@ -618,6 +620,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
       if (!p->why[k][0] && p->samples[k] < GG_ROUNDS && (best < 0 || p->samples[k] < p->samples[best])) best = k;
     s = (grace_launch_strategy)best;
     measure = 1;
+    vm_progress(vm, "measuring %s for %s (call %d of %d)", strategy_names[s], ir->name, p->samples[s] + 1, GG_ROUNDS);
   }
   cuda_ctx *c = gpu_ctx(vm);
   if (!c) return vm->status;

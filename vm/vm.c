@@ -1,4 +1,5 @@
 /* vm.c: the VM handle (configuration, allocator, errors, default device) and dtype facts. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -101,6 +102,18 @@ grace_status grace_set_default_device(grace_vm *vm, const char *name) {
 grace_device grace_default_device(const grace_vm *vm) { return vm->default_device; }
 int grace_index_base(const grace_vm *vm) { return vm->index_base; }
 void grace_manual_seed(grace_vm *vm, uint64_t seed) { vm->seed = seed; vm->rng_offset = 0; }
+
+void grace_set_progress(grace_vm *vm, grace_progress_fn fn, void *ud) { vm->progress = fn; vm->progress_ud = ud; }
+
+void vm_progress(grace_vm *vm, const char *fmt, ...) {
+  if (!vm->progress) return;
+  char line[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  vm->progress(vm->progress_ud, line);
+}
 
 const char *grace_backend_info(grace_vm *vm) {
   if (vm->default_device == GRACE_CUDA)

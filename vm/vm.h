@@ -31,6 +31,8 @@ struct grace_vm {
   void *gpu_ops;                 /* gpu_ops.c's table of loaded single-op kernels, NULL until used */
   struct gg_graph *graph_cap;    /* a CUDA graph being captured (gpu_graph.c), or NULL */
   int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
+  grace_progress_fn progress;    /* grace_set_progress */
+  void *progress_ud;
   char info[160];
   grace_status status;           /* of the last error set by vm_err */
   char err[VM_ERRLEN];
@@ -56,6 +58,9 @@ struct grace_tensor {
   int64_t strides[GRACE_MAX_DIMS];
   int64_t offset;                /* elements */
 };
+
+/* ---- progress of long work (grace_set_progress): one line to the host's callback, if any ---- */
+void vm_progress(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- errors: set the message (op name first) and return the status ---- */
 #define vm_err grace_set_error

@@ -285,6 +285,15 @@ static void instantiation_oom(grace_vm *vm) {
   grace_set_graphs(vm, NULL);
 }
 
+/* grace_set_progress: the lines long work reports */
+static int n_compiling, n_recording, n_measuring;
+static void count_progress(void *ud, const char *what) {
+  (void)ud;
+  n_compiling += strstr(what, "compiling kernel") != NULL;
+  n_recording += strstr(what, "recording a CUDA graph") != NULL;
+  n_measuring += strstr(what, "measuring") != NULL;
+}
+
 int main(void) {
   setenv("GRACE_GRAPH_LIMIT", "2", 1);
   char dir[] = "/tmp/grace-fake-XXXXXX";
@@ -301,12 +310,16 @@ int main(void) {
     return 0;
   }
   install_fake(vm);
+  grace_set_progress(vm, count_progress, NULL);
   forced(vm, "copy", GRACE_LAUNCH_COPY);
   forced(vm, "indirect", GRACE_LAUNCH_INDIRECT);
   measured(vm);
   not_graphed(vm);
   instantiation_oom(vm);
   ok(kernel_launches > 0 && instantiations > 0, "kernels and graphs went through the fake driver");
+  ok(n_compiling > 0 && n_recording > 0 && n_measuring > 0,
+     "progress is reported: %d kernel compiles, %d graph recordings, %d measured calls", n_compiling, n_recording,
+     n_measuring);
   grace_vm_free(vm);
   return tap_done();
 }
