@@ -152,46 +152,19 @@ static void idx_free(grace_vm *vm, int64_t *pos, const grace_tensor *idx) {
 
 static int64_t dim_arg(const grace_attrs *a) { return a->ndims ? a->dims[0] : 0; }
 
-/* ---- cat and stack ---- */
-static int legacy_empty(const grace_tensor *t) { return t->ndim == 1 && t->sizes[0] == 0; }
-
+/* ---- cat and stack (checks shared with the device: vm_check.c) ---- */
 static grace_status op_cat(grace_vm *vm, int nin, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
-  int ref = -1, dim;
-  for (int i = 0; i < nin; i++)
-    if (in[i]->ndim == 0)
-      return vm_err(vm, GRACE_ESHAPE, "cat: a 0-d tensor (input %d) cannot be concatenated", i + 1);
-  for (int i = 0; i < nin && ref < 0; i++) if (!legacy_empty(in[i])) ref = i;
-  grace_dtype dt = vm_result_type(nin, in);
-  if (ref < 0) {   /* only [0]-shaped inputs: PyTorch's legacy rule skips them, leaving an empty [0] */
-    grace_status s = vm_norm_dim(vm, "cat", dim_arg(a), 1, &dim);
-    if (s != GRACE_OK) return s;
-    *out = vm_tensor_new(vm, "cat", dt, GRACE_CPU, 1, (int64_t[]){0});
-    return *out ? GRACE_OK : vm->status;
-  }
-  const grace_tensor *r = in[ref];
-  grace_status s = vm_norm_dim(vm, "cat", dim_arg(a), r->ndim, &dim);
-  if (s != GRACE_OK) return s;
+  grace_dtype dt;
+  int nd, dim;
   int64_t sz[GRACE_MAX_DIMS];
-  memcpy(sz, r->sizes, sizeof sz);
-  sz[dim] = 0;
-  for (int i = 0; i < nin; i++) {
-    const grace_tensor *t = in[i];
-    if (legacy_empty(t)) continue;
-    if (t->ndim != r->ndim)
-      return vm_err(vm, GRACE_ESHAPE, "cat: tensors must have the same number of dims: got shapes %s and %s (input %d)",
-                    VM_SHAPE(r), VM_SHAPE(t), i + 1);
-    for (int d = 0; d < r->ndim; d++)
-      if (d != dim && t->sizes[d] != r->sizes[d])
-        return vm_err(vm, GRACE_ESHAPE, "cat: sizes must match except in dim %d: got shapes %s and %s (input %d)",
-                      dim + vm->index_base, VM_SHAPE(r), VM_SHAPE(t), i + 1);
-    sz[dim] += t->sizes[dim];
-  }
-  grace_tensor *o = vm_tensor_new(vm, "cat", dt, GRACE_CPU, r->ndim, sz);
+  grace_status s = vm_check_cat(vm, nin, in, dim_arg(a), &dt, &nd, sz, &dim);
+  if (s != GRACE_OK) return s;
+  grace_tensor *o = vm_tensor_new(vm, "cat", dt, GRACE_CPU, nd, sz);
   if (!o) return vm->status;
   int64_t off = 0, es = (int64_t)grace_dtype_size(dt);
   for (int i = 0; i < nin; i++) {
     const grace_tensor *t = in[i];
-    if (legacy_empty(t)) continue;
+    if (vm_cat_skips(t)) continue;
     cp_job j;
     cp_init(&j, t->ndim, t->sizes, vm_ptr(t), t->strides, t->dtype, vm_ptr(o) + off * o->strides[dim] * es,
             o->strides, dt);
@@ -203,27 +176,13 @@ static grace_status op_cat(grace_vm *vm, int nin, grace_tensor *const *in, const
 }
 
 static grace_status op_stack(grace_vm *vm, int nin, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
-  const grace_tensor *r = in[0];
-  int nd = r->ndim, dim;
-  if (nd >= GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_ESHAPE, "stack: inputs of shape %s already have %d dims, the most supported", VM_SHAPE(r),
-                  GRACE_MAX_DIMS);
-  int64_t dd = dim_arg(a);
-  if (dd < -nd - 1 || dd > nd)   /* the new dim may go anywhere from before the first to after the last */
-    return vm_err(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, or %d to -1)",
-                  (long long)(dd < 0 ? dd : dd + vm->index_base), nd, vm->index_base, nd + vm->index_base, -nd - 1);
-  dim = (int)(dd < 0 ? dd + nd + 1 : dd);
-  for (int i = 1; i < nin; i++) {
-    int same = in[i]->ndim == nd;
-    for (int d = 0; same && d < nd; d++) same = in[i]->sizes[d] == r->sizes[d];
-    if (!same)
-      return vm_err(vm, GRACE_ESHAPE, "stack: expects each tensor to be the same shape, got %s and %s (input %d)",
-                    VM_SHAPE(r), VM_SHAPE(in[i]), i + 1);
-  }
-  grace_dtype dt = vm_result_type(nin, in);
+  grace_dtype dt;
+  int nd1, dim;
   int64_t sz[GRACE_MAX_DIMS];
-  for (int d = 0, k = 0; d <= nd; d++) sz[d] = d == dim ? nin : r->sizes[k++];
-  grace_tensor *o = vm_tensor_new(vm, "stack", dt, GRACE_CPU, nd + 1, sz);
+  grace_status s = vm_check_stack(vm, nin, in, dim_arg(a), &dt, &nd1, sz, &dim);
+  if (s != GRACE_OK) return s;
+  int nd = nd1 - 1;
+  grace_tensor *o = vm_tensor_new(vm, "stack", dt, GRACE_CPU, nd1, sz);
   if (!o) return vm->status;
   int64_t ds[GRACE_MAX_DIMS], es = (int64_t)grace_dtype_size(dt);
   for (int d = 0, k = 0; d <= nd; d++) if (d != dim) ds[k++] = o->strides[d];

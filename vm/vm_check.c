@@ -1,6 +1,7 @@
 /* vm_check.c: argument checks and layout helpers shared by the CPU ops (cpu_shape.c, cpu_pointwise.c) and the
  * device ops (gpu_ops.c). */
 #include <math.h>
+#include <string.h>
 #include "vm/vm_check.h"
 
 grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
@@ -118,5 +119,64 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
   }
   *dtype = dt;
   *ndim = nd;
+  return GRACE_OK;
+}
+
+grace_status vm_check_cat(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
+                          int *ndim, int64_t *sizes, int *dim) {
+  int ref = -1;
+  for (int i = 0; i < nin; i++)
+    if (in[i]->ndim == 0)
+      return vm_err(vm, GRACE_ESHAPE, "cat: a 0-d tensor (input %d) cannot be concatenated", i + 1);
+  for (int i = 0; i < nin && ref < 0; i++) if (!vm_cat_skips(in[i])) ref = i;
+  *dt = vm_result_type(nin, in);
+  if (ref < 0) {   /* only [0]-shaped inputs: PyTorch's legacy rule skips them, leaving an empty [0] */
+    *ndim = 1;
+    sizes[0] = 0;
+    return vm_norm_dim(vm, "cat", dim_attr, 1, dim);
+  }
+  const grace_tensor *r = in[ref];
+  grace_status s = vm_norm_dim(vm, "cat", dim_attr, r->ndim, dim);
+  if (s != GRACE_OK) return s;
+  *ndim = r->ndim;
+  memcpy(sizes, r->sizes, sizeof(int64_t) * (size_t)r->ndim);
+  sizes[*dim] = 0;
+  for (int i = 0; i < nin; i++) {
+    const grace_tensor *t = in[i];
+    if (vm_cat_skips(t)) continue;
+    if (t->ndim != r->ndim)
+      return vm_err(vm, GRACE_ESHAPE, "cat: tensors must have the same number of dims: got shapes %s and %s (input %d)",
+                    VM_SHAPE(r), VM_SHAPE(t), i + 1);
+    for (int d = 0; d < r->ndim; d++)
+      if (d != *dim && t->sizes[d] != r->sizes[d])
+        return vm_err(vm, GRACE_ESHAPE, "cat: sizes must match except in dim %d: got shapes %s and %s (input %d)",
+                      *dim + vm->index_base, VM_SHAPE(r), VM_SHAPE(t), i + 1);
+    sizes[*dim] += t->sizes[*dim];
+  }
+  return GRACE_OK;
+}
+
+grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
+                            int *ndim, int64_t *sizes, int *dim) {
+  const grace_tensor *r = in[0];
+  int nd = r->ndim;
+  if (nd >= GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "stack: inputs of shape %s already have %d dims, the most supported", VM_SHAPE(r),
+                  GRACE_MAX_DIMS);
+  if (dim_attr < -nd - 1 || dim_attr > nd)   /* the new dim may go anywhere from before the first to after the last */
+    return vm_err(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, or %d to -1)",
+                  (long long)(dim_attr < 0 ? dim_attr : dim_attr + vm->index_base), nd, vm->index_base,
+                  nd + vm->index_base, -nd - 1);
+  *dim = (int)(dim_attr < 0 ? dim_attr + nd + 1 : dim_attr);
+  for (int i = 1; i < nin; i++) {
+    int same = in[i]->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = in[i]->sizes[d] == r->sizes[d];
+    if (!same)
+      return vm_err(vm, GRACE_ESHAPE, "stack: expects each tensor to be the same shape, got %s and %s (input %d)",
+                    VM_SHAPE(r), VM_SHAPE(in[i]), i + 1);
+  }
+  *dt = vm_result_type(nin, in);
+  *ndim = nd + 1;
+  for (int d = 0, k = 0; d <= nd; d++) sizes[d] = d == *dim ? nin : r->sizes[k++];
   return GRACE_OK;
 }

@@ -24,4 +24,14 @@ grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, cons
 grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, grace_dtype *dtype, int *ndim,
                              int64_t *shape);
 
+/* cat: PyTorch's rules (a 0-d input is an error; [0]-shaped inputs are skipped, the legacy rule); the result's
+ * dtype, ndim and sizes, and the normalized dim. Inputs to copy are those with !vm_cat_skips(t). */
+grace_status vm_check_cat(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
+                          int *ndim, int64_t *sizes, int *dim);
+static inline int vm_cat_skips(const grace_tensor *t) { return t->ndim == 1 && t->sizes[0] == 0; }
+/* stack: the new dim's place (anywhere from before the first dim to after the last), every input of one shape;
+ * the result's dtype, ndim (inputs' + 1) and sizes, and the normalized dim. */
+grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
+                            int *ndim, int64_t *sizes, int *dim);
+
 #endif

@@ -23,7 +23,13 @@ int main(void) {
   struct { const char *name; grace_op op; int nin; int nd[3]; int64_t s[3][4]; grace_dtype dt[3]; grace_attrs a; } cases[] = {
     {"cat dims", GRACE_OP_CAT, 2, {2, 2}, {{2, 3}, {2, 4}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
     {"cat rank", GRACE_OP_CAT, 2, {2, 1}, {{2, 3}, {3}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
+    {"cat 0-d", GRACE_OP_CAT, 2, {2, 0}, {{2, 3}, {0}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
+    {"cat dim", GRACE_OP_CAT, 2, {2, 2}, {{2, 3}, {2, 3}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {2}}},
+    {"cat only empty, dim", GRACE_OP_CAT, 2, {1, 1}, {{0}, {0}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {3}}},
     {"stack", GRACE_OP_STACK, 2, {2, 2}, {{2, 3}, {2, 4}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
+    {"stack rank", GRACE_OP_STACK, 2, {2, 1}, {{2, 3}, {6}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
+    {"stack dim", GRACE_OP_STACK, 2, {2, 2}, {{2, 3}, {2, 3}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {4}}},
+    {"stack negative dim", GRACE_OP_STACK, 2, {2, 2}, {{2, 3}, {2, 3}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {-5}}},
     {"index_select float idx", GRACE_OP_INDEX_SELECT, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
     {"index_select 2d idx", GRACE_OP_INDEX_SELECT, 2, {2, 2}, {{4, 3}, {2, 2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"gather rank", GRACE_OP_GATHER, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
