@@ -503,20 +503,10 @@ static grace_status op_tri(grace_vm *vm, grace_op opc, grace_tensor *x, const gr
 }
 
 static grace_status op_repeat(grace_vm *vm, grace_tensor *x, const grace_attrs *a, grace_tensor **out) {
-  int nr = a->nshape, nd = x->ndim;
-  if (nr < nd || nr > GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_ESHAPE, "repeat: %d repeat counts given for a tensor of shape %s (need at least %d)", nr,
-                  VM_SHAPE(x), nd);
+  int nr = a->nshape;
   int64_t xs[GRACE_MAX_DIMS] = {0}, xst[GRACE_MAX_DIMS] = {0}, osz[GRACE_MAX_DIMS] = {0};
-  for (int d = 0; d < nr; d++) {
-    int xd = d - (nr - nd);
-    if (a->shape[d] < 0)
-      return vm_err(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d", (long long)a->shape[d],
-                    d + vm->index_base);
-    xs[d] = xd < 0 ? 1 : x->sizes[xd];
-    xst[d] = xd < 0 ? 0 : x->strides[xd];
-    osz[d] = xs[d] * a->shape[d];
-  }
+  grace_status cs = vm_check_repeat(vm, x, a, xs, xst, osz);
+  if (cs != GRACE_OK) return cs;
   grace_tensor *o = dev_new(vm, "repeat", x->dtype, nr, osz);
   if (!o) return vm->status;
   int64_t sz[CGO_MAXD], ss[CGO_MAXD], ds[CGO_MAXD];

@@ -180,3 +180,21 @@ grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int6
   for (int d = 0, k = 0; d <= nd; d++) sizes[d] = d == *dim ? nin : r->sizes[k++];
   return GRACE_OK;
 }
+
+grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, int64_t *xs, int64_t *xst,
+                             int64_t *osz) {
+  int nr = a->nshape, nd = x->ndim;
+  if (nr < nd || nr > GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "repeat: %d repeat counts given for a tensor of shape %s (need at least %d)", nr,
+                  VM_SHAPE(x), nd);
+  for (int d = 0; d < nr; d++) {
+    int xd = d - (nr - nd);
+    if (a->shape[d] < 0)
+      return vm_err(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d", (long long)a->shape[d],
+                    d + vm->index_base);
+    xs[d] = xd < 0 ? 1 : x->sizes[xd];
+    xst[d] = xd < 0 ? 0 : x->strides[xd];
+    osz[d] = xs[d] * a->shape[d];
+  }
+  return GRACE_OK;
+}

@@ -33,5 +33,9 @@ static inline int vm_cat_skips(const grace_tensor *t) { return t->ndim == 1 && t
  * the result's dtype, ndim (inputs' + 1) and sizes, and the normalized dim. */
 grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
                             int *ndim, int64_t *sizes, int *dim);
+/* repeat: at least one count per dim of x, none negative; x viewed with nr = a->nshape dims (leading size-1 dims
+ * of stride 0 added) as xs / xst, and the result's sizes osz (xs times the counts). */
+grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, int64_t *xs, int64_t *xst,
+                             int64_t *osz);
 
 #endif

@@ -36,6 +36,7 @@ int main(void) {
     {"gather size", GRACE_OP_GATHER, 2, {2, 2}, {{4, 3}, {2, 5}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"scatter src shape", GRACE_OP_SCATTER, 3, {2, 2, 2}, {{4, 3}, {2, 3}, {1, 3}}, {GRACE_FLOAT32, GRACE_INT64, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
     {"repeat fewer", GRACE_OP_REPEAT, 1, {2}, {{4, 3}}, {GRACE_FLOAT32}, {.nshape = 1, .shape = {2}}},
+    {"repeat negative", GRACE_OP_REPEAT, 1, {2}, {{4, 3}}, {GRACE_FLOAT32}, {.nshape = 3, .shape = {2, -1, 1}}},
     {"embedding 1d weight", GRACE_OP_EMBEDDING, 2, {1, 1}, {{3}, {10}}, {GRACE_INT64, GRACE_FLOAT32}, {0}},
     {"triu 1d", GRACE_OP_TRIU, 1, {1}, {{4}}, {GRACE_FLOAT32}, {0}},
     {"softmax dim", GRACE_OP_SOFTMAX, 1, {2}, {{4, 3}}, {GRACE_FLOAT32}, {.ndims = 1, .dims = {5}}},
