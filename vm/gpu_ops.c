@@ -328,13 +328,9 @@ static grace_status op_index_select(grace_vm *vm, grace_tensor *x, grace_tensor 
                                     grace_tensor **out) {
   const char *op = "index_select";
   int dim;
-  grace_status s = vm_norm_dim(vm, op, dim_arg(a), x->ndim, &dim);
-  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
-  if (idx->ndim > 1)
-    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
-  int64_t n = vm_numel(idx->ndim, idx->sizes);
-  if (x->ndim == 0 && n != 1)
-    return vm_err(vm, GRACE_ESHAPE, "%s: indexing a 0-d tensor takes exactly one index, got %lld", op, (long long)n);
+  int64_t n;
+  grace_status s = vm_check_index_select(vm, x, idx, dim_arg(a), &dim, &n);
+  if (s != GRACE_OK) return s;
   tview xv = tv_of(x);
   if ((s = check_index(vm, op, idx, xv.sizes[dim], dim)) != GRACE_OK) return s;
   int64_t sz[GRACE_MAX_DIMS];

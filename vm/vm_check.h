@@ -38,4 +38,9 @@ grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int6
 grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, int64_t *xs, int64_t *xst,
                              int64_t *osz);
 
+/* index_select: dim in range, index int64/int32 and 1-d or 0-d, one index for a 0-d x; *dim normalized, *n the
+ * number of indices. */
+grace_status vm_check_index_select(grace_vm *vm, const grace_tensor *x, const grace_tensor *idx, int64_t dim_attr,
+                                   int *dim, int64_t *n);
+
 #endif

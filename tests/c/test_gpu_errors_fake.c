@@ -31,6 +31,8 @@ int main(void) {
     {"stack dim", GRACE_OP_STACK, 2, {2, 2}, {{2, 3}, {2, 3}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {4}}},
     {"stack negative dim", GRACE_OP_STACK, 2, {2, 2}, {{2, 3}, {2, 3}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {-5}}},
     {"index_select float idx", GRACE_OP_INDEX_SELECT, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
+    {"index_select dim", GRACE_OP_INDEX_SELECT, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {2}}},
+    {"index_select 0-d x", GRACE_OP_INDEX_SELECT, 2, {0, 1}, {{0}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"index_select 2d idx", GRACE_OP_INDEX_SELECT, 2, {2, 2}, {{4, 3}, {2, 2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"gather rank", GRACE_OP_GATHER, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"gather size", GRACE_OP_GATHER, 2, {2, 2}, {{4, 3}, {2, 5}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
