@@ -294,18 +294,10 @@ static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor 
                                   const grace_attrs *a) {
   const char *op = "index_copy_";
   int dim;
-  grace_status s = vm_norm_dim(vm, op, dim_arg(a), dst->ndim, &dim);
-  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
-  if (idx->ndim > 1)
-    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
-  int64_t n = vm_numel(idx->ndim, idx->sizes);
+  int64_t n;
+  grace_status s = vm_check_index_copy(vm, dst, idx, src, dim_arg(a), &dim, &n);
+  if (s != GRACE_OK) return s;
   tview dv = tv_of(dst), sv = tv_of(src);
-  /* src is dst's shape with dim resized to the index count; 0-d tensors count as [1] */
-  int fits = dv.nd == sv.nd && sv.sizes[dim] == n;
-  for (int d = 0; fits && d < dv.nd; d++) fits = d == dim || dv.sizes[d] == sv.sizes[d];
-  if (!fits)
-    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s does not fit destination %s with %lld indices in dim %d", op,
-                  VM_SHAPE(src), VM_SHAPE(dst), (long long)n, dim + vm->index_base);
   int64_t *pos;
   if ((s = read_index(vm, op, idx, dv.sizes[dim], dim, &pos)) != GRACE_OK) return s;
   for (int64_t i = 0; i < n; i++) copy_slice(vm, &dv, pos[i], &sv, i, dim);

@@ -211,3 +211,22 @@ grace_status vm_check_index_select(grace_vm *vm, const grace_tensor *x, const gr
     return vm_err(vm, GRACE_ESHAPE, "%s: indexing a 0-d tensor takes exactly one index, got %lld", op, (long long)*n);
   return GRACE_OK;
 }
+
+grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const grace_tensor *idx,
+                                 const grace_tensor *src, int64_t dim_attr, int *dim, int64_t *n) {
+  const char *op = "index_copy_";
+  grace_status s = vm_norm_dim(vm, op, dim_attr, dst->ndim, dim);
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (idx->ndim > 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
+  *n = vm_numel(idx->ndim, idx->sizes);
+  /* src is dst's shape with dim resized to the index count; 0-d tensors count as [1] */
+  int dn = dst->ndim ? dst->ndim : 1, sn = src->ndim ? src->ndim : 1;
+  const int64_t one = 1, *ds = dst->ndim ? dst->sizes : &one, *ss = src->ndim ? src->sizes : &one;
+  int fits = dn == sn && ss[*dim] == *n;
+  for (int d = 0; fits && d < dn; d++) fits = d == *dim || ds[d] == ss[d];
+  if (!fits)
+    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s does not fit destination %s with %lld indices in dim %d", op,
+                  VM_SHAPE(src), VM_SHAPE(dst), (long long)*n, *dim + vm->index_base);
+  return GRACE_OK;
+}

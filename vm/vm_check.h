@@ -43,4 +43,9 @@ grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_at
 grace_status vm_check_index_select(grace_vm *vm, const grace_tensor *x, const grace_tensor *idx, int64_t dim_attr,
                                    int *dim, int64_t *n);
 
+/* index_copy_: dim in range, index int64/int32 and 1-d or 0-d, src dst's shape with dim resized to the number of
+ * indices (0-d tensors count as [1]); *dim normalized, *n the number of indices. */
+grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const grace_tensor *idx,
+                                 const grace_tensor *src, int64_t dim_attr, int *dim, int64_t *n);
+
 #endif

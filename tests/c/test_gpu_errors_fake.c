@@ -34,6 +34,8 @@ int main(void) {
     {"index_select dim", GRACE_OP_INDEX_SELECT, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {2}}},
     {"index_select 0-d x", GRACE_OP_INDEX_SELECT, 2, {0, 1}, {{0}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"index_select 2d idx", GRACE_OP_INDEX_SELECT, 2, {2, 2}, {{4, 3}, {2, 2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
+    {"index_copy_ src", GRACE_OP_INDEX_COPY_, 3, {2, 1, 2}, {{4, 3}, {2}, {3, 3}}, {GRACE_FLOAT32, GRACE_INT64, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
+    {"index_copy_ 2d idx", GRACE_OP_INDEX_COPY_, 3, {2, 2, 2}, {{4, 3}, {1, 2}, {2, 3}}, {GRACE_FLOAT32, GRACE_INT64, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
     {"gather rank", GRACE_OP_GATHER, 2, {2, 1}, {{4, 3}, {2}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"gather size", GRACE_OP_GATHER, 2, {2, 2}, {{4, 3}, {2, 5}}, {GRACE_FLOAT32, GRACE_INT64}, {.ndims = 1, .dims = {0}}},
     {"scatter src shape", GRACE_OP_SCATTER, 3, {2, 2, 2}, {{4, 3}, {2, 3}, {1, 3}}, {GRACE_FLOAT32, GRACE_INT64, GRACE_FLOAT32}, {.ndims = 1, .dims = {0}}},
@@ -52,12 +54,13 @@ int main(void) {
       grace_device dev = d ? GRACE_CUDA : GRACE_CPU;
       grace_tensor *in[3] = {0}, *out[2] = {0};
       for (int i = 0; i < cases[k].nin; i++) in[i] = mk(vm, dev, cases[k].dt[i], cases[k].nd[i], cases[k].s[i]);
-      grace_status st = grace_run(vm, cases[k].op, cases[k].nin, in, &cases[k].a, 1, out);
+      int nout = grace_op_noutputs(cases[k].op) > 0 ? 1 : 0;   /* in-place ops give none */
+      grace_status st = grace_run(vm, cases[k].op, cases[k].nin, in, &cases[k].a, nout, out);
       snprintf(msg[d], sizeof msg[d], "%d %s", st, st ? grace_last_error(vm) : "ok");
       for (int i = 0; i < 3; i++) grace_tensor_release(in[i]);
       grace_tensor_release(out[0]);
     }
-    if (!ok(!strcmp(msg[0], msg[1]) && strncmp(msg[0], "0 ", 2), "%s: the device rejects it as the CPU does", cases[k].name))
+    if (!ok(!strcmp(msg[0], msg[1]) && strncmp(msg[0], "0 ", 2) && !strstr(msg[0], "requested"), "%s: the device rejects it as the CPU does", cases[k].name))
       printf("#   cpu:  %s\n#   cuda: %s\n", msg[0], msg[1]);
   }
   ok(kernel_launches == 0, "no kernel was launched for a rejected call");
