@@ -7,9 +7,11 @@
  * strategy, random numbers (seed and offset per-call words, the offset advancing as eager's; refused for a graph
  * fed by copies), and the programs that are not graphed with their reasons (a view of an input returned, graphs
  * turned off), and out of memory while instantiating (the calls run eagerly, the reason reported, nothing kept). NVRTC compiles the kernels for real; without it the file skips. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "grace.h"
 #include "cuda/cuda_graph.h"
 #include "cuda/cuda_internal.h"
@@ -241,5 +243,13 @@ int main(void) {
      "progress is reported: %d kernel compiles, %d graph recordings, %d measured calls", n_compiling, n_recording,
      n_measuring);
   grace_vm_free(vm);
+  DIR *d = opendir(dir);   /* the kernel and launch cache this run wrote */
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[sizeof dir + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.') unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
   return tap_done();
 }
