@@ -13,7 +13,6 @@
 static long kernel_launches, graph_launches, instantiations;
 static int fake_ctx_obj, fake_obj;
 
-static CUresult f_ok0(void) { return 0; }
 static CUresult f_alloc(CUdeviceptr *p, size_t n) {
   void *m = NULL;
   if (posix_memalign(&m, 256, n ? n : 1)) return 2;
@@ -88,7 +87,6 @@ static void install_fake(grace_vm *vm) {
   f->cuCtxGetCurrent = f_ctx_get; f->cuCtxSetCurrent = f_ctx_set; f->cuMemGetInfo_v2 = f_meminfo;
   f->cuGetErrorString = f_errstr; f->cuGetErrorName = f_errstr; f->cuDevicePrimaryCtxRelease_v2 = f_release;
   f->cuStreamDestroy_v2 = f_sdestroy;
-  (void)f_ok0;
 }
 
 #endif
