@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include "cuda/cuda_internal.h"
 
@@ -82,11 +81,7 @@ const char *cuda_nvrtc_version(grace_vm *vm) {
 }
 
 /* ---- compiling ---- */
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return grace_clock(); }
 
 static grace_status nvrtc_err(grace_vm *vm, cuda_ctx *c, nvrtcResult r, const char *call) {
   return vm_err(vm, GRACE_EINTERNAL, "%s: %s (nvrtcResult %d)", call, c->nv.nvrtcGetErrorString(r), r);

@@ -122,6 +122,8 @@ grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...
 /* The VM's host allocator (grace_alloc_fn semantics). */
 void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize);
 void grace_manual_seed(grace_vm *vm, uint64_t seed);
+/* Seconds on a monotonic clock (for timing; the origin is arbitrary). */
+double grace_clock(void);
 /* Work that can take long (NVRTC compiling a kernel, recording and measuring CUDA graphs) calls fn(ud, what) as it
  * goes, what being one line ("compiling kernel 12 with NVRTC"). grace prints nothing itself: a host that shows
  * progress should do so only after a second of such work and only on a terminal (the grace command does). NULL

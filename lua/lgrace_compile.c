@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "lua/lgrace_tensor.h"
 
 #define LG_COMPILED "grace.Compiled"
@@ -68,9 +67,7 @@ typedef struct compiled {
 
 /* ---- timing ---- */
 static int l_clock(lua_State *L) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+  lua_pushnumber(L, grace_clock());
   return 1;
 }
 

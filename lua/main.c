@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <lua.h>
@@ -132,15 +131,9 @@ static struct {
   int shown;            /* a line is on the screen (cleared when the chunk that caused it ends) */
 } progress;
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void show_progress(void *ud, const char *what) {
   (void)ud;
-  double now = now_seconds();
+  double now = grace_clock();
   if (now - progress.last > 0.5) progress.start = now;   /* a pause ends a stretch: quick work stays silent */
   progress.last = now;
   if (now - progress.start < 1.0) return;

@@ -4,7 +4,6 @@
  * views made on the host when a group first needs them and every value released after the last group that
  * reads it (directly or through views). */
 #include <stdio.h>
-#include <time.h>
 #include "cuda/cuda_internal.h"   /* the launch counter and the allocator's peak (grace_device_stats_get) */
 #include "vm/cpu_kernels.h"
 #include "vm/gpu_exec.h"
@@ -36,18 +35,12 @@ grace_status grace_synchronize(grace_vm *vm) {
   return cuda_sync(cuda_get(vm));
 }
 
-static double host_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 grace_status grace_device_time(grace_vm *vm, grace_device dev, grace_timed_fn fn, void *ud, double *ms) {
   *ms = 0;
   if (dev != GRACE_CUDA) {
-    double t0 = host_seconds();
+    double t0 = grace_clock();
     grace_status st = fn(vm, ud);
-    if (st == GRACE_OK) *ms = (host_seconds() - t0) * 1e3;
+    if (st == GRACE_OK) *ms = (grace_clock() - t0) * 1e3;
     return st;
   }
   cuda_ctx *c = cuda_get(vm);

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "cuda/cuda_graph.h"
 #include "vm/gpu_exec.h"
 #include "vm/gpu_graph.h"
@@ -122,11 +121,7 @@ static double median(const double *v, int n) {
 
 static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection"};
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
+static double now_us(void) { return grace_clock() * 1e6; }
 
 /* ---- one graph ---- */
 static void graph_free(grace_vm *vm, gg_graph *gg) {

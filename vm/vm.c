@@ -1,5 +1,6 @@
 /* vm.c: the VM handle (configuration, allocator, errors, default device) and dtype facts. */
 #include <stdarg.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -102,6 +103,12 @@ grace_status grace_set_default_device(grace_vm *vm, const char *name) {
 grace_device grace_default_device(const grace_vm *vm) { return vm->default_device; }
 int grace_index_base(const grace_vm *vm) { return vm->index_base; }
 void grace_manual_seed(grace_vm *vm, uint64_t seed) { vm->seed = seed; vm->rng_offset = 0; }
+
+double grace_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 void grace_set_progress(grace_vm *vm, grace_progress_fn fn, void *ud) { vm->progress = fn; vm->progress_ud = ud; }
 

@@ -5,16 +5,11 @@
  * shared prefixes, and a call that leaves every path is recorded from that point as a new one. Deferral is
  * what later lets a partition run as one CUDA graph; on the CPU it runs op by op. */
 #include <stdio.h>
-#include <time.h>
 #include "vm/vm_trace.h"
 
 int vm_trace_replaying(const grace_vm *vm) { return vm->trace && vm->trace->replay; }
 
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
+static double now_ns(void) { return grace_clock() * 1e9; }
 
 static grace_ir *lead(vm_trace *tr) { return tr->paths[tr->lead]; }
 
