@@ -181,9 +181,14 @@ static void graph_status(const grace_ir *ir, ir_placement *p) {
     default: break;
     }
   }
-  if (ir->nwrite) { snprintf(w, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
+  ir_graph_eligibility(ir, w, n);
+}
+
+void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n) {
+  why[0] = 0;
+  if (ir->nwrite) { snprintf(why, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
   for (int i = 0; i < ir->nout; i++)
-    if (vtype(ir, ir->outputs[i])->device != GRACE_CUDA) { snprintf(w, n, "output %d is a host tensor", i + 1); return; }
+    if (vtype(ir, ir->outputs[i])->device != GRACE_CUDA) { snprintf(why, n, "output %d is a host tensor", i + 1); return; }
   /* random numbers do not stop a graph: with parameter indirection the generator's offset is a per-call word */
 }
 

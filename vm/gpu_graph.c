@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/cuda_graph.h"
+#include "ir/ir_place.h"
 #include "vm/gpu_exec.h"
 #include "vm/gpu_graph.h"
 
@@ -524,14 +525,6 @@ static int vm_mode(grace_vm *vm) {
   return m == -3 ? -1 : m;
 }
 
-/* Why graphs are never tried for ir ("" when they are). */
-static void eligibility(const grace_ir *ir, char *why, size_t n) {
-  why[0] = 0;
-  if (ir->nwrite) { snprintf(why, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
-  for (int i = 0; i < ir->nout; i++)
-    if (ir->vals[ir->outputs[i]].type.device != GRACE_CUDA) { snprintf(why, n, "output %d is a host tensor", i + 1); return; }
-}
-
 void gpu_part_free(grace_vm *vm, gpu_part *p) {
   if (!p) return;
   vm_free(vm, p->warm, sizeof *p->warm * (size_t)(p->nwarm ? p->nwarm : 1));
@@ -590,7 +583,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     const char *l = getenv("GRACE_GRAPH_LIMIT");
     p->limit = l && atoi(l) > 0 ? atoi(l) : 8;
     if (p->limit > GG_MAX_LIMIT) p->limit = GG_MAX_LIMIT;
-    eligibility(ir, p->inel, sizeof p->inel);
+    ir_graph_eligibility(ir, p->inel, sizeof p->inel);
     if (p->mode == -2) snprintf(p->inel, sizeof p->inel, "graphs are off (GRACE_GRAPHS or grace.graphs)");
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
