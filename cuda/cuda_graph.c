@@ -210,21 +210,23 @@ int cuda_graph_supported(cuda_ctx *c) {
          c->fn.cuGraphLaunch && c->fn.cuGraphExecDestroy && c->fn.cuGraphDestroy;
 }
 
-/* The kernel nodes of g (vm_alloc'ed, *n of them) or NULL. */
-static CUgraphNode *kernel_nodes(cuda_ctx *c, CUgraph g, size_t *n) {
-  size_t all = 0;
-  *n = 0;
-  if (c->fn.cuGraphGetNodes(g, NULL, &all) || !all) return NULL;
-  CUgraphNode *nodes = vm_alloc(c->vm, sizeof *nodes * all);
-  if (!nodes) return NULL;
-  if (c->fn.cuGraphGetNodes(g, nodes, &all)) { vm_free(c->vm, nodes, sizeof *nodes * all); return NULL; }
+/* The kernel nodes of g into *out (vm_alloc'ed for *all nodes, the first *n of them kernels; NULL when g has no
+ * node). 0 when the driver cannot list them or host memory ran out. */
+static int kernel_nodes(cuda_ctx *c, CUgraph g, CUgraphNode **out, size_t *n, size_t *all) {
+  *out = NULL;
+  *n = *all = 0;
+  if (!c->fn.cuGraphGetNodes || !c->fn.cuGraphNodeGetType || c->fn.cuGraphGetNodes(g, NULL, all)) return 0;
+  if (!*all) return 1;
+  CUgraphNode *nodes = vm_alloc(c->vm, sizeof *nodes * *all);
+  if (!nodes || c->fn.cuGraphGetNodes(g, nodes, all)) { vm_free(c->vm, nodes, sizeof *nodes * *all); *all = 0; return 0; }
   size_t k = 0;
-  for (size_t i = 0; i < all; i++) {
+  for (size_t i = 0; i < *all; i++) {
     int type = -1;
     if (!c->fn.cuGraphNodeGetType(nodes[i], &type) && type == CU_GRAPH_NODE_TYPE_KERNEL) nodes[k++] = nodes[i];
   }
+  *out = nodes;
   *n = k;
-  return nodes;   /* vm_alloc'ed for all nodes: free with that count */
+  return 1;
 }
 
 grace_status cuda_graph_remap_slots(cuda_ctx *c, const cuda_capture *cap, CUgraph g, const int *map) {
@@ -234,9 +236,10 @@ grace_status cuda_graph_remap_slots(cuda_ctx *c, const cuda_capture *cap, CUgrap
       !c->fn.cuGraphKernelNodeSetParams_v2)
     return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: the driver cannot rewrite kernel parameters");
   size_t all = 0, n = 0;
-  if (c->fn.cuGraphGetNodes(g, NULL, &all)) return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: cuGraphGetNodes failed");
-  CUgraphNode *nodes = kernel_nodes(c, g, &n);
-  if (!nodes) return all ? vm_err(c->vm, GRACE_ENOMEM, "graph: out of host memory") : GRACE_OK;
+  CUgraphNode *nodes = NULL;
+  if (!kernel_nodes(c, g, &nodes, &n, &all))
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: its nodes cannot be listed");
+  if (!nodes) return GRACE_OK;
   grace_status st = GRACE_OK;
   /* two passes: check every node can be read (nothing changed on failure), then rewrite */
   for (int pass = 0; pass < 2 && st == GRACE_OK; pass++)
@@ -272,16 +275,11 @@ grace_status cuda_graph_instantiate(cuda_ctx *c, CUgraph g, CUgraphExec *x, int 
   *nkernels = 0;
   grace_status st = cuda_check(c->vm, c->fn.cuGraphInstantiateWithFlags(x, g, 0), "cuGraphInstantiateWithFlags");
   if (st != GRACE_OK) { *x = NULL; return st; }
-  size_t n = 0;
-  if (c->fn.cuGraphGetNodes && c->fn.cuGraphNodeGetType && !c->fn.cuGraphGetNodes(g, NULL, &n) && n) {
-    CUgraphNode *nodes = vm_alloc(c->vm, sizeof *nodes * n);
-    if (nodes && !c->fn.cuGraphGetNodes(g, nodes, &n))
-      for (size_t i = 0; i < n; i++) {
-        int type = -1;
-        if (!c->fn.cuGraphNodeGetType(nodes[i], &type) && type == CU_GRAPH_NODE_TYPE_KERNEL) (*nkernels)++;
-      }
-    vm_free(c->vm, nodes, sizeof *nodes * n);
-  }
+  size_t n = 0, all = 0;
+  CUgraphNode *nodes = NULL;
+  kernel_nodes(c, g, &nodes, &n, &all);   /* a count for the report: 0 when the driver cannot say */
+  vm_free(c->vm, nodes, sizeof *nodes * all);
+  *nkernels = (int)n;
   return GRACE_OK;
 }
 
