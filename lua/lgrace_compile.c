@@ -1343,30 +1343,61 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushnumber(L, gi->replay_host_us_mean); lua_setfield(L, -2, "replay_host_us_mean");
 }
 
-/* f:report(): a list with one table per device program of f (entries, and paths of functions with breaks). */
-static int compiled_report(lua_State *L) {
-  check_compiled(L, 1);
-  lua_newtable(L);
-  int res = lua_gettop(L), n = 0;
+/* A device program of a compiled function: its launch figures, its entry and path (0: not a path). */
+typedef struct program_info {
+  grace_graph_info gi;
+  int entry, path;
+} program_info;
+
+/* The device programs of the compiled function at index 1 (entries, and paths of functions with breaks), in a
+ * userdata pushed on the stack (collected with it); *n of them. */
+static program_info *collect_programs(lua_State *L, int *n) {
+  *n = 0;
   lua_getiuservalue(L, 1, 1);
   lua_rawgeti(L, -1, 2);
   lua_Integer ne = luaL_len(L, -1);
+  int cap = 0;
   for (lua_Integer k = 1; k <= ne; k++) {
     lua_rawgeti(L, -1, k);
     entry *e = lua_touserdata(L, -1);
     lua_pop(L, 1);
-    if (!e) continue;
-    for (int j = -1; j < e->ntree; j++) {
+    if (e) cap += 1 + e->ntree;
+  }
+  program_info *p = lua_newuserdatauv(L, sizeof *p * (size_t)(cap ? cap : 1), 0);
+  for (lua_Integer k = 1; k <= ne; k++) {
+    lua_rawgeti(L, -2, k);   /* the entries list, under the userdata */
+    entry *e = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    for (int j = -1; e && j < e->ntree; j++) {
       grace_ir *ir = j < 0 ? e->ir : e->tree[j];
       if (!ir) continue;
-      grace_graph_info gi;
-      grace_ir_graph_info(ir, &gi);
-      if (!gi.managed) continue;
-      push_graph_info(L, &gi, (int)k, j + 1);
-      lua_rawseti(L, res, ++n);
+      grace_ir_graph_info(ir, &p[*n].gi);
+      if (!p[*n].gi.managed) continue;
+      p[*n].entry = (int)k;
+      p[(*n)++].path = j + 1;
     }
   }
-  lua_settop(L, res);
+  lua_replace(L, -3);   /* the userdata where the uservalue table was */
+  lua_pop(L, 1);
+  return p;
+}
+
+/* Pushes the list of f:report() for programs p[0..n). */
+static void push_programs(lua_State *L, const program_info *p, int n) {
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+/* f:report(): a list with one table per device program of f (entries, and paths of functions with breaks). */
+static int compiled_report(lua_State *L) {
+  check_compiled(L, 1);
+  lua_settop(L, 1);
+  int n;
+  const program_info *p = collect_programs(L, &n);
+  push_programs(L, p, n);
   return 1;
 }
 
@@ -1375,54 +1406,40 @@ static int compiled_report(lua_State *L) {
 static int l_report(lua_State *L) {
   compiled *cp = check_compiled(L, 1);
   lua_settop(L, 1);
-  compiled_report(L);
+  int n;
+  const program_info *p = collect_programs(L, &n);
+  push_programs(L, p, n);   /* the result, at index 3 */
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   char line[512];
   snprintf(line, sizeof line, "grace.report: %s\n", cp->name);
   luaL_addstring(&b, line);
-  lua_Integer n = luaL_len(L, 2);
   if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, 2, i);
-    int t = lua_gettop(L);
-    lua_getfield(L, t, "entry"); lua_getfield(L, t, "path"); lua_getfield(L, t, "strategy");
-    lua_getfield(L, t, "calls"); lua_getfield(L, t, "kernels"); lua_getfield(L, t, "copy_bytes");
-    lua_getfield(L, t, "graph_bytes"); lua_getfield(L, t, "graphs");
-    lua_getfield(L, t, "from_cache");
-    int cached = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    snprintf(line, sizeof line, "  program %d%s%s: %s%s after %lld calls; %lld kernels per graph, %lld bytes copied per call, "
-             "%lld graphs holding %.1f KiB\n", (int)lua_tointeger(L, t + 1), lua_isnil(L, t + 2) ? "" : " path ",
-             lua_isnil(L, t + 2) ? "" : lua_tostring(L, t + 2), lua_tostring(L, t + 3),
-             cached ? " (measured by an earlier process: from the launch cache)" : "", (long long)lua_tointeger(L, t + 4),
-             (long long)lua_tointeger(L, t + 5), (long long)lua_tointeger(L, t + 6), (long long)lua_tointeger(L, t + 8),
-             (double)lua_tointeger(L, t + 7) / 1024.0);
+  for (int i = 0; i < n; i++) {
+    const grace_graph_info *gi = &p[i].gi;
+    char path[32] = "";
+    if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
+    const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";
+    snprintf(line, sizeof line, "  program %d%s: %s%s after %ld calls; %d kernels per graph, %zu bytes copied per call, "
+             "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy,
+             gi->from_cache ? " (measured by an earlier process: from the launch cache)" : "", gi->calls, gi->kernels,
+             gi->copy_bytes, gi->graphs, (double)gi->graph_bytes / 1024.0);
     luaL_addstring(&b, line);
-    lua_settop(L, t);
-    lua_getfield(L, t, "no_graph");
-    if (!lua_isnil(L, -1)) {
-      snprintf(line, sizeof line, "    no graph: %s\n", lua_tostring(L, -1));
+    if (gi->ineligible[0]) {
+      snprintf(line, sizeof line, "    no graph: %s\n", gi->ineligible);
       luaL_addstring(&b, line);
     }
-    lua_settop(L, t);
-    lua_getfield(L, t, "us");
-    lua_getfield(L, t, "unavailable");
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
-      lua_getfield(L, t + 1, launch_names[k]);
-      lua_getfield(L, t + 2, launch_names[k]);
-      if (!lua_isnil(L, -1)) snprintf(line, sizeof line, "    %-18s unavailable: %s\n", launch_names[k], lua_tostring(L, -1));
-      else if (!lua_isnil(L, -2)) snprintf(line, sizeof line, "    %-18s %9.1f us per call (best measured)\n", launch_names[k], lua_tonumber(L, -2));
-      else line[0] = 0;
+      if (gi->why[k][0]) snprintf(line, sizeof line, "    %-18s unavailable: %s\n", launch_names[k], gi->why[k]);
+      else if (gi->us[k] > 0) snprintf(line, sizeof line, "    %-18s %9.1f us per call (median measured)\n", launch_names[k], gi->us[k]);
+      else continue;
       luaL_addstring(&b, line);
-      lua_pop(L, 2);
     }
-    lua_settop(L, t - 1);
   }
   luaL_pushresult(&b);
   lua_getglobal(L, "print");
   if (lua_isfunction(L, -1)) { lua_insert(L, -2); lua_call(L, 1, 0); } else lua_pop(L, 2);
-  lua_settop(L, 2);
+  lua_settop(L, 3);
   return 1;
 }
 
