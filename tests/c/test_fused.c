@@ -47,23 +47,8 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static uint64_t rng = 88172645463325252ull;
-static float frand(float lo, float hi) {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  return lo + (hi - lo) * (float)((rng >> 40) / 16777216.0);
-}
-/* A new f32 tensor of the given shape with values uniform in [lo, hi) (NULL on failure). */
-static grace_tensor *randt(int ndim, const int64_t *sizes, float lo, float hi) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= sizes[d];
-  float *buf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-  if (!buf) return NULL;
-  for (int64_t i = 0; i < n; i++) buf[i] = frand(lo, hi);
-  grace_tensor *t = NULL;
-  grace_tensor_from_data(vm, GRACE_FLOAT32, ndim, sizes, GRACE_FLOAT32, buf, &t);
-  free(buf);
-  return t;
-}
+#define F32_SEED 88172645463325252ull
+#include "c/f32_data.h"
 
 /* The group: every instruction but inputs and literals, in program order. */
 static int group_of(const grace_ir *ir, int32_t *insts) {

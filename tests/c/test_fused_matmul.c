@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "grace.h"
 #include "ir/ir.h"
 #include "vm/cpu_fused.h"
@@ -22,22 +21,8 @@ static grace_vm *vm;
 static grace_ir *B;
 static int berr;
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static float frand(float lo, float hi) {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  return lo + (hi - lo) * (float)((rng >> 40) / 16777216.0);
-}
-static grace_tensor *randt(int ndim, const int64_t *sizes, float lo, float hi) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= sizes[d];
-  float *buf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-  if (!buf) return NULL;
-  for (int64_t i = 0; i < n; i++) buf[i] = frand(lo, hi);
-  grace_tensor *t = NULL;
-  if (grace_tensor_from_data(vm, GRACE_FLOAT32, ndim, sizes, GRACE_FLOAT32, buf, &t) != GRACE_OK) t = NULL;
-  free(buf);
-  return t;
-}
+#define F32_SEED 0x9E3779B97F4A7C15ull
+#include "c/f32_data.h"
 
 /* ---- eager: one grace_run per op (the reference) ---- */
 static grace_tensor *e_op(grace_op op, int n, grace_tensor *a, grace_tensor *b, grace_tensor *c, const grace_attrs *at) {
@@ -81,30 +66,6 @@ static grace_value b_t(grace_value w) {
   return b_op(GRACE_OP_TRANSPOSE, 1, w, -1, -1, &tr);
 }
 
-/* Bit-for-bit comparison of got with ref. */
-static int same_bits(const char *what, grace_tensor *ref, grace_tensor *got) {
-  if (!ref || !got) return ok(0, "%s: both results exist", what);
-  int64_t n = grace_tensor_numel(ref);
-  if (grace_tensor_ndim(got) != grace_tensor_ndim(ref) || grace_tensor_numel(got) != n ||
-      memcmp(grace_tensor_sizes(got), grace_tensor_sizes(ref), sizeof(int64_t) * (size_t)grace_tensor_ndim(ref)))
-    return ok(0, "%s: the result has the reference's shape", what);
-  uint32_t *a = malloc(4 * (size_t)(n ? n : 1)), *b = malloc(4 * (size_t)(n ? n : 1));
-  int64_t diff = 0, first = -1, finite = 0;
-  if (a && b && grace_tensor_read(vm, ref, GRACE_FLOAT32, a) == GRACE_OK && grace_tensor_read(vm, got, GRACE_FLOAT32, b) == GRACE_OK)
-    for (int64_t i = 0; i < n; i++) {
-      if (a[i] != b[i]) { diff++; if (first < 0) first = i; }
-      finite += (a[i] & 0x7f800000u) != 0x7f800000u;
-    }
-  else diff = -1;
-  int r = ok(diff == 0 && finite == n, "%s: bit-identical to eager (%lld elements)", what, (long long)n);
-  if (!r && first >= 0) {
-    float fa, fb;
-    memcpy(&fa, &a[first], 4); memcpy(&fb, &b[first], 4);
-    printf("# %lld differ; first at %lld: %.9g (eager) vs %.9g (fused)\n", (long long)diff, (long long)first, fa, fb);
-  }
-  free(a); free(b);
-  return r;
-}
 
 /* The instructions of the matmul group ending at out_value: the matmul reading `mm`'s instruction and every
  * non-view instruction after it up to out_value's. */
@@ -326,11 +287,7 @@ static void test_kernels(void) {
   ok(badf == 0, "GEMM kernels: the fused program (packed weight) equals it too (%d wrong)", badf);
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+static double now_ms(void) { return grace_clock() * 1e3; }
 
 /* gelu(x @ W^T + b), x [8,256], W [256,256]: best of 200 calls fused (grace_ir_run) and eager (diag only). */
 static void diag_time(void) {

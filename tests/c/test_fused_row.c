@@ -18,22 +18,8 @@ static grace_vm *vm;
 static grace_ir *B;
 static int berr;
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static float frand(float lo, float hi) {
-  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-  return lo + (hi - lo) * (float)((rng >> 40) / 16777216.0);
-}
-static grace_tensor *randt(int ndim, const int64_t *sizes, float lo, float hi) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= sizes[d];
-  float *buf = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-  if (!buf) return NULL;
-  for (int64_t i = 0; i < n; i++) buf[i] = frand(lo, hi);
-  grace_tensor *t = NULL;
-  if (grace_tensor_from_data(vm, GRACE_FLOAT32, ndim, sizes, GRACE_FLOAT32, buf, &t) != GRACE_OK) t = NULL;
-  free(buf);
-  return t;
-}
+#define F32_SEED 0x2545F4914F6CDD1Dull
+#include "c/f32_data.h"
 
 /* ---- each op both ways: eager now (the reference) and appended to the program ---- */
 typedef struct dual { grace_tensor *t; grace_value v; } dual;
@@ -78,29 +64,6 @@ static dual red(grace_op op, dual x, int keepdim) {
   return d_op(op, 1, x, (dual){NULL, -1}, &at);
 }
 
-static int same_bits(const char *what, grace_tensor *ref, grace_tensor *got) {
-  if (!ref || !got) return ok(0, "%s: both results exist", what);
-  int64_t n = grace_tensor_numel(ref);
-  if (grace_tensor_ndim(got) != grace_tensor_ndim(ref) || grace_tensor_numel(got) != n ||
-      memcmp(grace_tensor_sizes(got), grace_tensor_sizes(ref), sizeof(int64_t) * (size_t)grace_tensor_ndim(ref)))
-    return ok(0, "%s: the result has the reference's shape", what);
-  uint32_t *a = malloc(4 * (size_t)(n ? n : 1)), *b = malloc(4 * (size_t)(n ? n : 1));
-  int64_t diff = 0, first = -1, finite = 0;
-  if (a && b && grace_tensor_read(vm, ref, GRACE_FLOAT32, a) == GRACE_OK && grace_tensor_read(vm, got, GRACE_FLOAT32, b) == GRACE_OK)
-    for (int64_t i = 0; i < n; i++) {
-      if (a[i] != b[i]) { diff++; if (first < 0) first = i; }
-      finite += (a[i] & 0x7f800000u) != 0x7f800000u;
-    }
-  else diff = -1;
-  int r = ok(diff == 0 && finite == n, "%s: bit-identical to eager (%lld elements)", what, (long long)n);
-  if (!r && first >= 0) {
-    float fa, fb;
-    memcpy(&fa, &a[first], 4); memcpy(&fb, &b[first], 4);
-    printf("# %lld differ; first at %lld: %.9g (eager) vs %.9g (fused)\n", (long long)diff, (long long)first, fa, fb);
-  }
-  free(a); free(b);
-  return r;
-}
 
 /* Outputs y; runs the program both ways and compares with y's eager tensor. */
 static void check(const char *what, dual y, int nin, grace_tensor **in) {
