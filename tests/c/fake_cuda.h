@@ -2,7 +2,7 @@
  * host memory (so copies, memsets and reads back work), kernels and graphs do nothing (so no value a kernel would
  * compute is right), modules load whatever NVRTC compiled. install_fake(vm) puts it under the VM's CUDA state
  * before anything probes the real driver. Counters say what went through it; inst_oom makes graph instantiation
- * run out of memory. */
+ * run out of memory, end_result what ending a capture returns. */
 #ifndef GRACE_TEST_FAKE_CUDA_H
 #define GRACE_TEST_FAKE_CUDA_H
 #include <stdio.h>
@@ -10,7 +10,9 @@
 #include <string.h>
 #include "cuda/cuda_internal.h"
 
-static long kernel_launches, graph_launches, instantiations;
+static long kernel_launches, graph_launches, instantiations, driver_frees;
+static int capturing;    /* between a begin and an end of stream capture */
+static int end_result;   /* what ending a capture returns (901: the driver invalidated it) */
 static int fake_ctx_obj, fake_obj;
 
 static CUresult f_alloc(CUdeviceptr *p, size_t n) {
@@ -20,7 +22,7 @@ static CUresult f_alloc(CUdeviceptr *p, size_t n) {
   *p = (CUdeviceptr)(uintptr_t)m;
   return 0;
 }
-static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); return 0; }
+static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); driver_frees++; return 0; }
 static CUresult f_sync(CUstream s) { (void)s; return 0; }
 static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0; }
 static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
@@ -43,8 +45,13 @@ static CUresult f_event_sync(CUevent e) { (void)e; return 0; }
 static CUresult f_elapsed(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 1.0f; return 0; }
 static CUresult f_host_alloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
 static CUresult f_host_free(void *p) { free(p); return 0; }
-static CUresult f_begin(CUstream s, int mode) { (void)s; (void)mode; return 0; }
-static CUresult f_end(CUstream s, CUgraph *g) { (void)s; *g = (CUgraph)&fake_obj; return 0; }
+static CUresult f_begin(CUstream s, int mode) { (void)s; (void)mode; capturing = 1; return 0; }
+static CUresult f_end(CUstream s, CUgraph *g) {
+  (void)s;
+  capturing = 0;
+  *g = end_result ? NULL : (CUgraph)&fake_obj;
+  return end_result;
+}
 static int inst_oom;   /* instantiation runs out of device memory */
 static CUresult f_inst(CUgraphExec *x, CUgraph g, unsigned long long fl) {
   (void)g; (void)fl;
@@ -65,7 +72,7 @@ static CUresult f_errstr(CUresult r, const char **s) { *s = r == 2 ? "out of mem
 static CUresult f_release(CUdevice d) { (void)d; return 0; }
 static CUresult f_sdestroy(CUstream s) { (void)s; return 0; }
 
-static void install_fake(grace_vm *vm) {
+static cuda_ctx *install_fake(grace_vm *vm) {
   cuda_ctx *c = cuda_state(vm);
   cuda_fns *f = &c->fn;
   c->driver_probed = c->usable = 1;
@@ -87,6 +94,7 @@ static void install_fake(grace_vm *vm) {
   f->cuCtxGetCurrent = f_ctx_get; f->cuCtxSetCurrent = f_ctx_set; f->cuMemGetInfo_v2 = f_meminfo;
   f->cuGetErrorString = f_errstr; f->cuGetErrorName = f_errstr; f->cuDevicePrimaryCtxRelease_v2 = f_release;
   f->cuStreamDestroy_v2 = f_sdestroy;
+  return c;
 }
 
 #endif

@@ -1,5 +1,5 @@
 /* test_cuda_pool.c: the graph-capture side of the caching allocator and the capture record (cuda/cuda_graph.c),
- * on a fake driver, so it runs without a GPU. The fake hands out distinct addresses and counts frees; the test
+ * on the fake driver of tests/c/fake_cuda.h, so it runs without a GPU (it counts the driver's frees); the test
  * follows blocks through: cached blocks taken into the graphs' arena by a capture; a block released inside the
  * capture reused by it; arena blocks never handed to allocations outside captures while a graph lives; a later
  * capture sharing the free arena blocks (the arena does not grow); the arena kept while one graph lives and
@@ -14,45 +14,7 @@
 #include "cuda/cuda_internal.h"
 #include "tap.h"
 
-/* ---- the fake driver ---- */
-static CUdeviceptr next_addr = 0x7f0000000000ull;
-static int driver_allocs, driver_frees, capturing, end_result;
-static int fake_graph;
-
-static CUresult fake_alloc(CUdeviceptr *p, size_t n) {
-  *p = next_addr;
-  next_addr += (n + 0xfff) / 0x1000 * 0x1000 + 0x1000;
-  driver_allocs++;
-  return 0;
-}
-static CUresult fake_free(CUdeviceptr p) { (void)p; driver_frees++; return 0; }
-static CUresult fake_sync(CUstream s) { (void)s; return 0; }
-static CUresult fake_begin(CUstream s, int mode) { (void)s; (void)mode; capturing = 1; return 0; }
-static CUresult fake_end(CUstream s, CUgraph *g) {
-  (void)s;
-  capturing = 0;
-  *g = end_result ? NULL : (CUgraph)&fake_graph;
-  return end_result;
-}
-static CUresult fake_graph_destroy(CUgraph g) { (void)g; return 0; }
-static CUresult fake_stream_destroy(CUstream s) { (void)s; return 0; }
-static CUresult fake_ctx_release(CUdevice d) { (void)d; return 0; }
-static CUresult fake_error_string(CUresult r, const char **s) { (void)r; *s = "fake driver error"; return 0; }
-
-static cuda_ctx *fake_ctx(grace_vm *vm) {
-  cuda_ctx *c = cuda_state(vm);
-  c->driver_probed = c->usable = 1;
-  c->fn.cuMemAlloc_v2 = fake_alloc;
-  c->fn.cuMemFree_v2 = fake_free;
-  c->fn.cuStreamSynchronize = fake_sync;
-  c->fn.cuStreamBeginCapture_v2 = fake_begin;
-  c->fn.cuStreamEndCapture = fake_end;
-  c->fn.cuGraphDestroy = fake_graph_destroy;
-  c->fn.cuStreamDestroy_v2 = fake_stream_destroy;
-  c->fn.cuDevicePrimaryCtxRelease_v2 = fake_ctx_release;
-  c->fn.cuGetErrorString = fake_error_string;
-  return c;
-}
+#include "c/fake_cuda.h"
 
 static CUdeviceptr alloc(cuda_ctx *c, size_t n) {
   CUdeviceptr p = 0;
@@ -60,7 +22,7 @@ static CUdeviceptr alloc(cuda_ctx *c, size_t n) {
 }
 
 static void test_pool(grace_vm *vm) {
-  cuda_ctx *c = fake_ctx(vm);
+  cuda_ctx *c = install_fake(vm);
   cuda_mem_stats m0;
   cuda_memory_stats(c, &m0);
 
@@ -104,7 +66,7 @@ static void test_pool(grace_vm *vm) {
   ok(nraw == 2 && raw[0] == out, "words passed directly are noted during the capture");
 
   CUgraph g = NULL;
-  ok(cuda_capture_close(c, GRACE_OK, &g) == GRACE_OK && g == (CUgraph)&fake_graph, "the capture ends with a graph");
+  ok(cuda_capture_close(c, GRACE_OK, &g) == GRACE_OK && g == (CUgraph)&fake_obj, "the capture ends with a graph");
   ok(!c->cap && !capturing, "allocations no longer go to the pool");
   cuda_capture_note(c, (uint64_t[]){1}, 1);
   cuda_capture_raw(cap, &nraw);
@@ -166,7 +128,7 @@ static void test_pool(grace_vm *vm) {
 }
 
 static void test_failures(grace_vm *vm) {
-  cuda_ctx *c = fake_ctx(vm);
+  cuda_ctx *c = install_fake(vm);
   /* a full table fails the capture (the runner passes 0 and the close says why) */
   cuda_capture *cap = NULL;
   cuda_capture_open(c, 1, &cap);
