@@ -587,6 +587,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     if (p->mode == -2) snprintf(p->inel, sizeof p->inel, "graphs are off (GRACE_GRAPHS or grace.graphs)");
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
+    if (p->mode >= 0) p->decided = 1, p->chosen = (grace_launch_strategy)p->mode;   /* forced: nothing to measure */
     gg_decision dc;
     if (p->mode == -1 && !p->inel[0] && c && cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) &&
         dc.magic == GG_DECISION_MAGIC && dc.chosen >= 0 && dc.chosen < GRACE_LAUNCH_NSTRATEGIES) {
@@ -597,11 +598,10 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     *pp = p;
   }
   p->calls++;
-  if (p->mode == -2 || p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
+  if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
   grace_launch_strategy s;
   int measure = 0;
-  if (p->mode >= 0) s = (grace_launch_strategy)p->mode, p->decided = 1, p->chosen = s;
-  else if (p->decided) s = p->chosen;
+  if (p->decided) s = p->chosen;
   else {   /* the strategy with the fewest measurements among those that can run */
     int best = -1;
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
@@ -625,9 +625,9 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     st = find_graph(ir, p, exec, s, nin, in, nout, &gg, &fresh);
     if (st == GRACE_OK && !gg) { fresh = 1; st = exec(ir, nin, in, nout, out); }   /* a new layout's first run */
     else if (st == GRACE_OK) st = replay(ir, gg, in, nout, out);
-    else {   /* this strategy cannot run here: said in the report, and this call runs eagerly */
+    else {   /* this strategy cannot run here: said in the report; this call, and the next once decided, eager */
       snprintf(p->why[s], sizeof p->why[s], "%.159s", vm->err);
-      if (p->mode >= 0) p->mode = GRACE_LAUNCH_EAGER, p->chosen = GRACE_LAUNCH_EAGER;
+      if (p->decided) p->chosen = GRACE_LAUNCH_EAGER;
       measure = 0;
       st = exec(ir, nin, in, nout, out);
     }
@@ -637,7 +637,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     p->samp[s][p->samples[s]++] = us;
     p->best[s] = median(p->samp[s], p->samples[s]);
   }
-  if (!p->decided && p->mode < 0) {
+  if (!p->decided) {
     int done = 1, best = -1;
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
       if (p->why[k][0]) continue;
