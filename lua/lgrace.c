@@ -5,6 +5,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 #include "lua/lgrace.h"
+#include "lua/lgrace_tensor.h"
 
 #define VM_KEY "grace.vm"
 
@@ -130,10 +131,7 @@ static int l_device_time(lua_State *L) {
   int first = 1;
   grace_device dev = grace_cuda_available(vm) ? GRACE_CUDA : GRACE_CPU;
   if (lua_type(L, 1) == LUA_TSTRING) {
-    const char *name = lua_tostring(L, 1);
-    if (!strcmp(name, "cuda")) dev = GRACE_CUDA;
-    else if (!strcmp(name, "cpu")) dev = GRACE_CPU;
-    else return luaL_argerror(L, 1, "expected \"cuda\" or \"cpu\"");
+    if (!lg_parse_device(lua_tostring(L, 1), &dev)) return luaL_argerror(L, 1, "expected \"cuda\" or \"cpu\"");
     first = 2;
   }
   /* a compiled function is a callable userdata */
