@@ -11,7 +11,7 @@
 --          [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]
 --          [--device-time-calls N] [--fresh compiled,full|none] [--fresh-timeout S] [--fresh-budget S]
 --        grace bench/workloads/run.lua --first-call-only VARIANT --mode MODE [--device ...] [--weights DIR]
---          [--small]   (one fresh-process measurement: prints one line "FIRST_CALL_JSON {...}"; the kernel
+--          [--small]   (one fresh-process measurement: prints one line "FIRST_CALL {...}"; the kernel
 --          cache is wherever GRACE_CACHE_DIR points)
 -- A workload name selects all its variants (gpt2_decode = gpt2_decode_fp32 + gpt2_decode_bf16).
 -- Exit status 1 when a correctness check failed or a workload raised an error: the error is recorded and
@@ -355,80 +355,22 @@ local function json(v, indent)
   return "{\n" .. table.concat(parts, ",\n") .. "\n" .. indent .. "}"
 end
 
--- JSON text -> Lua value (objects, arrays, strings, numbers, true/false; null is nil): for the one line a
--- --first-call-only child prints.
-local function json_decode(text)
-  local pos = 1
-  local function ws() pos = text:find("[^ \t\r\n]", pos) or #text + 1 end
-  local function fail(what) error(fmt("JSON: expected %s at byte %d", what, pos), 0) end
-  local function str()
-    local out = {}
-    pos = pos + 1
-    while true do
-      local c = text:sub(pos, pos)
-      if c == "" then fail("'\"'") end
-      if c == '"' then pos = pos + 1; return table.concat(out) end
-      if c == "\\" then
-        local e = text:sub(pos + 1, pos + 1)
-        if e == "u" then
-          out[#out + 1] = utf8.char(tonumber(text:sub(pos + 2, pos + 5), 16) or fail("4 hex digits"))
-          pos = pos + 6
-        else
-          out[#out + 1] = ({b = "\b", f = "\f", n = "\n", r = "\r", t = "\t"})[e] or e
-          pos = pos + 2
-        end
-      else
-        out[#out + 1] = c
-        pos = pos + 1
-      end
-    end
+-- The one line a --first-call-only child prints: its flat record (strings, numbers, booleans) as a Lua table
+-- constructor, which the parent reads back with load in an empty environment (Lua is the parser).
+local function record_line(r)
+  local parts = {}
+  for k, v in pairs(r) do
+    local text = type(v) == "boolean" and tostring(v) or fmt("%q", type(v) == "string" and (v:gsub("\n", " ")) or v)
+    parts[#parts + 1] = fmt("[%q]=%s", k, text)
   end
-  local value
-  local function seq(close, t, item)
-    pos = pos + 1
-    ws()
-    if text:sub(pos, pos) == close then pos = pos + 1; return t end
-    while true do
-      item(t)
-      ws()
-      local d = text:sub(pos, pos)
-      pos = pos + 1
-      if d == close then return t end
-      if d ~= "," then pos = pos - 1; fail("',' or '" .. close .. "'") end
-      ws()
-    end
-  end
-  function value()
-    ws()
-    local c = text:sub(pos, pos)
-    if c == "{" then
-      return seq("}", {}, function(t)
-        if text:sub(pos, pos) ~= '"' then fail("a key") end
-        local k = str()
-        ws()
-        if text:sub(pos, pos) ~= ":" then fail("':'") end
-        pos = pos + 1
-        t[k] = value()
-      end)
-    elseif c == "[" then
-      return seq("]", setmetatable({}, ARRAY), function(t) t[#t + 1] = value() end)
-    elseif c == '"' then
-      return str()
-    end
-    for _, lit in ipairs({{"true", true}, {"false", false}, {"null", nil}}) do
-      if text:sub(pos, pos + #lit[1] - 1) == lit[1] then
-        pos = pos + #lit[1]
-        return lit[2]
-      end
-    end
-    local num = text:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
-    if not num then fail("a value") end
-    pos = pos + #num
-    return math.tointeger(tonumber(num)) or tonumber(num) or fail("a number")
-  end
-  local v = value()
-  ws()
-  if pos <= #text then fail("the end") end
+  return "{" .. table.concat(parts, ",") .. "}"
+end
+
+local function record_read(line)
+  local fn, err = load("return " .. line, "=FIRST_CALL line", "t", {})
+  if not fn then return nil, err end
+  local ok, v = pcall(fn)
+  if not ok or type(v) ~= "table" then return nil, ok and "not a table" or v end
   return v
 end
 
@@ -462,7 +404,7 @@ end
 
 -- --first-call-only VARIANT --mode MODE: this process only builds one variant and times its first three calls
 -- in MODE (trace + compile + run, capture for graph modes), with the kernel cache GRACE_CACHE_DIR holds; then
--- checks the first call's results against eager ones and prints one line "FIRST_CALL_JSON {...}". The parent
+-- checks the first call's results against eager ones and prints one line "FIRST_CALL {...}". The parent
 -- (fresh_first_call below) runs it with an empty cache dir (cold) and again with the same dir (warm).
 if opt.first_call_only then
   local module, variant
@@ -519,7 +461,7 @@ if opt.first_call_only then
     io.stderr:write(tostring(err), "\n")
     r.error = tostring(err):match("^[^\n]*")
   end
-  io.write("FIRST_CALL_JSON ", (json(r):gsub("\n%s*", "")), "\n")
+  io.write("FIRST_CALL ", record_line(r), "\n")
   os.exit((r.error or not r.check_ok) and 1 or 0)
 end
 
@@ -787,14 +729,14 @@ local function fresh_first_call(vname, mode, cache_dir, timeout_s)
   local closed_ok, _, code = true, nil, 0
   if p then closed_ok, _, code = p:close() end
   local r
-  local line = out:match("FIRST_CALL_JSON ([^\n]*)")
+  local line = out:match("FIRST_CALL ([^\n]*)")
   if line then
-    local ok, v = pcall(json_decode, line)
-    r = ok and v or {error = "unreadable FIRST_CALL_JSON line: " .. tostring(v)}
+    local v, err = record_read(line)
+    r = v or {error = "unreadable FIRST_CALL line: " .. tostring(err)}
   else
     local last = ""
     for l in out:gmatch("[^\n]+") do if l:match("%S") then last = l end end
-    r = {error = fmt("no FIRST_CALL_JSON line (exit %s%s): %s", tostring(code),
+    r = {error = fmt("no FIRST_CALL line (exit %s%s): %s", tostring(code),
                      code == 124 and fmt(", timed out after %d s", math.floor(timeout_s)) or "", last)}
   end
   r.process_s = clock() - t0
