@@ -32,10 +32,11 @@
 #define GRACE_CG_OPS_H
 
 #include "codegen/cg.h"
+#include "ir/ir_place.h"
 
 #define CGO_MAXD 16          /* dims of a template's iteration (repeat views its result with 2 per input dim) */
-#define CGO_SORT_MAX 8192    /* longest row the shared-memory sort takes */
-#define CGO_SELECT_MAXK 1024 /* largest k of a topk over longer rows (k passes over the row) */
+#define CGO_SORT_MAX IR_DEVICE_SORT_MAX   /* longest row the shared-memory sort takes (ir/ir_place.h) */
+#define CGO_SELECT_MAXK IR_DEVICE_SELECT_MAXK   /* largest k of a topk over longer rows (k passes over the row) */
 
 typedef enum cgo_tmpl {
   CGO_COPY, CGO_FILL, CGO_TRI, CGO_ICHECK, CGO_IMOVE, CGO_CREATE, CGO_CUMSUM, CGO_SOFTMAX, CGO_NORM, CGO_SORT,

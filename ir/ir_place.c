@@ -10,11 +10,6 @@
 #include <string.h>
 #include "ir/ir_place.h"
 
-/* The device back end's limits that decide whether an op has a kernel. ir/ may not include codegen/, so they are
- * restated here: codegen/cg_ops.h CGO_SORT_MAX and CGO_SELECT_MAXK (vm/gpu_ops.c sorts longer rows on the host). */
-#define PLACE_SORT_MAX 8192
-#define PLACE_SELECT_MAXK 1024
-
 /* What an instruction is, for placement. */
 enum { C_FREE, C_HOST, C_HOST_VIEW, C_DEV_VIEW, C_KERNEL, C_NO_KERNEL, C_TO_HOST };
 
@@ -26,7 +21,7 @@ static int32_t arg(const grace_ir *ir, const ir_inst *k, int j) { return ir->arg
 static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, size_t n) {
   if (k->op == GRACE_OP_MATMUL && k->nin == 2 && arg(ir, k, 0) >= 0 && arg(ir, k, 1) >= 0) {
     grace_dtype a = vtype(ir, arg(ir, k, 0))->dtype, b = vtype(ir, arg(ir, k, 1))->dtype;
-    if (a == b && a != GRACE_BOOL && a != GRACE_FLOAT32 && a != GRACE_FLOAT16 && a != GRACE_BFLOAT16) {
+    if (ir_device_matmul_on_host(a, b)) {
       snprintf(buf, n, "matmul of %s has no device kernel: it runs on the host through two copies and a synchronize",
                grace_dtype_name(a));
       return buf;
@@ -39,9 +34,9 @@ static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, si
     int64_t len = x->ndim && d >= 0 && d < x->ndim ? x->sizes[d] : 1, numel = 1;
     for (int i = 0; i < x->ndim; i++) numel *= x->sizes[i];
     int64_t kk = k->op == GRACE_OP_TOPK ? k->attrs.i0 : len;
-    if (len > PLACE_SORT_MAX && kk > 0 && numel > 0 && (k->op == GRACE_OP_SORT || kk > PLACE_SELECT_MAXK)) {
+    if (ir_device_sort_on_host((grace_op)k->op, len, kk, numel)) {
       snprintf(buf, n, "%s over rows of %lld (more than %d) has no device kernel: it runs on the host through two "
-               "copies and a synchronize", grace_op_name((grace_op)k->op), (long long)len, PLACE_SORT_MAX);
+               "copies and a synchronize", grace_op_name((grace_op)k->op), (long long)len, IR_DEVICE_SORT_MAX);
       return buf;
     }
   }

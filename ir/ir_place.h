@@ -57,4 +57,20 @@ size_t ir_place_report(const grace_ir *ir, const ir_placement *p, char *buf, siz
  * (n bytes); "" when it may be. The device executor (vm/gpu_graph.c) and the report above share this rule. */
 void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n);
 
+/* Where the device back end has no kernel, so the op runs on the host through copies and a synchronize (vm/gpu_exec.c
+ * on_host, vm/gpu_ops.c sort_on_host). The device executor routes by these and the placement report explains by
+ * them; codegen/cg_ops.h sizes its kernels from the limits. */
+enum {
+  IR_DEVICE_SORT_MAX = 8192,    /* longest row the shared-memory sort takes */
+  IR_DEVICE_SELECT_MAXK = 1024  /* largest k of a topk over longer rows (k selection passes over the row) */
+};
+/* A matmul of operands of dtypes a and b: a float64 or integer product (one dtype, not bool). */
+static inline int ir_device_matmul_on_host(grace_dtype a, grace_dtype b) {
+  return a == b && a != GRACE_BOOL && a != GRACE_FLOAT32 && a != GRACE_FLOAT16 && a != GRACE_BFLOAT16;
+}
+/* sort (op SORT) or topk of k over rows of len, numel elements in all. */
+static inline int ir_device_sort_on_host(grace_op op, int64_t len, int64_t k, int64_t numel) {
+  return len > IR_DEVICE_SORT_MAX && k > 0 && numel > 0 && (op == GRACE_OP_SORT || k > IR_DEVICE_SELECT_MAXK);
+}
+
 #endif

@@ -5,6 +5,7 @@
  * reads it (directly or through views). */
 #include <stdio.h>
 #include "cuda/cuda_internal.h"   /* the launch counter and the allocator's peak (grace_device_stats_get) */
+#include "ir/ir_place.h"
 #include "vm/cpu_kernels.h"
 #include "vm/gpu_exec.h"
 #include "vm/gpu_graph.h"
@@ -305,8 +306,7 @@ grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in
     grace_tensor_release(moved);
     return st;
   }
-  if (op == GRACE_OP_MATMUL && in[0]->dtype == in[1]->dtype && in[0]->dtype != GRACE_BOOL &&
-      in[0]->dtype != GRACE_FLOAT32 && in[0]->dtype != GRACE_FLOAT16 && in[0]->dtype != GRACE_BFLOAT16)
+  if (op == GRACE_OP_MATMUL && ir_device_matmul_on_host(in[0]->dtype, in[1]->dtype))
     return on_host(vm, op, nin, in, attrs, nout, out);
   switch (grace_op_kind(op)) {
   case GRACE_KIND_VIEW: return vm_view_run(vm, op, nin, in, attrs, nout, out);

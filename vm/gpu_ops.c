@@ -613,8 +613,7 @@ static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const gr
                     dim + vm->index_base, (long long)L);
   }
   int select = L > CGO_SORT_MAX;   /* long rows: topk by k selection rounds; a full sort is not offered */
-  if (select && k > 0 && vm_numel(x->ndim, x->sizes) > 0 && (op == GRACE_OP_SORT || k > CGO_SELECT_MAXK))
-    return sort_on_host(vm, op, x, a, nout, out);
+  if (ir_device_sort_on_host(op, L, k, vm_numel(x->ndim, x->sizes))) return sort_on_host(vm, op, x, a, nout, out);
   int ond = x->ndim;
   if (x->ndim) osizes[dim] = k;
   else if (k == 0) { ond = 1; osizes[0] = 0; }
