@@ -73,31 +73,10 @@ end
 local function traces(f) return f:stats().traces end
 local function hits(f) return f:stats().hits end
 
--- grace.explain prints its report: capture it instead of mixing it into the TAP stream
-local function explain(...)
-  local saved, printed = print, {}
-  print = function(...) printed[#printed + 1] = table.concat({...}, "\t") end
-  local ok, rep = pcall(grace.explain, ...)
-  print = saved
-  if not ok then error(rep, 0) end
-  return rep, table.concat(printed, "\n")
-end
-
--- Runs a Lua chunk in a fresh grace process and returns what it wrote to stderr (nil: cannot run one).
-local GRACE_BIN = arg and arg[-1]
-local function stderr_of(chunk)
-  if not GRACE_BIN or not io.popen then return nil end
-  local path = os.tmpname()
-  local fh = assert(io.open(path, "w"))
-  fh:write(chunk)
-  fh:close()
-  local p = io.popen(("%q %q 2>&1 >/dev/null"):format(GRACE_BIN, path), "r")
-  if not p then os.remove(path) return nil end
-  local out = p:read("a")
-  p:close()
-  os.remove(path)
-  return out
-end
+-- grace.explain prints its report, and chunks run in fresh processes write to stderr: captured, not mixed into
+-- the TAP stream
+local capture = require "tests.lua.capture"
+local explain, stderr_of = capture.explain, capture.stderr_of
 
 local function count_lines(text, plain)
   local n = 0

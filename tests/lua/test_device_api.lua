@@ -40,13 +40,9 @@ grace.graphs()
 local f = grace.compile(function(x) return x * 2 + 1 end)
 f(grace.ones(3)); f(grace.ones(3))
 tap.is(#f:report(), 0, "f:report() lists no device program for a CPU-only function")
-local lines = {}
-local real_print = print
-print = function(s) lines[#lines + 1] = s end
-local r = grace.report(f)
-print = real_print
+local text, r = require("tests.lua.capture").printed(grace.report, f)
 tap.ok(type(r) == "table" and #r == 0, "grace.report returns the same list")
-tap.ok((lines[1] or ""):find("no program has run on the CUDA device yet", 1, true), "and prints that nothing ran on the device")
+tap.ok(text:find("no program has run on the CUDA device yet", 1, true), "and prints that nothing ran on the device")
 ok, err = pcall(grace.report, function() end)
 tap.ok(not ok, "grace.report of a plain function is an error")
 tap.done()

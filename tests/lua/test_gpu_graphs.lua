@@ -248,12 +248,8 @@ if DEV ~= "cpu" then
   local r = report_of(upd)
   tap.ok(r.strategy == "eager" and r.no_graph ~= nil, "in-place updates of arguments run eagerly, with the reason given (" ..
     tostring(r.no_graph) .. ")")
-  local txt = {}
-  local oldprint = print
-  print = function(s) txt[#txt + 1] = s end
-  grace.report(upd)
-  print = oldprint
-  tap.ok((txt[1] or ""):find("no graph:", 1, true) ~= nil, "grace.report prints the reason")
+  local text = require("tests.lua.capture").printed(grace.report, upd)
+  tap.ok(text:find("no graph:", 1, true) ~= nil, "grace.report prints the reason")
 end
 
 tap.done()

@@ -8,30 +8,10 @@ local grace = require "grace"
 
 local SRC = debug.getinfo(1, "S").short_src
 
-local function explain(...)
-  local saved, printed = print, {}
-  print = function(...) printed[#printed + 1] = table.concat({...}, "\t") end
-  local ok, rep = pcall(grace.explain, ...)
-  print = saved
-  if not ok then error(rep, 0) end
-  return rep, table.concat(printed, "\n")
-end
-
+local capture = require "tests.lua.capture"
+local explain = capture.explain
 -- What a chunk run in a fresh grace process with GRACE_LOG=placement writes to stderr (nil: cannot run one).
-local GRACE_BIN = arg and arg[-1]
-local function placement_log(chunk)
-  if not GRACE_BIN or not io.popen then return nil end
-  local path = os.tmpname()
-  local fh = assert(io.open(path, "w"))
-  fh:write(chunk)
-  fh:close()
-  local p = io.popen(("GRACE_LOG=placement %q %q 2>&1 >/dev/null"):format(GRACE_BIN, path), "r")
-  if not p then os.remove(path) return nil end
-  local out = p:read("a")
-  p:close()
-  os.remove(path)
-  return out
-end
+local function placement_log(chunk) return capture.stderr_of(chunk, "GRACE_LOG=placement") end
 
 local speech = function(x, t) return (x / t):softmax(-1) end
 local SPEECH_AT = SRC .. ":" .. debug.getinfo(speech, "S").linedefined   -- where the temperature meets the device
