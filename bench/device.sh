@@ -32,7 +32,10 @@ if ! make DEPS_PREFIX="$root" -j"$jobs" all $(ls tests/c/*.c | sed 's|tests/c/\(
 fi
 echo "build ok"
 status=0
-gpu_tests="$(ls $B/tests/test_cuda $B/tests/test_cg_* 2>/dev/null) $(ls tests/lua/test_gpu_*.lua 2>/dev/null)"
+gpu_tests=""   # GPU_TESTS=name: only the GPU test files whose name holds it (gpu, memcheck, parallel stages)
+for t in $(ls $B/tests/test_cuda $B/tests/test_cg_* 2>/dev/null) $(ls tests/lua/test_gpu_*.lua 2>/dev/null); do
+  case "$(basename "$t")" in *${GPU_TESTS:-}*) gpu_tests="$gpu_tests $t" ;; esac
+done
 run_one() {   # a test file, its TAP to a log, a one-line summary
   local t=$1 log=$2; shift 2
   case "$t" in *.lua) "$@" $B/grace "$t" ;; *) "$@" "$t" ;; esac > "$log" 2>&1
@@ -59,7 +62,6 @@ for s in $stages; do
     pids=""
     for t in $gpu_tests; do   # all at once, each under a timeout: memcheck slows kernels 10-100x
       n=$(basename "$t")
-      case "$n" in *${MEMCHECK_ONLY:-}*) ;; *) continue ;; esac   # MEMCHECK_ONLY=name: only the files matching it
       ( run_one "$t" "$OUT/memcheck_$n.log" timeout ${T_TIMEOUT:-300} "$cs" --tool memcheck --leak-check full --report-api-errors no \
           --error-exitcode 9 > "$OUT/msum_$n.txt"
         grep -E 'ERROR SUMMARY|LEAK SUMMARY' "$OUT/memcheck_$n.log" | sed 's/^/    /' >> "$OUT/msum_$n.txt" ) &

@@ -182,7 +182,7 @@ def main():
 
     md += ["## How grace launches (its compiled modes; issue 7's ablation)", "",
            "Per device program: the strategy the mode ran (forced for graph_copy / graph_indirect, measured for "
-           "full: each strategy timed on real calls in turn, the lowest median kept; three calls each before 2026-11-23 17:00), the times full measured (eager / "
+           "full: each strategy timed on real calls in turn, seven calls each, the lowest median kept; before 2026-11-23 17:00 the best of three), the times full measured (eager / "
            "graph+copies / graph+indirection, us), kernels per graph, bytes copied per call, argument-table words "
            "rewritten per call, the least host time of one replay (the table, its copy, the launch; the mean also holds "
            "waits for the device when calls run ahead of it) and the graphs' memory.", ""]
@@ -207,6 +207,27 @@ def main():
                              us(l.get("replay_host_us_min") or None), mb(l.get("graph_bytes") or None)])
     md += [measured_table(["workload", "grace mode", "strategy", "full measured us", "kernels", "bytes copied",
                            "table words", "replay host us (min)", "graph MB"], rows, "no program ran on a CUDA device"), ""]
+
+    md += ["## The launch choice against each single strategy (issue 7; interleaved)", "",
+           "The modes timed again in turn after all of them ran (compiled afresh, warmed up, then rounds of a few "
+           "synchronized calls per mode with the order rotating each round, so a drift of the device falls on all "
+           "alike), median per mode in us. Single strategies: compiled (eager launches), graph_copy, "
+           "graph_indirect; full is the measured choice, held to within 3% of the best of them, and to no slower "
+           "than eager.", ""]
+    rows = []
+    single = ("compiled", "graph_copy", "graph_indirect")
+    for w in wls:
+        il = (g.get("workloads", {}).get(w) or {}).get("interleaved") or {}
+        lat = {m: (il.get("modes", {}).get(m) or {}).get("latency_us_median") for m in gm}
+        if lat.get("full") is None:
+            continue
+        cands = {m: lat[m] for m in single if lat.get(m) is not None}
+        best = min(cands, key=cands.get) if cands else None
+        r = None if best is None else lat["full"] / cands[best]
+        rows.append([w] + [us(lat.get(m)) for m in gm] + [best or "-", num(r, "{:.3f}"),
+                     "-" if r is None else ("yes" if r <= 1.03 else "NO"), ratio(lat["full"], lat.get("eager"))])
+    md += [measured_table(["workload"] + gm + ["best single", "full / best", "within 3%", "full / eager"], rows,
+                          "no interleaved measurement in grace's JSON (run.lua --rounds 0, or an older run)"), ""]
 
     md += ["## Throughput (us per call, one synchronize after all calls)", ""]
     header = ["workload"] + [f"torch {m}" for m in tm] + [f"grace {m}" for m in gm]

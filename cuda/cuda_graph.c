@@ -1,9 +1,10 @@
 /* cuda_graph.c: stream capture into CUDA graphs with an arena and a record of the words the captured work was
  * given (see cuda_graph.h). The arena is why a graph can be replayed at all: the addresses baked into its nodes
  * must stay graph memory, so blocks allocated during a capture never return to the cache while graphs live. It
- * is one arena for all the VM's graphs: every replay runs on the one stream after the previous, and no block but
- * a graph's table and index flags (held by their graph) carries a value from one replay to the next, so a free
- * arena block may serve any capture. Graph memory is then the largest set one capture needs at once, not the
+ * is one arena for all the VM's graphs: every replay runs on the one stream after the previous, and no arena
+ * block carries a value from one replay to the next (an index flag is cleared inside its graph; a graph's
+ * argument table, whose fixed words do persist, is allocated before its capture opens), so a free arena block
+ * may serve any capture. Graph memory is then the largest set one capture needs at once, not the
  * sum over graphs. */
 #include <stdio.h>
 #include <string.h>

@@ -20,7 +20,8 @@ typedef struct cuda_capture cuda_capture;
 /* Starts routing allocations to the graphs' arena (no stream capture yet: placeholders and the table come first).
  * indirect: runners should use cuda_capture_slot. */
 grace_status cuda_capture_open(cuda_ctx *c, int indirect, cuda_capture **out);
-/* The argument table: nslots 8-byte slots at dev (device memory the caller allocated while the capture was open). */
+/* The argument table: nslots 8-byte slots at dev: device memory the caller allocated before opening the capture,
+ * so not arena memory, which other graphs use as scratch (the table's fixed words persist between replays). */
 grace_status cuda_capture_set_table(cuda_ctx *c, cuda_capture *cap, CUdeviceptr dev, int nslots);
 /* Begins stream capture (relaxed mode: allocation is allowed, synchronizing calls fail and end the capture). */
 grace_status cuda_capture_begin(cuda_ctx *c);

@@ -286,11 +286,12 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     if ((st = cuda_host_alloc(c, sizeof(uint64_t) * GG_WORDS, (void **)&gg->host[r])) == GRACE_OK)
       st = cuda_event_new(c, &gg->ev[r]);
   }
+  /* The table keeps its fixed words from one replay to the next, so it must not be arena memory, which another
+   * graph may use as scratch: it is allocated before the capture opens. */
+  if (st == GRACE_OK && !(gg->table = vm_tensor_new(vm, "graph", GRACE_INT64, GRACE_CUDA, 1, (int64_t[]){GG_WORDS})))
+    st = vm->status;
   if (st == GRACE_OK) st = cuda_capture_open(c, strat == GRACE_LAUNCH_INDIRECT, &gg->cap);
-  if (st == GRACE_OK) {
-    gg->table = vm_tensor_new(vm, "graph", GRACE_INT64, GRACE_CUDA, 1, (int64_t[]){GG_WORDS});
-    st = gg->table ? cuda_capture_set_table(c, gg->cap, gpu_ptr(gg->table) + 8 * GG_SCALARS, GG_SLOTS) : vm->status;
-  }
+  if (st == GRACE_OK) st = cuda_capture_set_table(c, gg->cap, gpu_ptr(gg->table) + 8 * GG_SCALARS, GG_SLOTS);
   /* placeholders: the inputs' layouts over memory of the graph's own */
   for (int i = 0; i < nin && st == GRACE_OK; i++) {
     grace_tensor *t = in[i];

@@ -240,6 +240,37 @@ if DEV ~= "cpu" then
   close("the cached choice runs right", got, (A:cpu():matmul(B:cpu()) + 1):relu():sum(-1))
 end
 
+-- graphs of both strategies alive at once share the VM's arena: one fed by copies (scratch of 4 to 64 KB, one
+-- graph per row count) recorded first, then one with indirection, whose argument table must not be scratch
+-- memory of the first (its fixed words would be overwritten by the first's replays), then the two interleaved
+if DEV ~= "cpu" then
+  local W1c, W2c = grace.randn(64, 1024) * 0.1, grace.randn(1024, 64) * 0.1
+  local W1, W2 = to_dev(W1c), to_dev(W2c)
+  local mlp = function(W1_, W2_) return function(x) return x:matmul(W1_):relu():matmul(W2_) end end
+  grace.graphs("copy")
+  local fcopy = grace.compile(mlp(W1, W2))
+  local rows, xs, xcs = {1, 2, 4, 8, 16}, {}, {}
+  for i, r in ipairs(rows) do xcs[i] = grace.randn(r, 64); xs[i] = to_dev(xcs[i]); fcopy(xs[i]); fcopy(xs[i]) end
+  grace.graphs("indirect")
+  local find = grace.compile(function(x) return (mlp(W1, W2)(x) * 0.5):tanh() end)
+  for i = 1, #rows do find(xs[i]); find(xs[i]) end
+  grace.graphs()
+  local good, total = 0, 0
+  for rep = 1, 4 do
+    for i = 1, #rows do
+      local a, b = fcopy(xs[i]), find(xs[i])
+      local wa = mlp(W1c, W2c)(xcs[i])
+      total = total + 2
+      if maxdiff(a, wa) <= 1e-3 then good = good + 1 end
+      if maxdiff(b, (wa * 0.5):tanh()) <= 1e-3 then good = good + 1 end
+    end
+  end
+  local rc, ri = report_of(fcopy), report_of(find)
+  tap.ok(rc.strategy == "graph+copies" and ri.strategy == "graph+indirection",
+    "graphs of both strategies alive at once (" .. tostring(rc.strategy) .. ", " .. tostring(ri.strategy) .. ")")
+  tap.ok(good == total, ("both strategies' graphs interleaved over one arena: %d of %d calls right"):format(good, total))
+end
+
 -- a program that writes into its argument runs eagerly and says why
 if DEV ~= "cpu" then
   local upd = grace.compile(function(w, g) w:sub_(g * 0.1); return w:sum() end)
