@@ -168,6 +168,9 @@ const int64_t *grace_tensor_sizes(const grace_tensor *t);
 const int64_t *grace_tensor_strides(const grace_tensor *t);   /* in elements */
 int64_t grace_tensor_offset(const grace_tensor *t);            /* in elements */
 int64_t grace_tensor_numel(const grace_tensor *t);
+/* Bytes held by the storages of the VM's live tensors, host and device (views count their storage once). A
+ * garbage-collected host uses it to pace its collector (lua/ does). */
+size_t grace_tensor_bytes(const grace_vm *vm);
 grace_dtype grace_tensor_dtype(const grace_tensor *t);
 grace_device grace_tensor_device(const grace_tensor *t);
 int grace_tensor_is_contiguous(const grace_tensor *t);
@@ -293,8 +296,9 @@ typedef struct grace_graph_info {
   int graphs;                      /* instantiated graphs held now */
   int kernels;                     /* kernel nodes of the newest graph of the chosen strategy */
   int indirect_words;              /* argument-table words rewritten per replay */
-  size_t graph_bytes;              /* device memory the held graphs use (arena blocks they took, their tables) */
-  size_t arena_bytes;              /* the VM's graph arena, shared by all its graphs (graph memory in all) */
+  size_t graph_bytes;              /* device memory the held graphs use: arena blocks they took, and table_bytes */
+  size_t table_bytes;              /* their argument tables (kept outside the arena: their words persist) */
+  size_t arena_bytes;              /* the VM's graph arena, shared by all its graphs */
   size_t copy_bytes;               /* bytes copied per replay: the table, inputs into placeholders, outputs out */
   long replays;                    /* of that graph */
   double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */

@@ -1336,6 +1336,7 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->kernels); lua_setfield(L, -2, "kernels");
   lua_pushinteger(L, gi->indirect_words); lua_setfield(L, -2, "indirect_words");
   lua_pushinteger(L, (lua_Integer)gi->graph_bytes); lua_setfield(L, -2, "graph_bytes");
+  lua_pushinteger(L, (lua_Integer)gi->table_bytes); lua_setfield(L, -2, "table_bytes");
   lua_pushinteger(L, (lua_Integer)gi->arena_bytes); lua_setfield(L, -2, "arena_bytes");
   lua_pushinteger(L, (lua_Integer)gi->copy_bytes); lua_setfield(L, -2, "copy_bytes");
   lua_pushinteger(L, gi->replays); lua_setfield(L, -2, "replays");

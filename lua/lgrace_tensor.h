@@ -17,6 +17,7 @@ typedef struct lg_ctx {
   grace_vm *vm;
   int ntmp;
   grace_tensor *tmp[LG_MAXTMP];
+  size_t gc_pending, gc_next;   /* lg_account: tensor bytes not yet told to the collector, the batch size */
 } lg_ctx;
 
 /* Every entry point (a function Lua calls) starts with this; helpers take the ctx instead. */
@@ -39,7 +40,7 @@ int lg_is_tensor(lua_State *L, int idx);
 grace_tensor *lg_check(lua_State *L, lg_ctx *c, int idx, const char *op);
 /* A tensor, or a Lua number/boolean turned into a wrapped number (a temporary), or an error. */
 grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op);
-/* Tells the Lua collector about a new tensor's memory, which it cannot see (a userdata is 8 bytes). */
+/* Tells the Lua collector about a new tensor's memory, which it cannot see (a userdata is 8 bytes), in batches. */
 void lg_account(lua_State *L, const grace_tensor *t);
 /* Runs op into nout new userdata (pushed in order), releases the temporaries; raises on failure. */
 int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout);

@@ -676,7 +676,8 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   if (ir->vm->cuda) out->arena_bytes = cuda_graph_arena_bytes(ir->vm->cuda);
   const gg_graph *last = NULL;
   for (int i = 0; i < p->ngr; i++) {
-    out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap);
+    out->table_bytes += sizeof(uint64_t) * GG_WORDS;
+    out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap) + sizeof(uint64_t) * GG_WORDS;
     if ((!p->decided || p->gr[i]->strat == p->chosen) && (!last || p->gr[i]->used > last->used)) last = p->gr[i];
   }
   if (last) {

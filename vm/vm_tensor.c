@@ -82,6 +82,7 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
     return NULL;
   }
   *s = (vm_storage){.refcount = 1, .device = dev, .data = data, .nbytes = bytes, .version = 0};
+  vm->tensor_bytes += bytes;
   memset(t, 0, sizeof *t);
   t->refcount = 1; t->vm = vm; t->storage = s; t->dtype = dt; t->ndim = ndim;
   for (int d = 0; d < ndim; d++) t->sizes[d] = sizes[d];
@@ -103,11 +104,14 @@ grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, i
 
 void grace_tensor_retain(grace_tensor *t) { if (t) t->refcount++; }
 
+size_t grace_tensor_bytes(const grace_vm *vm) { return vm->tensor_bytes; }
+
 void grace_tensor_release(grace_tensor *t) {
   if (!t || --t->refcount > 0) return;
   grace_vm *vm = t->vm;
   vm_storage *s = t->storage;
   if (--s->refcount == 0) {
+    vm->tensor_bytes -= s->nbytes;
     if (s->device == GRACE_CUDA) cuda_release(vm->cuda, (CUdeviceptr)(uintptr_t)s->data, s->nbytes);
     else vm_free(vm, s->data, s->nbytes);
     vm_free(vm, s, sizeof *s);
