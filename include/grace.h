@@ -207,6 +207,10 @@ typedef struct grace_attrs {
 const char *grace_op_name(grace_op op);
 grace_opkind grace_op_kind(grace_op op);
 int grace_op_ninputs(grace_op op);   /* -1: variadic */
+int grace_op_input_optional(grace_op op, int i);   /* whether input i may be NULL (the norms' affine parameters) */
+/* attention's attrs.flag bits: the scores are divided by scale (else multiplied); the mask keeps the scores where
+ * it is true (where(mask, s, fill); else masked_fill(s, mask, fill) replaces them there) */
+enum { GRACE_ATTN_DIV = 1, GRACE_ATTN_KEEP = 2 };
 int grace_op_noutputs(grace_op op);
 grace_status grace_op_from_name(const char *name, grace_op *out);
 

@@ -82,6 +82,10 @@
   _(LOG_SOFTMAX, "log_softmax", SCAN, 1, 1) \
   _(TOPK,        "topk",        SCAN, 1, 2) /* attrs.i0: k, attrs.flag: smallest instead of largest */ \
   _(SORT,        "sort",        SCAN, 1, 2) /* attrs.flag: descending */ \
+  /* softmax(q @ kt (* or / scale), masked) @ v over the keys, the scores never in memory: q [..., M, D], \
+   * kt [..., D, N], v [..., N, Dv]; scale 0-d, mask bool over [..., M, N] (either may be NULL); attrs.flag: \
+   * GRACE_ATTN_* bits; attrs.a: the masked scores' value */ \
+  _(ATTENTION,   "attention",   SCAN, 5, 1) \
   /* matrix products */ \
   _(MATMUL,      "matmul",      MATMUL, 2, 1) \
   /* views (share storage) */ \

@@ -167,6 +167,56 @@ static grace_status infer_scan(grace_vm *vm, grace_op op, const ir_type *x, cons
   return GRACE_OK;
 }
 
+/* attention (include/grace_ops.h): one float dtype for q, kt and v, the product dims matching, their batch dims
+ * broadcast as matmul's; a 0-d numeric scale; a bool mask that broadcasts to the scores [..., M, N]. */
+static grace_status infer_attention(grace_vm *vm, const ir_type *const *in, ir_type *o) {
+  const ir_type *q = in[0], *k = in[1], *v = in[2], *s = in[3], *m = in[4];
+  const char *role[3] = {"q", "kt", "v"};
+  for (int i = 0; i < 3; i++) {
+    if (in[i]->ndim < 2)
+      return grace_set_error(vm, GRACE_ESHAPE, "attention: %s must have at least 2 dims, got %s", role[i], SHAPE(in[i]));
+    if (!grace_dtype_is_float(in[i]->dtype) || in[i]->dtype != q->dtype)
+      return grace_set_error(vm, GRACE_EDTYPE, "attention: q, kt and v must have one float dtype, got %s, %s, %s",
+                             grace_dtype_name(q->dtype), grace_dtype_name(k->dtype), grace_dtype_name(v->dtype));
+  }
+  int qn = q->ndim, kn = k->ndim, vn = v->ndim;
+  if (q->sizes[qn - 1] != k->sizes[kn - 2] || k->sizes[kn - 1] != v->sizes[vn - 2])
+    return grace_set_error(vm, GRACE_ESHAPE, "attention: shapes %s, %s and %s do not chain (q [..., M, D], "
+                           "kt [..., D, N], v [..., N, Dv])", SHAPE(q), SHAPE(k), SHAPE(v));
+  if (s && (s->ndim != 0 || s->dtype == GRACE_BOOL))
+    return grace_set_error(vm, GRACE_EARG, "attention: scale must be a number (a 0-d tensor), got %s %s",
+                           grace_dtype_name(s->dtype), SHAPE(s));
+  ir_type bq = *q, bk = *k, bv = *v, sc;
+  bq.ndim -= 2; bk.ndim -= 2; bv.ndim -= 2;
+  grace_status st = broadcast(vm, "attention", 3, (const ir_type *[]){&bq, &bk, &bv}, o);
+  if (st != GRACE_OK) return st;
+  int b = o->ndim;
+  o->dtype = q->dtype;
+  o->device = q->device;
+  o->wrapped = 0;
+  sc = *o;
+  sc.ndim = b + 2;
+  sc.sizes[b] = q->sizes[qn - 2]; sc.sym[b] = q->sym[qn - 2];
+  sc.sizes[b + 1] = k->sizes[kn - 1]; sc.sym[b + 1] = k->sym[kn - 1];
+  if (m) {
+    ir_type r;
+    if (m->dtype != GRACE_BOOL)
+      return grace_set_error(vm, GRACE_EDTYPE, "attention: the mask must be bool, got %s", grace_dtype_name(m->dtype));
+    if ((st = broadcast(vm, "attention", 2, (const ir_type *[]){&sc, m}, &r))) return st;
+    if (r.ndim != sc.ndim)
+      return grace_set_error(vm, GRACE_ESHAPE, "attention: the mask %s has more dims than the scores %s", SHAPE(m),
+                             SHAPE(&sc));
+    for (int d = 0; d < r.ndim; d++)
+      if (r.sizes[d] != sc.sizes[d])
+        return grace_set_error(vm, GRACE_ESHAPE, "attention: the mask %s does not broadcast to the scores %s", SHAPE(m),
+                               SHAPE(&sc));
+  }
+  o->ndim = b + 2;
+  o->sizes[b] = q->sizes[qn - 2]; o->sym[b] = q->sym[qn - 2];
+  o->sizes[b + 1] = v->sizes[vn - 1]; o->sym[b + 1] = v->sym[vn - 1];
+  return GRACE_OK;
+}
+
 static grace_status infer_matmul(grace_vm *vm, const ir_type *x, const ir_type *y, ir_type *o) {
   /* the checks and messages of eager matmul (cpu_matmul.c), in its order */
   if (x->ndim == 0 || y->ndim == 0)
@@ -415,9 +465,10 @@ grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, c
   grace_op gop = (grace_op)op;
   const char *name = grace_op_name(gop);
   for (int i = 0; i < nin; i++)
-    if (!in[i] && !((gop == GRACE_OP_LAYER_NORM && i >= 1) || (gop == GRACE_OP_RMS_NORM && i == 1)))
+    if (!in[i] && !grace_op_input_optional(gop, i))
       return grace_set_error(vm, GRACE_EARG, "%s: input %d is missing", name, i + 1);
   grace_status st;
+  if (gop == GRACE_OP_ATTENTION) return infer_attention(vm, in, out);
   switch (grace_op_kind(gop)) {
   case GRACE_KIND_UNARY:
     return infer_unary(vm, gop, in[0], a, out);

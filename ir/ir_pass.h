@@ -38,6 +38,7 @@ typedef grace_status (*ir_pass_fn)(grace_ir *src, grace_ir **out);
 
 /* _(name, function): the passes, in their default order. */
 #define IR_PASSES(_) \
+  _(attention, ir_pass_attention) \
   _(decompose, ir_pass_decompose) \
   _(fold, ir_pass_fold) \
   _(simplify, ir_pass_simplify) \

@@ -31,7 +31,10 @@ typedef struct arg_guard {
 /* A compiled entry: userdata with __gc freeing the IR; its uservalue table holds the Lua-side data:
  * [1] guard values (G_VALUE args), [2] paths, [3] expected values at the paths, [4] constant returns. */
 #define MAXPATHS 16
-#define COMPILE_PASSES "fold,simplify,cse,views,hoist,dce"
+/* The whole-program passes: the canonical ones keep results bit for bit as eager; attention (a fusion, whose
+ * kernel is judged by tolerance) goes first, before anything could split the softmax it looks for. */
+#define CANON_PASSES "fold,simplify,cse,views,hoist,dce"
+#define COMPILE_PASSES "attention," CANON_PASSES
 
 /* An entry runs in one of three ways: ir (the whole function as one program; the Lua code does not run),
  * paths (a function with graph breaks: its Lua code runs and is replayed against these recorded paths),
@@ -431,7 +434,7 @@ static int log_topic(const char *topic) {
 /* For GRACE_LOG=ir: how the program would run once fused (after decomposition) and its memory plan. */
 static void log_plan(grace_vm *vm, grace_ir *ir) {
   grace_ir *dec = NULL;
-  if (grace_ir_pass(ir, "decompose," COMPILE_PASSES, &dec) != GRACE_OK) {
+  if (grace_ir_pass(ir, "attention,decompose," CANON_PASSES, &dec) != GRACE_OK) {
     fprintf(stderr, "grace: no fusion report: %s\n", grace_last_error(vm));
     return;
   }
@@ -816,8 +819,8 @@ static int trace_call(lua_State *L, lg_ctx *c, compiled *cp, int fn, int args, i
     e->tree[e->ntree++] = e->ir;
     e->ir = NULL;
   } else if (!*why) {
-    /* the whole-program passes that keep results bit for bit as eager (decompose waits for fusion, whose
-     * kernels are judged by tolerance); a recording stays as traced where a pass fails */
+    /* the whole-program passes (decompose waits for fusion, whose kernels are judged by tolerance); a recording
+     * stays as traced where a pass fails */
     grace_ir *opt = NULL;
     if (grace_ir_pass(e->ir, COMPILE_PASSES, &opt) == GRACE_OK) {
       grace_ir_free(e->ir);

@@ -479,6 +479,33 @@ static int m_rms_norm(lua_State *L) {
   return lg_run(L, c, GRACE_OP_RMS_NORM, 2, in, &a, 1);
 }
 
+/* grace.attention(q, k, v [, {mask = m, scale = s}]): softmax(q @ k^T * scale, keeping the scores where the bool
+ * mask is true) @ v, as PyTorch's scaled_dot_product_attention; scale (a number or 0-d tensor) defaults to
+ * 1 / sqrt(q's last dim). One kernel: the scores are never stored. */
+static int m_attention(lua_State *L) {
+  lg_ctx *c = lg_begin(L);
+  grace_tensor *q = lg_check(L, c, 1, "attention"), *k = lg_check(L, c, 2, "attention"),
+               *v = lg_check(L, c, 3, "attention"), *mask = NULL, *scale = NULL;
+  if (!lua_isnoneornil(L, 4)) {
+    if (!lua_istable(L, 4)) lg_errorf(L, c, "attention: options must be a table, got %s", luaL_typename(L, 4));
+    lua_getfield(L, 4, "mask");
+    if (!lua_isnil(L, -1)) mask = lg_check(L, c, lua_gettop(L), "attention");
+    lua_getfield(L, 4, "scale");
+    if (!lua_isnil(L, -1)) scale = lg_operand(L, c, lua_gettop(L), "attention");
+  }
+  if (!scale) {
+    int64_t d = grace_tensor_ndim(q) ? grace_tensor_sizes(q)[grace_tensor_ndim(q) - 1] : 1;
+    lua_pushnumber(L, 1.0 / sqrt((double)(d > 0 ? d : 1)));
+    scale = lg_operand(L, c, lua_gettop(L), "attention");
+  }
+  grace_attrs tr = {.ndims = 2, .dims = {-2, -1}};
+  grace_tensor *kt = grace_tensor_ndim(k) >= 2 ? lg_run_tmp(L, c, GRACE_OP_TRANSPOSE, 1, &k, &tr) : k;
+  grace_attrs a = {0};
+  a.a = -INFINITY;
+  a.flag = GRACE_ATTN_KEEP;
+  return lg_run(L, c, GRACE_OP_ATTENTION, 5, (grace_tensor *[]){q, kt, v, scale, mask}, &a, 1);
+}
+
 const luaL_Reg lg_special_methods[] = {
   {"size", m_size},
   {"stride", m_stride},
@@ -520,5 +547,6 @@ const luaL_Reg lg_special_methods[] = {
   {"index_copy_", m_index_copy_},
   {"layer_norm", m_layer_norm},
   {"rms_norm", m_rms_norm},
+  {"attention", m_attention},
   {NULL, NULL}
 };

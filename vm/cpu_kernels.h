@@ -14,6 +14,9 @@ grace_status cpu_pointwise_run(grace_vm *vm, grace_op op, int nin, grace_tensor 
 /* REDUCE, SCAN, NORM (cpu_reduce.c) */
 grace_status cpu_reduce_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
                             const grace_attrs *a, int nout, grace_tensor **out);
+/* ATTENTION (cpu_attention.c) */
+grace_status cpu_attention_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
+                               const grace_attrs *a, int nout, grace_tensor **out);
 /* MATMUL (cpu_matmul.c) */
 grace_status cpu_matmul_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
                             const grace_attrs *a, int nout, grace_tensor **out);

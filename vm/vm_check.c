@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include "vm/vm_check.h"
+#include "ir/ir.h"
 
 grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
   if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
@@ -228,5 +229,60 @@ grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const gr
   if (!fits)
     return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s does not fit destination %s with %lld indices in dim %d", op,
                   VM_SHAPE(src), VM_SHAPE(dst), (long long)*n, *dim + vm->index_base);
+  return GRACE_OK;
+}
+
+/* Strides of t over the last nd dims of a broadcast shape (right-aligned; 0 where t is missing the dim or has
+ * size 1 there). */
+static void aligned_strides(const grace_tensor *t, int nd, int64_t *out) {
+  for (int d = 0; d < nd; d++) {
+    int td = d - (nd - t->ndim);
+    out[d] = td >= 0 && t->sizes[td] != 1 ? t->strides[td] : 0;
+  }
+}
+
+grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {
+  ir_type ty[5];
+  const ir_type *tp[5];
+  for (int i = 0; i < 5; i++) {
+    tp[i] = NULL;
+    if (!in[i]) continue;
+    memset(&ty[i], 0, sizeof ty[i]);
+    ty[i].dtype = in[i]->dtype;
+    ty[i].device = in[i]->storage->device;
+    ty[i].ndim = in[i]->ndim;
+    for (int d = 0; d < in[i]->ndim; d++) ty[i].sizes[d] = in[i]->sizes[d];
+    tp[i] = &ty[i];
+  }
+  ir_type o;
+  grace_status st = ir_infer(vm, GRACE_OP_ATTENTION, 5, tp, a, 1, &o);
+  if (st != GRACE_OK) return st;   /* the message is set */
+  memset(p, 0, sizeof *p);
+  const grace_tensor *q = in[0], *k = in[1], *v = in[2], *m = in[4];
+  p->odt = o.dtype;
+  p->ndim = o.ndim;
+  for (int d = 0; d < o.ndim; d++) p->osizes[d] = o.sizes[d];
+  p->nb = o.ndim - 2;
+  p->M = q->sizes[q->ndim - 2]; p->D = q->sizes[q->ndim - 1];
+  p->N = k->sizes[k->ndim - 1]; p->Dv = v->sizes[v->ndim - 1];
+  p->qm = q->strides[q->ndim - 2]; p->qd = q->strides[q->ndim - 1];
+  p->kd = k->strides[k->ndim - 2]; p->kn = k->strides[k->ndim - 1];
+  p->vn = v->strides[v->ndim - 2]; p->vd = v->strides[v->ndim - 1];
+  p->rows = p->M;
+  for (int d = 0; d < p->nb; d++) { p->bsize[d] = o.sizes[d]; p->rows *= o.sizes[d]; }
+  /* the batch dims: each operand without its two matrix dims, right-aligned */
+  const grace_tensor *ops[3] = {q, k, v};
+  int64_t *bs[3] = {p->qb, p->kb, p->vb};
+  for (int i = 0; i < 3; i++) {
+    grace_tensor b = *ops[i];
+    b.ndim -= 2;
+    aligned_strides(&b, p->nb, bs[i]);
+  }
+  if (m) {
+    int64_t ms[GRACE_MAX_DIMS];
+    aligned_strides(m, p->nb + 2, ms);
+    for (int d = 0; d < p->nb; d++) p->mb[d] = ms[d];
+    p->mm = ms[p->nb]; p->mn = ms[p->nb + 1];
+  }
   return GRACE_OK;
 }

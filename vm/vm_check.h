@@ -48,4 +48,19 @@ grace_status vm_check_index_select(grace_vm *vm, const grace_tensor *x, const gr
 grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const grace_tensor *idx,
                                  const grace_tensor *src, int64_t dim_attr, int *dim, int64_t *n);
 
+/* attention's layout for one run: the checks (ir_infer's, on the tensors' types), the result's dtype and shape
+ * (batch dims, then M, Dv), and every operand's strides over the broadcast batch dims (0 where it is broadcast)
+ * and over its two matrix dims (the mask's over M and N; 0 where it has size 1 there or is absent). */
+typedef struct vm_attn {
+  int nb;                                /* batch dims of the result */
+  int64_t bsize[GRACE_MAX_DIMS];
+  int64_t qb[GRACE_MAX_DIMS], kb[GRACE_MAX_DIMS], vb[GRACE_MAX_DIMS], mb[GRACE_MAX_DIMS];
+  int64_t rows, M, N, D, Dv;             /* rows: batch elements times M */
+  int64_t qm, qd, kd, kn, vn, vd, mm, mn;
+  grace_dtype odt;
+  int ndim;
+  int64_t osizes[GRACE_MAX_DIMS];
+} vm_attn;
+grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p);
+
 #endif

@@ -21,9 +21,9 @@ grace_status grace_op_from_name(const char *name, grace_op *out) {
   return GRACE_EARG;
 }
 
-/* Inputs that may be NULL: the affine parameters of the norms. */
-static int optional_input(grace_op op, int i) {
-  return (op == GRACE_OP_LAYER_NORM && i >= 1) || (op == GRACE_OP_RMS_NORM && i == 1);
+int grace_op_input_optional(grace_op op, int i) {
+  return (op == GRACE_OP_LAYER_NORM && i >= 1) || (op == GRACE_OP_RMS_NORM && i == 1) ||
+         (op == GRACE_OP_ATTENTION && i >= 3);
 }
 
 static cpu_op_fn cpu_family(grace_op op) {
@@ -31,6 +31,7 @@ static cpu_op_fn cpu_family(grace_op op) {
   case GRACE_OP_COPY_: case GRACE_OP_FILL_: case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE:
     return cpu_pointwise_run;
   case GRACE_OP_INDEX_COPY_: return cpu_shape_run;
+  case GRACE_OP_ATTENTION: return cpu_attention_run;
   default: break;
   }
   switch (op_info[op].kind) {
@@ -62,7 +63,7 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
   int ndev = 0;   /* inputs that decide the device: all but host 0-d tensors (numbers) */
   for (int i = 0; i < nin; i++) {
     if (!in[i]) {
-      if (optional_input(op, i)) continue;
+      if (grace_op_input_optional(op, i)) continue;
       return vm_err(vm, GRACE_EARG, "%s: input %d is missing", name, i + 1);
     }
     if (in[i]->vm != vm) return vm_err(vm, GRACE_EARG, "%s: input %d belongs to another VM", name, i + 1);

@@ -1,6 +1,9 @@
 -- test_compile_fused.lua: compiled CPU functions whose programs run as fused groups (matmul groups on packed
 -- weights with their epilogues, row groups of user-written reductions) against eager execution of the same
--- Lua function on the same inputs. The reference is always the eager call; results must match bit for bit.
+-- Lua function on the same inputs. The reference is always the eager call; results must match bit for bit,
+-- except where the attention pass fused scores, softmax and product into one op (ir/ir_attention.c): its sums
+-- run in another order and the scores are not rounded to float32, so the transformer block is held to 1e-6 of
+-- its largest output (seen: 2.4e-7 and 4.8e-7 absolute).
 -- Covered: the MLP and transformer block of bench/compile_cpu.lua at odd sizes (partial panels, a batch of
 -- rows that folds, one row), a transposed (strided) input, weights changed in place between calls (an
 -- optimizer step: the kept packed weights must not be reused), a softmax, layer norm, RMS norm and
@@ -16,26 +19,27 @@ end
 
 local function shape(t) return table.concat(t:size(), "x") end
 
--- Bit-for-bit equality (same shape, every element equal; NaN nowhere expected).
-local function same(a, b)
+-- Equality (same shape, every element within rel x max |b|: 0 is bit for bit; NaN nowhere expected).
+local function same(a, b, rel)
   if shape(a) ~= shape(b) then return false, ("shapes %s and %s"):format(shape(a), shape(b)) end
   local d = (a - b):abs():max():item()
   local nan = (a:ne(a)):any():item() or (b:ne(b)):any():item()
-  return d == 0 and not nan, ("max |difference| %g"):format(d)
+  return d <= (rel or 0) * b:abs():max():item() and not nan, ("max |difference| %g"):format(d)
 end
 
 -- Calls the compiled form of f (three calls: tracing, then the compiled program twice) and f itself.
-local function check(name, f, ...)
+local function check_rel(name, rel, f, ...)
   local c = grace.compile(f)
   c(...)
   for call = 1, 2 do
     local got, want = c(...), f(...)
-    local ok, why = same(got, want)
+    local ok, why = same(got, want, rel)
     tap.ok(ok, ("%s: compiled call %d equals eager"):format(name, call))
     if not ok then io.write("# ", why, "\n") end
   end
   return c
 end
+local function check(name, f, ...) return check_rel(name, 0, f, ...) end
 
 section("mlp", function()
   grace.manual_seed(1)
@@ -56,8 +60,8 @@ section("transformer block", function()
   grace.manual_seed(2)
   local block = nn.TransformerBlock(96, 4)
   local f = function(x) return block(x) end
-  check("transformer block d96, [2,11,96]", f, grace.randn(2, 11, 96))
-  check("transformer block d96, [1,16,96]", f, grace.randn(1, 16, 96))
+  check_rel("transformer block d96, [2,11,96]", 1e-6, f, grace.randn(2, 11, 96))
+  check_rel("transformer block d96, [1,16,96]", 1e-6, f, grace.randn(1, 16, 96))
 end)
 
 section("weights updated in place", function()
