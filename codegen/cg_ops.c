@@ -8,7 +8,7 @@
 #include "codegen/cg_ops.h"
 
 static const char *tmpl_names[CGO_NTMPL] = {"copy", "fill", "tri", "icheck", "imove", "create", "cumsum",
-                                            "softmax", "norm", "sort"};
+                                            "softmax", "norm", "sort", "attn"};
 static const char *dt_short[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
 const char *cg_ops_tmpl_name(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? tmpl_names[t] : "?"; }
@@ -19,6 +19,7 @@ int cg_ops_nptr(cgo_tmpl t) {
   case CGO_COPY: case CGO_ICHECK: case CGO_CUMSUM: case CGO_SOFTMAX: return 2;
   case CGO_IMOVE: case CGO_SORT: return 3;
   case CGO_NORM: return 4;
+  case CGO_ATTN: return 6;
   default: return 0;
   }
 }
@@ -121,8 +122,8 @@ static void emit_conv(cg_buf *b, grace_dtype ddt, grace_dtype sdt) {
 
 typedef struct tmpl_def {
   int nptr;
-  const char *roles[4];      /* role names of the pointers, in order */
-  const char *ptrs[4];       /* their names in the body */
+  const char *roles[6];      /* role names of the pointers, in order */
+  const char *ptrs[6];       /* their names in the body */
   const char *words;         /* the word fields */
   int nscalar;
   const char *scalars[2];
@@ -143,6 +144,9 @@ static const tmpl_def defs[CGO_NTMPL] = {
                 0, {0}},
   [CGO_SORT] = {3, {"V", "I", "X"}, {"vals", "idx", "x"},
                 "rows, L, P, k, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol, base, has_idx", 0, {0}},
+  [CGO_ATTN] = {6, {"O", "Q", "K", "V", "M", "C"}, {"out", "q", "kt", "v", "mask", "sc"},
+                "rows, M, N, D, Dv, nb, bs" W16 ", qb" W16 ", kb" W16 ", vb" W16 ", mb" W16
+                ", qm, qd, kd, kn, vn, vd, mm, mn, fill", 0, {0}},
 };
 
 int cg_ops_nscalar(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? defs[t].nscalar : 0; }
@@ -383,16 +387,57 @@ static void body_sort(cg_buf *b, const cgo_spec *s) {
              "      if (p.has_idx) idx[oo + j * p.ol] = (long long)src + p.base;\n    }\n    __syncthreads();\n  }\n");
 }
 
+/* Online softmax per warp over its keys (j = warp, warp + nw, ...): the score is a warp-wide dot product, the
+ * running maximum rescales the sum and the accumulators (lane t of chunk d0 holds output dims d0 + lane + 32 t);
+ * the warps' states merge in shared memory. A row whose keys are all masked gives 0 / 0, as softmax does. */
+static void body_attn(cg_buf *b, const cgo_spec *s) {
+  int dbl = s->variant & CGO_ATTN_F64;
+  const char *L = dbl ? "_ld" : "_ldf", *E = dbl ? "exp" : "expf";
+  cg_printf(b, "  typedef %s T;\n  extern __shared__ __align__(16) unsigned char cgo_sh[];\n  T *sw = (T *)cgo_sh;\n"
+               "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+               "  const long long W = 258;\n  const T fill = (T)__longlong_as_double(p.fill), ninf = (T)__int_as_float((int)0xff800000u);\n", dbl ? "double" : "float");
+  if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "  const T scale = (T)C%s(sc);\n", L);
+  cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n"
+             "    long long bb = row / p.M, i = row % p.M, qo = i * p.qm, ko = 0, vo = 0, mo = i * p.mm;\n"
+             "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
+             "      long long x = bb % p.bs[d]; bb /= p.bs[d];\n"
+             "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
+             "    for (long long d0 = 0; d0 < p.Dv; d0 += 256) {\n"
+             "      T m = ninf, l = 0, acc[8];\n      for (int t = 0; t < 8; t++) acc[t] = 0;\n"
+             "      for (long long j = warp; j < p.N; j += nw) {\n        T s = 0;\n");
+  cg_printf(b, "        for (long long d = lane; d < p.D; d += 32) s += Q%s(q + qo + d * p.qd) * K%s(kt + ko + d * p.kd + j * p.kn);\n",
+            L, L);
+  cg_puts(b, "        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n");
+  if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "        s = s %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
+  if (s->variant & CGO_ATTN_MASK)
+    cg_printf(b, "        { bool on = mask[mo + j * p.mn] != 0; if (%son) s = fill; }\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
+  cg_printf(b, "        if (s == ninf) continue;\n"
+               "        T nm = s > m ? s : m, r = %s(m - nm), e = %s(s - nm);\n        l = l * r + e;\n"
+               "        for (int t = 0; t < 8; t++) {\n          long long dv = d0 + lane + 32 * t;\n"
+               "          if (dv < p.Dv) acc[t] = acc[t] * r + e * V%s(v + vo + j * p.vn + dv * p.vd);\n        }\n"
+               "        m = nm;\n      }\n", E, E, L);
+  cg_printf(b, "      T *mine = sw + warp * W;\n      if (lane == 0) { mine[0] = m; mine[1] = l; }\n"
+               "      for (int t = 0; t < 8; t++) mine[2 + lane + 32 * t] = acc[t];\n      __syncthreads();\n"
+               "      T gm = ninf, gl = 0;\n"
+               "      for (int w = 0; w < nw; w++) if (sw[w * W] > gm) gm = sw[w * W];\n"
+               "      for (int w = 0; w < nw; w++) if (sw[w * W] != ninf) gl += sw[w * W + 1] * %s(sw[w * W] - gm);\n"
+               "      for (long long t = threadIdx.x; t < 256 && d0 + t < p.Dv; t += blockDim.x) {\n        T o = 0;\n"
+               "        for (int w = 0; w < nw; w++) if (sw[w * W] != ninf) o += sw[w * W + 2 + t] * %s(sw[w * W] - gm);\n"
+               "        O_st%s(out + row * p.Dv + d0 + t, o / gl);\n      }\n      __syncthreads();\n    }\n  }\n",
+            E, E, dbl ? "" : "f");
+}
+
 grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   memset(k, 0, sizeof *k);
   if ((unsigned)s->tmpl >= CGO_NTMPL) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid template %d", (int)s->tmpl);
   const tmpl_def *td = &defs[s->tmpl];
-  grace_dtype dts[4];
+  grace_dtype dts[6];
   for (int i = 0; i < td->nptr; i++) {
     grace_dtype dt = i < 3 ? s->dt[i] : s->dt[2];
     if (s->tmpl == CGO_ICHECK && i == 1) dt = GRACE_INT64;                 /* the flag */
     if (s->tmpl == CGO_SORT) dt = i == 1 ? GRACE_INT64 : s->dt[0];        /* values, indices, x */
     if (s->tmpl == CGO_NORM) dt = i <= 1 ? s->dt[0] : s->dt[i - 1];      /* y, x, w, b */
+    if (s->tmpl == CGO_ATTN) dt = i == 0 ? s->dt[0] : i <= 3 ? s->dt[1] : i == 4 ? GRACE_BOOL : s->dt[2];
     if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid dtype %d", (int)dt);
     dts[i] = dt;
   }
@@ -441,6 +486,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   case CGO_SOFTMAX: body_softmax(&b, s); break;
   case CGO_NORM: body_norm(&b, s); break;
   case CGO_SORT: body_sort(&b, s); break;
+  case CGO_ATTN: body_attn(&b, s); break;
   default: break;
   }
   cg_puts(&b, "}\n");

@@ -27,7 +27,13 @@
  *   SORT    ptrs vals, idx, x.        words rows, L, P (power of two >= L), k, nd, size[16], xstride[16],
  *                                     ostride[16], xl, ol, base, has_idx; variant bit 1: descending. Shared memory
  *                                     P * 12 bytes; one block per row. Variant bit 2: selection (topk of rows
- *                                     longer than CGO_SORT_MAX: k block-wide minimum rounds, no shared arrays). */
+ *                                     longer than CGO_SORT_MAX: k block-wide minimum rounds, no shared arrays).
+ *   ATTN    ptrs out (contiguous), q, kt, v, mask (bool), scale (0-d).  words rows, M, N, D, Dv, nb, bsize[16],
+ *                                     qb[16], kb[16], vb[16], mb[16] (batch dims and strides), qm, qd, kd, kn, vn,
+ *                                     vd, mm, mn (matrix strides), fill (double bits); dtypes: out, q/kt/v, scale.
+ *                                     Variant: CGO_ATTN_* bits. A block per query row, each warp a share of the
+ *                                     keys with a running maximum, merged in shared memory (blockDim / 32 * 258
+ *                                     elements of the compute type); Dv in chunks of 256. */
 #ifndef GRACE_CG_OPS_H
 #define GRACE_CG_OPS_H
 
@@ -40,9 +46,10 @@
 
 typedef enum cgo_tmpl {
   CGO_COPY, CGO_FILL, CGO_TRI, CGO_ICHECK, CGO_IMOVE, CGO_CREATE, CGO_CUMSUM, CGO_SOFTMAX, CGO_NORM, CGO_SORT,
-  CGO_NTMPL
+  CGO_ATTN, CGO_NTMPL
 } cgo_tmpl;
 
+enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16 };
 enum { CGO_ARANGE_F, CGO_ARANGE_I, CGO_LINSPACE, CGO_EYE, CGO_RAND, CGO_RANDN, CGO_RANDINT, CGO_NCREATE };
 
 /* Which kernel: dt[] are the dtypes of the template's pointers in order (COPY: dst, src; FILL/TRI/CREATE: the

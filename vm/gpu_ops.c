@@ -570,6 +570,31 @@ static grace_status sort_on_host(grace_vm *vm, grace_op op, grace_tensor *x, con
   return st;
 }
 
+/* attention (cpu_attention.c on the CPU): a block per query row; few rows (decode) get more warps each. */
+static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
+  vm_attn p;
+  grace_status st = vm_check_attention(vm, in, a, &p);
+  if (st != GRACE_OK) return st;
+  if (!(out[0] = dev_new(vm, "attention", p.odt, p.ndim, p.osizes))) return vm->status;
+  if (p.rows == 0 || p.Dv == 0) return GRACE_OK;
+  if (p.N == 0) return dev_fill(vm, out[0], 0);   /* no keys: the product of empty rows */
+  grace_tensor *q = in[0], *sc = in[3], *m = in[4];
+  words w = {0};
+  wptr(&w, gpu_ptr(out[0])); wptr(&w, gpu_ptr(q)); wptr(&w, gpu_ptr(in[1])); wptr(&w, gpu_ptr(in[2]));
+  wptr(&w, m ? gpu_ptr(m) : 0); wptr(&w, sc ? gpu_ptr(sc) : 0);
+  wput(&w, p.rows); wput(&w, p.M); wput(&w, p.N); wput(&w, p.D); wput(&w, p.Dv); wput(&w, p.nb);
+  warr(&w, p.bsize, p.nb); warr(&w, p.qb, p.nb); warr(&w, p.kb, p.nb); warr(&w, p.vb, p.nb); warr(&w, p.mb, p.nb);
+  wput(&w, p.qm); wput(&w, p.qd); wput(&w, p.kd); wput(&w, p.kn); wput(&w, p.vn); wput(&w, p.vd);
+  wput(&w, p.mm); wput(&w, p.mn); wput(&w, dbits(a->a));
+  int dbl = q->dtype == GRACE_FLOAT64;
+  int variant = (sc ? CGO_ATTN_SCALE : 0) | (a->flag & GRACE_ATTN_DIV ? CGO_ATTN_DIV : 0) | (m ? CGO_ATTN_MASK : 0) |
+                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0);
+  unsigned block = p.rows < 2 * 132 ? 256 : 128;
+  unsigned smem = block / 32 * 258 * (dbl ? 8 : 4);
+  return launch(vm, CGO_ATTN, p.odt, q->dtype, sc ? sc->dtype : GRACE_FLOAT32, variant, blocks_for(p.rows, 1), block,
+                smem, &w);
+}
+
 static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout, grace_tensor **out) {
   const char *name = grace_op_name(op);
   grace_status s;
@@ -749,6 +774,7 @@ grace_status gpu_op_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const 
   case GRACE_OP_CUMSUM: case GRACE_OP_SOFTMAX: case GRACE_OP_LOG_SOFTMAX: case GRACE_OP_TOPK: case GRACE_OP_SORT:
     return op_scan(vm, op, in[0], a, nout, out);
   case GRACE_OP_LAYER_NORM: case GRACE_OP_RMS_NORM: return op_norm(vm, op, nin, in, a, out);
+  case GRACE_OP_ATTENTION: return op_attention(vm, in, a, out);
   case GRACE_OP_FULL: case GRACE_OP_ARANGE: case GRACE_OP_LINSPACE: case GRACE_OP_EYE: case GRACE_OP_RAND:
   case GRACE_OP_RANDN: case GRACE_OP_RANDINT:
     return op_create(vm, op, a, out);

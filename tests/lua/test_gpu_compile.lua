@@ -339,6 +339,16 @@ section("a transformer block from grace.nn", function()
       return q:matmul(ck:transpose(-2, -1)):softmax(-1), ck:clone()
     end
   end, function(i) return {rnd({1, 1, 32}), grace.tensor({i})} end, {calls = 4, tol = ctol(32, 8)})
+  -- the attention pass's forms on the device: scores divided by a 0-d CPU temperature (a per-call number),
+  -- masked by where(mask, s, -inf) with a captured mask, softmax, product: one attention op
+  compare_calls("attention: a host temperature and a where mask fused into one op", function(dev)
+    local mask = grace.ones({6, 9}, {device = dev}):tril(3):bool()
+    return function(q, k, v, temp)
+      local s = q:matmul(k:transpose(-2, -1)) / temp
+      return grace.where(mask, s, -math.huge):softmax(-1):matmul(v)
+    end
+  end, function(i) return {rnd({2, 3, 6, 16}), rnd({2, 3, 9, 16}), rnd({2, 3, 9, 8}), grace.tensor(0.5 + i)} end,
+  {calls = 4, tol = ctol(16, 8), keep_cpu = {[4] = true}})
 end)
 
 ---------------------------------------------------------------------------------------------------------

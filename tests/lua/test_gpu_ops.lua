@@ -757,6 +757,50 @@ section("layer_norm and rms_norm", function()
 end)
 
 ---------------------------------------------------------------------------------------------------------
+-- attention (one kernel: scores, mask, softmax, product): decode (one query against 129 keys), short sequences,
+-- odd sizes, more keys than a warp's share, Dv over one 256-wide chunk, masks of both senses and broadcast
+-- batches, a divided 0-d scale, transposed and expanded operands, a fully masked row (NaN on both)
+section("attention", function()
+  local T = function(t) return t:transpose(-2, -1) end
+  local function att(opts) return function(q, k, v, m, s)
+    local o = {mask = m, scale = s}
+    for key, val in pairs(opts or {}) do o[key] = val end
+    return grace.attention(q, k, v, o)
+  end end
+  local function unfused(q, k, v, m, s)   -- the masked_fill / divide form, as the attention pass sees it
+    return (q:matmul(k:transpose(-2, -1)) / s):masked_fill(m, -math.huge):softmax(-1):matmul(v)
+  end
+  for _, dt in ipairs({"float32", "float64", "float16", "bfloat16"}) do
+    local tol = soft_tol(300)
+    local shapes = {{"decode [1,12,1,64] x 129 keys", {1, 12, 1, 64}, {1, 12, 129, 64}, {1, 12, 129, 64}},
+      {"short [1,8,64,64]", {1, 8, 64, 64}, {1, 8, 64, 64}, {1, 8, 64, 64}},
+      {"odd [2,3,5,7] x 11 keys, Dv 9", {2, 3, 5, 7}, {2, 3, 11, 7}, {2, 3, 11, 9}},
+      {"2-D [5,33] x 1000 keys", {5, 33}, {1000, 33}, {1000, 17}},
+      {"Dv 300 (two chunks)", {2, 4, 16}, {2, 20, 16}, {2, 20, 300}},
+      {"k, v shared by heads [2,1,..]", {2, 4, 6, 8}, {2, 1, 10, 8}, {2, 1, 10, 8}}}
+    for _, s in ipairs(shapes) do
+      case("attention " .. s[1] .. " " .. dt, att(), {arg(s[2], dt), arg(s[3], dt), arg(s[4], dt)}, tol)
+    end
+    local causal = grace.ones({6, 10}):tril(4):bool()
+    case("attention causal mask (keep where true) " .. dt, att(), {arg({2, 4, 6, 8}, dt), arg({2, 4, 10, 8}, dt),
+         arg({2, 4, 10, 8}, dt), causal}, tol)
+    case("attention mask per batch [2,1,6,10] " .. dt, att(), {arg({2, 4, 6, 8}, dt), arg({2, 4, 10, 8}, dt),
+         arg({2, 4, 10, 8}, dt), arg({2, 1, 6, 10}, "bool", "any")}, tol)
+    case("attention transposed q and v, expanded k " .. dt, att({scale = 0.3}),
+         {arg({2, 8, 5}, dt, nil, T), arg({1, 10, 8}, dt, nil, function(t) return t:expand({2, 10, 8}) end),
+          arg({2, 4, 10}, dt, nil, T)}, tol)
+    case("unfused pattern (masked_fill, divided by a 0-d tensor) " .. dt, unfused,
+         {arg({2, 3, 6, 8}, dt), arg({2, 3, 9, 8}, dt), arg({2, 3, 9, 5}, dt), grace.ones({6, 9}):triu(3):bool(),
+          grace.tensor(2.5)}, tol)
+  end
+  local m = grace.tensor({{1, 1, 0, 1}, {0, 0, 0, 0}, {1, 0, 1, 0}}):bool()   -- row 2 keeps no key: 0 / 0 on both sides
+  case("attention with a fully masked row gives NaN there", att(), {arg({3, 8}, "float32"), arg({4, 8}, "float32"),
+       arg({4, 5}, "float32"), m}, 1e-5)
+  case("attention with no keys gives zeros", att(), {arg({3, 8}, "float32"), arg({0, 8}, "float32"),
+       arg({0, 5}, "float32")}, 0)
+end)
+
+---------------------------------------------------------------------------------------------------------
 section("grace.nn modules moved to the device", function()
   local mod_seed = SEED % 100000 + 7
   local mcase
