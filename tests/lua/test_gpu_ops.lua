@@ -771,7 +771,9 @@ section("attention", function()
     return (q:matmul(k:transpose(-2, -1)) / s):masked_fill(m, -math.huge):softmax(-1):matmul(v)
   end
   for _, dt in ipairs({"float32", "float64", "float16", "bfloat16"}) do
-    local tol = soft_tol(300)
+    -- an output element is a weighted sum of values that cancel: held to a reduction's bound over the keys
+    -- and the product's terms, relative to the largest value (each side sums in its own order)
+    local tol = red_tol(300, function(ca) return absmax(ca[3]) end)
     local shapes = {{"decode [1,12,1,64] x 129 keys", {1, 12, 1, 64}, {1, 12, 129, 64}, {1, 12, 129, 64}},
       {"short [1,8,64,64]", {1, 8, 64, 64}, {1, 8, 64, 64}, {1, 8, 64, 64}},
       {"odd [2,3,5,7] x 11 keys, Dv 9", {2, 3, 5, 7}, {2, 3, 11, 7}, {2, 3, 11, 9}},
