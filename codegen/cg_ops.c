@@ -387,15 +387,19 @@ static void body_sort(cg_buf *b, const cgo_spec *s) {
              "      if (p.has_idx) idx[oo + j * p.ol] = (long long)src + p.base;\n    }\n    __syncthreads();\n  }\n");
 }
 
-/* Online softmax per warp over its keys (j = warp, warp + nw, ...): the score is a warp-wide dot product, the
- * running maximum rescales the sum and the accumulators (lane t of chunk d0 holds output dims d0 + lane + 32 t);
- * the warps' states merge in shared memory. A row whose keys are all masked gives 0 / 0, as softmax does. */
+/* Online softmax per warp over chunks of 32 keys (chunk c of the row goes to warp c % nw): each lane scores one
+ * key of the chunk (a dot product over D; the lanes' loads are independent, so they overlap), the chunk's
+ * maximum rescales the running sum and accumulators, then the chunk's keys are added in order, each weight
+ * broadcast from its lane (lane t of output chunk d0 holds dims d0 + lane + 32 t). The warps' states merge in
+ * shared memory. A row whose keys are all masked gives 0 / 0, as softmax does. */
 static void body_attn(cg_buf *b, const cgo_spec *s) {
   int dbl = s->variant & CGO_ATTN_F64;
   const char *L = dbl ? "_ld" : "_ldf", *E = dbl ? "exp" : "expf";
   cg_printf(b, "  typedef %s T;\n  extern __shared__ __align__(16) unsigned char cgo_sh[];\n  T *sw = (T *)cgo_sh;\n"
                "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
-               "  const long long W = 258;\n  const T fill = (T)__longlong_as_double(p.fill), ninf = (T)__int_as_float((int)0xff800000u);\n", dbl ? "double" : "float");
+               "  const long long W = 258;\n"
+               "  const T fill = (T)__longlong_as_double(p.fill), ninf = (T)__int_as_float((int)0xff800000u);\n",
+            dbl ? "double" : "float");
   if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "  const T scale = (T)C%s(sc);\n", L);
   cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n"
              "    long long bb = row / p.M, i = row % p.M, qo = i * p.qm, ko = 0, vo = 0, mo = i * p.mm;\n"
@@ -404,17 +408,27 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
              "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
              "    for (long long d0 = 0; d0 < p.Dv; d0 += 256) {\n"
              "      T m = ninf, l = 0, acc[8];\n      for (int t = 0; t < 8; t++) acc[t] = 0;\n"
-             "      for (long long j = warp; j < p.N; j += nw) {\n        T s = 0;\n");
-  cg_printf(b, "        for (long long d = lane; d < p.D; d += 32) s += Q%s(q + qo + d * p.qd) * K%s(kt + ko + d * p.kd + j * p.kn);\n",
+             "      for (long long j0 = (long long)warp * 32; j0 < p.N; j0 += (long long)nw * 32) {\n"
+             "        long long j = j0 + lane;\n        T s = ninf;\n        if (j < p.N) {\n          s = 0;\n");
+  cg_printf(b, "#pragma unroll 8\n"
+               "          for (long long d = 0; d < p.D; d++) s += Q%s(q + qo + d * p.qd) * K%s(kt + ko + d * p.kd + j * p.kn);\n",
             L, L);
-  cg_puts(b, "        for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);\n");
-  if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "        s = s %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
+  if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "          s = s %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
   if (s->variant & CGO_ATTN_MASK)
-    cg_printf(b, "        { bool on = mask[mo + j * p.mn] != 0; if (%son) s = fill; }\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
-  cg_printf(b, "        if (s == ninf) continue;\n"
-               "        T nm = s > m ? s : m, r = %s(m - nm), e = %s(s - nm);\n        l = l * r + e;\n"
-               "        for (int t = 0; t < 8; t++) {\n          long long dv = d0 + lane + 32 * t;\n"
-               "          if (dv < p.Dv) acc[t] = acc[t] * r + e * V%s(v + vo + j * p.vn + dv * p.vd);\n        }\n"
+    cg_printf(b, "          { bool on = mask[mo + j * p.mn] != 0; if (%son) s = fill; }\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
+  cg_printf(b, "        }\n        T cm = s;\n"
+               "        for (int o = 16; o; o >>= 1) { T x = __shfl_xor_sync(0xffffffffu, cm, o); if (x > cm) cm = x; }\n"
+               "        if (cm == ninf) continue;\n"
+               "        T nm = cm > m ? cm : m, r = %s(m - nm), e = s == ninf ? (T)0 : %s(s - nm), cs = e;\n"
+               "        for (int o = 16; o; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);\n"
+               "        l = l * r + cs;\n        for (int t = 0; t < 8; t++) acc[t] *= r;\n"
+               "        const long long nj = p.N - j0 < 32 ? p.N - j0 : 32;\n"
+               "        for (int jj = 0; jj < nj; jj++) {\n"
+               "          const T ej = __shfl_sync(0xffffffffu, e, jj);\n"
+               "          const long long vr = vo + (j0 + jj) * p.vn;\n"
+               "#pragma unroll\n"
+               "          for (int t = 0; t < 8; t++) {\n            long long dv = d0 + lane + 32 * t;\n"
+               "            if (dv < p.Dv) acc[t] += ej * V%s(v + vr + dv * p.vd);\n          }\n        }\n"
                "        m = nm;\n      }\n", E, E, L);
   cg_printf(b, "      T *mine = sw + warp * W;\n      if (lane == 0) { mine[0] = m; mine[1] = l; }\n"
                "      for (int t = 0; t < 8; t++) mine[2 + lane + 32 * t] = acc[t];\n      __syncthreads();\n"

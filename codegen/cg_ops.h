@@ -31,9 +31,10 @@
  *   ATTN    ptrs out (contiguous), q, kt, v, mask (bool), scale (0-d).  words rows, M, N, D, Dv, nb, bsize[16],
  *                                     qb[16], kb[16], vb[16], mb[16] (batch dims and strides), qm, qd, kd, kn, vn,
  *                                     vd, mm, mn (matrix strides), fill (double bits); dtypes: out, q/kt/v, scale.
- *                                     Variant: CGO_ATTN_* bits. A block per query row, each warp a share of the
- *                                     keys with a running maximum, merged in shared memory (blockDim / 32 * 258
- *                                     elements of the compute type); Dv in chunks of 256. */
+ *                                     Variant: CGO_ATTN_* bits. A block per query row, each warp chunks of 32
+ *                                     keys (a lane per key's score) with a running maximum, merged in shared
+ *                                     memory (blockDim / 32 * 258 elements of the compute type); Dv in chunks of
+ *                                     256. */
 #ifndef GRACE_CG_OPS_H
 #define GRACE_CG_OPS_H
 

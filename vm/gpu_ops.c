@@ -570,7 +570,8 @@ static grace_status sort_on_host(grace_vm *vm, grace_op op, grace_tensor *x, con
   return st;
 }
 
-/* attention (cpu_attention.c on the CPU): a block per query row; few rows (decode) get more warps each. */
+/* attention (cpu_attention.c on the CPU): a block per query row, a warp per chunk of 32 keys up to 8 warps (4 when
+ * there are rows enough to fill the device). */
 static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
   vm_attn p;
   grace_status st = vm_check_attention(vm, in, a, &p);
@@ -589,7 +590,8 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
   int dbl = q->dtype == GRACE_FLOAT64;
   int variant = (sc ? CGO_ATTN_SCALE : 0) | (a->flag & GRACE_ATTN_DIV ? CGO_ATTN_DIV : 0) | (m ? CGO_ATTN_MASK : 0) |
                 (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0);
-  unsigned block = p.rows < 2 * 132 ? 256 : 128;
+  int64_t chunks = (p.N + 31) / 32, most = p.rows < 2 * 132 ? 8 : 4;
+  unsigned block = 32 * (unsigned)(chunks < most ? chunks : most);
   unsigned smem = block / 32 * 258 * (dbl ? 8 : 4);
   return launch(vm, CGO_ATTN, p.odt, q->dtype, sc ? sc->dtype : GRACE_FLOAT32, variant, blocks_for(p.rows, 1), block,
                 smem, &w);
