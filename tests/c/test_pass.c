@@ -91,11 +91,53 @@ static void test_hoist(void) {
   }
 }
 
+/* The attention pass: scores divided by a 0-d input, kept where the mask is true (flag DIV | KEEP = 3, fill -inf);
+ * the chain is dropped, the transpose view stays for the op to read. A second chain whose probabilities are also
+ * returned is left alone (someone else reads them). */
+static void test_attention(void) {
+  grace_ir *o = golden("attention",
+      "func @a {\n"
+      "  %0 = input #0 : f32[2,5,8]\n"
+      "  %1 = input #1 : f32[2,7,8]\n"
+      "  %2 = input #2 : f32[2,7,4]\n"
+      "  %3 = input #3 : f32[]\n"
+      "  %4 = input #4 : bool[5,7]\n"
+      "  %5 = transpose %1 {dims=[-2,-1]} : f32[2,8,7]\n"
+      "  %6 = matmul %0, %5 : f32[2,5,7]\n"
+      "  %7 = div %6, %3 : f32[2,5,7]\n"
+      "  %8 = literal -inf : f64[]\n"
+      "  %9 = where %4, %7, %8 : f32[2,5,7]\n"
+      "  %10 = softmax %9 {dims=[-1]} : f32[2,5,7]\n"
+      "  %11 = matmul %10, %2 : f32[2,5,4]\n"
+      "  %12 = matmul %0, %5 : f32[2,5,7]\n"
+      "  %13 = softmax %12 {dims=[-1]} : f32[2,5,7]\n"
+      "  %14 = matmul %13, %2 : f32[2,5,4]\n"
+      "  return %11, %14, %13\n"
+      "}\n",
+      "func @a {\n"
+      "  %0 = input #0 : f32[2,5,8]\n"
+      "  %1 = input #1 : f32[2,7,8]\n"
+      "  %2 = input #2 : f32[2,7,4]\n"
+      "  %3 = input #3 : f32[]\n"
+      "  %4 = input #4 : bool[5,7]\n"
+      "  %5 = transpose %1 {dims=[-2,-1]} : f32[2,8,7]\n"
+      "  %6 = literal -inf : f64[]\n"
+      "  %7 = attention %0, %5, %2, %3, %4 {a=-inf, flag=3} : f32[2,5,4]\n"
+      "  %8 = matmul %0, %5 : f32[2,5,7]\n"
+      "  %9 = softmax %8 {dims=[-1]} : f32[2,5,7]\n"
+      "  %10 = matmul %9, %2 : f32[2,5,4]\n"
+      "  return %7, %10, %9\n"
+      "}\n",
+      "attention fuses the divided, masked chain and leaves the one whose probabilities are returned");
+  grace_ir_free(o);
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
   test_dce();
   test_hoist();
+  test_attention();
   grace_vm_free(vm);
   return tap_done();
 }
