@@ -63,9 +63,9 @@ static void compile_all(void) {
     for (int i = 0; i < 4; i++) {
       for (int v = 0; v < 8; v++) TRY({CGO_SOFTMAX, {float_dt[i], float_dt[(i + v) % 4]}, v, ind});
       for (int v = 0; v < 16; v += 1 + ind) TRY({CGO_NORM, {float_dt[i], float_dt[(i + 1) % 4], float_dt[i]}, v, ind});
-      /* attention: every flag combination once per dtype (out, q/kt/v, scale), f64 compute for float64 */
-      for (int v = 0; v < 16; v += 1 + ind)
-        TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + v) % 4]}, v | (float_dt[i] == GRACE_FLOAT64 ? CGO_ATTN_F64 : 0), ind});
+      /* attention per dtype (out, q/kt/v, scale): no flags, and every flag (scale divided, mask kept) */
+      TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
+           (ind ? 15 : 0) | (float_dt[i] == GRACE_FLOAT64 ? CGO_ATTN_F64 : 0), ind});
     }
   }
 #undef TRY
