@@ -31,8 +31,10 @@ static int literal_of(const grace_ir *ir, int32_t v, double *out) {
   return 1;
 }
 
-/* Whether product k (the one with v) closes an attention chain; its members go to skip[], the op's inputs to m. */
-static int match(const grace_ir *ir, const int32_t *uses, int k, int *skip, attn_match *m) {
+enum { KEEP, DROP, FUSE };   /* per instruction: copied, a member of a fused chain, the product that becomes the op */
+
+/* Whether product k (the one with v) closes an attention chain: its members marked DROP, the op's inputs in m. */
+static int match(const grace_ir *ir, const int32_t *uses, int k, char *mark, attn_match *m) {
   memset(m, 0, sizeof *m);
   m->scale = m->mask = -1;
   int32_t p = arg(ir, k, 0), x;
@@ -78,7 +80,8 @@ static int match(const grace_ir *ir, const int32_t *uses, int k, int *skip, attn
       op = producer(ir, x);
     }
   }
-  if (op < 0 || ir->insts[op].op != GRACE_OP_MATMUL || uses[x] != 1) return 0;
+  /* (a scores product that closes an earlier chain stays that chain's op: its inputs are gone) */
+  if (op < 0 || ir->insts[op].op != GRACE_OP_MATMUL || uses[x] != 1 || mark[op] == FUSE) return 0;
   members[nm++] = op;
   m->q = arg(ir, op, 0);
   if (ir->vals[m->q].type.device != GRACE_CPU) return 0;   /* see the head of the file */
@@ -98,30 +101,28 @@ static int match(const grace_ir *ir, const int32_t *uses, int k, int *skip, attn
   ir_type o;   /* (a refusal leaves ir_infer's message as the VM's last error; the pass still succeeds) */
   if (ir_infer(ir->vm, GRACE_OP_ATTENTION, 5, tys, &m->attrs, 1, &o) != GRACE_OK) return 0;
   if (!ir_type_equal(&o, &ir->vals[ir->insts[k].first_result].type, 0)) return 0;
-  for (int i = 0; i < nm; i++) skip[members[i]] = 1;
+  for (int i = 0; i < nm; i++) mark[members[i]] = DROP;
   return 1;
 }
 
 grace_status ir_pass_attention(grace_ir *src, grace_ir **out) {
   int32_t *uses = ir_count_uses(src);
   if (!uses) return GRACE_ENOMEM;
-  int *skip = grace_realloc(src->vm, NULL, 0, sizeof *skip * (size_t)(src->ninst ? src->ninst : 1));
-  attn_match *found = grace_realloc(src->vm, NULL, 0, sizeof *found * (size_t)(src->ninst ? src->ninst : 1));
-  int *at = grace_realloc(src->vm, NULL, 0, sizeof *at * (size_t)(src->ninst ? src->ninst : 1));
-  grace_status st = skip && found && at ? GRACE_OK : grace_set_error(src->vm, GRACE_ENOMEM, "attention: out of host memory");
+  size_t n = (size_t)(src->ninst ? src->ninst : 1);
+  char *mark = grace_realloc(src->vm, NULL, 0, n);
+  attn_match *found = grace_realloc(src->vm, NULL, 0, sizeof *found * n);
+  grace_status st = mark && found ? GRACE_OK : grace_set_error(src->vm, GRACE_ENOMEM, "attention: out of host memory");
   if (st == GRACE_OK) {
-    memset(skip, 0, sizeof *skip * (size_t)src->ninst);
-    for (int k = 0; k < src->ninst; k++) {
-      at[k] = -1;
-      if (src->insts[k].op == GRACE_OP_MATMUL && match(src, uses, k, skip, &found[k])) at[k] = k;
-    }
+    memset(mark, KEEP, n);
+    for (int k = 0; k < src->ninst; k++)   /* a chain's product comes after its members: marks never change back */
+      if (src->insts[k].op == GRACE_OP_MATMUL && match(src, uses, k, mark, &found[k])) mark[k] = FUSE;
   }
   ir_rewriter rw;
   if (st == GRACE_OK) st = ir_rw_begin(&rw, src);
   if (st == GRACE_OK) {
     for (int k = 0; k < src->ninst && st == GRACE_OK; k++) {
-      if (skip[k]) continue;
-      if (at[k] < 0) { st = ir_rw_copy(&rw, k); continue; }
+      if (mark[k] == DROP) continue;
+      if (mark[k] == KEEP) { st = ir_rw_copy(&rw, k); continue; }
       const attn_match *m = &found[k];
       int32_t in[5] = {ir_rw_value(&rw, m->q), ir_rw_value(&rw, m->kt), ir_rw_value(&rw, m->v),
                        ir_rw_value(&rw, m->scale), ir_rw_value(&rw, m->mask)}, v;
@@ -132,8 +133,7 @@ grace_status ir_pass_attention(grace_ir *src, grace_ir **out) {
     else st = ir_rw_finish(&rw, out);
   }
   grace_realloc(src->vm, uses, sizeof *uses * (size_t)(src->nval ? src->nval : 1), 0);
-  grace_realloc(src->vm, skip, sizeof *skip * (size_t)(src->ninst ? src->ninst : 1), 0);
-  grace_realloc(src->vm, found, sizeof *found * (size_t)(src->ninst ? src->ninst : 1), 0);
-  grace_realloc(src->vm, at, sizeof *at * (size_t)(src->ninst ? src->ninst : 1), 0);
+  grace_realloc(src->vm, mark, n, 0);
+  grace_realloc(src->vm, found, sizeof *found * n, 0);
   return st;
 }

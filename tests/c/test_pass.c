@@ -130,6 +130,33 @@ static void test_attention(void) {
       "}\n",
       "attention fuses the divided, masked chain and leaves the one whose probabilities are returned");
   grace_ir_free(o);
+  /* a chain's product that is also the next chain's scores: the first chain fuses, the second is left as it is
+   * (fusing both would leave the second without its input; the pass failed as a whole before) */
+  o = golden("attention",
+      "func @n {\n"
+      "  %0 = input #0 : f32[4,8]\n"
+      "  %1 = input #1 : f32[8,5]\n"
+      "  %2 = input #2 : f32[5,6]\n"
+      "  %3 = input #3 : f32[6,3]\n"
+      "  %4 = matmul %0, %1 : f32[4,5]\n"
+      "  %5 = softmax %4 {dims=[-1]} : f32[4,5]\n"
+      "  %6 = matmul %5, %2 : f32[4,6]\n"
+      "  %7 = softmax %6 {dims=[-1]} : f32[4,6]\n"
+      "  %8 = matmul %7, %3 : f32[4,3]\n"
+      "  return %8\n"
+      "}\n",
+      "func @n {\n"
+      "  %0 = input #0 : f32[4,8]\n"
+      "  %1 = input #1 : f32[8,5]\n"
+      "  %2 = input #2 : f32[5,6]\n"
+      "  %3 = input #3 : f32[6,3]\n"
+      "  %4 = attention %0, %1, %2, _, _ : f32[4,6]\n"
+      "  %5 = softmax %4 {dims=[-1]} : f32[4,6]\n"
+      "  %6 = matmul %5, %3 : f32[4,3]\n"
+      "  return %6\n"
+      "}\n",
+      "attention fuses the first of two chained attentions and leaves the second");
+  grace_ir_free(o);
 }
 
 int main(void) {
