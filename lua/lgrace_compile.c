@@ -567,7 +567,7 @@ static int run_entry(lua_State *L, lg_ctx *c, int ud, int args) {
   lg_drop(c);
   /* as eager results are: the collector learns the outputs' bytes, so that those the caller drops are freed soon
    * (a 4 MB device tensor is a small userdata to it; without this, a loop of calls held hundreds of MB) */
-  for (int j = 0; j < e->nret; j++) if (e->ret_output[j] >= 0) lg_account(L, *slots[j]);
+  for (int j = 0; j < e->nret; j++) if (e->ret_output[j] >= 0) lg_account(L, c, *slots[j]);
   e->hits++;
   return e->nret;
 }

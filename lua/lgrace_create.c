@@ -113,7 +113,7 @@ static int l_tensor(lua_State *L) {
   grace_status st = s.cat == 2 ? grace_tensor_from_data(c->vm, dt, s.ndim, s.sizes, GRACE_FLOAT64, s.buf, slot)
                                : grace_tensor_from_data(c->vm, dt, s.ndim, s.sizes, GRACE_INT64, s.buf, slot);
   if (st != GRACE_OK) return lg_fail(L, c);
-  lg_account(L, *slot);
+  lg_account(L, c, *slot);
   if (has_dev && a.device != grace_tensor_device(*slot)) {
     grace_attrs da = {0};
     da.device = a.device;
@@ -140,7 +140,7 @@ static int shaped(lua_State *L, int which) {
   if (which == 2) {
     grace_tensor **slot = lg_newslot(L);
     if (grace_tensor_empty(c->vm, a.dtype, a.device, a.nshape, a.shape, slot) != GRACE_OK) return lg_fail(L, c);
-    lg_account(L, *slot);
+    lg_account(L, c, *slot);
     return 1;
   }
   a.a = which == 1;
@@ -279,7 +279,7 @@ static int like(lua_State *L, int which) {
   if (which == 2) {
     grace_tensor **slot = lg_newslot(L);
     if (grace_tensor_empty(c->vm, a.dtype, a.device, a.nshape, a.shape, slot) != GRACE_OK) return lg_fail(L, c);
-    lg_account(L, *slot);
+    lg_account(L, c, *slot);
     return 1;
   }
   return lg_run(L, c, which == 3 ? GRACE_OP_RAND : which == 4 ? GRACE_OP_RANDN : GRACE_OP_FULL, 0, NULL, &a, 1);
@@ -322,7 +322,7 @@ static int l_fromfile(lua_State *L) {
   lg_shape_str(shp, sizeof shp, a.nshape, a.shape);
   grace_tensor **slot = lg_newslot(L);
   if (grace_tensor_empty(c->vm, dt, GRACE_CPU, a.nshape, a.shape, slot) != GRACE_OK) return lg_fail(L, c);
-  lg_account(L, *slot);
+  lg_account(L, c, *slot);
   FILE *f = fopen(path, "rb");
   if (!f) return lg_errorf(L, c, "fromfile: cannot open '%s': %s", path, strerror(errno));
   int64_t size = -1;

@@ -112,11 +112,7 @@ grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op) {
  * once the bytes made since the last batch reach the larger of LG_GC_MIN and the bytes live tensors hold after it:
  * garbage tensors stay within about that much, and a cycle is paid per batch, not per tensor. */
 #define LG_GC_MIN ((size_t)64 << 20)
-void lg_account(lua_State *L, const grace_tensor *t) {
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
-  lg_ctx *c = lua_touserdata(L, -1);
-  lua_pop(L, 1);
-  if (!c) return;
+void lg_account(lua_State *L, lg_ctx *c, const grace_tensor *t) {
   c->gc_pending += (size_t)grace_tensor_numel(t) * grace_dtype_size(grace_tensor_dtype(t));
   if (c->gc_pending < c->gc_next || !lua_gc(L, LUA_GCISRUNNING)) return;
   size_t kb = c->gc_pending >> 10;
@@ -133,7 +129,7 @@ int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *i
   for (int i = 0; i < nout; i++) *slot[i] = out[i];
   lg_drop(c);
   if (grace_op_kind(op) != GRACE_KIND_VIEW)
-    for (int i = 0; i < nout; i++) lg_account(L, out[i]);
+    for (int i = 0; i < nout; i++) lg_account(L, c, out[i]);
   return nout;
 }
 

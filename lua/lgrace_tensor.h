@@ -41,7 +41,7 @@ grace_tensor *lg_check(lua_State *L, lg_ctx *c, int idx, const char *op);
 /* A tensor, or a Lua number/boolean turned into a wrapped number (a temporary), or an error. */
 grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op);
 /* Tells the Lua collector about a new tensor's memory, which it cannot see (a userdata is 8 bytes), in batches. */
-void lg_account(lua_State *L, const grace_tensor *t);
+void lg_account(lua_State *L, lg_ctx *c, const grace_tensor *t);
 /* Runs op into nout new userdata (pushed in order), releases the temporaries; raises on failure. */
 int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout);
 /* Pushes t (a temporary or a borrowed tensor) as a new userdata with its own reference; drops temporaries. */
