@@ -435,6 +435,15 @@ local function variant_seed(name)
   return seed
 end
 
+-- A variant's function compiled for a mode: named after both (the disk cache keys the launch choice by program),
+-- its programs launched by the mode's strategy (grace.graphs applies to programs that first run after it).
+local function compile_mode(vname, fn, mode)
+  local copts = {name = vname .. ":" .. mode.name}
+  for k, v in pairs(mode.opts) do copts[k] = v end
+  if grace.graphs then grace.graphs(mode.graphs or "auto") end
+  return grace.compile(fn, copts)
+end
+
 -- --first-call-only VARIANT --mode MODE: this process only builds one variant and times its first three calls
 -- in MODE (trace + compile + run, capture for graph modes), with the kernel cache GRACE_CACHE_DIR holds; then
 -- checks the first call's results against eager ones and prints one line "FIRST_CALL {...}". The parent
@@ -457,12 +466,7 @@ if opt.first_call_only then
     r.setup_s = clock() - t0
     local stats = {device_stats()}
     local f = w.fn
-    if mode.opts then
-      if grace.graphs then grace.graphs(mode.graphs or "auto") end
-      local copts = {name = variant.name .. ":" .. mode.name}
-      for k, v in pairs(mode.opts) do copts[k] = v end
-      f = grace.compile(w.fn, copts)
-    end
+    if mode.opts then f = compile_mode(variant.name, w.fn, mode) end
     local ms, got = {}, nil
     for k = 1, 3 do
       local t1 = clock()
@@ -555,10 +559,7 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
   if grace.reset_peak_memory then grace.reset_peak_memory() end
   local at_start = device_stats()
   if mode.opts then
-    local copts = {name = entry.name .. ":" .. mode.name}
-    for k, v in pairs(mode.opts) do copts[k] = v end
-    if grace.graphs then grace.graphs(mode.graphs or "auto") end
-    f = grace.compile(w.fn, copts)
+    f = compile_mode(entry.name, w.fn, mode)
     local before = device_stats()
     local c1, c2, got1, got2 = first_calls(f, w.pool)
     local after = device_stats()
@@ -668,10 +669,7 @@ local function interleaved(entry, w)
     if not entry.modes[mode.name].error then
       local f = w.fn
       if mode.opts then
-        local copts = {name = entry.name .. ":" .. mode.name}
-        for k, v in pairs(mode.opts) do copts[k] = v end
-        if grace.graphs then grace.graphs(mode.graphs or "auto") end
-        f = grace.compile(w.fn, copts)
+        f = compile_mode(entry.name, w.fn, mode)
         for k = 1, math.max(opt.warmup, 30) do f(table.unpack(w.pool[(k - 1) % #w.pool + 1])) end
         if grace.graphs then grace.graphs() end
       end
