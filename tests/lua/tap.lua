@@ -1,4 +1,4 @@
--- tap.lua: TAP output for Lua tests run by build/grace: plan, ok/is/near/raises checks, skips, done().
+-- tap.lua: TAP output for Lua tests run by build/grace: plan, ok/is/near/raises checks, skips, sections, done().
 local tap = {}
 local n, failed = 0, 0
 
@@ -46,6 +46,12 @@ function tap.skip(reason, count)
     n = n + 1
     io.write("ok ", n, " # SKIP ", reason, "\n")
   end
+end
+
+-- Runs fn protected: an error outside a check fails one test named after the section, not the whole file.
+function tap.section(name, fn)
+  local okcall, err = xpcall(fn, debug.traceback)
+  if not okcall then report(false, name .. ": raised " .. tostring(err)) end
 end
 
 function tap.diag(msg) io.write("# ", (tostring(msg):gsub("\n", "\n# ")), "\n") end

@@ -5,11 +5,7 @@
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
--- Each section runs protected, so one failure (a missing kernel) fails its section, not the script.
-local function section(name, fn)
-  local ok, err = xpcall(fn, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 local function shape(t) return table.concat(t:size(), "x") end
 

@@ -14,11 +14,7 @@ local grace = require "grace"
 
 local SRC = debug.getinfo(1, "S").short_src   -- this script's name as grace reports locations
 
--- Each section runs protected, so one failure (an error) fails its section, not the script.
-local function section(name, fn)
-  local ok, err = xpcall(fn, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 local function shape(t) return table.concat(t:size(), "x") end
 

@@ -12,10 +12,7 @@ local tap = require "tests.lua.tap"
 local grace = require "grace"
 local nn = require "grace.nn"
 
-local function section(name, fn)
-  local ok, err = xpcall(fn, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 local function shape(t) return table.concat(t:size(), "x") end
 

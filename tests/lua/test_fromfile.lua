@@ -5,10 +5,7 @@
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
-local function section(name, fn)
-  local ok, err = xpcall(fn, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 local tmpfiles = {}
 local function write(bytes)

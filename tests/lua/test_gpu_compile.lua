@@ -111,10 +111,7 @@ local function check(name, got, want, tol)
   return d == nil
 end
 
-local function section(name, body)
-  local ok, err = xpcall(body, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 local function rnd(shp, dt, kind)
   local t

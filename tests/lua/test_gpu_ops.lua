@@ -198,11 +198,7 @@ local function case(name, fn, args, tol)
   return tap.ok(true, name)
 end
 
--- Runs body protected: an error outside a case fails one test, not the script.
-local function section(name, body)
-  local ok, err = xpcall(body, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 ---------------------------------------------------------------------------------------------------------
 -- Random CPU inputs. kind: "any" (default), "pos" (positive), "unit" (in (-0.9, 0.9)), "nz" (nonzero, for

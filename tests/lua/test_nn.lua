@@ -4,11 +4,7 @@ local tap = require "tests.lua.tap"
 local grace = require "grace"
 local nn = require "grace.nn"
 
--- Each section runs protected, so one missing op fails its section instead of ending the script.
-local function section(name, fn)
-  local ok, err = xpcall(fn, debug.traceback)
-  if not ok then tap.ok(false, name .. ": raised " .. tostring(err)) end
-end
+local section = tap.section
 
 local function flat(t)
   local out = {}
