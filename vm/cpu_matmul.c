@@ -37,17 +37,6 @@ static void batch_offsets(const mm_plan *p, int64_t b, int64_t *oa, int64_t *ob)
   *oa = a; *ob = c;
 }
 
-/* Batch strides of one operand (nd dims, the last `mat` of them the matrix) against the broadcast batch
- * shape: 0 where the operand lacks the dim or has size 1. */
-static void side_batch_strides(const mm_plan *p, int nd, const int64_t *sizes, const int64_t *strides, int mat,
-                               int64_t *bstr) {
-  int own = nd - mat;
-  for (int d = 0; d < p->nbd; d++) {
-    int td = d - (p->nbd - own);
-    bstr[d] = td < 0 || sizes[td] == 1 ? 0 : strides[td];
-  }
-}
-
 /* ---- slots: per-thread scratch for the packed panels, taken by whichever thread runs a chunk ---- */
 typedef struct mm_slots {
   int n;
@@ -656,8 +645,9 @@ static void plan_sides(mm_plan *p, const grace_tensor *x, const grace_tensor *y)
   else { p->brs = y->strides[y->ndim - 2]; p->bcs = y->strides[y->ndim - 1]; }
   if (p->N == 1) p->bcs = 1;   /* a stride along a dim of size 1 is never used */
   if (p->M == 1) p->ars = 0;
-  side_batch_strides(p, x->ndim, x->sizes, x->strides, x->ndim >= 2 ? 2 : 1, p->bstr_a);
-  side_batch_strides(p, y->ndim, y->sizes, y->strides, y->ndim >= 2 ? 2 : 1, p->bstr_b);
+  /* each operand's batch dims: all but its last 2 (1 for a vector) */
+  vm_broadcast_dims(x->ndim - (x->ndim >= 2 ? 2 : 1), x->sizes, x->strides, p->nbd, p->bsizes, p->bstr_a);
+  vm_broadcast_dims(y->ndim - (y->ndim >= 2 ? 2 : 1), y->sizes, y->strides, p->nbd, p->bsizes, p->bstr_b);
 }
 
 /* When B is the same matrix for every batch and A's batch and row dims form one strided run, the

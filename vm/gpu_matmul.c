@@ -108,9 +108,9 @@ static int plan(mm_prob *p, const grace_tensor *x, const grace_tensor *y, int no
     int dx = d - (nbd - xb), dy = d - (nbd - yb);
     int64_t sx = dx < 0 ? 1 : x->sizes[dx], sy = dy < 0 ? 1 : y->sizes[dy];
     sz[d] = sx == 1 ? sy : sx;
-    st[0][d] = dx < 0 || sx == 1 ? 0 : x->strides[dx];
-    st[1][d] = dy < 0 || sy == 1 ? 0 : y->strides[dy];
   }
+  vm_broadcast_dims(xb, x->sizes, x->strides, nbd, sz, st[0]);
+  vm_broadcast_dims(yb, y->sizes, y->strides, nbd, sz, st[1]);
   sz[nbd] = p->M;
   st[0][nbd] = x->ndim == 1 ? 0 : x->strides[x->ndim - 2];
   st[1][nbd] = 0;

@@ -97,6 +97,9 @@ grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *con
                           int64_t *sizes);
 /* Strides of t seen through a broadcast to (ndim, sizes): 0 on broadcast dims. t must broadcast. */
 void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides);
+/* The same for the leading `own` dims of a tensor (tsizes, tstrides): a matmul operand's batch dims. */
+void vm_broadcast_dims(int own, const int64_t *tsizes, const int64_t *tstrides, int ndim, const int64_t *sizes,
+                       int64_t *strides);
 
 /* Multi-index counter over a shape, row-major: for (c = ...; ; ) { ...; if (!vm_counter_next(&c)) break; } */
 typedef struct vm_counter {

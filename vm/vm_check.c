@@ -232,15 +232,6 @@ grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const gr
   return GRACE_OK;
 }
 
-/* Strides of t over the last nd dims of a broadcast shape (right-aligned; 0 where t is missing the dim or has
- * size 1 there). */
-static void aligned_strides(const grace_tensor *t, int nd, int64_t *out) {
-  for (int d = 0; d < nd; d++) {
-    int td = d - (nd - t->ndim);
-    out[d] = td >= 0 && t->sizes[td] != 1 ? t->strides[td] : 0;
-  }
-}
-
 grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {
   ir_type ty[5];
   const ir_type *tp[5];
@@ -270,17 +261,15 @@ grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const gra
   p->vn = v->strides[v->ndim - 2]; p->vd = v->strides[v->ndim - 1];
   p->rows = p->M;
   for (int d = 0; d < p->nb; d++) { p->bsize[d] = o.sizes[d]; p->rows *= o.sizes[d]; }
-  /* the batch dims: each operand without its two matrix dims, right-aligned */
-  const grace_tensor *ops[3] = {q, k, v};
-  int64_t *bs[3] = {p->qb, p->kb, p->vb};
-  for (int i = 0; i < 3; i++) {
-    grace_tensor b = *ops[i];
-    b.ndim -= 2;
-    aligned_strides(&b, p->nb, bs[i]);
-  }
-  if (m) {
-    int64_t ms[GRACE_MAX_DIMS];
-    aligned_strides(m, p->nb + 2, ms);
+  /* the batch dims: each operand's all but its two matrix dims */
+  vm_broadcast_dims(q->ndim - 2, q->sizes, q->strides, p->nb, p->bsize, p->qb);
+  vm_broadcast_dims(k->ndim - 2, k->sizes, k->strides, p->nb, p->bsize, p->kb);
+  vm_broadcast_dims(v->ndim - 2, v->sizes, v->strides, p->nb, p->bsize, p->vb);
+  if (m) {   /* over the scores [batch..., M, N] */
+    int64_t ms[GRACE_MAX_DIMS], ss[GRACE_MAX_DIMS];
+    memcpy(ss, p->bsize, sizeof(int64_t) * (size_t)p->nb);
+    ss[p->nb] = p->M; ss[p->nb + 1] = p->N;
+    vm_broadcast_strides(m, p->nb + 2, ss, ms);
     for (int d = 0; d < p->nb; d++) p->mb[d] = ms[d];
     p->mm = ms[p->nb]; p->mn = ms[p->nb + 1];
   }

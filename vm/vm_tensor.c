@@ -295,11 +295,16 @@ grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *con
   return grace_broadcast_shapes(vm, op, k, nds, szs, ndim, sizes);
 }
 
-void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides) {
+void vm_broadcast_dims(int own, const int64_t *tsizes, const int64_t *tstrides, int ndim, const int64_t *sizes,
+                       int64_t *strides) {
   for (int d = 0; d < ndim; d++) {
-    int td = d - (ndim - t->ndim);
-    strides[d] = td < 0 || (t->sizes[td] == 1 && sizes[d] != 1) ? 0 : t->strides[td];
+    int td = d - (ndim - own);
+    strides[d] = td < 0 || (tsizes[td] == 1 && sizes[d] != 1) ? 0 : tstrides[td];
   }
+}
+
+void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides) {
+  vm_broadcast_dims(t->ndim, t->sizes, t->strides, ndim, sizes, strides);
 }
 
 void vm_counter_init(vm_counter *c, int ndim, const int64_t *sizes) {
