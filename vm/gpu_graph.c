@@ -677,9 +677,10 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   const gg_graph *last = NULL;
   for (int i = 0; i < p->ngr; i++) {
     out->table_bytes += sizeof(uint64_t) * GG_WORDS;
-    out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap) + sizeof(uint64_t) * GG_WORDS;
+    out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap);
     if ((!p->decided || p->gr[i]->strat == p->chosen) && (!last || p->gr[i]->used > last->used)) last = p->gr[i];
   }
+  out->graph_bytes += out->table_bytes;
   if (last) {
     out->kernels = last->nkernels;
     out->indirect_words = last->ndyn;
