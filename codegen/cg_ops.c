@@ -27,6 +27,9 @@ int cg_ops_nptr(cgo_tmpl t) {
 /* Bit conversions (the same arithmetic as vm.h's), saturating float -> int64, Philox4x32-10 (vm_rng.c). */
 static const char *common_src =
   "typedef unsigned long long cgo_u64;\n"
+  "__device__ __forceinline__ unsigned cgo_saddr(const void *p) {\n"
+  "  unsigned r; asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(r) : \"l\"(p)); return r;\n"
+  "}\n"
   "#define CGO_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
   "i += (long long)gridDim.x * blockDim.x)\n"
   "__device__ __forceinline__ float cgo_h2f(unsigned short h) {\n"
@@ -146,7 +149,7 @@ static const tmpl_def defs[CGO_NTMPL] = {
                 "rows, L, P, k, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol, base, has_idx", 0, {0}},
   [CGO_ATTN] = {6, {"O", "Q", "K", "V", "M", "C"}, {"out", "q", "kt", "v", "mask", "sc"},
                 "rows, M, N, D, Dv, nb, bs" W16 ", qb" W16 ", kb" W16 ", vb" W16 ", mb" W16
-                ", qm, qd, kd, kn, vn, vd, mm, mn, fill", 0, {0}},
+                ", qm, qd, kd, kn, vn, vd, mm, mn, fill, R, C, kvec, vvec, scv", 0, {0}},
 };
 
 int cg_ops_nscalar(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? defs[t].nscalar : 0; }
@@ -387,6 +390,145 @@ static void body_sort(cg_buf *b, const cgo_spec *s) {
              "      if (p.has_idx) idx[oo + j * p.ol] = (long long)src + p.base;\n    }\n    __syncthreads();\n  }\n");
 }
 
+/* The scale: read through the 0-d tensor's pointer, or the word scv (a host number passed by value). */
+static void emit_attn_scale(cg_buf *b, const cgo_spec *s, const char *T, const char *L) {
+  if (s->variant & CGO_ATTN_SVAL) cg_printf(b, "  const %s scale = (%s)__longlong_as_double(p.scv);\n", T, T);
+  else if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "  const %s scale = (%s)C%s(sc);\n", T, T, L);
+}
+
+/* Loads keys j0 .. j0+nj of a [keys, dims] operand into shared rows of `ld` floats: 16-byte vectors along the
+ * dims when they are contiguous and aligned and the shared rows are too (f4: row lengths multiples of 4 floats;
+ * float32 goes by cp.async straight into shared memory, so every copy of the chunk is in flight at once), else
+ * one element per thread, the stride-1 dim fastest. */
+static void emit_attn_stage(cg_buf *b, grace_dtype dt, const char *role, const char *ptr, const char *base,
+                            const char *dims, const char *sd, const char *sj, const char *vec, const char *dst,
+                            const char *ld) {
+  cg_printf(b,
+    "    if (%s && f4 && ((unsigned long long)(%s + %s) & 15) == 0) {\n"
+    "      const int V = 16 / (int)sizeof(%s_t), per = %s / V;\n"
+    "#pragma unroll 8\n"
+    "      for (int e = tid; e < nj * per; e += nt) {\n"
+    "        const int j = e / per, c = e - j * per;\n"
+    "        const %s_t *src = %s + %s + (j0 + j) * %s + (long long)c * V;\n",
+    vec, ptr, base, role, dims, role, ptr, base, sj);
+  if (dt == GRACE_FLOAT32)
+    cg_printf(b, "#if __CUDA_ARCH__ >= 800\n"
+                 "        asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16;\" :: \"r\"(cgo_saddr(%s + j * %s + c * V)), \"l\"(src));\n"
+                 "#else\n        *(float4 *)(%s + j * %s + c * V) = *(const float4 *)src;\n#endif\n",
+              dst, ld, dst, ld);
+  else
+    cg_printf(b, "        union { uint4 u; %s_t x[16 / sizeof(%s_t)]; } w;\n        w.u = *(const uint4 *)src;\n"
+                 "#pragma unroll\n"
+                 "        for (int u = 0; u < V; u++) %s[j * %s + c * V + u] = %s_ldf(&w.x[u]);\n",
+              role, role, dst, ld, role);
+  cg_printf(b,
+    "      }\n"
+    "    } else if (%s == 1) {\n"
+    "#pragma unroll 4\n"
+    "      for (int e = tid; e < nj * %s; e += nt) { const int j = e %% nj, d = e / nj;\n"
+    "        %s[j * %s + d] = %s_ldf(%s + %s + (long long)d * %s + (j0 + j)); }\n"
+    "    } else {\n"
+    "#pragma unroll 4\n"
+    "      for (int e = tid; e < nj * %s; e += nt) { const int j = e / %s, d = e - j * %s;\n"
+    "        %s[j * %s + d] = %s_ldf(%s + %s + (long long)d * %s + (j0 + j) * %s); }\n"
+    "    }\n",
+    sj, dims, dst, ld, role, ptr, base, sd,
+    dims, dims, dims, dst, ld, role, ptr, base, sd, sj);
+}
+
+/* The tiled kernel (float compute): a block per R query rows of one batch index. Per chunk of C keys: keys and
+ * values staged in shared memory, every score of the R x C tile from shared memory (key rows padded to D+4, read
+ * as float4: 8 lanes of a quarter-warp hit 8 distinct 16-byte slots; D+1 when D is not a multiple of 4), the
+ * rows' running maxima and sums updated by a warp each, then the outputs (row, dim) rescaled and accumulated.
+ * When R*Dv is less than the block, G = block / (R*Dv) threads share an output, each over every G-th key, and add
+ * up at the end (decode: one row of 64 dims, 4 threads each). Scores never reach global memory.
+ * Shared memory (floats): keys C*KP, values C*Dv, q R*D, probabilities R*C, max/sum/rescale 3R, the groups'
+ * sums CGO_ATTN_THREADS. */
+static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
+  cg_printf(b, "  extern __shared__ __align__(16) unsigned char cgo_sh[];\n"
+               "  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;\n"
+               "  const int nR = (int)p.R, nC = (int)p.C, nD = (int)p.D, nDv = (int)p.Dv;\n"
+               "  const bool f4 = (nD & 3) == 0 && (nDv & 3) == 0;\n"
+               "  const int KP = f4 ? nD + 4 : nD + 1, nO = nR * nDv, G = nO < nt ? nt / nO : 1;\n"
+               "  const int grp = G > 1 ? tid / nO : 0, own = G > 1 ? tid - grp * nO : tid;\n"
+               "  float *ks = (float *)cgo_sh, *vs = ks + nC * KP, *qs = vs + nC * nDv, *ps = qs + nR * nD;\n"
+               "  float *ms = ps + nR * nC, *ls = ms + nR, *al = ls + nR, *red = al + nR;\n"
+               "  const float fill = (float)__longlong_as_double(p.fill), ninf = __int_as_float((int)0xff800000u);\n"
+               "  const long long tiles = (p.M + nR - 1) / nR, nblk = p.rows / p.M * tiles;\n"
+               "  enum { CGO_ATTN_ACC = %d };\n", CGO_ATTN_ACC);
+  emit_attn_scale(b, s, "float", "_ldf");
+  cg_puts(b, "  for (long long blk = blockIdx.x; blk < nblk; blk += gridDim.x) {\n"
+             "    long long bb = blk / tiles, i0 = (blk % tiles) * nR, bo = bb, qo = 0, ko = 0, vo = 0, mo = 0;\n"
+             "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
+             "      long long x = bo % p.bs[d]; bo /= p.bs[d];\n"
+             "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
+             "    for (int e = tid; e < nR * nD; e += nt) { const int r = e / nD, d = e - r * nD;\n"
+             "      qs[e] = i0 + r < p.M ? Q_ldf(q + qo + (i0 + r) * p.qm + (long long)d * p.qd) : 0.0f; }\n"
+             "    if (tid < nR) { ms[tid] = ninf; ls[tid] = 0.0f; }\n"
+             "    float acc[CGO_ATTN_ACC];\n"
+             "#pragma unroll\n"
+             "    for (int t = 0; t < CGO_ATTN_ACC; t++) acc[t] = 0.0f;\n"
+             "    for (long long j0 = 0; j0 < p.N; j0 += nC) {\n"
+             "      const int nj = p.N - j0 < nC ? (int)(p.N - j0) : nC;\n");
+  emit_attn_stage(b, s->dt[1], "K", "kt", "ko", "nD", "p.kd", "p.kn", "p.kvec", "ks", "KP");
+  emit_attn_stage(b, s->dt[1], "V", "v", "vo", "nDv", "p.vd", "p.vn", "p.vvec", "vs", "nDv");
+  if (s->dt[1] == GRACE_FLOAT32)
+    cg_puts(b, "#if __CUDA_ARCH__ >= 800\n      asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n#endif\n");
+  cg_puts(b, "      __syncthreads();\n"
+             "      for (int e = tid; e < nR * nC; e += nt) {\n"
+             "        const int r = e / nC, j = e - r * nC;\n        float sc_ = ninf;\n"
+             "        if (j < nj && i0 + r < p.M) {\n          const float *qr = qs + r * nD, *kr = ks + j * KP;\n"
+             "          if (f4) {\n"
+             "            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;\n"
+             "#pragma unroll 4\n"
+             "            for (int d = 0; d < nD; d += 4) {\n"
+             "              const float4 x = *(const float4 *)(qr + d), y = *(const float4 *)(kr + d);\n"
+             "              a0 += x.x * y.x; a1 += x.y * y.y; a2 += x.z * y.z; a3 += x.w * y.w;\n            }\n"
+             "            sc_ = (a0 + a1) + (a2 + a3);\n"
+             "          } else {\n            sc_ = 0.0f;\n"
+             "            for (int d = 0; d < nD; d++) sc_ += qr[d] * kr[d];\n          }\n");
+  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
+    cg_printf(b, "          sc_ = sc_ %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
+  if (s->variant & CGO_ATTN_MASK)
+    cg_printf(b, "          if (%s(mask[mo + (i0 + r) * p.mm + (j0 + j) * p.mn] != 0)) sc_ = fill;\n",
+              s->variant & CGO_ATTN_KEEP ? "!" : "");
+  cg_puts(b, "        }\n        ps[e] = sc_;\n      }\n      __syncthreads();\n"
+             "      for (int r = warp; r < nR; r += nw) {\n"
+             "        float cm = ninf;\n"
+             "        for (int j = lane; j < nj; j += 32) cm = fmaxf(cm, ps[r * nC + j]);\n"
+             "        for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));\n"
+             "        const float mold = ms[r], mnew = fmaxf(mold, cm), a = mnew == ninf ? 1.0f : expf(mold - mnew);\n"
+             "        float sum = 0.0f;\n"
+             "        for (int j = lane; j < nj; j += 32) {\n"
+             "          const float x = ps[r * nC + j], e = x == ninf ? 0.0f : expf(x - mnew);\n"
+             "          ps[r * nC + j] = e; sum += e;\n        }\n"
+             "        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);\n"
+             "        if (lane == 0) { ms[r] = mnew; ls[r] = ls[r] * a + sum; al[r] = a; }\n      }\n"
+             "      __syncthreads();\n"
+             "      if (grp < G) {\n"
+             "#pragma unroll\n"
+             "        for (int t = 0; t < CGO_ATTN_ACC; t++) {\n"
+             "          const int e = own + t * nt;\n          if (e >= nO) break;\n"
+             "          const int r = e / nDv, d = e - r * nDv;\n"
+             "          const float *pr = ps + r * nC;\n          float s0 = acc[t] * al[r], s1 = 0.0f;\n"
+             "          int j = grp;\n"
+             "          for (; j + G < nj; j += 2 * G) { s0 += pr[j] * vs[j * nDv + d]; s1 += pr[j + G] * vs[(j + G) * nDv + d]; }\n"
+             "          if (j < nj) s0 += pr[j] * vs[j * nDv + d];\n"
+             "          acc[t] = s0 + s1;\n        }\n      }\n"
+             "      __syncthreads();\n    }\n"
+             "    if (G > 1) {   /* the key groups' partial sums meet in shared memory */\n"
+             "      if (grp < G) red[grp * nO + own] = acc[0];\n      __syncthreads();\n"
+             "      if (grp == 0) { float t_ = 0.0f; for (int g = 0; g < G; g++) t_ += red[g * nO + own]; acc[0] = t_; }\n"
+             "    }\n"
+             "    if (grp == 0) {\n"
+             "#pragma unroll\n"
+             "      for (int t = 0; t < CGO_ATTN_ACC; t++) {\n"
+             "        const int e = own + t * nt;\n        if (e >= nO) break;\n"
+             "        const int r = e / nDv, d = e - r * nDv;\n"
+             "        if (i0 + r < p.M) O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, acc[t] / ls[r]);\n      }\n    }\n"
+             "    __syncthreads();\n  }\n");
+}
+
 /* Online softmax per warp over chunks of 32 keys (chunk c of the row goes to warp c % nw): each lane scores one
  * key of the chunk (a dot product over D; the lanes' loads are independent, so they overlap), the chunk's
  * maximum rescales the running sum and accumulators, then the chunk's keys are added in order, each weight
@@ -400,7 +542,7 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
                "  const long long W = 258;\n"
                "  const T fill = (T)__longlong_as_double(p.fill), ninf = (T)__int_as_float((int)0xff800000u);\n",
             dbl ? "double" : "float");
-  if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "  const T scale = (T)C%s(sc);\n", L);
+  emit_attn_scale(b, s, "T", L);
   cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n"
              "    long long bb = row / p.M, i = row % p.M, qo = i * p.qm, ko = 0, vo = 0, mo = i * p.mm;\n"
              "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
@@ -413,7 +555,8 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
   cg_printf(b, "#pragma unroll 8\n"
                "          for (long long d = 0; d < p.D; d++) s += Q%s(q + qo + d * p.qd) * K%s(kt + ko + d * p.kd + j * p.kn);\n",
             L, L);
-  if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "          s = s %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
+  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
+    cg_printf(b, "          s = s %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
   if (s->variant & CGO_ATTN_MASK)
     cg_printf(b, "          { bool on = mask[mo + j * p.mn] != 0; if (%son) s = fill; }\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
   cg_printf(b, "        }\n        T cm = s;\n"
@@ -500,7 +643,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   case CGO_SOFTMAX: body_softmax(&b, s); break;
   case CGO_NORM: body_norm(&b, s); break;
   case CGO_SORT: body_sort(&b, s); break;
-  case CGO_ATTN: body_attn(&b, s); break;
+  case CGO_ATTN: if (s->variant & CGO_ATTN_TILED) body_attn_tiled(&b, s); else body_attn(&b, s); break;
   default: break;
   }
   cg_puts(&b, "}\n");

@@ -34,7 +34,13 @@
  *                                     Variant: CGO_ATTN_* bits. A block per query row, each warp chunks of 32
  *                                     keys (a lane per key's score) with a running maximum, merged in shared
  *                                     memory (blockDim / 32 * 258 elements of the compute type); Dv in chunks of
- *                                     256. */
+ *                                     256. Then R, C, kvec, vvec, scv for CGO_ATTN_TILED (float compute): a block of
+ *                                     CGO_ATTN_THREADS per R query rows of one batch index, over chunks of C keys
+ *                                     staged in shared memory (floats: C*KP + C*Dv + R*D + R*C + 3R +
+ *                                     CGO_ATTN_THREADS, KP = D+4 when D and Dv are multiples of 4, else D+1; R*Dv
+ *                                     at most CGO_ATTN_THREADS * CGO_ATTN_ACC); kvec/vvec: keys/values contiguous
+ *                                     along D/Dv in 16-byte vectors (checked again against the pointers).
+ *                                     CGO_ATTN_SVAL: the scale is the word scv (double bits), not a pointer. */
 #ifndef GRACE_CG_OPS_H
 #define GRACE_CG_OPS_H
 
@@ -50,7 +56,9 @@ typedef enum cgo_tmpl {
   CGO_ATTN, CGO_NTMPL
 } cgo_tmpl;
 
-enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16 };
+enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16,
+       CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64 };
+enum { CGO_ATTN_THREADS = 256, CGO_ATTN_ACC = 8 };   /* the tiled kernel: block size, outputs per thread */
 enum { CGO_ARANGE_F, CGO_ARANGE_I, CGO_LINSPACE, CGO_EYE, CGO_RAND, CGO_RANDN, CGO_RANDINT, CGO_NCREATE };
 
 /* Which kernel: dt[] are the dtypes of the template's pointers in order (COPY: dst, src; FILL/TRI/CREATE: the

@@ -6,10 +6,8 @@
  * as masked_fill(s, mask, fill) or where(mask, s, fill) / where(mask, fill, s). It runs before decompose, which
  * would split the softmax. Results change in rounding only (no scores rounded to the dtype, sums in another
  * order): compiled programs are judged against eager by tolerance, as fused kernels are.
- * For now only host programs are rewritten: on the H200 the device kernel (cg_ops.c's ATTN) made GPT-2 decode
- * slower than the three kernels it replaces (graphs 694 -> 909 us per step, 12 attentions; launched eagerly
- * 929 -> 1423 us, where the scale, a host number, is copied to the device synchronously per op), so device
- * programs keep the unfused form until the kernel and the scale's path are fixed (bench/RESULTS.md). */
+ * On the device the op is cg_ops.c's tiled kernel (a block per few query rows, keys and values staged in shared
+ * memory) with a host scale passed by value. */
 #include <string.h>
 #include "ir/ir_pass.h"
 
@@ -84,7 +82,6 @@ static int match(const grace_ir *ir, const int32_t *uses, int k, char *mark, att
   if (op < 0 || ir->insts[op].op != GRACE_OP_MATMUL || uses[x] != 1 || mark[op] == FUSE) return 0;
   members[nm++] = op;
   m->q = arg(ir, op, 0);
-  if (ir->vals[m->q].type.device != GRACE_CPU) return 0;   /* see the head of the file */
   m->kt = arg(ir, op, 1);
   m->v = arg(ir, k, 1);
   /* every value of the chain keeps q's dtype (no promotion hidden in the scale or the fill) */

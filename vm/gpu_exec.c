@@ -313,14 +313,15 @@ grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in
   case GRACE_KIND_UNARY: case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE: case GRACE_KIND_TERNARY:
   case GRACE_KIND_REDUCE: case GRACE_KIND_MATMUL:
     return run_prog(vm, op, nin, in, attrs, nout, out);
-  default: {   /* templates take device tensors only: host numbers (scatter's value) are moved first */
+  default: {   /* templates take device tensors: host numbers (scatter's value) are moved first */
     grace_tensor *args[GRACE_MAX_DIMS * 8], *moved[GRACE_MAX_DIMS * 8];
     int nm = 0;
     grace_status st = nin <= (int)(sizeof args / sizeof *args) ? GRACE_OK
                       : vm_err(vm, GRACE_EUNSUPPORTED, "%s: too many inputs", grace_op_name(op));
     for (int i = 0; i < nin && st == GRACE_OK; i++) {
       args[i] = in[i];
-      if (in[i] && in[i]->storage->device == GRACE_CPU && in[i]->ndim == 0 && op != GRACE_OP_COPY_)
+      if (in[i] && in[i]->storage->device == GRACE_CPU && in[i]->ndim == 0 && op != GRACE_OP_COPY_ &&
+          !(op == GRACE_OP_ATTENTION && i == 3))   /* attention takes its scale by value (op_attention) */
         if ((st = gpu_host_number(vm, in[i], &moved[nm])) == GRACE_OK) args[i] = moved[nm++];
     }
     if (st == GRACE_OK) st = gpu_op_run(vm, op, nin, args, attrs, nout, out);

@@ -570,31 +570,72 @@ static grace_status sort_on_host(grace_vm *vm, grace_op op, grace_tensor *x, con
   return st;
 }
 
-/* attention (cpu_attention.c on the CPU): a block per query row, a warp per chunk of 32 keys up to 8 warps (4 when
- * there are rows enough to fill the device). */
+/* Whether an operand can be staged in 16-byte vectors along its dims: dims contiguous, every other stride and the
+ * dim count multiples of the vector (the kernel checks the pointer's alignment itself). */
+static int attn_vec(const vm_attn *p, int64_t dims, int64_t sd, int64_t sj, const int64_t *sb, grace_dtype dt) {
+  int64_t v = 16 / (int64_t)grace_dtype_size(dt);
+  if (sd != 1 || dims % v || sj % v) return 0;
+  for (int d = 0; d < p->nb; d++)
+    if (sb[d] % v) return 0;
+  return 1;
+}
+
+/* attention (cpu_attention.c on the CPU). Float compute: the tiled kernel, a block per R rows of one batch index
+ * (R halved from 16 until the blocks fill the device), chunks of keys in shared memory (all keys in one chunk when
+ * they fit: decode's one row against its cache). float64, or rows too wide for shared memory: a block per query
+ * row, a warp per chunk of 32 keys up to 8 warps (4 when there are rows enough to fill the device). A scale that is
+ * a host number goes by value (a device copy would synchronize); in a capture it is the graph table's word. */
 static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
   vm_attn p;
   grace_status st = vm_check_attention(vm, in, a, &p);
   if (st != GRACE_OK) return st;
-  if (!(out[0] = dev_new(vm, "attention", p.odt, p.ndim, p.osizes))) return vm->status;
-  if (p.rows == 0 || p.Dv == 0) return GRACE_OK;
-  if (p.N == 0) return dev_fill(vm, out[0], 0);   /* no keys: the product of empty rows */
-  grace_tensor *q = in[0], *sc = in[3], *m = in[4];
+  grace_tensor *q = in[0], *sc = in[3], *m = in[4], *moved = NULL;
+  double scv = 0;
+  int sval = sc && sc->storage->device == GRACE_CPU && !gpu_graph_capturing(vm);
+  if (sval && (st = grace_tensor_read(vm, sc, GRACE_FLOAT64, &scv)) != GRACE_OK) return st;
+  if (sc && sc->storage->device == GRACE_CPU && !sval) {
+    if ((st = gpu_host_number(vm, sc, &moved)) != GRACE_OK) return st;
+    sc = moved;
+  }
+  if (!(out[0] = dev_new(vm, "attention", p.odt, p.ndim, p.osizes))) { grace_tensor_release(moved); return vm->status; }
+  if (p.rows == 0 || p.Dv == 0) { grace_tensor_release(moved); return GRACE_OK; }
+  if (p.N == 0) { grace_tensor_release(moved); return dev_fill(vm, out[0], 0); }   /* no keys: empty rows' product */
+  cuda_ctx *c = gpu_ctx(vm);
+  int dbl = q->dtype == GRACE_FLOAT64;
+  int64_t sms = cuda_properties(c)->sms, R = 16;
+  while (R > 1 && (R > p.M || p.rows / p.M * ((p.M + R - 1) / R) < sms)) R /= 2;
+  int64_t limit = cuda_properties(c)->smem_per_block_optin < 100 * 1024 ? cuda_properties(c)->smem_per_block_optin : 100 * 1024;
+  int64_t C = p.N < 256 ? (p.N + 7) / 8 * 8 : 256;
+  int64_t KP = p.D % 4 == 0 && p.Dv % 4 == 0 ? p.D + 4 : p.D + 1;   /* cg_ops.h's layout */
+#define ATTN_SMEM(C_) (4 * ((C_) * KP + (C_) * p.Dv + R * p.D + R * (C_) + 3 * R + CGO_ATTN_THREADS))
+  while (C > 16 && ATTN_SMEM(C) > limit) C /= 2;
+  int tiled = !dbl && ATTN_SMEM(C) <= limit && R * p.Dv <= CGO_ATTN_THREADS * CGO_ATTN_ACC;
+  unsigned smem = (unsigned)ATTN_SMEM(C);
+#undef ATTN_SMEM
   words w = {0};
   wptr(&w, gpu_ptr(out[0])); wptr(&w, gpu_ptr(q)); wptr(&w, gpu_ptr(in[1])); wptr(&w, gpu_ptr(in[2]));
-  wptr(&w, m ? gpu_ptr(m) : 0); wptr(&w, sc ? gpu_ptr(sc) : 0);
+  wptr(&w, m ? gpu_ptr(m) : 0); wptr(&w, sc && !sval ? gpu_ptr(sc) : 0);
   wput(&w, p.rows); wput(&w, p.M); wput(&w, p.N); wput(&w, p.D); wput(&w, p.Dv); wput(&w, p.nb);
   warr(&w, p.bsize, p.nb); warr(&w, p.qb, p.nb); warr(&w, p.kb, p.nb); warr(&w, p.vb, p.nb); warr(&w, p.mb, p.nb);
   wput(&w, p.qm); wput(&w, p.qd); wput(&w, p.kd); wput(&w, p.kn); wput(&w, p.vn); wput(&w, p.vd);
   wput(&w, p.mm); wput(&w, p.mn); wput(&w, dbits(a->a));
-  int dbl = q->dtype == GRACE_FLOAT64;
-  int variant = (sc ? CGO_ATTN_SCALE : 0) | (a->flag & GRACE_ATTN_DIV ? CGO_ATTN_DIV : 0) | (m ? CGO_ATTN_MASK : 0) |
-                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0);
-  int64_t chunks = (p.N + 31) / 32, most = p.rows < 2 * 132 ? 8 : 4;
-  unsigned block = 32 * (unsigned)(chunks < most ? chunks : most);
-  unsigned smem = block / 32 * 258 * (dbl ? 8 : 4);
-  return launch(vm, CGO_ATTN, p.odt, q->dtype, sc ? sc->dtype : GRACE_FLOAT32, variant, blocks_for(p.rows, 1), block,
-                smem, &w);
+  wput(&w, R); wput(&w, C); wput(&w, attn_vec(&p, p.D, p.kd, p.kn, p.kb, in[1]->dtype));
+  wput(&w, attn_vec(&p, p.Dv, p.vd, p.vn, p.vb, in[2]->dtype)); wput(&w, dbits(scv));
+  int variant = (sc && !sval ? CGO_ATTN_SCALE : 0) | (sval ? CGO_ATTN_SVAL : 0) |
+                (a->flag & GRACE_ATTN_DIV ? CGO_ATTN_DIV : 0) | (m ? CGO_ATTN_MASK : 0) |
+                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0) | (tiled ? CGO_ATTN_TILED : 0);
+  grace_dtype sdt = sc && !sval ? sc->dtype : GRACE_FLOAT32;
+  if (tiled) {
+    int64_t blocks = p.rows / p.M * ((p.M + R - 1) / R);
+    st = launch(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(blocks, 1), CGO_ATTN_THREADS, smem, &w);
+  } else {
+    int64_t chunks = (p.N + 31) / 32, most = p.rows < 2 * sms ? 8 : 4;
+    unsigned block = 32 * (unsigned)(chunks < most ? chunks : most);
+    st = launch(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(p.rows, 1), block,
+                block / 32 * 258 * (dbl ? 8 : 4), &w);
+  }
+  grace_tensor_release(moved);
+  return st;
 }
 
 static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout, grace_tensor **out) {

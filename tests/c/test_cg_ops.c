@@ -66,6 +66,10 @@ static void compile_all(void) {
       /* attention per dtype (out, q/kt/v, scale): no flags, and every flag (scale divided, mask kept) */
       TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
            (ind ? 15 : 0) | (float_dt[i] == GRACE_FLOAT64 ? CGO_ATTN_F64 : 0), ind});
+      /* the tiled kernel (float compute): every flag, or a scale by value with a mask */
+      if (float_dt[i] != GRACE_FLOAT64)
+        TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
+             CGO_ATTN_TILED | (ind ? 15 : CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_DIV), ind});
     }
   }
 #undef TRY

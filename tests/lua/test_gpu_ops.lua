@@ -755,7 +755,8 @@ end)
 ---------------------------------------------------------------------------------------------------------
 -- attention (one kernel: scores, mask, softmax, product): decode (one query against 129 keys), short sequences,
 -- odd sizes, more keys than a warp's share, Dv over one 256-wide chunk, masks of both senses and broadcast
--- batches, a divided 0-d scale, transposed and expanded operands, a fully masked row (NaN on both)
+-- batches, a divided 0-d scale, transposed and expanded operands, keys stored [D, N], 16 query rows a block,
+-- a fully masked row (NaN on both)
 section("attention", function()
   local T = function(t) return t:transpose(-2, -1) end
   local function att(opts) return function(q, k, v, m, s)
@@ -775,7 +776,8 @@ section("attention", function()
       {"odd [2,3,5,7] x 11 keys, Dv 9", {2, 3, 5, 7}, {2, 3, 11, 7}, {2, 3, 11, 9}},
       {"2-D [5,33] x 1000 keys", {5, 33}, {1000, 33}, {1000, 17}},
       {"Dv 300 (two chunks)", {2, 4, 16}, {2, 20, 16}, {2, 20, 300}},
-      {"k, v shared by heads [2,1,..]", {2, 4, 6, 8}, {2, 1, 10, 8}, {2, 1, 10, 8}}}
+      {"k, v shared by heads [2,1,..]", {2, 4, 6, 8}, {2, 1, 10, 8}, {2, 1, 10, 8}},
+      {"many rows [2,16,128,64] x 128 keys (16 rows a block)", {2, 16, 128, 64}, {2, 16, 128, 64}, {2, 16, 128, 64}}}
     for _, s in ipairs(shapes) do
       case("attention " .. s[1] .. " " .. dt, att(), {arg(s[2], dt), arg(s[3], dt), arg(s[4], dt)}, tol)
     end
@@ -787,6 +789,8 @@ section("attention", function()
     case("attention transposed q and v, expanded k " .. dt, att({scale = 0.3}),
          {arg({2, 8, 5}, dt, nil, T), arg({1, 10, 8}, dt, nil, function(t) return t:expand({2, 10, 8}) end),
           arg({2, 4, 10}, dt, nil, T)}, tol)
+    case("attention keys stored [D, N] (kt contiguous) " .. dt, att({scale = 0.5}),
+         {arg({2, 4, 5, 12}, dt), arg({2, 4, 12, 70}, dt, nil, T), arg({2, 4, 70, 12}, dt)}, tol)
     case("unfused pattern (masked_fill, divided by a 0-d tensor) " .. dt, unfused,
          {arg({2, 3, 6, 8}, dt), arg({2, 3, 9, 8}, dt), arg({2, 3, 9, 5}, dt), grace.ones({6, 9}):triu(3):bool(),
           grace.tensor(2.5)}, tol)
