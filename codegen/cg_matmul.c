@@ -38,6 +38,17 @@ static const char helpers[] =
   "               : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
   "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
   "}\n"
+  "/* 16 bytes of a weight that is read once: the read-only path, not kept in L1 (volatile: stays after\n"
+  "   griddepcontrol.wait). A plain load cost the bf16 LM head 15% of its bandwidth on the H200. */\n"
+  "__device__ __forceinline__ mm_u4 mm_ld_stream(const void *p) {\n"
+  "  mm_u4 r;\n"
+  "#if __CUDA_ARCH__ >= 800\n"
+  "  asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r.x), \"=r\"(r.y), \"=r\"(r.z), \"=r\"(r.w) : \"l\"(p));\n"
+  "#else\n"
+  "  asm volatile(\"ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\" : \"=r\"(r.x), \"=r\"(r.y), \"=r\"(r.z), \"=r\"(r.w) : \"l\"(p));\n"
+  "#endif\n"
+  "  return r;\n"
+  "}\n"
   "/* 16 bytes as floats: 4 f32, or 8 halves (element 0 in the low bits: little endian) */\n"
   "__device__ __forceinline__ void mm_unpack_f32(const mm_u4 &u, float f[4]) {\n"
   "  f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y); f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);\n"
@@ -70,13 +81,17 @@ static const char body_gemv_nt[] =
   "  const MM_T *w = B_ + offB + (live ? n : 0) * B_SN;\n"
   "  const MM_T *a = A_ + offA;\n"
   "  /* launched as a programmatic dependent: let the next kernel start, pull this column of the weight into L2\n"
-  "     while the kernel before finishes, and only then read what it wrote (no-ops in a plain launch) */\n"
+  "     while the kernel before finishes (a one-wave grid only: in a longer one most blocks start after it, and\n"
+  "     the prefetches cost the LM head 8% of its bandwidth), and only then read what it wrote (no-ops in a plain\n"
+  "     launch) */\n"
   "#if __CUDA_ARCH__ >= 900\n"
   "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
   "#endif\n"
+  "#if MM_PREFETCH\n"
   "  if (live)\n"
   "    for (long long k = kb + (part * 32 + lane) * MM_VEC; k < ke; k += 32LL * MM_WPR * MM_VEC)\n"
   "      asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(w + k));\n"
+  "#endif\n"
   "#if __CUDA_ARCH__ >= 900\n"
   "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
   "#endif\n"
@@ -92,7 +107,7 @@ static const char body_gemv_nt[] =
   "        mm_u4 wv[4];\n"
   "#pragma unroll\n"
   "        for (int u = 0; u < 4; u++) {\n"
-  "          if (k + u * step + MM_VEC <= ke) wv[u] = *(const mm_u4 *)(w + k + u * step);\n"
+  "          if (k + u * step + MM_VEC <= ke) wv[u] = mm_ld_stream(w + k + u * step);\n"
   "          else wv[u].x = wv[u].y = wv[u].z = wv[u].w = 0u;\n"
   "        }\n"
   "#pragma unroll\n"
@@ -154,7 +169,7 @@ static const char body_gemv_nn[] =
   "      for (long long k = kb + ty; k < ke; k += 8) {\n"
   "        float wf[MM_VEC];\n"
   "#if MM_VEC > 1\n"
-  "        mm_u4 wv = *(const mm_u4 *)(w + k * B_SK);\n"
+  "        mm_u4 wv = mm_ld_stream(w + k * B_SK);\n"
   "        MM_UNPACK(wv, wf);\n"
   "#else\n"
   "        wf[0] = MM_LD(w[k * B_SK]);\n"
@@ -385,6 +400,7 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   int n = 0;
   f[n++] = d->form; f[n++] = d->dt; f[n++] = d->out_dt; f[n++] = d->a_kmajor; f[n++] = d->b_kmajor;
   f[n++] = d->vec; f[n++] = d->a_vec; f[n++] = d->mtile; f[n++] = d->wpr; f[n++] = d->tile; f[n++] = d->split; f[n++] = d->indirect;
+  f[n++] = d->prefetch;
   f[n++] = d->nop; f[n++] = d->nscalar; f[n++] = d->nepi;
   for (int i = 0; i < d->nop; i++) f[n++] = d->op_dtypes[i];
   for (int i = 0; i < d->nepi; i++) { f[n++] = d->epi[i].op; f[n++] = d->epi[i].operand; f[n++] = d->epi[i].dtype; }
@@ -482,7 +498,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
             mt, d->a_kmajor ? 1 : 0, d->b_kmajor ? 1 : 0, tc_stages(d));
   cg_printf(&b, "#define MM_TCW %d\n#define MM_TCNJ %d\n#define MM_TCT %d\n", d->tile ? 2 : 4, d->tile ? 8 : 4,
             tc_threads(d));
-  cg_printf(&b, "#define MM_UNPACK(u, f) mm_unpack_%s(u, f)\n#define MM_WPR %d\n", dt_short(d->dt), wpr);
+  cg_printf(&b, "#define MM_UNPACK(u, f) mm_unpack_%s(u, f)\n#define MM_WPR %d\n#define MM_PREFETCH %d\n", dt_short(d->dt),
+            wpr, d->prefetch ? 1 : 0);
   cg_printf(&b, "#define MM_MMA(c, a, b0, b1) mm_mma_%s(c, a, b0, b1)\n", d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#define MM_LDE%d(x) %s(x)\n", i, load_fn(d->op_dtypes[i]));
   /* one 16-byte vector of B against MM_MT rows of A (GEMV_NT) */
@@ -533,7 +550,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   static const char *const bodies[] = {body_gemv_nt, body_gemv_nn, body_tc, body_simt, body_splitk};
   cg_puts(&b, bodies[d->form]);
   cg_puts(&b, "}\n#undef MM_T\n#undef MM_OT\n#undef MM_LD\n#undef MM_STO\n#undef MM_VEC\n#undef MM_MT\n#undef MM_AK\n"
-              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
+              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#undef MM_LDE%d\n", i);
   k->src = cg_buf_take(&b, &k->src_len);
   if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "matmul codegen: out of memory");

@@ -61,6 +61,8 @@ typedef struct cg_mm_desc {
   int tile;             /* GEMM_TC: 0: 8 warps of 64x32, 3 stages; 1: 4 warps of 64x64, 4 stages */
   int wpr;              /* GEMV_NT: warps sharing one output column (1, 2, 4: short rows, few columns) */
   int split;            /* GEMV: writes partials to WS (the epilogue runs in CG_MM_SPLITK) */
+  int prefetch;         /* GEMV_NT: pull the weight into L2 before waiting on the previous kernel (a grid
+                           of one wave: its blocks are resident while that kernel drains) */
   int indirect;
   int nop;              /* tensor operands */
   grace_dtype op_dtypes[CG_MM_MAX_OPS];

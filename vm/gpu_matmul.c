@@ -300,11 +300,12 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     int mt = 1;
     while (mt < p->M) mt *= 2;
     if (nt) {
-      /* few columns: several warps per column so enough loads are in flight, but each lane keeps >= ~1.5
-       * loads of its row (measured on H100: GPT-2 decode f32 best at 4 warps, bf16 at 2) */
+      /* few columns: two warps per column so enough loads are in flight, when each lane keeps >= ~1.5 loads
+       * of its row (H200, 2026-11-23: GPT-2's decode GEMVs in a graph 149 / 162 / 225 us at 2 / 4 / 1 warps in
+       * fp32, 124 / 156 / 129 us in bf16) */
       d.vec = p->K % vec == 0 && aligned(p->B, p->b_b, p->b_sn, 0, vec, es) ? vec : 1;
       int64_t cols = p->N * p->nb, full = (int64_t)sms * 64, loads = p->K / d.vec;
-      int by_cols = cols >= full ? 1 : cols >= full / 2 ? 2 : 4, by_len = loads >= 192 ? 4 : loads >= 96 ? 2 : 1;
+      int by_cols = cols >= full ? 1 : 2, by_len = loads >= 96 ? 2 : 1;
       d.wpr = s->force_wpr > 0 ? s->force_wpr : by_cols < by_len ? by_cols : by_len;
       d.a_vec = d.vec > 1 && p->a_sk == 1 && aligned(p->A, p->a_b, p->a_sm, 0, vec, es);
     } else {
@@ -323,6 +324,8 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
       splits = (p->K + kchunk - 1) / kchunk;
       if (splits < 2) { splits = 1; kchunk = p->K; }
     }
+    /* a grid of one wave (16 blocks of 4 warps an SM) prefetches its weight into L2 (cg_matmul.c) */
+    d.prefetch = nt && (p->N + cpb - 1) / cpb * p->nb * splits <= 16LL * sms;
     if (splits == 1) {
       pack(p, C, 0, 1, p->K, &l);
       snprintf(s->last, sizeof s->last, "%s", nt ? "gemv_nt" : "gemv_nn");

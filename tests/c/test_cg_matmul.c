@@ -83,8 +83,15 @@ static void test_sources(void) {
   d.split = 1;
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "WS_[(((long long)blockIdx.y"),
      "split-K GEMV writes partials");
-  ok(k1.src && strstr(k1.src, "griddepcontrol.wait") && strstr(k1.src, "prefetch.global.L2"),
-     "the GEMV prefetches its weight before waiting on the previous kernel");
+  ok(k1.src && strstr(k1.src, "griddepcontrol.wait") && strstr(k1.src, "#define MM_PREFETCH 0") &&
+     strstr(k1.src, "wv[u] = mm_ld_stream(w"),
+     "the GEMV streams its weight (read-only path) and waits on the previous kernel, without prefetching by default");
+  cg_kernel_free(vm, &k1);
+  d.prefetch = 1;
+  const char *body = cg_matmul_source(vm, &d, &k1) == GRACE_OK ? strstr(k1.src, "__global__") : NULL;
+  ok(body && strstr(k1.src, "#define MM_PREFETCH 1") && strstr(body, "prefetch.global.L2") &&
+     strstr(body, "prefetch.global.L2") < strstr(body, "griddepcontrol.wait;"),
+     "a one-wave GEMV prefetches its weight before waiting on the previous kernel");
   cg_kernel_free(vm, &k1);
   d = desc(CG_MM_GEMM_TC, GRACE_BFLOAT16, 1, 1, 1, 1);
   is_int(cg_matmul_tc_smem(&d), 3 * (128 * 40 + 128 * 40) * 2, "tensor-core shared memory, k-major tiles");
@@ -146,8 +153,9 @@ static void test_compiles(void) {
     compile_one(&d, what);
     d = desc(CG_MM_GEMV_NT, dt, 1, 1, vec, 2);
     d.wpr = 4;
+    d.prefetch = 1;
     full_epilogue(&d);
-    snprintf(what, sizeof what, "GEMV W[N,K] %s, 4 warps per column, epilogue", dts(dt));
+    snprintf(what, sizeof what, "GEMV W[N,K] %s, 4 warps per column, L2 prefetch, epilogue", dts(dt));
     compile_one(&d, what);
     d = desc(CG_MM_GEMV_NT, dt, 1, 1, 1, 1);
     d.wpr = 2;
