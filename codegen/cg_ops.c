@@ -149,7 +149,7 @@ static const tmpl_def defs[CGO_NTMPL] = {
                 "rows, L, P, k, nd, size" W16 ", xs" W16 ", os" W16 ", xl, ol, base, has_idx", 0, {0}},
   [CGO_ATTN] = {6, {"O", "Q", "K", "V", "M", "C"}, {"out", "q", "kt", "v", "mask", "sc"},
                 "rows, M, N, D, Dv, nb, bs" W16 ", qb" W16 ", kb" W16 ", vb" W16 ", mb" W16
-                ", qm, qd, kd, kn, vn, vd, mm, mn, fill, R, C, kvec, vvec, scv", 0, {0}},
+                ", qm, qd, kd, kn, vn, vd, mm, mn, fill, R, C, kvec, vvec, scv, S", 0, {0}},
 };
 
 int cg_ops_nscalar(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? defs[t].nscalar : 0; }
@@ -457,7 +457,9 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
                "  const long long tiles = (p.M + nR - 1) / nR, nblk = p.rows / p.M * tiles;\n"
                "  enum { CGO_ATTN_ACC = %d };\n", CGO_ATTN_ACC);
   emit_attn_scale(b, s, "float", "_ldf");
-  cg_puts(b, "  for (long long blk = blockIdx.x; blk < nblk; blk += gridDim.x) {\n"
+  cg_puts(b, "  const int nS = (int)p.S, rank = (int)(blockIdx.x % nS);\n"
+             "  const long long per = (p.N + nS - 1) / nS, kbeg = rank * per, kend = kbeg + per < p.N ? kbeg + per : p.N;\n"
+             "  for (long long blk = blockIdx.x / nS; blk < nblk; blk += gridDim.x / nS) {\n"
              "    long long bb = blk / tiles, i0 = (blk % tiles) * nR, bo = bb, qo = 0, ko = 0, vo = 0, mo = 0;\n"
              "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
              "      long long x = bo % p.bs[d]; bo /= p.bs[d];\n"
@@ -468,8 +470,8 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
              "    float acc[CGO_ATTN_ACC];\n"
              "#pragma unroll\n"
              "    for (int t = 0; t < CGO_ATTN_ACC; t++) acc[t] = 0.0f;\n"
-             "    for (long long j0 = 0; j0 < p.N; j0 += nC) {\n"
-             "      const int nj = p.N - j0 < nC ? (int)(p.N - j0) : nC;\n");
+             "    for (long long j0 = kbeg; j0 < kend; j0 += nC) {\n"
+             "      const int nj = kend - j0 < nC ? (int)(kend - j0) : nC;\n");
   emit_attn_stage(b, s->dt[1], "K", "kt", "ko", "nD", "p.kd", "p.kn", "p.kvec", "ks", "KP");
   emit_attn_stage(b, s->dt[1], "V", "v", "vo", "nDv", "p.vd", "p.vn", "p.vvec", "vs", "nDv");
   if (s->dt[1] == GRACE_FLOAT32)
@@ -524,9 +526,22 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
              "#pragma unroll\n"
              "      for (int t = 0; t < CGO_ATTN_ACC; t++) {\n"
              "        const int e = own + t * nt;\n        if (e >= nO) break;\n"
-             "        const int r = e / nDv, d = e - r * nDv;\n"
-             "        if (i0 + r < p.M) O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, acc[t] / ls[r]);\n      }\n    }\n"
-             "    __syncthreads();\n  }\n");
+             "        const int r = e / nDv, d = e - r * nDv;\n");
+  if (s->variant & CGO_ATTN_SPLIT)   /* each block's maxima, sums and unnormalised outputs; rank 0 merges them */
+    cg_puts(b, "        red[e] = acc[t];\n      }\n    }\n"
+               "    cgo_cluster_sync();\n"
+               "    if (rank == 0 && grp == 0 && own < nO && i0 + own / nDv < p.M) {\n"
+               "      const int r = own / nDv, d = own - r * nDv;\n"
+               "      float gm = ninf, gl = 0.0f, go = 0.0f;\n"
+               "      for (int q = 0; q < nS; q++) gm = fmaxf(gm, cgo_cluster_ld(ms + r, q));\n"
+               "      for (int q = 0; q < nS; q++) {\n"
+               "        const float mq = cgo_cluster_ld(ms + r, q), w = mq == ninf ? 0.0f : expf(mq - gm);\n"
+               "        gl += cgo_cluster_ld(ls + r, q) * w; go += cgo_cluster_ld(red + own, q) * w;\n      }\n"
+               "      O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, go / gl);\n    }\n"
+               "    cgo_cluster_sync();   /* rank 0 has read the others' shared memory */\n  }\n");
+  else
+    cg_puts(b, "        if (i0 + r < p.M) O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, acc[t] / ls[r]);\n      }\n    }\n"
+               "    __syncthreads();\n  }\n");
 }
 
 /* Online softmax per warp over chunks of 32 keys (chunk c of the row goes to warp c % nw): each lane scores one
@@ -619,6 +634,14 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   for (int i = 0; i < td->nptr; i++) emit_role(&b, td->roles[i], dts[i]);
   if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE) emit_conv(&b, dts[0], dts[1]);
   if (s->tmpl == CGO_SORT) emit_sort_key(&b, dts[2]);
+  if (s->tmpl == CGO_ATTN && (s->variant & CGO_ATTN_SPLIT))   /* a cluster's barrier and loads of a peer's shared memory */
+    cg_puts(&b, "__device__ __forceinline__ void cgo_cluster_sync() {\n"
+                "  asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n}\n"
+                "__device__ __forceinline__ float cgo_cluster_ld(const float *p, int rank) {\n"
+                "  unsigned a = cgo_saddr(p), r; float v;\n"
+                "  asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(rank));\n"
+                "  asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(r) : \"memory\");\n"
+                "  return v;\n}\n");
   if (s->tmpl == CGO_NORM)   /* every thread returns the same total: the partials are added in one order */
     cg_puts(&b, "__device__ double cgo_block_sum(double v, double *sh) {\n"
                 "  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"

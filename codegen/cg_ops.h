@@ -40,7 +40,11 @@
  *                                     CGO_ATTN_THREADS, KP = D+4 when D and Dv are multiples of 4, else D+1; R*Dv
  *                                     at most CGO_ATTN_THREADS * CGO_ATTN_ACC); kvec/vvec: keys/values contiguous
  *                                     along D/Dv in 16-byte vectors (checked again against the pointers).
- *                                     CGO_ATTN_SVAL: the scale is the word scv (double bits), not a pointer. */
+ *                                     CGO_ATTN_SVAL: the scale is the word scv (double bits), not a pointer.
+ *                                     S: blocks per row tile, each over a 1/S share of the keys (1 unless
+ *                                     CGO_ATTN_SPLIT: launched in clusters of S blocks, sm_90; rank 0 merges the
+ *                                     others' maxima, sums and outputs through distributed shared memory; R*Dv
+ *                                     at most CGO_ATTN_THREADS). */
 #ifndef GRACE_CG_OPS_H
 #define GRACE_CG_OPS_H
 
@@ -57,7 +61,7 @@ typedef enum cgo_tmpl {
 } cgo_tmpl;
 
 enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16,
-       CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64 };
+       CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64, CGO_ATTN_SPLIT = 128 };
 enum { CGO_ATTN_THREADS = 256, CGO_ATTN_ACC = 8 };   /* the tiled kernel: block size, outputs per thread */
 enum { CGO_ARANGE_F, CGO_ARANGE_I, CGO_LINSPACE, CGO_EYE, CGO_RAND, CGO_RANDN, CGO_RANDINT, CGO_NCREATE };
 

@@ -237,22 +237,26 @@ grace_status cuda_sync(cuda_ctx *c) {
 }
 
 /* ---- launches and events ---- */
-grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
-                         const void *params, size_t param_bytes) {
+/* Checks the parameter struct and raises f's dynamic shared memory limit when smem needs it. */
+static grace_status launch_prepare(cuda_ctx *c, CUfunction f, unsigned smem, const void *params, size_t param_bytes) {
   if (!params || param_bytes == 0)
     return vm_err(c->vm, GRACE_EINTERNAL, "cuda_launch: a kernel takes one parameter struct (got %zu bytes)",
                   param_bytes);
-  if (smem > DEFAULT_SMEM_LIMIT) {
-    grace_status st = cuda_check(c->vm, c->fn.cuFuncSetAttribute(f, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                                 (int)smem),
-                                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-    if (st) return st;
-  }
+  if (smem > DEFAULT_SMEM_LIMIT)
+    return cuda_check(c->vm, c->fn.cuFuncSetAttribute(f, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+                      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  return GRACE_OK;
+}
+
+grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                         const void *params, size_t param_bytes) {
+  grace_status st = launch_prepare(c, f, smem, params, param_bytes);
+  if (st != GRACE_OK) return st;
   if (c->cap) cuda_capture_kernel(c, f, params, param_bytes);   /* its words, pointers among them, noted */
   void *args[1] = {(void *)params};
-  grace_status st = cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-                                                           smem, c->stream, args, NULL),
-                               "cuLaunchKernel");
+  st = cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                                              c->stream, args, NULL),
+                  "cuLaunchKernel");
   /* a launch into a capture runs only when its graph is replayed: the graph's kernel count says that */
   if (st == GRACE_OK && !c->cap) c->nlaunches++;
   return st;
@@ -262,7 +266,7 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
 typedef struct launch_attr {
   int id;
   char pad[4];
-  union { char pad[64]; int value; } v;
+  union { char pad[64]; int value; unsigned dim[3]; } v;
 } launch_attr;
 typedef struct launch_config {
   unsigned grid[3], block[3], smem;
@@ -270,24 +274,46 @@ typedef struct launch_config {
   launch_attr *attrs;
   unsigned nattrs;
 } launch_config;
-enum { LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4, LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
 _Static_assert(sizeof(launch_attr) == 72, "CUlaunchAttribute is 72 bytes");
 _Static_assert(sizeof(launch_config) == 56, "CUlaunchConfig is 56 bytes");
 
-grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
-                                    unsigned smem, const void *params, size_t param_bytes) {
-  if (!c->fn.cuLaunchKernelEx || smem > DEFAULT_SMEM_LIMIT || !params || param_bytes == 0)
-    return cuda_launch(c, f, grid, block, smem, params, param_bytes);
-  launch_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.v.value = 1;
+/* cuLaunchKernelEx with programmatic serialization (pdl) and/or clusters of `cluster` blocks along x. */
+static grace_status launch_ex(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
+                              const void *params, size_t param_bytes, int pdl, unsigned cluster) {
+  grace_status st = launch_prepare(c, f, smem, params, param_bytes);
+  if (st != GRACE_OK) return st;
+  launch_attr attr[2];
+  unsigned n = 0;
+  memset(attr, 0, sizeof attr);
+  if (pdl) { attr[n].id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION; attr[n++].v.value = 1; }
+  if (cluster) {
+    attr[n].id = LAUNCH_ATTR_CLUSTER_DIMENSION;
+    attr[n].v.dim[0] = cluster; attr[n].v.dim[1] = attr[n].v.dim[2] = 1;
+    n++;
+  }
   if (c->cap) cuda_capture_kernel(c, f, params, param_bytes);
-  launch_config cfg = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, c->stream, &attr, 1};
+  launch_config cfg = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, c->stream, attr, n};
   void *args[1] = {(void *)params};
-  grace_status st = cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");
+  st = cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");
   if (st == GRACE_OK && !c->cap) c->nlaunches++;   /* counted as cuda_launch counts */
   return st;
+}
+
+grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                    unsigned smem, const void *params, size_t param_bytes) {
+  if (!c->fn.cuLaunchKernelEx) return cuda_launch(c, f, grid, block, smem, params, param_bytes);
+  return launch_ex(c, f, grid, block, smem, params, param_bytes, 1, 0);
+}
+
+int cuda_has_clusters(const cuda_ctx *c) { return c->fn.cuLaunchKernelEx && c->props.major >= 9; }
+
+grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                 unsigned smem, const void *params, size_t param_bytes, unsigned cluster) {
+  if (!cuda_has_clusters(c))
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "cuda_launch_cluster: thread-block clusters need compute capability 9.0 "
+                  "and cuLaunchKernelEx");
+  return launch_ex(c, f, grid, block, smem, params, param_bytes, 0, cluster);
 }
 
 uint64_t cuda_launch_count(const cuda_ctx *c) { return c->nlaunches; }

@@ -115,6 +115,12 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
  * wait (griddepcontrol.wait) before reading what earlier kernels wrote. A plain launch where the driver lacks it. */
 grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                     unsigned smem, const void *params, size_t param_bytes);
+/* Whether the device and driver launch thread-block clusters (compute capability 9.0, cuLaunchKernelEx). */
+int cuda_has_clusters(const cuda_ctx *c);
+/* As cuda_launch, in clusters of `cluster` consecutive blocks along x (grid[0] a multiple of it): the blocks of a
+ * cluster run together and read each other's shared memory. GRACE_EUNSUPPORTED where cuda_has_clusters is 0. */
+grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                 unsigned smem, const void *params, size_t param_bytes, unsigned cluster);
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e);
 void cuda_event_free(cuda_ctx *c, CUevent e);
 grace_status cuda_event_record(cuda_ctx *c, CUevent e);

@@ -91,7 +91,7 @@ static grace_status get_function(grace_vm *vm, cuda_ctx *c, const cgo_spec *spec
 /* Finds (or compiles) and launches one template instance. In a capture with indirection the pointer and scalar
  * words go through table slots; the last `own` scalar words are slots already (gpu_graph_rng's). */
 static grace_status launch_own(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
-                               unsigned grid, unsigned block, unsigned smem, const words *w, int own) {
+                               unsigned grid, unsigned block, unsigned smem, const words *w, int own, unsigned cluster) {
   cuda_ctx *c = gpu_ctx(vm);
   cgo_spec spec = {t, {d0, d1, d2}, variant, 0};
   words wi;
@@ -107,14 +107,17 @@ static grace_status launch_own(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_d
   }
   CUfunction f = NULL;
   grace_status st = get_function(vm, c, &spec, &f);
-  if (st == GRACE_OK)
+  if (st == GRACE_OK && cluster > 1)
+    st = cuda_launch_cluster(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w,
+                             sizeof(uint64_t) * (size_t)w->n, cluster);
+  else if (st == GRACE_OK)
     st = cuda_launch(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w, sizeof(uint64_t) * (size_t)w->n);
   return st;
 }
 
 static grace_status launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
                            unsigned grid, unsigned block, unsigned smem, const words *w) {
-  return launch_own(vm, t, d0, d1, d2, variant, grid, block, smem, w, 0);
+  return launch_own(vm, t, d0, d1, d2, variant, grid, block, smem, w, 0, 0);
 }
 
 static grace_tensor *dev_new(grace_vm *vm, const char *op, grace_dtype dt, int nd, const int64_t *sizes) {
@@ -582,7 +585,8 @@ static int attn_vec(const vm_attn *p, int64_t dims, int64_t sd, int64_t sj, cons
 
 /* attention (cpu_attention.c on the CPU). Float compute: the tiled kernel, a block per R rows of one batch index
  * (R halved from 16 until the blocks fill the device), chunks of keys in shared memory (all keys in one chunk when
- * they fit: decode's one row against its cache). float64, or rows too wide for shared memory: a block per query
+ * they fit); when the tiles are still fewer than half the SMs (decode's one row per head), each tile's keys split
+ * over a cluster of up to 8 blocks. float64, or rows too wide for shared memory: a block per query
  * row, a warp per chunk of 32 keys up to 8 warps (4 when there are rows enough to fill the device). A scale that is
  * a host number goes by value (a device copy would synchronize); in a capture it is the graph table's word. */
 static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
@@ -605,7 +609,14 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
   int64_t sms = cuda_properties(c)->sms, R = 16;
   while (R > 1 && (R > p.M || p.rows / p.M * ((p.M + R - 1) / R) < sms)) R /= 2;
   int64_t limit = cuda_properties(c)->smem_per_block_optin < 100 * 1024 ? cuda_properties(c)->smem_per_block_optin : 100 * 1024;
-  int64_t C = p.N < 256 ? (p.N + 7) / 8 * 8 : 256;
+  /* few row tiles (decode: 12 heads of one query): the keys split over a cluster of S blocks a tile */
+  int64_t tiles = p.rows / p.M * ((p.M + R - 1) / R), S = 1;
+  if (!dbl && cuda_has_clusters(c) && 2 * tiles <= sms && R * p.Dv <= CGO_ATTN_THREADS) {
+    S = sms / tiles < 8 ? sms / tiles : 8;
+    if (S > p.N / 16) S = p.N / 16;   /* at least 16 keys a block */
+    if (S < 2) S = 1;
+  }
+  int64_t keys = (p.N + S - 1) / S, C = keys < 256 ? (keys + 7) / 8 * 8 : 256;
   int64_t KP = p.D % 4 == 0 && p.Dv % 4 == 0 ? p.D + 4 : p.D + 1;   /* cg_ops.h's layout */
 #define ATTN_SMEM(C_) (4 * ((C_) * KP + (C_) * p.Dv + R * p.D + R * (C_) + 3 * R + CGO_ATTN_THREADS))
   while (C > 16 && ATTN_SMEM(C) > limit) C /= 2;
@@ -620,14 +631,15 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
   wput(&w, p.qm); wput(&w, p.qd); wput(&w, p.kd); wput(&w, p.kn); wput(&w, p.vn); wput(&w, p.vd);
   wput(&w, p.mm); wput(&w, p.mn); wput(&w, dbits(a->a));
   wput(&w, R); wput(&w, C); wput(&w, attn_vec(&p, p.D, p.kd, p.kn, p.kb, in[1]->dtype));
-  wput(&w, attn_vec(&p, p.Dv, p.vd, p.vn, p.vb, in[2]->dtype)); wput(&w, dbits(scv));
+  wput(&w, attn_vec(&p, p.Dv, p.vd, p.vn, p.vb, in[2]->dtype)); wput(&w, dbits(scv)); wput(&w, tiled ? S : 1);
   int variant = (sc && !sval ? CGO_ATTN_SCALE : 0) | (sval ? CGO_ATTN_SVAL : 0) |
                 (a->flag & GRACE_ATTN_DIV ? CGO_ATTN_DIV : 0) | (m ? CGO_ATTN_MASK : 0) |
-                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0) | (tiled ? CGO_ATTN_TILED : 0);
+                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0) | (tiled ? CGO_ATTN_TILED : 0) |
+                (tiled && S > 1 ? CGO_ATTN_SPLIT : 0);
   grace_dtype sdt = sc && !sval ? sc->dtype : GRACE_FLOAT32;
   if (tiled) {
-    int64_t blocks = p.rows / p.M * ((p.M + R - 1) / R);
-    st = launch(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(blocks, 1), CGO_ATTN_THREADS, smem, &w);
+    st = launch_own(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(tiles, 1) * (unsigned)S, CGO_ATTN_THREADS,
+                    smem, &w, 0, (unsigned)S);
   } else {
     int64_t chunks = (p.N + 31) / 32, most = p.rows < 2 * sms ? 8 : 4;
     unsigned block = 32 * (unsigned)(chunks < most ? chunks : most);
@@ -788,7 +800,7 @@ static grace_status op_create(grace_vm *vm, grace_op op, const grace_attrs *a, g
       own = 2;
     }
     wput(&w, (int64_t)seed_w); wput(&w, (int64_t)offset_w);
-    s = launch_own(vm, CGO_CREATE, dt, dt, dt, variant, blocks_for(n, 256), 256, 0, &w, own);
+    s = launch_own(vm, CGO_CREATE, dt, dt, dt, variant, blocks_for(n, 256), 256, 0, &w, own, 0);
   }
   if (s != GRACE_OK) { grace_tensor_release(t); return s; }
   out[0] = t;

@@ -70,6 +70,9 @@ static void compile_all(void) {
       if (float_dt[i] != GRACE_FLOAT64)
         TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
              CGO_ATTN_TILED | (ind ? 15 : CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_DIV), ind});
+      if (float_dt[i] != GRACE_FLOAT64)   /* keys split over a cluster's blocks (decode) */
+        TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[i]},
+             CGO_ATTN_TILED | CGO_ATTN_SPLIT | (ind ? CGO_ATTN_SCALE : CGO_ATTN_SVAL | CGO_ATTN_MASK), ind});
     }
   }
 #undef TRY

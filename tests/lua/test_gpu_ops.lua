@@ -791,6 +791,9 @@ section("attention", function()
           arg({2, 4, 10}, dt, nil, T)}, tol)
     case("attention keys stored [D, N] (kt contiguous) " .. dt, att({scale = 0.5}),
          {arg({2, 4, 5, 12}, dt), arg({2, 4, 12, 70}, dt, nil, T), arg({2, 4, 70, 12}, dt)}, tol)
+    -- decode-like rows split their keys over a cluster of blocks: the later blocks see only masked keys
+    case("attention split over keys, 5 of 300 keys kept " .. dt, att(),
+         {arg({1, 3, 1, 16}, dt), arg({1, 3, 300, 16}, dt), arg({1, 3, 300, 24}, dt), grace.arange(300):lt(5)}, tol)
     case("unfused pattern (masked_fill, divided by a 0-d tensor) " .. dt, unfused,
          {arg({2, 3, 6, 8}, dt), arg({2, 3, 9, 8}, dt), arg({2, 3, 9, 5}, dt), grace.ones({6, 9}):triu(3):bool(),
           grace.tensor(2.5)}, tol)
@@ -798,6 +801,9 @@ section("attention", function()
   local m = grace.tensor({{1, 1, 0, 1}, {0, 0, 0, 0}, {1, 0, 1, 0}}):bool()   -- row 2 keeps no key: 0 / 0 on both sides
   case("attention with a fully masked row gives NaN there", att(), {arg({3, 8}, "float32"), arg({4, 8}, "float32"),
        arg({4, 5}, "float32"), m}, 1e-5)
+  local none = grace.arange(2 * 200):reshape({2, 1, 200}):lt(200)   -- head 2 keeps no key: NaN on both sides
+  case("attention split over keys with a fully masked row gives NaN there", att(),
+       {arg({2, 1, 16}, "float32"), arg({2, 200, 16}, "float32"), arg({2, 200, 8}, "float32"), none}, 1e-5)
   case("attention with no keys gives zeros", att(), {arg({3, 8}, "float32"), arg({0, 8}, "float32"),
        arg({0, 5}, "float32")}, 0)
 end)
