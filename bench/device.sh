@@ -6,7 +6,8 @@
 #   gpu     the GPU tests alone, verbose (tests/c/test_cuda, test_cg_*, tests/lua/test_gpu_*)
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
 #   memcheck  the GPU tests under compute-sanitizer memcheck
-#   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth and GEMM figures)
+#   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures)
+#   gemv    bench/gemv_explore.cu (nvcc): GEMV design variants beside grace's own kernels
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
@@ -84,6 +85,13 @@ for s in $stages; do
         >> "$OUT/bench_build.log" 2>&1 && timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt"
     fi
     for f in bench/gpu_*.lua; do [ -f "$f" ] && $B/grace "$f" 2>&1 | tee "$OUT/$(basename "$f" .lua).txt"; done ;;
+  gemv)        # the GEMV design experiment: hand-written variants beside grace's generated kernels
+    echo "== gemv explore"
+    gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o $B/gemv_grace_gen bench/gemv_grace_gen.c $B/libgrace.a \
+      -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread &&
+      $B/gemv_grace_gen > bench/gemv_grace_gen.cuh &&
+      /usr/local/cuda/bin/nvcc -arch=sm_90 -O3 -std=c++17 -o $B/gemv_explore bench/gemv_explore.cu &&
+      timeout 120 $B/gemv_explore 2>&1 | tee "$OUT/gemv_explore.txt" || status=1 ;;
   workloads)   # issue 8, grace side (random seeded weights unless WEIGHTS_DIR holds PyTorch's files)
     echo "== workloads (grace)"
     timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \

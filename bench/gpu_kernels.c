@@ -1,6 +1,6 @@
 /* gpu_kernels.c: kernel-level figures of grace's CUDA back end on the GPU machine: copy bandwidth, the GEMV
- * kernels (GPT-2's LM head and its decode layers replayed as one CUDA graph), the tensor-core GEMM against
- * cuBLASLt. Prints "name | value | target | pass" rows; appends nothing (the lead copies them to RESULTS.md).
+ * kernels (GPT-2's LM head and its decode layers replayed as one CUDA graph), the fused attention against its
+ * three unfused kernels (12 calls in one graph), the tensor-core GEMM against cuBLASLt. Prints "name | value | target | pass" rows; appends nothing (the lead copies them to RESULTS.md).
  * Times are CUDA events, the median of >= 20 samples after warm-up.
  *
  * Build (from the repo root, after `make` has built build/libgrace.a; add the DEPS_PREFIX library dir with an
@@ -146,7 +146,7 @@ static grace_status do_graph(void *p) {
   return cuda_check(vm, a->g->launch(a->exec, cuda_stream(cx)), "cuGraphLaunch");
 }
 
-static void bench_decode_graph(gpu_slot *slot) {
+static void *graph_api_load(graph_api *gp) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   graph_api g = {0};
   if (lib) {
@@ -157,10 +157,12 @@ static void bench_decode_graph(gpu_slot *slot) {
     g.exec_destroy = (CUresult(*)(CUgraphExec))dlsym(lib, "cuGraphExecDestroy");
     g.destroy = (CUresult(*)(CUgraph))dlsym(lib, "cuGraphDestroy");
   }
-  if (!g.begin || !g.end || !g.inst || !g.launch || !g.exec_destroy || !g.destroy) {
-    row("decode graph", "graph API missing", "65%", 0);
-    return;
-  }
+  *gp = g;
+  return g.begin && g.end && g.inst && g.launch && g.exec_destroy && g.destroy ? lib : NULL;
+}
+
+static void bench_decode_graph(gpu_slot *slot, const graph_api *gp) {
+  const graph_api g = *gp;
   static const int64_t shapes[4][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   /* in, out */
   grace_dtype dts[2] = {GRACE_FLOAT32, GRACE_BFLOAT16};
   for (int t = 0; t < 2; t++)
@@ -223,7 +225,63 @@ static void bench_decode_graph(gpu_slot *slot) {
     for (int s = 0; s < 4; s++) { grace_tensor_release(xs[s]); grace_tensor_release(os[s]); }
   }
   gpu_matmul_force(vm, slot, -1, 0);
-  dlclose(lib);
+}
+
+/* ---- 5. attention: the fused op against matmul, softmax, matmul (12 calls in one CUDA graph each) ---- */
+typedef struct attn_arg { grace_tensor *q, *kt, *v, *sc; int fused; } attn_arg;
+static grace_status do_attn(void *p) {
+  attn_arg *a = p;
+  grace_tensor *o = NULL, *s = NULL, *pr = NULL;
+  grace_attrs none = {0}, last = {0};
+  last.ndims = 1; last.dims[0] = -1;
+  grace_status st;
+  if (a->fused) {
+    st = grace_run(vm, GRACE_OP_ATTENTION, 5, (grace_tensor *[]){a->q, a->kt, a->v, a->sc, NULL}, &none, 1, &o);
+  } else {
+    st = grace_run(vm, GRACE_OP_MATMUL, 2, (grace_tensor *[]){a->q, a->kt}, &none, 1, &s);
+    if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SOFTMAX, 1, &s, &last, 1, &pr);
+    if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MATMUL, 2, (grace_tensor *[]){pr, a->v}, &none, 1, &o);
+  }
+  grace_tensor_release(s); grace_tensor_release(pr); grace_tensor_release(o);
+  return st;
+}
+static void bench_attention(const graph_api *g) {
+  static const struct { const char *name; int64_t q[4], k[4]; } shapes[2] = {
+    {"decode [1,12,1,64] x 129 keys", {1, 12, 1, 64}, {1, 12, 129, 64}},
+    {"short [1,8,64,64] x 64 keys", {1, 8, 64, 64}, {1, 8, 64, 64}}};
+  grace_dtype dts[2] = {GRACE_FLOAT32, GRACE_BFLOAT16};
+  for (int t = 0; t < 2; t++)
+    for (int sh = 0; sh < 2; sh++) {
+      grace_dtype dt = dts[t];
+      grace_tensor *q = dev_rand(dt, 4, shapes[sh].q), *k = dev_rand(dt, 4, shapes[sh].k), *v = dev_rand(dt, 4, shapes[sh].k);
+      grace_tensor *kt = NULL, *sc = NULL;
+      grace_attrs tr = {0};
+      tr.ndims = 2; tr.dims[0] = 2; tr.dims[1] = 3;
+      if (grace_run(vm, GRACE_OP_TRANSPOSE, 1, &k, &tr, 1, &kt)) die("transpose");
+      float one = 0.125f;
+      if (grace_tensor_from_data(vm, dt, 0, NULL, GRACE_FLOAT32, &one, &sc)) die("scale");
+      float us[2];
+      for (int fused = 0; fused < 2; fused++) {
+        attn_arg a = {q, kt, v, sc, fused};
+        for (int i = 0; i < 3; i++) if (do_attn(&a)) die("attention warm-up");
+        if (cuda_sync(cx)) die("sync");
+        CUgraph graph = NULL;
+        graph_arg ga = {g, NULL};
+        if (cuda_check(vm, g->begin(cuda_stream(cx), 2), "cuStreamBeginCapture_v2")) die("capture");
+        for (int i = 0; i < 12; i++) if (do_attn(&a)) die("attention capture");
+        if (cuda_check(vm, g->end(cuda_stream(cx), &graph), "cuStreamEndCapture")) die("capture end");
+        if (cuda_check(vm, g->inst(&ga.exec, graph, 0), "cuGraphInstantiateWithFlags")) die("instantiate");
+        us[fused] = time_ms(do_graph, &ga, 1) * 1e3f / 12.0f;
+        g->exec_destroy(ga.exec);
+        g->destroy(graph);
+      }
+      char name[96], v2[64];
+      snprintf(name, sizeof name, "attention %s %s, per call in a graph", shapes[sh].name, grace_dtype_name(dt));
+      snprintf(v2, sizeof v2, "%.2f us (unfused %.2f)", us[1], us[0]);
+      row(name, v2, "< unfused", us[1] < us[0]);
+      grace_tensor_release(q); grace_tensor_release(k); grace_tensor_release(v);
+      grace_tensor_release(kt); grace_tensor_release(sc);
+    }
 }
 
 /* ---- 4. GEMM: ours against cuBLASLt ---- */
@@ -277,7 +335,15 @@ int main(void) {
   gpu_slot slot = {0};
   bench_copy();
   bench_lm_head(&slot);
-  bench_decode_graph(&slot);
+  graph_api g;
+  void *lib = graph_api_load(&g);
+  if (lib) {
+    bench_decode_graph(&slot, &g);
+    bench_attention(&g);
+    dlclose(lib);
+  } else {
+    row("decode graph, attention", "graph API missing", "-", 0);
+  }
   bench_gemm(&slot, GRACE_BFLOAT16, 4096, 0, 0.70);
   bench_gemm(&slot, GRACE_BFLOAT16, 4096, 1, 0.70);
   bench_gemm(&slot, GRACE_FLOAT32, 1024, 0, 0);

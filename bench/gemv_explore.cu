@@ -1,0 +1,389 @@
+// gemv_explore.cu: design experiment for decode GEMVs in a CUDA graph (not part of grace's build; nvcc, runtime
+// API). y[n] = sum_k x[k] * W[n, k]; W rows contiguous. Hand-written variants: warps per column (WPR), loads in
+// flight per lane (UNR), columns per warp (NPW), PDL on/off, weights into L2 (prefetch) or registers before
+// griddepcontrol.wait; and grace's own generated kernels (gemv_grace_gen.cuh, printed by gemv_grace_gen.c) in the
+// same harness. Run by `bench/device.sh gemv`; findings in bench/RESULTS.md (session 5).
+#include <cstdio>
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <vector>
+#include <algorithm>
+#include <cstdlib>
+#include "gemv_grace_gen.cuh"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
+
+template <typename T> __device__ __forceinline__ void unpack(const uint4 &u, float *f);
+template <> __device__ __forceinline__ void unpack<float>(const uint4 &u, float *f) {
+  f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y); f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
+}
+template <> __device__ __forceinline__ void unpack<__nv_bfloat16>(const uint4 &u, float *f) {
+  const unsigned v[4] = {u.x, u.y, u.z, u.w};
+  for (int i = 0; i < 4; i++) { f[2 * i] = __uint_as_float(v[i] << 16); f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u); }
+}
+
+// MODE 0: L2 prefetch before wait; 1: registers before wait (first UNR vectors); 2: nothing before wait
+template <typename T, int WPR, int UNR, int NPW, int MODE>
+__global__ void __launch_bounds__(128) gemv(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
+  const long long n0 = ((long long)blockIdx.x * (4 / WPR) + warp / WPR) * NPW;
+  __shared__ float red[4][NPW];
+  const long long step = 32LL * WPR * VEC;
+  const long long kb = (long long)(part * 32 + lane) * VEC;
+  const T *w[NPW];
+#pragma unroll
+  for (int c = 0; c < NPW; c++) w[c] = W + (n0 + c < N ? n0 + c : N - 1) * (long long)K;
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  uint4 wv[NPW][UNR];
+  if (MODE == 0) {
+#pragma unroll
+    for (int c = 0; c < NPW; c++)
+      for (long long k = kb; k < K; k += step) asm volatile("prefetch.global.L2 [%0];" :: "l"(w[c] + k));
+  }
+  if (MODE == 1) {
+#pragma unroll
+    for (int c = 0; c < NPW; c++)
+#pragma unroll
+      for (int u = 0; u < UNR; u++) {
+        long long k = kb + u * step;
+        if (k < K) wv[c][u] = *(const uint4 *)(w[c] + k);
+      }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  float acc[NPW];
+#pragma unroll
+  for (int c = 0; c < NPW; c++) acc[c] = 0.f;
+  for (long long k0 = 0; k0 < K; k0 += UNR * step) {
+    if (!(MODE == 1 && k0 == 0)) {
+#pragma unroll
+      for (int c = 0; c < NPW; c++)
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+          long long k = k0 + kb + u * step;
+          if (k < K) wv[c][u] = *(const uint4 *)(w[c] + k);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      long long k = k0 + kb + u * step;
+      if (k < K) {
+        uint4 xv = *(const uint4 *)(x + k);
+        float xf[VEC];
+        unpack<T>(xv, xf);
+#pragma unroll
+        for (int c = 0; c < NPW; c++) {
+          float wf[VEC];
+          unpack<T>(wv[c][u], wf);
+#pragma unroll
+          for (int j = 0; j < VEC; j++) acc[c] += xf[j] * wf[j];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NPW; c++)
+    for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+  if (WPR > 1) {
+    if (lane == 0)
+      for (int c = 0; c < NPW; c++) red[warp][c] = acc[c];
+    __syncthreads();
+    if (lane == 0 && part == 0)
+      for (int c = 0; c < NPW; c++) {
+        float s = 0;
+        for (int q = 0; q < WPR; q++) s += red[warp + q][c];
+        if (n0 + c < N) y[n0 + c] = (T)s;
+      }
+  } else if (lane == 0) {
+    for (int c = 0; c < NPW; c++) if (n0 + c < N) y[n0 + c] = (T)acc[c];
+  }
+}
+
+
+// persistent: each warp walks column groups (NPW columns) with a grid stride; the next group's weights are
+// loaded before the current group is reduced (a register double buffer). K <= UNR * 32 * WPR * VEC.
+template <typename T, int WPR, int UNR, int NPW>
+__global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
+  __shared__ float red[2][4][NPW];
+  const long long step = 32LL * WPR * VEC, kb = (long long)(part * 32 + lane) * VEC;
+  const long long groups = (N + NPW - 1) / NPW, nwarps = (long long)gridDim.x * (4 / WPR);
+  long long g = (long long)blockIdx.x * (4 / WPR) + warp / WPR;
+  uint4 cur[NPW][UNR], nxt[NPW][UNR];
+  auto load = [&](uint4 (&b)[NPW][UNR], long long gg) {
+#pragma unroll
+    for (int c = 0; c < NPW; c++) {
+      long long n = gg * NPW + c; if (n >= N) n = N - 1;
+      const T *w = W + n * (long long)K;
+#pragma unroll
+      for (int u = 0; u < UNR; u++) { long long k = kb + u * step; if (k < K) b[c][u] = *(const uint4 *)(w + k); }
+    }
+  };
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (g < groups) load(cur, g);
+  float xf[UNR][VEC];
+#pragma unroll
+  for (int u = 0; u < UNR; u++) { long long k = kb + u * step; if (k < K) { uint4 xv = *(const uint4 *)(x + k); unpack<T>(xv, xf[u]); } }
+  int it = 0;
+  for (; g < groups; g += nwarps, it ^= 1) {
+    if (g + nwarps < groups) load(nxt, g + nwarps);
+    float acc[NPW];
+#pragma unroll
+    for (int c = 0; c < NPW; c++) {
+      acc[c] = 0.f;
+#pragma unroll
+      for (int u = 0; u < UNR; u++) {
+        long long k = kb + u * step;
+        if (k < K) { float wf[VEC]; unpack<T>(cur[c][u], wf);
+#pragma unroll
+          for (int j = 0; j < VEC; j++) acc[c] += xf[u][j] * wf[j]; }
+      }
+      for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+    }
+    if (WPR > 1) {
+      if (lane == 0) for (int c = 0; c < NPW; c++) red[it][warp][c] = acc[c];
+      __syncthreads();
+      if (lane == 0 && part == 0) for (int c = 0; c < NPW; c++) {
+        float s = 0; for (int q = 0; q < WPR; q++) s += red[it][warp + q][c];
+        if (g * NPW + c < N) y[g * NPW + c] = (T)s;
+      }
+    } else if (lane == 0) {
+      for (int c = 0; c < NPW; c++) if (g * NPW + c < N) y[g * NPW + c] = (T)acc[c];
+    }
+#pragma unroll
+    for (int c = 0; c < NPW; c++)
+#pragma unroll
+      for (int u = 0; u < UNR; u++) cur[c][u] = nxt[c][u];
+  }
+}
+
+template <typename T, int WPR, int UNR, int NPW>
+static void launch_p(cudaStream_t s, bool pdl, int blocks_per_sm, const T *x, const T *W, T *y, int N, int K) {
+  cudaLaunchConfig_t cfg = {};
+  long long groups = (N + NPW - 1) / NPW, need = (groups + 4 / WPR - 1) / (4 / WPR);
+  long long cap = 132LL * blocks_per_sm;
+  cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
+  cfg.blockDim = dim3(128);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, gemv_p<T, WPR, UNR, NPW>, x, W, y, N, K));
+}
+
+template <typename T, int WPR, int UNR, int NPW>
+static float run_lm_p(bool pdl, int bps, const T *x, const T *W, T *y) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < 5; i++) launch_p<T, WPR, UNR, NPW>(s, pdl, bps, x, W, y, 50257, 768);
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < 10; i++) launch_p<T, WPR, UNR, NPW>(s, pdl, bps, x, W, y, 50257, 768);
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaStreamDestroy(s));
+  return t[t.size() / 2] * 1000.f;
+}
+
+struct Shape { int K, N; };
+static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+
+// grace's generated kernels (gemv_grace_gen.cuh) in this harness: same struct layout for every variant
+struct GP { const void *A, *B; void *C; float *WS; long long w[19]; };
+static void launch_g(cudaStream_t s, const void *fn, int wpr, bool pdl, const void *x, const void *W, void *y, int N, int K) {
+  GP p = {x, W, y, nullptr, {1, N, K, 1, 1, 1, 1, K, 1, 0, 0, 0, 1, K, 0, 0, 0, 1, K}};
+  cudaLaunchConfig_t cfg = {};
+  int cpb = 4 / wpr;
+  cfg.gridDim = dim3((N + cpb - 1) / cpb, 1, 1);
+  cfg.blockDim = dim3(128);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  void *args[1] = {&p};
+  CK(cudaLaunchKernelExC(&cfg, fn, args));
+}
+static float run_g_decode(const void *fn, int wpr, void **ws, void **xs, void **ys) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g; cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  for (int l = 0; l < 12; l++)
+    for (int i = 0; i < 4; i++) launch_g(s, fn, wpr, true, xs[i], ws[l * 4 + i], ys[i], shapes[i].N, shapes[i].K);
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g)); CK(cudaStreamDestroy(s));
+  return t[t.size() / 2] * 1000.f;
+}
+static float run_g_lm(const void *fn, const void *x, const void *W, void *y) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < 5; i++) launch_g(s, fn, 1, true, x, W, y, 50257, 768);
+  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < 10; i++) launch_g(s, fn, 1, true, x, W, y, 50257, 768);
+    CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaStreamDestroy(s));
+  return t[t.size() / 2] * 1000.f;
+}
+
+typedef void (*kfn)(const void *, const void *, void *, int, int);
+
+template <typename T, int WPR, int UNR, int NPW, int MODE>
+static void launch(cudaStream_t s, bool pdl, const T *x, const T *W, T *y, int N, int K) {
+  cudaLaunchConfig_t cfg = {};
+  int cols_per_block = 4 / WPR * NPW;
+  cfg.gridDim = dim3((N + cols_per_block - 1) / cols_per_block);
+  cfg.blockDim = dim3(128);
+  cfg.stream = s;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, gemv<T, WPR, UNR, NPW, MODE>, x, W, y, N, K));
+}
+
+
+template <typename T, int WPR, int UNR, int NPW, int MODE>
+static float run_decode(bool pdl, T **ws, T **xs, T **ys, int wpr_big) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  for (int l = 0; l < 12; l++)
+    for (int i = 0; i < 4; i++) {
+      // chained: the output of one is the input of the next where sizes allow (as in a model)
+      launch<T, WPR, UNR, NPW, MODE>(s, pdl, xs[i], ws[l * 4 + i], ys[i], shapes[i].N, shapes[i].K);
+    }
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g)); CK(cudaStreamDestroy(s));
+  return t[t.size() / 2] * 1000.f;
+}
+
+template <typename T, int WPR, int UNR, int NPW, int MODE>
+static float run_lm(bool pdl, const T *x, const T *W, T *y) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < 5; i++) launch<T, WPR, UNR, NPW, MODE>(s, pdl, x, W, y, 50257, 768);
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < 10; i++) launch<T, WPR, UNR, NPW, MODE>(s, pdl, x, W, y, 50257, 768);
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaStreamDestroy(s));
+  return t[t.size() / 2] * 1000.f;
+}
+
+template <typename T> static void all(const char *name, double copy_bw) {
+  T *ws[48], *xs[4], *ys[4];
+  double bytes = 0;
+  for (int l = 0; l < 12; l++)
+    for (int i = 0; i < 4; i++) {
+      size_t n = (size_t)shapes[i].K * shapes[i].N;
+      CK(cudaMalloc(&ws[l * 4 + i], n * sizeof(T)));
+      CK(cudaMemset(ws[l * 4 + i], 0, n * sizeof(T)));
+      bytes += n * sizeof(T);
+    }
+  for (int i = 0; i < 4; i++) {
+    CK(cudaMalloc(&xs[i], 4096 * sizeof(T))); CK(cudaMemset(xs[i], 0, 4096 * sizeof(T)));
+    CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
+  }
+#define D(WPR, UNR, NPW, MODE, PDL) { float us = run_decode<T, WPR, UNR, NPW, MODE>(PDL, ws, xs, ys, 0); \
+    printf("%-5s decode wpr %d unr %d npw %d mode %d pdl %d: %7.1f us %5.1f%%\n", name, WPR, UNR, NPW, MODE, PDL, us, \
+           100.0 * bytes / (us * 1e-6) / copy_bw); }
+  D(2, 4, 1, 0, true) D(2, 8, 1, 0, true) D(2, 4, 1, 2, true)
+  {
+    const void *g2p1 = sizeof(T) == 4 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1;
+    const void *g2p0 = sizeof(T) == 4 ? (const void *)GRACE_GEMV_F32_W2_P0 : (const void *)GRACE_GEMV_BF16_W2_P0;
+    float us = run_g_decode(g2p1, 2, (void **)ws, (void **)xs, (void **)ys);
+    printf("%-5s decode GRACE wpr 2 prefetch 1: %7.1f us %5.1f%%\n", name, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
+    us = run_g_decode(g2p0, 2, (void **)ws, (void **)xs, (void **)ys);
+    printf("%-5s decode GRACE wpr 2 prefetch 0: %7.1f us %5.1f%%\n", name, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
+  }
+  T *W, *x, *y;
+  CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); CK(cudaMemset(W, 0, (size_t)50257 * 768 * sizeof(T)));
+  CK(cudaMalloc(&x, 768 * sizeof(T))); CK(cudaMemset(x, 0, 768 * sizeof(T)));
+  CK(cudaMalloc(&y, 50257 * sizeof(T)));
+  double lb = 50257.0 * 768 * sizeof(T);
+#define L(WPR, UNR, NPW, MODE, PDL) { float us = run_lm<T, WPR, UNR, NPW, MODE>(PDL, x, W, y); \
+    printf("%-5s lmhead wpr %d unr %d npw %d mode %d pdl %d: %7.1f us %5.1f%%\n", name, WPR, UNR, NPW, MODE, PDL, us, \
+           100.0 * lb / (us * 1e-6) / copy_bw); }
+  L(1, 4, 1, 2, true)
+  {
+    const void *g1 = sizeof(T) == 4 ? (const void *)GRACE_GEMV_F32_W1_P0 : (const void *)GRACE_GEMV_BF16_W1_P0;
+    float us = run_g_lm(g1, x, W, y);
+    printf("%-5s lmhead GRACE wpr 1 prefetch 0: %7.1f us %5.1f%%\n", name, us, 100.0 * lb / (us * 1e-6) / copy_bw);
+  }
+  for (int i = 0; i < 48; i++) cudaFree(ws[i]);
+  for (int i = 0; i < 4; i++) { cudaFree(xs[i]); cudaFree(ys[i]); }
+  cudaFree(W); cudaFree(x); cudaFree(y);
+}
+
+int main() {
+  // copy bandwidth reference: 1 GiB device to device, read + write
+  size_t n = 1ull << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n)); CK(cudaMalloc(&b, n));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+  CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < 5; i++) CK(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice));
+  CK(cudaEventRecord(e1)); CK(cudaEventSynchronize(e1));
+  float ms; CK(cudaEventElapsedTime(&ms, e0, e1));
+  double bw = 2.0 * n * 5 / (ms * 1e-3);
+  printf("copy 1 GiB: %.0f GB/s\n", bw / 1e9);
+  cudaFree(a); cudaFree(b);
+  all<float>("f32", bw);
+  all<__nv_bfloat16>("bf16", bw);
+  return 0;
+}
