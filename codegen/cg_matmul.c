@@ -540,7 +540,11 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
                                                    "A_B1", "A_B2", "B_SK", "B_SN", "B_B0", "B_B1", "B_B2", "SPLITS",
                                                    "KCHUNK"};
   for (int i = 0; i < CG_MM_NWORDS; i++) cg_printf(&b, "  const long long %s = p.w[%d]; (void)%s;\n", wnames[i], i, wnames[i]);
-  cg_puts(&b, "  const long long bi = blockIdx.z, i0 = bi / (BD1 * BD2), i1 = bi / BD2 % BD1, i2 = bi % BD2;\n");
+  /* the batch index's coordinates: no divisions for the first (or only) matrix. Every thread runs this before
+   * its first load, and a GEMV thread has only a few loads: three 64-bit divisions held each warp's slot idle long
+   * enough to cost a many-wave bf16 GEMV a sixth of its bandwidth */
+  cg_puts(&b, "  const long long bi = blockIdx.z;\n  long long i0 = 0, i1 = 0, i2 = 0;\n"
+              "  if (bi) { i0 = bi / (BD1 * BD2); i1 = bi / BD2 % BD1; i2 = bi % BD2; }\n");
   cg_puts(&b, "  const long long offA = i0 * A_B0 + i1 * A_B1 + i2 * A_B2, offB = i0 * B_B0 + i1 * B_B1 + i2 * B_B2;\n");
   cg_puts(&b, "  (void)offA; (void)offB;\n");
   for (int i = 0; i < d->nop; i++) {
