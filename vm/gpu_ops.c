@@ -593,22 +593,25 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
   vm_attn p;
   grace_status st = vm_check_attention(vm, in, a, &p);
   if (st != GRACE_OK) return st;
+  if (!(out[0] = dev_new(vm, "attention", p.odt, p.ndim, p.osizes))) return vm->status;
+  if (p.rows == 0 || p.Dv == 0) return GRACE_OK;
+  if (p.N == 0) return dev_fill(vm, out[0], 0);   /* no keys: the product of empty rows */
   grace_tensor *q = in[0], *sc = in[3], *m = in[4], *moved = NULL;
   double scv = 0;
   int sval = sc && sc->storage->device == GRACE_CPU && !gpu_graph_capturing(vm);
-  if (sval && (st = grace_tensor_read(vm, sc, GRACE_FLOAT64, &scv)) != GRACE_OK) return st;
-  if (sc && sc->storage->device == GRACE_CPU && !sval) {
-    if ((st = gpu_host_number(vm, sc, &moved)) != GRACE_OK) return st;
-    sc = moved;
+  if (sval) st = grace_tensor_read(vm, sc, GRACE_FLOAT64, &scv);
+  else if (sc && sc->storage->device == GRACE_CPU && (st = gpu_host_number(vm, sc, &moved)) == GRACE_OK) sc = moved;
+  if (st != GRACE_OK) {
+    grace_tensor_release(out[0]);
+    out[0] = NULL;
+    return st;
   }
-  if (!(out[0] = dev_new(vm, "attention", p.odt, p.ndim, p.osizes))) { grace_tensor_release(moved); return vm->status; }
-  if (p.rows == 0 || p.Dv == 0) { grace_tensor_release(moved); return GRACE_OK; }
-  if (p.N == 0) { grace_tensor_release(moved); return dev_fill(vm, out[0], 0); }   /* no keys: empty rows' product */
   cuda_ctx *c = gpu_ctx(vm);
+  const cuda_props *pr = cuda_properties(c);
   int dbl = q->dtype == GRACE_FLOAT64;
-  int64_t sms = cuda_properties(c)->sms, R = 16;
+  int64_t sms = pr->sms, R = 16;
   while (R > 1 && (R > p.M || p.rows / p.M * ((p.M + R - 1) / R) < sms)) R /= 2;
-  int64_t limit = cuda_properties(c)->smem_per_block_optin < 100 * 1024 ? cuda_properties(c)->smem_per_block_optin : 100 * 1024;
+  int64_t limit = pr->smem_per_block_optin < 100 * 1024 ? pr->smem_per_block_optin : 100 * 1024;
   /* few row tiles (decode: 12 heads of one query): the keys split over a cluster of S blocks a tile */
   int64_t tiles = p.rows / p.M * ((p.M + R - 1) / R), S = 1;
   if (!dbl && cuda_has_clusters(c) && 2 * tiles <= sms && R * p.Dv <= CGO_ATTN_THREADS) {
