@@ -10,6 +10,7 @@
 #include <vector>
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include "gemv_grace_gen.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
@@ -160,52 +161,13 @@ __global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *
   }
 }
 
-template <typename T, int WPR, int UNR, int NPW>
-static void launch_p(cudaStream_t s, bool pdl, int blocks_per_sm, const T *x, const T *W, T *y, int N, int K) {
-  cudaLaunchConfig_t cfg = {};
-  long long groups = (N + NPW - 1) / NPW, need = (groups + 4 / WPR - 1) / (4 / WPR);
-  long long cap = 132LL * blocks_per_sm;
-  cfg.gridDim = dim3((unsigned)(need < cap ? need : cap));
-  cfg.blockDim = dim3(128);
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, gemv_p<T, WPR, UNR, NPW>, x, W, y, N, K));
-}
-
-template <typename T, int WPR, int UNR, int NPW>
-static float run_lm_p(bool pdl, int bps, const T *x, const T *W, T *y) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < 5; i++) launch_p<T, WPR, UNR, NPW>(s, pdl, bps, x, W, y, 50257, 768);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 10; i++) launch_p<T, WPR, UNR, NPW>(s, pdl, bps, x, W, y, 50257, 768);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaStreamDestroy(s));
-  return t[t.size() / 2] * 1000.f;
-}
-
 struct Shape { int K, N; };
-static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};
+static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   // GPT-2's per layer
 
-// grace's generated kernels (gemv_grace_gen.cuh) in this harness: same struct layout for every variant
-struct GP { const void *A, *B; void *C; float *WS; long long w[19]; };
-static void launch_g(cudaStream_t s, const void *fn, int wpr, bool pdl, const void *x, const void *W, void *y, int N, int K) {
-  GP p = {x, W, y, nullptr, {1, N, K, 1, 1, 1, 1, K, 1, 0, 0, 0, 1, K, 0, 0, 0, 1, K}};
+// One launch of 128-thread blocks, the programmatic-serialization attribute on request.
+static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, void **args) {
   cudaLaunchConfig_t cfg = {};
-  int cpb = 4 / wpr;
-  cfg.gridDim = dim3((N + cpb - 1) / cpb, 1, 1);
+  cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(128);
   cfg.stream = s;
   cudaLaunchAttribute at[1];
@@ -213,118 +175,82 @@ static void launch_g(cudaStream_t s, const void *fn, int wpr, bool pdl, const vo
   at[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = at;
   cfg.numAttrs = pdl ? 1 : 0;
-  void *args[1] = {&p};
   CK(cudaLaunchKernelExC(&cfg, fn, args));
 }
-static float run_g_decode(const void *fn, int wpr, void **ws, void **xs, void **ys) {
+
+// A variant: enqueues y = W x (W [N, K]) on a stream.
+typedef std::function<void(cudaStream_t, const void *, const void *, void *, int, int)> Gemv;
+
+template <typename T, int WPR, int UNR, int NPW, int MODE> static Gemv plain(bool pdl) {
+  return [pdl](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    int cpb = 4 / WPR * NPW;
+    void *args[] = {&x, &W, &y, &N, &K};
+    launch_any(s, (const void *)gemv<T, WPR, UNR, NPW, MODE>, (N + cpb - 1) / cpb, pdl, args);
+  };
+}
+template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blocks_per_sm) {
+  return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    long long need = ((N + NPW - 1) / NPW + 3) / 4, cap = 132LL * blocks_per_sm;
+    void *args[] = {&x, &W, &y, &N, &K};
+    launch_any(s, (const void *)gemv_p<T, 1, UNR, NPW>, (unsigned)(need < cap ? need : cap), pdl, args);
+  };
+}
+// grace's generated kernels (gemv_grace_gen.cuh): one parameter struct, the layout every variant shares
+struct GP { const void *A, *B; void *C; float *WS; long long w[19]; };
+static Gemv grace_kernel(const void *fn, int wpr) {
+  return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    GP p = {x, W, y, nullptr, {1, N, K, 1, 1, 1, 1, K, 1, 0, 0, 0, 1, K, 0, 0, 0, 1, K}};
+    void *args[] = {&p};
+    launch_any(s, fn, (N + 4 / wpr - 1) / (4 / wpr), true, args);
+  };
+}
+
+static float median_ms(std::vector<float> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+// Median us of the 48 decode GEMVs (12 layers x the 4 shapes) captured in one graph.
+static float decode_us(const Gemv &g, void **ws, void **xs, void **ys) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g; cudaGraphExec_t ge;
+  cudaGraph_t gr;
+  cudaGraphExec_t ge;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   for (int l = 0; l < 12; l++)
-    for (int i = 0; i < 4; i++) launch_g(s, fn, wpr, true, xs[i], ws[l * 4 + i], ys[i], shapes[i].N, shapes[i].K);
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 4; i++) g(s, xs[i], ws[l * 4 + i], ys[i], shapes[i].N, shapes[i].K);
+  CK(cudaStreamEndCapture(s, &gr));
+  CK(cudaGraphInstantiate(&ge, gr, 0));
   for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, s));
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int r = 0; r < 30; r++) {
     CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
   }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g)); CK(cudaStreamDestroy(s));
-  return t[t.size() / 2] * 1000.f;
+  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(s));
+  return median_ms(t) * 1000.f;
 }
-static float run_g_lm(const void *fn, const void *x, const void *W, void *y) {
+// Median us of one LM-head GEMV (768 x 50257), 10 launched back to back.
+static float lm_us(const Gemv &g, const void *x, const void *W, void *y) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < 5; i++) launch_g(s, fn, 1, true, x, W, y, 50257, 768);
-  cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  for (int i = 0; i < 5; i++) g(s, x, W, y, 50257, 768);
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int r = 0; r < 30; r++) {
     CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 10; i++) launch_g(s, fn, 1, true, x, W, y, 50257, 768);
+    for (int i = 0; i < 10; i++) g(s, x, W, y, 50257, 768);
     CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
   }
-  std::sort(t.begin(), t.end());
   CK(cudaStreamDestroy(s));
-  return t[t.size() / 2] * 1000.f;
-}
-
-typedef void (*kfn)(const void *, const void *, void *, int, int);
-
-template <typename T, int WPR, int UNR, int NPW, int MODE>
-static void launch(cudaStream_t s, bool pdl, const T *x, const T *W, T *y, int N, int K) {
-  cudaLaunchConfig_t cfg = {};
-  int cols_per_block = 4 / WPR * NPW;
-  cfg.gridDim = dim3((N + cols_per_block - 1) / cols_per_block);
-  cfg.blockDim = dim3(128);
-  cfg.stream = s;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, gemv<T, WPR, UNR, NPW, MODE>, x, W, y, N, K));
-}
-
-
-template <typename T, int WPR, int UNR, int NPW, int MODE>
-static float run_decode(bool pdl, T **ws, T **xs, T **ys, int wpr_big) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  for (int l = 0; l < 12; l++)
-    for (int i = 0; i < 4; i++) {
-      // chained: the output of one is the input of the next where sizes allow (as in a model)
-      launch<T, WPR, UNR, NPW, MODE>(s, pdl, xs[i], ws[l * 4 + i], ys[i], shapes[i].N, shapes[i].K);
-    }
-  CK(cudaStreamEndCapture(s, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, s));
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(g)); CK(cudaStreamDestroy(s));
-  return t[t.size() / 2] * 1000.f;
-}
-
-template <typename T, int WPR, int UNR, int NPW, int MODE>
-static float run_lm(bool pdl, const T *x, const T *W, T *y) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < 5; i++) launch<T, WPR, UNR, NPW, MODE>(s, pdl, x, W, y, 50257, 768);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 10; i++) launch<T, WPR, UNR, NPW, MODE>(s, pdl, x, W, y, 50257, 768);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaStreamDestroy(s));
-  return t[t.size() / 2] * 1000.f;
+  return median_ms(t) * 1000.f;
 }
 
 template <typename T> static void all(const char *name, double copy_bw) {
-  T *ws[48], *xs[4], *ys[4];
+  void *ws[48], *xs[4], *ys[4];
   double bytes = 0;
   for (int l = 0; l < 12; l++)
     for (int i = 0; i < 4; i++) {
@@ -337,31 +263,38 @@ template <typename T> static void all(const char *name, double copy_bw) {
     CK(cudaMalloc(&xs[i], 4096 * sizeof(T))); CK(cudaMemset(xs[i], 0, 4096 * sizeof(T)));
     CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
   }
-#define D(WPR, UNR, NPW, MODE, PDL) { float us = run_decode<T, WPR, UNR, NPW, MODE>(PDL, ws, xs, ys, 0); \
-    printf("%-5s decode wpr %d unr %d npw %d mode %d pdl %d: %7.1f us %5.1f%%\n", name, WPR, UNR, NPW, MODE, PDL, us, \
-           100.0 * bytes / (us * 1e-6) / copy_bw); }
-  D(2, 4, 1, 0, true) D(2, 8, 1, 0, true) D(2, 4, 1, 2, true)
-  {
-    const void *g2p1 = sizeof(T) == 4 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1;
-    const void *g2p0 = sizeof(T) == 4 ? (const void *)GRACE_GEMV_F32_W2_P0 : (const void *)GRACE_GEMV_BF16_W2_P0;
-    float us = run_g_decode(g2p1, 2, (void **)ws, (void **)xs, (void **)ys);
-    printf("%-5s decode GRACE wpr 2 prefetch 1: %7.1f us %5.1f%%\n", name, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
-    us = run_g_decode(g2p0, 2, (void **)ws, (void **)xs, (void **)ys);
-    printf("%-5s decode GRACE wpr 2 prefetch 0: %7.1f us %5.1f%%\n", name, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
-  }
-  T *W, *x, *y;
+  void *W, *x, *y;
   CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); CK(cudaMemset(W, 0, (size_t)50257 * 768 * sizeof(T)));
   CK(cudaMalloc(&x, 768 * sizeof(T))); CK(cudaMemset(x, 0, 768 * sizeof(T)));
   CK(cudaMalloc(&y, 50257 * sizeof(T)));
   double lb = 50257.0 * 768 * sizeof(T);
-#define L(WPR, UNR, NPW, MODE, PDL) { float us = run_lm<T, WPR, UNR, NPW, MODE>(PDL, x, W, y); \
-    printf("%-5s lmhead wpr %d unr %d npw %d mode %d pdl %d: %7.1f us %5.1f%%\n", name, WPR, UNR, NPW, MODE, PDL, us, \
-           100.0 * lb / (us * 1e-6) / copy_bw); }
-  L(1, 4, 1, 2, true)
-  {
-    const void *g1 = sizeof(T) == 4 ? (const void *)GRACE_GEMV_F32_W1_P0 : (const void *)GRACE_GEMV_BF16_W1_P0;
-    float us = run_g_lm(g1, x, W, y);
-    printf("%-5s lmhead GRACE wpr 1 prefetch 0: %7.1f us %5.1f%%\n", name, us, 100.0 * lb / (us * 1e-6) / copy_bw);
+  const bool f32 = sizeof(T) == 4;
+  const struct { const char *what; Gemv g; bool decode, lm; } v[] = {
+    {"warp/column, 4 in flight, L2 prefetch, PDL", plain<T, 1, 4, 1, 0>(true), true, true},
+    {"2 warps/column, 4 in flight, L2 prefetch, PDL", plain<T, 2, 4, 1, 0>(true), true, false},
+    {"2 warps/column, 8 in flight, L2 prefetch, PDL", plain<T, 2, 8, 1, 0>(true), true, false},
+    {"2 warps/column, no prefetch, PDL", plain<T, 2, 4, 1, 2>(true), true, false},
+    {"2 warps/column, registers before the wait, PDL", plain<T, 2, 4, 1, 1>(true), true, false},
+    {"warp/column, no prefetch, no PDL", plain<T, 1, 4, 1, 2>(false), false, true},
+    {"warp/column, no prefetch, PDL", plain<T, 1, 4, 1, 2>(true), false, true},
+    {"warp/column, 2 columns, registers before the wait, PDL", plain<T, 1, 4, 2, 1>(true), false, true},
+    {"persistent, 2 columns/warp, 8 blocks/SM, PDL", persistent<T, f32 ? 6 : 3, 2>(true, 8), false, true},
+    {"grace, 2 warps/column, prefetch",
+     grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
+    {"grace, 2 warps/column, no prefetch",
+     grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P0 : (const void *)GRACE_GEMV_BF16_W2_P0, 2), true, false},
+    {"grace, warp/column, no prefetch",
+     grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W1_P0 : (const void *)GRACE_GEMV_BF16_W1_P0, 1), false, true},
+  };
+  for (const auto &e : v) {
+    if (e.decode) {
+      float us = decode_us(e.g, ws, xs, ys);
+      printf("%-5s decode graph  %-56s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
+    }
+    if (e.lm) {
+      float us = lm_us(e.g, x, W, y);
+      printf("%-5s LM head       %-56s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * lb / (us * 1e-6) / copy_bw);
+    }
   }
   for (int i = 0; i < 48; i++) cudaFree(ws[i]);
   for (int i = 0; i < 4; i++) { cudaFree(xs[i]); cudaFree(ys[i]); }
