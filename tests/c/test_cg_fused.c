@@ -13,41 +13,25 @@
 #include "codegen/cg_fused.h"
 #include "cuda/cuda_api.h"
 #include "tap.h"
+#include "c/ir_build.h"
 
 static grace_vm *vm;
-static grace_ir *B;
-static int berr;
+static ir_build bld = {.quiet = 1};   /* bld.ir: the program being built; bld.dev: its inputs' device (a dtype
+                                         an op refuses is skipped, not reported) */
 static int have_nvrtc, have_gpu;
-static grace_device bdev;   /* device of the inputs of the program being built */
 
-static grace_value input(grace_dtype dt, int ndim, const int64_t *sizes) {
-  grace_value v = -1;
-  if (grace_ir_input(B, dt, bdev, ndim, sizes, &v) != GRACE_OK) berr = 1;
-  return v;
-}
-static grace_value lit(double x, int is_int) {
-  grace_value v = -1;
-  if (grace_ir_literal(B, x, is_int, &v) != GRACE_OK) berr = 1;
-  return v;
-}
+static grace_value input(grace_dtype dt, int ndim, const int64_t *sizes) { return irb_input(&bld, dt, ndim, sizes); }
+static grace_value lit(double x, int is_int) { return irb_lit(&bld, x, is_int); }
 static grace_value opk(grace_op op, int n, grace_value a, grace_value b, grace_value c, const grace_attrs *at, int nout,
                        grace_value *second) {
-  grace_value in[3] = {a, b, c}, v[2] = {-1, -1};
-  if (berr || grace_ir_op(B, op, n, in, at, nout, v) != GRACE_OK) berr = 1;
-  if (second) *second = v[1];
-  return v[0];
+  return irb_op(&bld, op, n, a, b, c, at, nout, second);
 }
 #define op1(op, a) opk(GRACE_OP_##op, 1, a, -1, -1, NULL, 1, NULL)
 #define op2(op, a, b) opk(GRACE_OP_##op, 2, a, b, -1, NULL, 1, NULL)
-static void output(grace_value v) { if (berr || grace_ir_output(B, v) != GRACE_OK) berr = 1; }
+static void output(grace_value v) { irb_output(&bld, v); }
+static void begin(void) { irb_begin(&bld, "t"); }
 
-static void begin(void) {
-  grace_ir_free(B);
-  B = grace_ir_new(vm, "t");
-  berr = B == NULL;
-}
-
-/* ---- lowering every fused group of B ---- */
+/* ---- lowering every fused group of bld.ir ---- */
 typedef struct lowered {
   int ngroups, compiled, failed;
   char *src;            /* the first group's source (owned) */
@@ -70,9 +54,9 @@ static void lowered_free(lowered *L) {
 
 static int lower(const char *what, int indirect, lowered *L) {
   memset(L, 0, sizeof *L);
-  if (berr || grace_ir_verify(B) != GRACE_OK) { ok(0, "%s: builds and verifies (%s)", what, grace_last_error(vm)); return 0; }
+  if (bld.err || grace_ir_verify(bld.ir) != GRACE_OK) { ok(0, "%s: builds and verifies (%s)", what, grace_last_error(vm)); return 0; }
   ir_fusion f;
-  if (ir_fuse(B, &f) != GRACE_OK) { ok(0, "%s: fuses (%s)", what, grace_last_error(vm)); return 0; }
+  if (ir_fuse(bld.ir, &f) != GRACE_OK) { ok(0, "%s: fuses (%s)", what, grace_last_error(vm)); return 0; }
   for (int g = 0; g < f.ngroup; g++) {
     if (f.groups[g].kind != IR_FUSE_POINTWISE && f.groups[g].kind != IR_FUSE_ROW) continue;
     L->ngroups++;
@@ -81,10 +65,10 @@ static int lower(const char *what, int indirect, lowered *L) {
     cg_fused_spec spec;
     cg_fused_geom geom;
     cg_kernel k;
-    grace_status st = cg_fused_io(vm, B, &f, g, &io);
+    grace_status st = cg_fused_io(vm, bld.ir, &f, g, &io);
     for (int e = 0; st == GRACE_OK && e < io.next; e++) {
-      const ir_type *t = &B->vals[io.ext[e]].type;
-      const ir_inst *in = &B->insts[B->vals[io.ext[e]].inst];
+      const ir_type *t = &bld.ir->vals[io.ext[e]].type;
+      const ir_inst *in = &bld.ir->insts[bld.ir->vals[io.ext[e]].inst];
       memset(&ext[e], 0, sizeof ext[e]);
       ext[e].ptr = 0x10000u * (uint64_t)(e + 1);
       ext[e].ndim = t->ndim;
@@ -94,8 +78,8 @@ static int lower(const char *what, int indirect, lowered *L) {
       if (in->op == IR_OP_INPUT && in->input_index < 8 && input_strides[in->input_index])
         memcpy(ext[e].strides, input_strides[in->input_index], sizeof(int64_t) * (size_t)t->ndim);
     }
-    if (st == GRACE_OK) st = cg_fused_plan(vm, B, &f, g, &io, ext, indirect, 132, &spec, &geom);
-    if (st == GRACE_OK) st = cg_fused_generate(vm, B, &f, g, &io, &spec, &k);
+    if (st == GRACE_OK) st = cg_fused_plan(vm, bld.ir, &f, g, &io, ext, indirect, 132, &spec, &geom);
+    if (st == GRACE_OK) st = cg_fused_generate(vm, bld.ir, &f, g, &io, &spec, &k);
     if (st != GRACE_OK) { L->failed++; printf("# %s: group %d: %s\n", what, g, grace_last_error(vm)); continue; }
     if (have_nvrtc) {
       char *out = NULL;
@@ -107,11 +91,11 @@ static int lower(const char *what, int indirect, lowered *L) {
     if (!L->src) { L->src = k.src; L->src_len = k.src_len; L->spec = spec; k.src = NULL; }
     cg_kernel_free(vm, &k);
   }
-  ir_fuse_free(B, &f);
+  ir_fuse_free(bld.ir, &f);
   return 1;
 }
 
-/* Lowers B and checks every group generated (and compiled where NVRTC loads). */
+/* Lowers bld.ir and checks every group generated (and compiled where NVRTC loads). */
 static void lower_check(const char *what, int indirect, lowered *L) {
   if (!lower(what, indirect, L)) return;
   if (have_nvrtc)
@@ -129,7 +113,7 @@ static const grace_dtype all_dt[] = {GRACE_FLOAT32, GRACE_FLOAT64, GRACE_FLOAT16
                                      GRACE_INT64, GRACE_UINT8, GRACE_BOOL};
 enum { NDT = 8 };
 
-/* ---- the programs (built for device bdev) ---- */
+/* ---- the programs (built for device bld.dev) ---- */
 static void build_chain(int64_t n) {
   int64_t s[1] = {n};
   begin();
@@ -238,12 +222,12 @@ static double urand(void) {
   rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
   return (double)(rng >> 11) / 9007199254740992.0;
 }
-/* A CPU tensor of B's input k's type with values in [lo, hi) (integers: rounded; bool: 0/1). */
+/* A CPU tensor of bld.ir's input k's type with values in [lo, hi) (integers: rounded; bool: 0/1). */
 static grace_tensor *make_input(int k, double lo, double hi) {
-  for (int i = 0; i < B->ninst; i++) {
-    const ir_inst *in = &B->insts[i];
+  for (int i = 0; i < bld.ir->ninst; i++) {
+    const ir_inst *in = &bld.ir->insts[i];
     if (in->op != IR_OP_INPUT || in->input_index != k) continue;
-    const ir_type *t = &B->vals[in->first_result].type;
+    const ir_type *t = &bld.ir->vals[in->first_result].type;
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
     double *buf = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
@@ -277,9 +261,9 @@ static double red_atol;   /* extra absolute tolerance, per unit of the float tol
 static void gpu_compare(const char *what, void (*build)(void *), void *ctx, double lo, double hi) {
   if (!have_gpu) { skip("no CUDA device", ""); return; }
   grace_tensor *cin[8] = {0}, *gin[8] = {0}, *cout[4] = {0}, *gout[4] = {0};
-  bdev = GRACE_CPU;
+  bld.dev = GRACE_CPU;
   build(ctx);
-  int nin = grace_ir_count(B, "inputs"), nout = grace_ir_count(B, "outputs");
+  int nin = grace_ir_count(bld.ir, "inputs"), nout = grace_ir_count(bld.ir, "outputs");
   for (int k = 0; k < nin && k < 8; k++) {
     cin[k] = make_input(k, lo, hi);
     grace_attrs to = {0};
@@ -289,11 +273,11 @@ static void gpu_compare(const char *what, void (*build)(void *), void *ctx, doub
       goto done;
     }
   }
-  grace_status st = grace_ir_run(B, nin, cin, nout, cout);
+  grace_status st = grace_ir_run(bld.ir, nin, cin, nout, cout);
   if (!ok(st == GRACE_OK, "%s: runs on the CPU", what)) { printf("# %s\n", grace_last_error(vm)); goto done; }
-  bdev = GRACE_CUDA;
+  bld.dev = GRACE_CUDA;
   build(ctx);
-  st = grace_ir_run(B, nin, gin, nout, gout);
+  st = grace_ir_run(bld.ir, nin, gin, nout, gout);
   if (!ok(st == GRACE_OK, "%s: runs on the device", what)) { printf("# %s\n", grace_last_error(vm)); goto done; }
   for (int o = 0; o < nout; o++) {
     int64_t n = grace_tensor_numel(cout[o]);
@@ -317,7 +301,7 @@ static void gpu_compare(const char *what, void (*build)(void *), void *ctx, doub
 done:
   for (int k = 0; k < 8; k++) { grace_tensor_release(cin[k]); grace_tensor_release(gin[k]); }
   for (int o = 0; o < 4; o++) { grace_tensor_release(cout[o]); grace_tensor_release(gout[o]); }
-  bdev = GRACE_CPU;
+  bld.dev = GRACE_CPU;
 }
 
 typedef struct un_case { grace_op op; grace_dtype dt; int64_t n; grace_attrs at; } un_case;
@@ -340,12 +324,13 @@ static int has(const char *src, const char *frag) { return src && strstr(src, fr
 int main(void) {
   char err[256];
   vm = grace_vm_new(NULL, err, sizeof err);
+  bld.vm = vm;
   if (!vm) { printf("Bail out! %s\n", err); return 1; }
   have_nvrtc = cuda_nvrtc_why(vm) == NULL;
   if (!have_nvrtc) printf("# NVRTC not loaded (%s): compile checks are skipped\n", cuda_nvrtc_why(vm));
   have_gpu = cuda_usable(vm);
   if (!have_gpu) printf("# no CUDA device (%s): numeric checks are skipped\n", cuda_why(vm));
-  bdev = GRACE_CPU;
+  bld.dev = GRACE_CPU;
   lowered L, L2;
 
   /* a long pointwise chain: one kernel with the vector path */
@@ -412,7 +397,7 @@ int main(void) {
         if (unary[i] == GRACE_OP_GELU) c.at.flag = v;
         if (unary[i] == GRACE_OP_CLAMP) { c.at.a = v ? -0.5 : -3; c.at.b = v ? 2.5 : 3; c.at.has_a = 1; c.at.has_b = 1; }
         build_unary(c.op, c.dt, c.n, &c.at);
-        if (berr) continue;   /* not defined for this dtype (the CPU refuses it too) */
+        if (bld.err) continue;   /* not defined for this dtype (the CPU refuses it too) */
         char what[96];
         snprintf(what, sizeof what, "%s %s%s%s", grace_op_name(c.op), grace_dtype_name(c.dt),
                  unary[i] == GRACE_OP_CAST ? " to " : "", unary[i] == GRACE_OP_CAST ? grace_dtype_name(all_dt[v]) : "");
@@ -428,7 +413,7 @@ int main(void) {
         bin_case c = {binary[i], all_dt[d], all_dt[e], 1023};
         if (c.op == GRACE_OP_SUB && (c.a == GRACE_BOOL || c.b == GRACE_BOOL)) continue;   /* refused, as by PyTorch */
         build_binary(c.op, c.a, c.b, c.n);
-        if (berr) continue;
+        if (bld.err) continue;
         char what[96];
         snprintf(what, sizeof what, "%s %s, %s", grace_op_name(c.op), grace_dtype_name(c.a), grace_dtype_name(c.b));
         lower_only(what);
@@ -441,10 +426,10 @@ int main(void) {
     char what[96];
     build_where(c.dt, c.a);
     snprintf(what, sizeof what, "where %s", grace_dtype_name(c.dt));
-    if (!berr) { lower_only(what); gpu_compare(what, b_where, &c, -9, 9); }
+    if (!bld.err) { lower_only(what); gpu_compare(what, b_where, &c, -9, 9); }
     build_masked_fill(c.dt, c.a);
     snprintf(what, sizeof what, "masked_fill %s", grace_dtype_name(c.dt));
-    if (!berr) { lower_only(what); gpu_compare(what, b_masked_fill, &c, -9, 9); }
+    if (!bld.err) { lower_only(what); gpu_compare(what, b_masked_fill, &c, -9, 9); }
   }
 
   /* reductions */
@@ -460,7 +445,7 @@ int main(void) {
         if (shape == 2) { c.ndims = 0; c.rows = 4; c.inner = 1000; }
         if ((c.op == GRACE_OP_MAX || c.op == GRACE_OP_MIN) && shape != 2) c.nout = 2;
         build_reduce(c.op, c.dt, c.rows, c.inner, c.ndims, c.keep, c.nout, c.flag);
-        if (berr) continue;
+        if (bld.err) continue;
         char what[96];
         snprintf(what, sizeof what, "%s %s [%lld, %lld] %s", grace_op_name(c.op), grace_dtype_name(c.dt), (long long)c.rows,
                  (long long)c.inner, shape == 2 ? "all dims" : shape == 0 ? "dim -1 keepdim" : "dim -1");
@@ -537,7 +522,7 @@ int main(void) {
     gpu_compare(what, b_reduce, &c, -2, 2);
   }
 
-  grace_ir_free(B);
+  grace_ir_free(bld.ir);
   grace_vm_free(vm);
   return tap_done();
 }

@@ -16,10 +16,10 @@
 #include "ir/ir.h"
 #include "vm/cpu_fused.h"
 #include "tap.h"
+#include "c/ir_build.h"
 
 static grace_vm *vm;
-static grace_ir *B;
-static int berr;
+static ir_build bld;   /* bld.ir: the program being built */
 
 #define F32_SEED 0x9E3779B97F4A7C15ull
 #include "c/f32_data.h"
@@ -41,25 +41,11 @@ static grace_tensor *e_lit(double v) {
 }
 
 /* ---- the IR builder ---- */
-static grace_value b_in(int ndim, const int64_t *sizes) {
-  grace_value v = -1;
-  if (grace_ir_input(B, GRACE_FLOAT32, GRACE_CPU, ndim, sizes, &v) != GRACE_OK) berr = 1;
-  return v;
-}
-static grace_value b_const(grace_tensor *t) {
-  grace_value v = -1;
-  if (grace_ir_const(B, t, &v) != GRACE_OK) berr = 1;
-  return v;
-}
-static grace_value b_lit(double x) {
-  grace_value v = -1;
-  if (grace_ir_literal(B, x, 0, &v) != GRACE_OK) berr = 1;
-  return v;
-}
+static grace_value b_in(int ndim, const int64_t *sizes) { return irb_input(&bld, GRACE_FLOAT32, ndim, sizes); }
+static grace_value b_const(grace_tensor *t) { return irb_const(&bld, t); }
+static grace_value b_lit(double x) { return irb_lit(&bld, x, 0); }
 static grace_value b_op(grace_op op, int n, grace_value a, grace_value b, grace_value c, const grace_attrs *at) {
-  grace_value in[3] = {a, b, c}, v = -1;
-  if (berr || grace_ir_op(B, op, n, in, at, 1, &v) != GRACE_OK) { if (!berr) printf("# build: %s\n", grace_last_error(vm)); berr = 1; }
-  return v;
+  return irb_op(&bld, op, n, a, b, c, at, 1, NULL);
 }
 static grace_value b_t(grace_value w) {
   grace_attrs tr = {.ndims = 2, .dims = {0, 1}};
@@ -78,19 +64,19 @@ static int group_insts(const grace_ir *ir, grace_value mm, grace_value out_value
   return n;
 }
 
-/* Runs B (inputs in) through grace_ir_run twice (the second call reuses the kept panels) and, where mm >= 0,
+/* Runs bld.ir (inputs in) through grace_ir_run twice (the second call reuses the kept panels) and, where mm >= 0,
  * the group mm .. output 0 through cpu_fused_matmul_run; compares all with ref (output 0). */
 static void check(const char *what, int nin, grace_tensor **in, grace_value mm, grace_tensor **ref, int nref) {
   char name[200];
-  if (!ok(!berr && grace_ir_verify(B) == GRACE_OK, "%s: the program builds", what)) { printf("# %s\n", grace_last_error(vm)); return; }
+  if (!ok(!bld.err && grace_ir_verify(bld.ir) == GRACE_OK, "%s: the program builds", what)) { printf("# %s\n", grace_last_error(vm)); return; }
   for (int call = 0; call < 2; call++) {
     grace_tensor *out[4] = {NULL};
-    grace_status st = grace_ir_run(B, nin, in, nref, out);
+    grace_status st = grace_ir_run(bld.ir, nin, in, nref, out);
     snprintf(name, sizeof name, "%s: grace_ir_run call %d", what, call + 1);
     if (!ok(st == GRACE_OK, "%s runs", name)) printf("# %s\n", grace_last_error(vm));
     /* the interpreter ran each output as the root of a fused group (plan < -1), not op by op */
-    int fused = B->plan != NULL;
-    for (int k = 0; k < nref && fused; k++) fused = B->plan[B->vals[B->outputs[k]].inst] <= -2;
+    int fused = bld.ir->plan != NULL;
+    for (int k = 0; k < nref && fused; k++) fused = bld.ir->plan[bld.ir->vals[bld.ir->outputs[k]].inst] <= -2;
     if (call == 0) ok(fused, "%s: each output is the root of a fused group in the plan", what);
     for (int k = 0; k < nref; k++) {
       char nk[240];
@@ -101,25 +87,25 @@ static void check(const char *what, int nin, grace_tensor **in, grace_value mm, 
   }
   if (mm < 0) return;
   /* directly: the values the group reads are the program's inputs, captures and views of them */
-  grace_tensor **vals = calloc((size_t)B->nval, sizeof *vals);
-  int32_t *insts = calloc((size_t)B->ninst, sizeof *insts);
+  grace_tensor **vals = calloc((size_t)bld.ir->nval, sizeof *vals);
+  int32_t *insts = calloc((size_t)bld.ir->ninst, sizeof *insts);
   grace_status st = vals && insts ? GRACE_OK : GRACE_ENOMEM;
-  for (int i = 0; i < B->ninst && st == GRACE_OK; i++) {
-    const ir_inst *k = &B->insts[i];
+  for (int i = 0; i < bld.ir->ninst && st == GRACE_OK; i++) {
+    const ir_inst *k = &bld.ir->insts[i];
     int32_t r = k->first_result;
     if (k->op == IR_OP_INPUT) { vals[r] = in[k->input_index]; grace_tensor_retain(vals[r]); }
-    else if (k->op == IR_OP_CONST) { vals[r] = B->consts[k->input_index].t; grace_tensor_retain(vals[r]); }
+    else if (k->op == IR_OP_CONST) { vals[r] = bld.ir->consts[k->input_index].t; grace_tensor_retain(vals[r]); }
     else if (k->op < GRACE_NOPS && grace_op_kind((grace_op)k->op) == GRACE_KIND_VIEW)
-      st = grace_run(vm, (grace_op)k->op, 1, &vals[B->args[k->first_arg]], &k->attrs, 1, &vals[r]);
+      st = grace_run(vm, (grace_op)k->op, 1, &vals[bld.ir->args[k->first_arg]], &k->attrs, 1, &vals[r]);
   }
   grace_tensor *got = NULL;
-  int n = group_insts(B, mm, B->outputs[0], insts);
-  if (st == GRACE_OK) st = cpu_fused_matmul_run(vm, B, insts, n, vals, NULL, B->outputs[0], &got);
+  int n = group_insts(bld.ir, mm, bld.ir->outputs[0], insts);
+  if (st == GRACE_OK) st = cpu_fused_matmul_run(vm, bld.ir, insts, n, vals, NULL, bld.ir->outputs[0], &got);
   snprintf(name, sizeof name, "%s: cpu_fused_matmul_run (%d instructions)", what, n);
   if (ok(st == GRACE_OK, "%s runs", name)) same_bits(name, ref[0], got);
   else printf("# %s\n", grace_last_error(vm));
   grace_tensor_release(got);
-  for (int v = 0; vals && v < B->nval; v++) grace_tensor_release(vals[v]);
+  for (int v = 0; vals && v < bld.ir->nval; v++) grace_tensor_release(vals[v]);
   free(vals);
   free(insts);
 }
@@ -129,7 +115,7 @@ static void check(const char *what, int nin, grace_tensor **in, grace_value mm, 
 static void test_linear(const char *what, int xnd, const int64_t *xs, int64_t N, int flag, int xt) {
   int64_t K = xs[xnd - 1], ws[2] = {N, K};
   grace_tensor *W = randt(2, ws, -0.2f, 0.2f), *bias = randt(1, &N, -1.0f, 1.0f), *x = NULL, *base = NULL;
-  if (xt == 2) {   /* [B, M, K] as the transpose of [M, B, K]: batch and row dims do not fold into one run */
+  if (xt == 2) {   /* [bld.ir, M, K] as the transpose of [M, bld.ir, K]: batch and row dims do not fold into one run */
     int64_t bs[3] = {xs[1], xs[0], K};
     grace_attrs tr = {.ndims = 2, .dims = {0, 1}};
     base = randt(3, bs, -2.0f, 2.0f);
@@ -145,13 +131,13 @@ static void test_linear(const char *what, int xnd, const int64_t *xs, int64_t N,
   grace_tensor *wt = W ? e_t(W) : NULL, *mm = x && wt ? e_op(GRACE_OP_MATMUL, 2, x, wt, NULL, NULL) : NULL;
   grace_tensor *ad = mm ? e_op(GRACE_OP_ADD, 2, mm, bias, NULL, NULL) : NULL;
   grace_tensor *ref = ad ? e_op(GRACE_OP_GELU, 1, ad, NULL, NULL, &g) : NULL;
-  B = grace_ir_new(vm, "linear");
-  berr = !B || !ref;
+  bld.ir = grace_ir_new(vm, "linear");
+  bld.err = !bld.ir || !ref;
   grace_value vx = b_in(xnd, xs), vm_ = b_op(GRACE_OP_MATMUL, 2, vx, b_t(b_const(W)), -1, NULL);
   grace_value y = b_op(GRACE_OP_GELU, 1, b_op(GRACE_OP_ADD, 2, vm_, b_const(bias), -1, NULL), -1, -1, &g);
-  if (grace_ir_output(B, y) != GRACE_OK) berr = 1;
+  if (grace_ir_output(bld.ir, y) != GRACE_OK) bld.err = 1;
   check(what, 1, &x, vm_, &ref, 1);
-  grace_ir_free(B);
+  grace_ir_free(bld.ir);
   grace_tensor *all[] = {W, bias, x, base, wt, mm, ad, ref};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) grace_tensor_release(all[i]);
 }
@@ -164,19 +150,19 @@ static void test_residual(int64_t M, int64_t K, int64_t N) {
   grace_tensor *mm = e_op(GRACE_OP_MATMUL, 2, x, W, NULL, NULL), *h = mm ? e_op(GRACE_OP_ADD, 2, mm, bias, NULL, NULL) : NULL;
   grace_tensor *c = h ? e_op(GRACE_OP_GT, 2, h, zero, NULL, NULL) : NULL, *s = h ? e_op(GRACE_OP_MUL, 2, h, tenth, NULL, NULL) : NULL;
   grace_tensor *w = c && s ? e_op(GRACE_OP_WHERE, 3, c, h, s, NULL) : NULL, *ref = w ? e_op(GRACE_OP_ADD, 2, w, r, NULL, NULL) : NULL;
-  B = grace_ir_new(vm, "residual");
-  berr = !B || !ref;
+  bld.ir = grace_ir_new(vm, "residual");
+  bld.err = !bld.ir || !ref;
   grace_value vx = b_in(2, xs), vr = b_in(2, os), vmm = b_op(GRACE_OP_MATMUL, 2, vx, b_const(W), -1, NULL);
   grace_value vh = b_op(GRACE_OP_ADD, 2, vmm, b_const(bias), -1, NULL);
   grace_value vw = b_op(GRACE_OP_WHERE, 3, b_op(GRACE_OP_GT, 2, vh, b_lit(0.0), -1, NULL), vh,
                         b_op(GRACE_OP_MUL, 2, vh, b_lit(0.1), -1, NULL), NULL);
-  if (grace_ir_output(B, b_op(GRACE_OP_ADD, 2, vw, vr, -1, NULL)) != GRACE_OK) berr = 1;
+  if (grace_ir_output(bld.ir, b_op(GRACE_OP_ADD, 2, vw, vr, -1, NULL)) != GRACE_OK) bld.err = 1;
   char what[120];
   snprintf(what, sizeof what, "where/compare epilogue with a residual, W stored [K,N], %lldx%lldx%lld", (long long)M,
            (long long)K, (long long)N);
   grace_tensor *in[2] = {x, r};
   check(what, 2, in, vmm, &ref, 1);
-  grace_ir_free(B);
+  grace_ir_free(bld.ir);
   grace_tensor *all[] = {x, W, bias, r, zero, tenth, mm, h, c, s, w, ref};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) grace_tensor_release(all[i]);
 }
@@ -185,21 +171,21 @@ static void test_residual(int64_t M, int64_t K, int64_t N) {
 static void test_horizontal(void) {
   int64_t xs[3] = {2, 9, 40}, ws[2] = {24, 40}, nb = 24;
   grace_tensor *x = randt(3, xs, -1.0f, 1.0f), *W[3], *bs[3], *ref[3];
-  B = grace_ir_new(vm, "qkv");
-  berr = !B;
+  bld.ir = grace_ir_new(vm, "qkv");
+  bld.err = !bld.ir;
   grace_value vx = b_in(3, xs);
   for (int i = 0; i < 3; i++) {
     W[i] = randt(2, ws, -0.5f, 0.5f);
     bs[i] = randt(1, &nb, -0.5f, 0.5f);
     grace_tensor *wt = e_t(W[i]), *mm = wt ? e_op(GRACE_OP_MATMUL, 2, x, wt, NULL, NULL) : NULL;
     ref[i] = mm ? e_op(GRACE_OP_ADD, 2, mm, bs[i], NULL, NULL) : NULL;
-    if (!ref[i]) berr = 1;
+    if (!ref[i]) bld.err = 1;
     grace_tensor_release(wt); grace_tensor_release(mm);
     grace_value y = b_op(GRACE_OP_ADD, 2, b_op(GRACE_OP_MATMUL, 2, vx, b_t(b_const(W[i])), -1, NULL), b_const(bs[i]), -1, NULL);
-    if (grace_ir_output(B, y) != GRACE_OK) berr = 1;
+    if (grace_ir_output(bld.ir, y) != GRACE_OK) bld.err = 1;
   }
   check("q/k/v projections (a horizontal group), x [2,9,40]", 1, &x, -1, ref, 3);
-  grace_ir_free(B);
+  grace_ir_free(bld.ir);
   grace_tensor_release(x);
   for (int i = 0; i < 3; i++) { grace_tensor_release(W[i]); grace_tensor_release(bs[i]); grace_tensor_release(ref[i]); }
 }
@@ -208,27 +194,27 @@ static void test_horizontal(void) {
 static void test_weight_update(void) {
   int64_t xs[2] = {10, 70}, ws[2] = {33, 70}, N = 33;
   grace_tensor *x = randt(2, xs, -1.0f, 1.0f), *W = randt(2, ws, -0.5f, 0.5f), *bias = randt(1, &N, -0.5f, 0.5f);
-  B = grace_ir_new(vm, "update");
-  berr = !B;
+  bld.ir = grace_ir_new(vm, "update");
+  bld.err = !bld.ir;
   grace_value y = b_op(GRACE_OP_ADD, 2, b_op(GRACE_OP_MATMUL, 2, b_in(2, xs), b_t(b_const(W)), -1, NULL), b_const(bias), -1, NULL);
-  if (grace_ir_output(B, y) != GRACE_OK) berr = 1;
+  if (grace_ir_output(bld.ir, y) != GRACE_OK) bld.err = 1;
   grace_tensor *out = NULL;
-  ok(!berr && grace_ir_run(B, 1, &x, 1, &out) == GRACE_OK, "weight update: the first call runs (panels kept)");
+  ok(!bld.err && grace_ir_run(bld.ir, 1, &x, 1, &out) == GRACE_OK, "weight update: the first call runs (panels kept)");
   grace_tensor_release(out); out = NULL;
   /* W = -1.5 W, copied in place (its version moves): the program accepts the new contents, the panels are
    * packed again */
   grace_tensor *k = e_lit(-1.5), *scaled = e_op(GRACE_OP_MUL, 2, W, k, NULL, NULL);
   grace_tensor *args[2] = {W, scaled};
   ok(scaled && grace_run(vm, GRACE_OP_COPY_, 2, args, NULL, 0, NULL) == GRACE_OK, "weight update: W changed in place");
-  grace_ir_recapture(B);
+  grace_ir_recapture(bld.ir);
   grace_tensor *wt = e_t(W), *mm = wt ? e_op(GRACE_OP_MATMUL, 2, x, wt, NULL, NULL) : NULL;
   grace_tensor *ref = mm ? e_op(GRACE_OP_ADD, 2, mm, bias, NULL, NULL) : NULL;
-  grace_status st = grace_ir_run(B, 1, &x, 1, &out);
+  grace_status st = grace_ir_run(bld.ir, 1, &x, 1, &out);
   if (ok(st == GRACE_OK, "weight update: the call after the change runs")) same_bits("weight update: the new weight is used", ref, out);
   else printf("# %s\n", grace_last_error(vm));
   grace_tensor *all[] = {x, W, bias, out, k, scaled, wt, mm, ref};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) grace_tensor_release(all[i]);
-  grace_ir_free(B);
+  grace_ir_free(bld.ir);
 }
 
 /* Every micro-kernel variant (full tiles, fewer rows, two row panels at once, edge columns) against the sum
@@ -249,11 +235,11 @@ static void test_kernels(void) {
       float *a = malloc(sizeof(float) * (size_t)(M * K)), *w = malloc(sizeof(float) * (size_t)(N * K));
       float *got = malloc(sizeof(float) * (size_t)(M * N)), *gotf = malloc(sizeof(float) * (size_t)(M * N));
       grace_tensor *wt = W ? e_t(W) : NULL, *mm = x && wt ? e_op(GRACE_OP_MATMUL, 2, x, wt, NULL, NULL) : NULL, *fo = NULL;
-      B = grace_ir_new(vm, "kernels");
-      berr = !B;
+      bld.ir = grace_ir_new(vm, "kernels");
+      bld.err = !bld.ir;
       grace_value y = b_op(GRACE_OP_MATMUL, 2, b_in(2, xs), b_t(b_const(W)), -1, NULL);
-      if (grace_ir_output(B, b_op(GRACE_OP_ADD, 2, y, b_lit(0.0), -1, NULL)) != GRACE_OK) berr = 1;
-      if (!a || !w || !got || !gotf || !mm || berr || grace_ir_run(B, 1, &x, 1, &fo) != GRACE_OK ||
+      if (grace_ir_output(bld.ir, b_op(GRACE_OP_ADD, 2, y, b_lit(0.0), -1, NULL)) != GRACE_OK) bld.err = 1;
+      if (!a || !w || !got || !gotf || !mm || bld.err || grace_ir_run(bld.ir, 1, &x, 1, &fo) != GRACE_OK ||
           grace_tensor_read(vm, x, GRACE_FLOAT32, a) != GRACE_OK || grace_tensor_read(vm, W, GRACE_FLOAT32, w) != GRACE_OK ||
           grace_tensor_read(vm, mm, GRACE_FLOAT32, got) != GRACE_OK || grace_tensor_read(vm, fo, GRACE_FLOAT32, gotf) != GRACE_OK)
         bad++;
@@ -280,7 +266,7 @@ static void test_kernels(void) {
       grace_tensor *all[] = {x, W, wt, mm, fo};
       for (size_t i = 0; i < sizeof all / sizeof *all; i++) grace_tensor_release(all[i]);
       free(a); free(w); free(got); free(gotf);
-      grace_ir_free(B);
+      grace_ir_free(bld.ir);
     }
   ok(bad == 0, "GEMM kernels: eager matmul equals the FMA-chain sum%s for M = 2..26, N 16 and 37, K 40 and 300 (%d "
      "products, %d wrong, largest difference %g)", fma ? " exactly" : " to 1e-4", cases, bad, worst);
@@ -293,16 +279,16 @@ static double now_ms(void) { return grace_clock() * 1e3; }
 static void diag_time(void) {
   int64_t xs[2] = {8, 256}, ws[2] = {256, 256}, N = 256;
   grace_tensor *x = randt(2, xs, -1.0f, 1.0f), *W = randt(2, ws, -0.1f, 0.1f), *bias = randt(1, &N, -0.5f, 0.5f);
-  B = grace_ir_new(vm, "time");
-  berr = !B || !x || !W || !bias;
+  bld.ir = grace_ir_new(vm, "time");
+  bld.err = !bld.ir || !x || !W || !bias;
   grace_value y = b_op(GRACE_OP_GELU, 1, b_op(GRACE_OP_ADD, 2, b_op(GRACE_OP_MATMUL, 2, b_in(2, xs), b_t(b_const(W)), -1, NULL),
                                                b_const(bias), -1, NULL), -1, -1, NULL);
-  if (grace_ir_output(B, y) != GRACE_OK) berr = 1;
+  if (grace_ir_output(bld.ir, y) != GRACE_OK) bld.err = 1;
   double bf = 1e30, be = 1e30;
-  for (int r = 0; r < 200 && !berr; r++) {
+  for (int r = 0; r < 200 && !bld.err; r++) {
     grace_tensor *o = NULL;
     double t0 = now_ms();
-    grace_ir_run(B, 1, &x, 1, &o);
+    grace_ir_run(bld.ir, 1, &x, 1, &o);
     double t1 = now_ms();
     grace_tensor *wt = e_t(W), *mm = e_op(GRACE_OP_MATMUL, 2, x, wt, NULL, NULL), *ad = e_op(GRACE_OP_ADD, 2, mm, bias, NULL, NULL);
     grace_tensor *g = e_op(GRACE_OP_GELU, 1, ad, NULL, NULL, NULL);
@@ -315,12 +301,13 @@ static void diag_time(void) {
   printf("# diag: gelu(x @ W^T + b), x [8,256], W [256,256]: eager %.1f us, fused %.1f us (%.2fx)\n", be * 1e3, bf * 1e3,
          bf > 0 ? be / bf : 0.0);
   grace_tensor_release(x); grace_tensor_release(W); grace_tensor_release(bias);
-  grace_ir_free(B);
+  grace_ir_free(bld.ir);
 }
 
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
+  bld.vm = vm;
   if (!vm) { printf("Bail out! %s\n", err); return 1; }
   test_linear("linear+gelu 8x256x256 (the MLP layer)", 2, (int64_t[]){8, 256}, 256, 0, 0);
   test_linear("linear+gelu 7x300x37 (partial row and column panels)", 2, (int64_t[]){7, 300}, 37, 0, 0);
