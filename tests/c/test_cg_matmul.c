@@ -83,6 +83,8 @@ static void test_sources(void) {
   d.split = 1;
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "WS_[(((long long)blockIdx.y"),
      "split-K GEMV writes partials");
+  ok(k1.src && strstr(k1.src, "if (bi) { i0 = bi / (BD1 * BD2);"),
+     "the batch coordinates are divided out only past the first matrix (a GEMV thread's prologue stays short)");
   ok(k1.src && strstr(k1.src, "griddepcontrol.wait") && strstr(k1.src, "#define MM_PREFETCH 0") &&
      strstr(k1.src, "wv[u] = mm_ld_stream(w"),
      "the GEMV streams its weight (read-only path) and waits on the previous kernel, without prefetching by default");
