@@ -8,6 +8,7 @@
 #   memcheck  the GPU tests under compute-sanitizer memcheck
 #   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures)
 #   gemv    bench/gemv_explore.cu (nvcc): GEMV design variants beside grace's own kernels
+#   wgmma   bench/gemm_wgmma.cu (nvcc, sm_90a): a TMA + wgmma GEMM against cuBLAS
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
@@ -92,6 +93,11 @@ for s in $stages; do
       $B/gemv_grace_gen > bench/gemv_grace_gen.cuh &&
       /usr/local/cuda/bin/nvcc -arch=sm_90 -O3 -std=c++17 -o $B/gemv_explore bench/gemv_explore.cu &&
       timeout 120 $B/gemv_explore 2>&1 | tee "$OUT/gemv_explore.txt" || status=1 ;;
+  wgmma)       # the sm_90a tensor-core GEMM experiment against cuBLAS
+    echo "== wgmma GEMM"
+    /usr/local/cuda/bin/nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o $B/gemm_wgmma bench/gemm_wgmma.cu \
+      -lcublas > "$OUT/wgmma_build.log" 2>&1 && timeout 60 $B/gemm_wgmma 2>&1 | tee "$OUT/gemm_wgmma.txt" ||
+      { status=1; tail -5 "$OUT/wgmma_build.log"; } ;;
   workloads)   # issue 8, grace side (random seeded weights unless WEIGHTS_DIR holds PyTorch's files)
     echo "== workloads (grace)"
     timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \
