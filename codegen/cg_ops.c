@@ -154,6 +154,33 @@ static const tmpl_def defs[CGO_NTMPL] = {
 
 int cg_ops_nscalar(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? defs[t].nscalar : 0; }
 
+/* The tiled kernel's shared memory (body_attn_tiled's layout), bytes. */
+static int64_t attn_smem(int64_t R, int64_t C, int64_t D, int64_t Dv) {
+  int64_t KP = D % 4 == 0 && Dv % 4 == 0 ? D + 4 : D + 1;
+  return 4 * (C * KP + C * Dv + R * D + R * C + 3 * R + CGO_ATTN_THREADS);
+}
+
+void cg_ops_attn_plan(int64_t rows, int64_t M, int64_t N, int64_t D, int64_t Dv, int f64, int64_t sms,
+                      int64_t smem_limit, int clusters, cgo_attn_plan *out) {
+  int64_t R = 16, batch = M > 0 ? rows / M : 0;
+  while (R > 1 && (R > M || batch * ((M + R - 1) / R) < sms)) R /= 2;
+  int64_t tiles = batch * ((M + R - 1) / R), S = 1;
+  if (!f64 && clusters && 2 * tiles <= sms && R * Dv <= CGO_ATTN_THREADS) {
+    S = sms / (tiles > 0 ? tiles : 1) < 8 ? sms / (tiles > 0 ? tiles : 1) : 8;
+    if (S > N / 16) S = N / 16;
+    if (S < 2) S = 1;
+  }
+  int64_t keys = (N + S - 1) / S, C = keys < 256 ? (keys + 7) / 8 * 8 : 256;
+  while (C > 16 && attn_smem(R, C, D, Dv) > smem_limit) C /= 2;
+  out->R = R;
+  out->S = S;
+  out->C = C;
+  out->tiles = tiles;
+  out->smem = (unsigned)attn_smem(R, C, D, Dv);
+  out->tiled = !f64 && attn_smem(R, C, D, Dv) <= smem_limit && R * Dv <= CGO_ATTN_THREADS * CGO_ATTN_ACC;
+  if (!out->tiled) out->S = 1;
+}
+
 /* Unravels r over p.size[0..nd) adding coordinate * stride for each listed stride array. */
 static void emit_unravel(cg_buf *b, const char *r, int n, const char *const *strides, const char *const *accs) {
   cg_printf(b, "    { long long rr = %s;\n      for (int d = (int)p.nd - 1; d >= 0; d--) {\n"

@@ -82,4 +82,17 @@ int cg_ops_nptr(cgo_tmpl t);
 /* Number of scalar words ending the struct (passed through pointers when indirect). */
 int cg_ops_nscalar(cgo_tmpl t);
 
+/* An attention's launch plan (the ATTN template): R query rows a block (halved from 16 while the row tiles would
+ * not fill the SMs), S blocks a row tile splitting its keys (a cluster; only where clusters exist, the tiles are
+ * fewer than half the SMs and each block keeps 16 keys), C keys a chunk (all of a block's keys, rounded up to 8, when
+ * that fits smem_limit, else halved), the shared memory, and whether the tiled kernel takes it (float compute and
+ * the chunk fits); otherwise the per-row kernel runs. */
+typedef struct cgo_attn_plan {
+  int64_t R, S, C, tiles;
+  unsigned smem;
+  int tiled;
+} cgo_attn_plan;
+void cg_ops_attn_plan(int64_t rows, int64_t M, int64_t N, int64_t D, int64_t Dv, int f64, int64_t sms,
+                      int64_t smem_limit, int clusters, cgo_attn_plan *out);
+
 #endif

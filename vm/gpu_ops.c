@@ -609,23 +609,9 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
   cuda_ctx *c = gpu_ctx(vm);
   const cuda_props *pr = cuda_properties(c);
   int dbl = q->dtype == GRACE_FLOAT64;
-  int64_t sms = pr->sms, R = 16;
-  while (R > 1 && (R > p.M || p.rows / p.M * ((p.M + R - 1) / R) < sms)) R /= 2;
-  int64_t limit = pr->smem_per_block_optin < 100 * 1024 ? pr->smem_per_block_optin : 100 * 1024;
-  /* few row tiles (decode: 12 heads of one query): the keys split over a cluster of S blocks a tile */
-  int64_t tiles = p.rows / p.M * ((p.M + R - 1) / R), S = 1;
-  if (!dbl && cuda_has_clusters(c) && 2 * tiles <= sms && R * p.Dv <= CGO_ATTN_THREADS) {
-    S = sms / tiles < 8 ? sms / tiles : 8;
-    if (S > p.N / 16) S = p.N / 16;   /* at least 16 keys a block */
-    if (S < 2) S = 1;
-  }
-  int64_t keys = (p.N + S - 1) / S, C = keys < 256 ? (keys + 7) / 8 * 8 : 256;
-  int64_t KP = p.D % 4 == 0 && p.Dv % 4 == 0 ? p.D + 4 : p.D + 1;   /* cg_ops.h's layout */
-#define ATTN_SMEM(C_) (4 * ((C_) * KP + (C_) * p.Dv + R * p.D + R * (C_) + 3 * R + CGO_ATTN_THREADS))
-  while (C > 16 && ATTN_SMEM(C) > limit) C /= 2;
-  int tiled = !dbl && ATTN_SMEM(C) <= limit && R * p.Dv <= CGO_ATTN_THREADS * CGO_ATTN_ACC;
-  unsigned smem = (unsigned)ATTN_SMEM(C);
-#undef ATTN_SMEM
+  int64_t sms = pr->sms, limit = pr->smem_per_block_optin < 100 * 1024 ? pr->smem_per_block_optin : 100 * 1024;
+  cgo_attn_plan pl;
+  cg_ops_attn_plan(p.rows, p.M, p.N, p.D, p.Dv, dbl, sms, limit, cuda_has_clusters(c), &pl);
   words w = {0};
   wptr(&w, gpu_ptr(out[0])); wptr(&w, gpu_ptr(q)); wptr(&w, gpu_ptr(in[1])); wptr(&w, gpu_ptr(in[2]));
   wptr(&w, m ? gpu_ptr(m) : 0); wptr(&w, sc && !sval ? gpu_ptr(sc) : 0);
@@ -633,16 +619,16 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
   warr(&w, p.bsize, p.nb); warr(&w, p.qb, p.nb); warr(&w, p.kb, p.nb); warr(&w, p.vb, p.nb); warr(&w, p.mb, p.nb);
   wput(&w, p.qm); wput(&w, p.qd); wput(&w, p.kd); wput(&w, p.kn); wput(&w, p.vn); wput(&w, p.vd);
   wput(&w, p.mm); wput(&w, p.mn); wput(&w, dbits(a->a));
-  wput(&w, R); wput(&w, C); wput(&w, attn_vec(&p, p.D, p.kd, p.kn, p.kb, in[1]->dtype));
-  wput(&w, attn_vec(&p, p.Dv, p.vd, p.vn, p.vb, in[2]->dtype)); wput(&w, dbits(scv)); wput(&w, tiled ? S : 1);
+  wput(&w, pl.R); wput(&w, pl.C); wput(&w, attn_vec(&p, p.D, p.kd, p.kn, p.kb, in[1]->dtype));
+  wput(&w, attn_vec(&p, p.Dv, p.vd, p.vn, p.vb, in[2]->dtype)); wput(&w, dbits(scv)); wput(&w, pl.S);
   int variant = (sc && !sval ? CGO_ATTN_SCALE : 0) | (sval ? CGO_ATTN_SVAL : 0) |
                 (a->flag & GRACE_ATTN_DIV ? CGO_ATTN_DIV : 0) | (m ? CGO_ATTN_MASK : 0) |
-                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0) | (tiled ? CGO_ATTN_TILED : 0) |
-                (tiled && S > 1 ? CGO_ATTN_SPLIT : 0);
+                (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0) | (pl.tiled ? CGO_ATTN_TILED : 0) |
+                (pl.S > 1 ? CGO_ATTN_SPLIT : 0);
   grace_dtype sdt = sc && !sval ? sc->dtype : GRACE_FLOAT32;
-  if (tiled) {
-    st = launch_own(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(tiles, 1) * (unsigned)S, CGO_ATTN_THREADS,
-                    smem, &w, 0, (unsigned)S);
+  if (pl.tiled) {
+    st = launch_own(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(pl.tiles, 1) * (unsigned)pl.S,
+                    CGO_ATTN_THREADS, pl.smem, &w, 0, (unsigned)pl.S);
   } else {
     int64_t chunks = (p.N + 31) / 32, most = p.rows < 2 * sms ? 8 : 4;
     unsigned block = 32 * (unsigned)(chunks < most ? chunks : most);

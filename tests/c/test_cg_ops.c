@@ -107,6 +107,34 @@ static void source_checks(void) {
   is_int(cg_ops_nptr(CGO_NORM), 4, "norm takes y, x, weight, bias");
 }
 
+/* The attention launch plans of the benchmark shapes on an H200 (132 SMs, 100 KB of shared memory granted), each
+ * worked out by hand from the rules in cg_ops.h. */
+static void attn_plans(void) {
+  cgo_attn_plan p;
+  /* GPT-2 decode: 12 heads of one query row against 129 keys. R: 16, 8, 4, 2 exceed M = 1, so 1; 12 tiles; a
+   * cluster of min(132 / 12, 8) = 8 blocks, 129 / 16 = 8 allows it; ceil(129 / 8) = 17 keys a block -> C 24;
+   * KP 68: 4 * (24*68 + 24*64 + 64 + 24 + 3 + 256) = 14060 bytes */
+  cg_ops_attn_plan(12, 1, 129, 64, 64, 0, 132, 100 * 1024, 1, &p);
+  ok(p.R == 1 && p.tiles == 12 && p.S == 8 && p.C == 24 && p.smem == 14060 && p.tiled,
+     "decode: one row a block, the keys split over 8 blocks of 24-key chunks (R %lld S %lld C %lld smem %u)",
+     (long long)p.R, (long long)p.S, (long long)p.C, p.smem);
+  /* the same without clusters: one block a head over all 129 keys, C 136: 4 * (136*68 + 136*64 + 64 + 136 + 3 + 256) */
+  cg_ops_attn_plan(12, 1, 129, 64, 64, 0, 132, 100 * 1024, 0, &p);
+  ok(p.S == 1 && p.C == 136 && p.smem == 73644 && p.tiled, "decode without clusters: one 136-key chunk a head");
+  /* st: 8 heads x 64 rows x 64 keys. Tiles at R = 16, 8, 4: 32, 64, 128 (< 132), at R = 2: 256 -> R 2, no split */
+  cg_ops_attn_plan(512, 64, 64, 64, 64, 0, 132, 100 * 1024, 1, &p);
+  ok(p.R == 2 && p.tiles == 256 && p.S == 1 && p.C == 64 && p.tiled, "short sequences: 2 rows a block, one chunk");
+  /* fewer than 32 keys leave no 16 per block for a second one */
+  cg_ops_attn_plan(12, 1, 31, 64, 64, 0, 132, 100 * 1024, 1, &p);
+  ok(p.S == 1 && p.C == 32, "31 keys: no split");
+  /* float64 computes in the per-row kernel */
+  cg_ops_attn_plan(12, 1, 129, 64, 64, 1, 132, 100 * 1024, 1, &p);
+  ok(!p.tiled && p.S == 1, "float64: the per-row kernel");
+  /* D = Dv = 1024: even 16-key chunks need 4 * (16*1028 + 16*1024 + 1024 + 16 + 3 + 256) = 136524 bytes > 100 KB */
+  cg_ops_attn_plan(4, 4, 512, 1024, 1024, 0, 132, 100 * 1024, 1, &p);
+  ok(!p.tiled && p.S == 1 && p.C == 16, "rows too wide for shared memory: the per-row kernel");
+}
+
 /* ---- device vs CPU ---- */
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static double urand(void) {
@@ -514,6 +542,7 @@ int main(void) {
   vm = grace_vm_new(NULL, err, sizeof err);
   if (!vm) { printf("1..0 # SKIP no VM: %s\n", err); return 0; }
   source_checks();
+  attn_plans();
   const char *why = cuda_nvrtc_why(vm);
   if (why) skip(why, "NVRTC compiles");
   else compile_all();
