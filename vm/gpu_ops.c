@@ -583,12 +583,10 @@ static int attn_vec(const vm_attn *p, int64_t dims, int64_t sd, int64_t sj, cons
   return 1;
 }
 
-/* attention (cpu_attention.c on the CPU). Float compute: the tiled kernel, a block per R rows of one batch index
- * (R halved from 16 until the blocks fill the device), chunks of keys in shared memory (all keys in one chunk when
- * they fit); when the tiles are still fewer than half the SMs (decode's one row per head), each tile's keys split
- * over a cluster of up to 8 blocks. float64, or rows too wide for shared memory: a block per query
- * row, a warp per chunk of 32 keys up to 8 warps (4 when there are rows enough to fill the device). A scale that is
- * a host number goes by value (a device copy would synchronize); in a capture it is the graph table's word. */
+/* attention (cpu_attention.c on the CPU): the tiled kernel as cg_ops_attn_plan lays it out (rows a block, the keys
+ * split over a cluster for decode), else (float64, rows too wide for shared memory) a block per query row, a warp
+ * per chunk of 32 keys up to 8 warps (4 when there are rows enough to fill the device). A scale that is a host
+ * number goes by value (a device copy would synchronize); in a capture it is the graph table's word. */
 static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
   vm_attn p;
   grace_status st = vm_check_attention(vm, in, a, &p);
