@@ -39,7 +39,7 @@ static const char helpers[] =
   "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
   "}\n"
   "/* 16 bytes of a weight that is read once: the read-only path, not kept in L1 (volatile: stays after\n"
-  "   griddepcontrol.wait). A plain load cost the bf16 LM head 15% of its bandwidth on the H200. */\n"
+  "   griddepcontrol.wait). On the H200 the fp32 LM head went from 97% to 102% of copy bandwidth; bf16 stayed at 75%. */\n"
   "__device__ __forceinline__ mm_u4 mm_ld_stream(const void *p) {\n"
   "  mm_u4 r;\n"
   "#if __CUDA_ARCH__ >= 800\n"
@@ -541,8 +541,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
                                                    "KCHUNK"};
   for (int i = 0; i < CG_MM_NWORDS; i++) cg_printf(&b, "  const long long %s = p.w[%d]; (void)%s;\n", wnames[i], i, wnames[i]);
   /* the batch index's coordinates: no divisions for the first (or only) matrix. Every thread runs this before
-   * its first load, and a GEMV thread has only a few loads: three 64-bit divisions held each warp's slot idle long
-   * enough to cost a many-wave bf16 GEMV a sixth of its bandwidth */
+   * its first load, and a bf16 GEMV thread has only a few loads, so three divisions are a large share of its life
+   * (suspected cause of the bf16 LM head's 74% against 88% for a kernel without them; not measured yet) */
   cg_puts(&b, "  const long long bi = blockIdx.z;\n  long long i0 = 0, i1 = 0, i2 = 0;\n"
               "  if (bi) { i0 = bi / (BD1 * BD2); i1 = bi / BD2 % BD1; i2 = bi % BD2; }\n");
   cg_puts(&b, "  const long long offA = i0 * A_B0 + i1 * A_B1 + i2 * A_B2, offB = i0 * B_B0 + i1 * B_B1 + i2 * B_B2;\n");
