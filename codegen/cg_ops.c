@@ -165,20 +165,19 @@ void cg_ops_attn_plan(int64_t rows, int64_t M, int64_t N, int64_t D, int64_t Dv,
   int64_t R = 16, batch = M > 0 ? rows / M : 0;
   while (R > 1 && (R > M || batch * ((M + R - 1) / R) < sms)) R /= 2;
   int64_t tiles = batch * ((M + R - 1) / R), S = 1;
-  if (!f64 && clusters && 2 * tiles <= sms && R * Dv <= CGO_ATTN_THREADS) {
-    S = sms / (tiles > 0 ? tiles : 1) < 8 ? sms / (tiles > 0 ? tiles : 1) : 8;
-    if (S > N / 16) S = N / 16;
+  if (!f64 && clusters && tiles > 0 && 2 * tiles <= sms && R * Dv <= CGO_ATTN_THREADS) {
+    S = sms / tiles < 8 ? sms / tiles : 8;
+    if (S > N / 16) S = N / 16;   /* at least 16 keys a block */
     if (S < 2) S = 1;
   }
-  int64_t keys = (N + S - 1) / S, C = keys < 256 ? (keys + 7) / 8 * 8 : 256;
-  while (C > 16 && attn_smem(R, C, D, Dv) > smem_limit) C /= 2;
+  int64_t keys = (N + S - 1) / S, C = keys < 256 ? (keys + 7) / 8 * 8 : 256, smem = attn_smem(R, C, D, Dv);
+  while (C > 16 && smem > smem_limit) smem = attn_smem(R, C /= 2, D, Dv);
+  out->tiled = !f64 && smem <= smem_limit && R * Dv <= CGO_ATTN_THREADS * CGO_ATTN_ACC;
   out->R = R;
-  out->S = S;
+  out->S = out->tiled ? S : 1;
   out->C = C;
   out->tiles = tiles;
-  out->smem = (unsigned)attn_smem(R, C, D, Dv);
-  out->tiled = !f64 && attn_smem(R, C, D, Dv) <= smem_limit && R * Dv <= CGO_ATTN_THREADS * CGO_ATTN_ACC;
-  if (!out->tiled) out->S = 1;
+  out->smem = (unsigned)smem;
 }
 
 /* Unravels r over p.size[0..nd) adding coordinate * stride for each listed stride array. */
