@@ -47,6 +47,10 @@ run_one() {   # a test file, its TAP to a log, a one-line summary
   grep -m 12 -A3 '^not ok' "$log" | sed 's/^/    /'
   [ $rc -eq 0 ] || status=1
 }
+link_tool() {   # a C program of bench/ against build/libgrace.a and the carried mimalloc: link_tool src.c out
+  gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o "$2" "$1" $B/libgrace.a \
+    -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread
+}
 for s in $stages; do
   case $s in
   build) ;;
@@ -75,22 +79,18 @@ for s in $stages; do
   bench)
     echo "== bench"
     if [ -f bench/gpu_kernels.c ]; then
-      gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o $B/gpu_kernels bench/gpu_kernels.c $B/libgrace.a \
-        -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread \
-        > "$OUT/bench_build.log" 2>&1 || { echo "bench build failed"; tail -20 "$OUT/bench_build.log"; }
+      link_tool bench/gpu_kernels.c $B/gpu_kernels > "$OUT/bench_build.log" 2>&1 ||
+        { echo "bench build failed"; tail -20 "$OUT/bench_build.log"; }
       [ -x $B/gpu_kernels ] && timeout 120 $B/gpu_kernels 2>&1 | tee "$OUT/gpu_kernels.txt"
     fi
     if [ -f bench/cg_fused_bench.c ]; then
-      gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o $B/cg_fused_bench bench/cg_fused_bench.c $B/libgrace.a \
-        -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread \
-        >> "$OUT/bench_build.log" 2>&1 && timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt"
+      link_tool bench/cg_fused_bench.c $B/cg_fused_bench >> "$OUT/bench_build.log" 2>&1 &&
+        timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt"
     fi
     for f in bench/gpu_*.lua; do [ -f "$f" ] && $B/grace "$f" 2>&1 | tee "$OUT/$(basename "$f" .lua).txt"; done ;;
   gemv)        # the GEMV design experiment: hand-written variants beside grace's generated kernels
     echo "== gemv explore"
-    gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o $B/gemv_grace_gen bench/gemv_grace_gen.c $B/libgrace.a \
-      -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread &&
-      $B/gemv_grace_gen > bench/gemv_grace_gen.cuh &&
+    link_tool bench/gemv_grace_gen.c $B/gemv_grace_gen && $B/gemv_grace_gen > bench/gemv_grace_gen.cuh &&
       /usr/local/cuda/bin/nvcc -arch=sm_90 -O3 -std=c++17 -o $B/gemv_explore bench/gemv_explore.cu &&
       timeout 120 $B/gemv_explore 2>&1 | tee "$OUT/gemv_explore.txt" || status=1 ;;
   wgmma)       # the sm_90a tensor-core GEMM experiment against cuBLAS
