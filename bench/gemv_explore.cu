@@ -103,15 +103,14 @@ __global__ void __launch_bounds__(128) gemv(const T *__restrict__ x, const T *__
 
 
 // persistent: each warp walks column groups (NPW columns) with a grid stride; the next group's weights are
-// loaded before the current group is reduced (a register double buffer). K <= UNR * 32 * WPR * VEC.
-template <typename T, int WPR, int UNR, int NPW>
+// loaded before the current group is reduced (a register double buffer). A warp per column; K <= UNR * 32 * VEC.
+template <typename T, int UNR, int NPW>
 __global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K) {
   constexpr int VEC = 16 / sizeof(T);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % WPR;
-  __shared__ float red[2][4][NPW];
-  const long long step = 32LL * WPR * VEC, kb = (long long)(part * 32 + lane) * VEC;
-  const long long groups = (N + NPW - 1) / NPW, nwarps = (long long)gridDim.x * (4 / WPR);
-  long long g = (long long)blockIdx.x * (4 / WPR) + warp / WPR;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long step = 32LL * VEC, kb = (long long)lane * VEC;
+  const long long groups = (N + NPW - 1) / NPW, nwarps = (long long)gridDim.x * 4;
+  long long g = (long long)blockIdx.x * 4 + warp;
   uint4 cur[NPW][UNR], nxt[NPW][UNR];
   auto load = [&](uint4 (&b)[NPW][UNR], long long gg) {
 #pragma unroll
@@ -128,31 +127,20 @@ __global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *
   float xf[UNR][VEC];
 #pragma unroll
   for (int u = 0; u < UNR; u++) { long long k = kb + u * step; if (k < K) { uint4 xv = *(const uint4 *)(x + k); unpack<T>(xv, xf[u]); } }
-  int it = 0;
-  for (; g < groups; g += nwarps, it ^= 1) {
+  for (; g < groups; g += nwarps) {
     if (g + nwarps < groups) load(nxt, g + nwarps);
-    float acc[NPW];
 #pragma unroll
     for (int c = 0; c < NPW; c++) {
-      acc[c] = 0.f;
+      float acc = 0.f;
 #pragma unroll
       for (int u = 0; u < UNR; u++) {
         long long k = kb + u * step;
         if (k < K) { float wf[VEC]; unpack<T>(cur[c][u], wf);
 #pragma unroll
-          for (int j = 0; j < VEC; j++) acc[c] += xf[u][j] * wf[j]; }
+          for (int j = 0; j < VEC; j++) acc += xf[u][j] * wf[j]; }
       }
-      for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
-    }
-    if (WPR > 1) {
-      if (lane == 0) for (int c = 0; c < NPW; c++) red[it][warp][c] = acc[c];
-      __syncthreads();
-      if (lane == 0 && part == 0) for (int c = 0; c < NPW; c++) {
-        float s = 0; for (int q = 0; q < WPR; q++) s += red[it][warp + q][c];
-        if (g * NPW + c < N) y[g * NPW + c] = (T)s;
-      }
-    } else if (lane == 0) {
-      for (int c = 0; c < NPW; c++) if (g * NPW + c < N) y[g * NPW + c] = (T)acc[c];
+      for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0 && g * NPW + c < N) y[g * NPW + c] = (T)acc;
     }
 #pragma unroll
     for (int c = 0; c < NPW; c++)
@@ -192,7 +180,7 @@ template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blo
   return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     long long need = ((N + NPW - 1) / NPW + 3) / 4, cap = 132LL * blocks_per_sm;
     void *args[] = {&x, &W, &y, &N, &K};
-    launch_any(s, (const void *)gemv_p<T, 1, UNR, NPW>, (unsigned)(need < cap ? need : cap), pdl, args);
+    launch_any(s, (const void *)gemv_p<T, UNR, NPW>, (unsigned)(need < cap ? need : cap), pdl, args);
   };
 }
 // grace's generated kernels (gemv_grace_gen.cuh): one parameter struct, the layout every variant shares
