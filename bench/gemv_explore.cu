@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <cmath>
+#include <cstring>
 #include "gemv_grace_gen.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
@@ -149,6 +151,130 @@ __global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *
   }
 }
 
+// register-resident (session 6): a warp owns C adjacent columns, each lane L 16-byte vectors of each (K = L * 32 *
+// VEC exactly), all loaded before griddepcontrol.wait when PRE (safe only when no kernel still running writes W);
+// TRIG 0 lets the next kernel launch at entry, 1 only after this one's wait (then at most one kernel runs ahead).
+// Few warps holding many weights each, so the next kernel's blocks fit beside this one's and load meanwhile.
+__device__ __forceinline__ uint4 ld_nc(const void *p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+template <typename T, int C, int L, int PRE, int TRIG>
+__global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long n0 = ((long long)blockIdx.x * 4 + warp) * C;
+  if (TRIG == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  uint4 wv[C][L];
+  const T *w0 = W + lane * VEC;
+  if (PRE) {
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      const T *w = w0 + (n0 + c < N ? n0 + c : N - 1) * (long long)K;
+#pragma unroll
+      for (int u = 0; u < L; u++) wv[c][u] = ld_nc(w + u * 32 * VEC);
+    }
+  }
+  if (TRIG == 2) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (TRIG == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (!PRE) {
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      const T *w = w0 + (n0 + c < N ? n0 + c : N - 1) * (long long)K;
+#pragma unroll
+      for (int u = 0; u < L; u++) wv[c][u] = ld_nc(w + u * 32 * VEC);
+    }
+  }
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) acc[c] = 0.f;
+#pragma unroll
+  for (int u = 0; u < L; u++) {
+    uint4 xv = *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
+    float xf[VEC];
+    unpack<T>(xv, xf);
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+      float wf[VEC];
+      unpack<T>(wv[c][u], wf);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) acc[c] += xf[j] * wf[j];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < C; c++)
+    for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+  if (lane < C && n0 + lane < N) {
+    float v = acc[0];
+#pragma unroll
+    for (int c = 1; c < C; c++) if (lane == c) v = acc[c];
+    y[n0 + lane] = (T)v;
+  }
+}
+
+// the floor of a chain of dependent kernels in a graph: 132 blocks that trigger, wait and (WORK) read x, write y
+template <int WORK>
+__global__ void __launch_bounds__(128) hop(const float *x, float *y) {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (WORK) {
+    float v = x[threadIdx.x];
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) y[blockIdx.x * 4 + (threadIdx.x >> 5)] = v;
+  }
+}
+
+// A variant: enqueues y = W x (W [N, K]) on a stream.
+typedef std::function<void(cudaStream_t, const void *, const void *, void *, int, int)> Gemv;
+
+// random fill (a hash of the index, in [-1, 1)) and a plain reference GEMV in double, to check every variant
+template <typename T> __global__ void fill(T *p, long long n, unsigned seed) {
+  for (long long i = blockIdx.x * 256LL + threadIdx.x; i < n; i += (long long)gridDim.x * 256) {
+    unsigned h = (unsigned)i * 2654435761u ^ seed; h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    p[i] = (T)((float)(h & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+template <typename T> __global__ void ref_gemv(const T *x, const T *W, float *y, int N, int K) {
+  int n = blockIdx.x * 256 + threadIdx.x;
+  if (n >= N) return;
+  double s = 0;
+  for (int k = 0; k < K; k++) s += (double)(float)x[k] * (double)(float)W[(long long)n * K + k];
+  y[n] = (float)s;
+}
+template <typename T> static void fill_rand(void *p, long long n, unsigned seed) {
+  fill<T><<<1024, 256>>>((T *)p, n, seed);
+  CK(cudaGetLastError());
+}
+// largest |y - ref| / (largest |ref|) of one launch per shape
+template <typename T> static double check(const Gemv &g, void **ws, void **xs, void **ys) {
+  double worst = 0;
+  float *ref;
+  CK(cudaMalloc(&ref, 4096 * sizeof(float)));
+  for (int i = 0; i < 4; i++) {
+    const int N = i == 0 ? 2304 : i == 2 ? 3072 : 768, K = i == 3 ? 3072 : 768;
+    CK(cudaMemset(ys[i], 0xff, 4096 * sizeof(T)));   // NaN-poisoned: an unwritten output fails
+    g(0, xs[i], ws[i], ys[i], N, K);
+    ref_gemv<T><<<(N + 255) / 256, 256>>>((const T *)xs[i], (const T *)ws[i], ref, N, K);
+    CK(cudaDeviceSynchronize());
+    std::vector<T> got(N);
+    std::vector<float> want(N);
+    CK(cudaMemcpy(got.data(), ys[i], N * sizeof(T), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(want.data(), ref, N * sizeof(float), cudaMemcpyDeviceToHost));
+    double mx = 0, err = 0;
+    for (int n = 0; n < N; n++) {
+      mx = std::max(mx, (double)std::fabs(want[n]));
+      double e = std::fabs((double)(float)got[n] - want[n]);
+      if (!(e <= 1e30)) e = 1e30;
+      err = std::max(err, e);
+    }
+    worst = std::max(worst, err / mx);
+  }
+  CK(cudaFree(ref));
+  return worst;
+}
+
 struct Shape { int K, N; };
 static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   // GPT-2's per layer
 
@@ -166,8 +292,6 @@ static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, 
   CK(cudaLaunchKernelExC(&cfg, fn, args));
 }
 
-// A variant: enqueues y = W x (W [N, K]) on a stream.
-typedef std::function<void(cudaStream_t, const void *, const void *, void *, int, int)> Gemv;
 
 template <typename T, int WPR, int UNR, int NPW, int MODE> static Gemv plain(bool pdl) {
   return [pdl](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
@@ -181,6 +305,25 @@ template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blo
     long long need = ((N + NPW - 1) / NPW + 3) / 4, cap = 132LL * blocks_per_sm;
     void *args[] = {&x, &W, &y, &N, &K};
     launch_any(s, (const void *)gemv_p<T, UNR, NPW>, (unsigned)(need < cap ? need : cap), pdl, args);
+  };
+}
+// gemv_r for the shape at hand: C columns a warp (2 for K 768, 1 for K 3072), L from K; other K are refused
+template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl) {
+  return [pdl](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    constexpr int VEC = 16 / sizeof(T);
+    void *args[] = {&x, &W, &y, &N, &K};
+    const void *fn = nullptr;
+    int C = 1;
+    if (K == 768) { C = 2; fn = (const void *)gemv_r<T, 2, 768 / (32 * VEC), PRE, TRIG>; }
+    else if (K == 3072) fn = (const void *)gemv_r<T, 1, 3072 / (32 * VEC), PRE, TRIG>;
+    if (!fn) { printf("gemv_r: K %d not built\n", K); exit(1); }
+    launch_any(s, fn, (unsigned)((N + 4 * C - 1) / (4 * C)), pdl, args);
+  };
+}
+template <int WORK> static Gemv hops(bool pdl) {
+  return [pdl](cudaStream_t s, const void *x, const void *, void *y, int, int) {
+    void *args[] = {&x, &y};
+    launch_any(s, (const void *)hop<WORK>, 132, pdl, args);
   };
 }
 // grace's generated kernels (gemv_grace_gen.cuh): one parameter struct, the layout every variant shares
@@ -244,16 +387,16 @@ template <typename T> static void all(const char *name, double copy_bw) {
     for (int i = 0; i < 4; i++) {
       size_t n = (size_t)shapes[i].K * shapes[i].N;
       CK(cudaMalloc(&ws[l * 4 + i], n * sizeof(T)));
-      CK(cudaMemset(ws[l * 4 + i], 0, n * sizeof(T)));
+      fill_rand<T>(ws[l * 4 + i], (long long)n, 17u + l * 4 + i);
       bytes += n * sizeof(T);
     }
   for (int i = 0; i < 4; i++) {
-    CK(cudaMalloc(&xs[i], 4096 * sizeof(T))); CK(cudaMemset(xs[i], 0, 4096 * sizeof(T)));
+    CK(cudaMalloc(&xs[i], 4096 * sizeof(T))); fill_rand<T>(xs[i], 4096, 99u + i);
     CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
   }
   void *W, *x, *y;
-  CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); CK(cudaMemset(W, 0, (size_t)50257 * 768 * sizeof(T)));
-  CK(cudaMalloc(&x, 768 * sizeof(T))); CK(cudaMemset(x, 0, 768 * sizeof(T)));
+  CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); fill_rand<T>(W, 50257LL * 768, 5u);
+  CK(cudaMalloc(&x, 768 * sizeof(T))); fill_rand<T>(x, 768, 6u);
   CK(cudaMalloc(&y, 50257 * sizeof(T)));
   double lb = 50257.0 * 768 * sizeof(T);
   const bool f32 = sizeof(T) == 4;
@@ -267,6 +410,14 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"warp/column, no prefetch, PDL", plain<T, 1, 4, 1, 2>(true), false, true},
     {"warp/column, 2 columns, registers before the wait, PDL", plain<T, 1, 4, 2, 1>(true), false, true},
     {"persistent, 2 columns/warp, 8 blocks/SM, PDL", persistent<T, f32 ? 6 : 3, 2>(true, 8), false, true},
+    {"registers: C columns/warp, all K before the wait, PDL", regs<T, 1, 0>(true), true, true},
+    {"registers: all K before the wait, trigger after wait", regs<T, 1, 1>(true), true, false},
+    {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
+    {"registers layout, loads after the wait, PDL", regs<T, 0, 0>(true), true, false},
+    {"registers: all K before the wait, no PDL", regs<T, 1, 0>(false), true, false},
+    {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
+    {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
+    {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
     {"grace, 2 warps/column, no prefetch",
@@ -275,6 +426,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W1_P0 : (const void *)GRACE_GEMV_BF16_W1_P0, 1), false, true},
   };
   for (const auto &e : v) {
+    if (e.decode && strncmp(e.what, "floor", 5)) printf("%-5s check         %-56s max err %.2e of max|y|\n", name, e.what, check<T>(e.g, ws, xs, ys));
     if (e.decode) {
       float us = decode_us(e.g, ws, xs, ys);
       printf("%-5s decode graph  %-56s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * bytes / (us * 1e-6) / copy_bw);

@@ -201,6 +201,64 @@ static const char body_gemv_nn[] =
   "    }\n"
   "  }\n";
 
+/* Few rows, B[n, k] rows contiguous and short: a warp owns MM_RC adjacent columns and each lane MM_RL 16-byte
+ * vectors of each, all loaded into registers before griddepcontrol.wait, so the weight streams while the kernels
+ * before this one finish. The next kernel is let in only after the loads are issued: ptxas hoists the wait above
+ * loads that precede it, but not above launch_dependents (seen in the SASS on sm_90, 2026-11-25). H200, GPT-2's
+ * 48 decode GEMVs in a graph (bench/gemv_explore.cu): fp32 199 -> 108 us against the same kernel loading after the
+ * wait. Few warps holding many weights each let the next kernels' blocks fit beside this one's. */
+static const char body_gemv_rw[] =
+  "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+  "  const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * MM_RC;\n"
+  "  const MM_T *a = A_ + offA;\n"
+  "  mm_u4 wv[MM_RC][MM_RL];\n"
+  "#pragma unroll\n"
+  "  for (int c = 0; c < MM_RC; c++) {\n"
+  "    const MM_T *w = B_ + offB + (n0 + c < N ? n0 + c : N - 1) * B_SN;\n"
+  "#pragma unroll\n"
+  "    for (int u = 0; u < MM_RL; u++) {\n"
+  "      const long long k = (long long)(u * 32 + lane) * MM_VEC;\n"
+  "      if (k < K) wv[c][u] = mm_ld_stream(w + k);\n"
+  "      else wv[c][u].x = wv[c][u].y = wv[c][u].z = wv[c][u].w = 0u;\n"
+  "    }\n"
+  "  }\n"
+  "#if __CUDA_ARCH__ >= 900\n"
+  "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+  "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+  "#endif\n"
+  "  for (long long m = 0; m < M; m++) {\n"
+  "    float acc[MM_RC];\n"
+  "#pragma unroll\n"
+  "    for (int c = 0; c < MM_RC; c++) acc[c] = 0.0f;\n"
+  "#pragma unroll\n"
+  "    for (int u = 0; u < MM_RL; u++) {\n"
+  "      const long long k = (long long)(u * 32 + lane) * MM_VEC;\n"
+  "      if (k < K) {\n"
+  "        float xf[MM_VEC];\n"
+  "#if MM_AV\n"
+  "        const mm_u4 xv = *(const mm_u4 *)(a + m * A_SM + k);\n"
+  "        MM_UNPACK(xv, xf);\n"
+  "#else\n"
+  "#pragma unroll\n"
+  "        for (int j = 0; j < MM_VEC; j++) xf[j] = MM_LD(a[m * A_SM + (k + j) * A_SK]);\n"
+  "#endif\n"
+  "#pragma unroll\n"
+  "        for (int c = 0; c < MM_RC; c++) {\n"
+  "          float wf[MM_VEC];\n"
+  "          MM_UNPACK(wv[c][u], wf);\n"
+  "#pragma unroll\n"
+  "          for (int j = 0; j < MM_VEC; j++) acc[c] += xf[j] * wf[j];\n"
+  "        }\n"
+  "      }\n"
+  "    }\n"
+  "#pragma unroll\n"
+  "    for (int c = 0; c < MM_RC; c++) acc[c] = grace_warp_sum_f(acc[c]);\n"
+  "    if (lane == 0) {\n"
+  "#pragma unroll\n"
+  "      for (int c = 0; c < MM_RC; c++) if (n0 + c < N) { MM_OUT(acc[c], m, n0 + c); }\n"
+  "    }\n"
+  "  }\n";
+
 /* The split-K finish: one thread per output element sums the partials in split order. */
 static const char body_splitk[] =
   "  const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;\n"
@@ -379,7 +437,7 @@ static const char body_tc[] =
 static int tc_stages(const cg_mm_desc *d) { return d->tile ? 4 : 3; }
 static int tc_threads(const cg_mm_desc *d) { return d->tile ? 128 : 256; }
 
-static const char *const form_names[] = {"gemv_nt", "gemv_nn", "gemm_tc", "gemm_simt", "splitk"};
+static const char *const form_names[] = {"gemv_nt", "gemv_nn", "gemm_tc", "gemm_simt", "splitk", "gemv_rw"};
 
 static const char *dt_short(grace_dtype dt) {
   return dt == GRACE_FLOAT32 ? "f32" : dt == GRACE_FLOAT16 ? "f16" : dt == GRACE_BFLOAT16 ? "bf16" : "x";
@@ -400,7 +458,7 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   int n = 0;
   f[n++] = d->form; f[n++] = d->dt; f[n++] = d->out_dt; f[n++] = d->a_kmajor; f[n++] = d->b_kmajor;
   f[n++] = d->vec; f[n++] = d->a_vec; f[n++] = d->mtile; f[n++] = d->wpr; f[n++] = d->tile; f[n++] = d->split; f[n++] = d->indirect;
-  f[n++] = d->prefetch;
+  f[n++] = d->prefetch; f[n++] = d->rl; f[n++] = d->rc;
   f[n++] = d->nop; f[n++] = d->nscalar; f[n++] = d->nepi;
   for (int i = 0; i < d->nop; i++) f[n++] = d->op_dtypes[i];
   for (int i = 0; i < d->nepi; i++) { f[n++] = d->epi[i].op; f[n++] = d->epi[i].operand; f[n++] = d->epi[i].dtype; }
@@ -464,6 +522,9 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   if ((d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_NN) &&
       ((vec != 1 && vec * (int)grace_dtype_size(d->dt) != 16) || mt > 16 || mt * vec > 64))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: bad GEMV vector width %d / rows %d", vec, mt);
+  if (d->form == CG_MM_GEMV_RW && (vec * (int)grace_dtype_size(d->dt) != 16 || !d->b_kmajor || d->split ||
+                                   d->rl < 1 || d->rc < 1 || d->rc > 4 || d->rl * d->rc > CG_MM_RW_MAX_VECS))
+    return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: GEMV_RW of %d x %d vectors of %d", d->rc, d->rl, vec);
   for (int i = 0; i < d->nop; i++)
     if (!is_mm_float(d->op_dtypes[i]))
       return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: epilogue operand dtype %s",
@@ -500,6 +561,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
             tc_threads(d));
   cg_printf(&b, "#define MM_UNPACK(u, f) mm_unpack_%s(u, f)\n#define MM_WPR %d\n#define MM_PREFETCH %d\n", dt_short(d->dt),
             wpr, d->prefetch ? 1 : 0);
+  cg_printf(&b, "#define MM_RL %d\n#define MM_RC %d\n#define MM_AV %d\n", d->rl, d->rc, d->a_vec ? 1 : 0);
   cg_printf(&b, "#define MM_MMA(c, a, b0, b1) mm_mma_%s(c, a, b0, b1)\n", d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#define MM_LDE%d(x) %s(x)\n", i, load_fn(d->op_dtypes[i]));
   /* one 16-byte vector of B against MM_MT rows of A (GEMV_NT) */
@@ -527,7 +589,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   else cg_puts(&b, "#define MM_OUT(v, m, n) MM_EPI(v, m, n)\n");
 
   static const int threads[] = {CG_MM_NT_WARPS * 32, CG_MM_NN_COLS * CG_MM_NN_KSLICES, 0,
-                                CG_MM_SIMT_THREADS, 256};
+                                CG_MM_SIMT_THREADS, 256, CG_MM_NT_WARPS * 32};
   cg_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const %s_p p) {\n",
             d->form == CG_MM_GEMM_TC ? tc_threads(d) : threads[d->form], nm, nm);
   const char *deref = d->indirect ? "*" : "";
@@ -551,10 +613,10 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
     int w0 = CG_MM_NWORDS + i * CG_MM_OPWORDS;
     cg_printf(&b, "  const long long oE%d = i0 * p.w[%d] + i1 * p.w[%d] + i2 * p.w[%d];\n", i, w0 + 2, w0 + 3, w0 + 4);
   }
-  static const char *const bodies[] = {body_gemv_nt, body_gemv_nn, body_tc, body_simt, body_splitk};
+  static const char *const bodies[] = {body_gemv_nt, body_gemv_nn, body_tc, body_simt, body_splitk, body_gemv_rw};
   cg_puts(&b, bodies[d->form]);
   cg_puts(&b, "}\n#undef MM_T\n#undef MM_OT\n#undef MM_LD\n#undef MM_STO\n#undef MM_VEC\n#undef MM_MT\n#undef MM_AK\n"
-              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
+              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#undef MM_LDE%d\n", i);
   k->src = cg_buf_take(&b, &k->src_len);
   if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "matmul codegen: out of memory");
@@ -590,6 +652,8 @@ void cg_matmul_geometry(const cg_mm_desc *d, cg_launch *l) {
     l->block[0] = CG_MM_SIMT_THREADS; l->grid[0] = cdiv(N, CG_MM_SIMT_BN); l->grid[1] = cdiv(M, CG_MM_SIMT_BM); break;
   case CG_MM_SPLITK:
     l->block[0] = 256; l->grid[0] = cdiv(M * N, 256); break;
+  case CG_MM_GEMV_RW:
+    l->block[0] = CG_MM_NT_WARPS * 32; l->grid[0] = cdiv(N, CG_MM_NT_WARPS * (d->rc > 0 ? d->rc : 1)); break;
   }
   if (l->grid[0] == 0) l->grid[0] = 1;
   if (l->grid[1] == 0) l->grid[1] = 1;

@@ -34,7 +34,9 @@ typedef enum cg_mm_form {
   CG_MM_GEMV_NN,    /* few rows, B's n contiguous (x @ W with W [K, N]): a thread per vector of columns */
   CG_MM_GEMM_TC,    /* tensor cores, 128x128x32 tiles, 3-stage cp.async; bf16/f16 */
   CG_MM_GEMM_SIMT,  /* FFMA 128x128x8 tiles, any strides, any float dtype */
-  CG_MM_SPLITK      /* sums the float32 partials of a split-K GEMV and applies the epilogue */
+  CG_MM_SPLITK,     /* sums the float32 partials of a split-K GEMV and applies the epilogue */
+  CG_MM_GEMV_RW     /* few rows, B's k contiguous, K short: a warp per rc columns holds them in registers, loaded
+                       before it waits on the previous kernel (only where no kernel still running writes B) */
 } cg_mm_form;
 
 typedef enum cg_epi_op {
@@ -63,6 +65,7 @@ typedef struct cg_mm_desc {
   int split;            /* GEMV: writes partials to WS (the epilogue runs in CG_MM_SPLITK) */
   int prefetch;         /* GEMV_NT: pull the weight into L2 before waiting on the previous kernel (a grid
                            of one wave: its blocks are resident while that kernel drains) */
+  int rl, rc;           /* GEMV_RW: 16-byte vectors of a column per lane (K <= rl * 32 * vec), columns per warp */
   int indirect;
   int nop;              /* tensor operands */
   grace_dtype op_dtypes[CG_MM_MAX_OPS];
@@ -79,6 +82,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k);
 enum { CG_MM_TC_BM = 128, CG_MM_TC_BN = 128, CG_MM_TC_BK = 32 };
 enum { CG_MM_SIMT_BM = 128, CG_MM_SIMT_BN = 128, CG_MM_SIMT_THREADS = 256 };
 enum { CG_MM_NT_WARPS = 4, CG_MM_NN_COLS = 32, CG_MM_NN_KSLICES = 8 };
+/* GEMV_RW: most 16-byte weight vectors a lane holds (rl * rc): 96 registers, so K <= 3072 in fp32, 6144 in bf16 */
+enum { CG_MM_RW_MAX_VECS = 24 };
 
 /* Dynamic shared memory of a GEMM_TC kernel. */
 unsigned cg_matmul_tc_smem(const cg_mm_desc *d);

@@ -52,6 +52,7 @@ typedef struct mm_prob {
   int64_t e_sm[CG_MM_MAX_OPS], e_sn[CG_MM_MAX_OPS], e_b[CG_MM_MAX_OPS][CG_MM_BATCH];
   double s[CG_MM_MAX_SCALARS];
   cg_epi_step epi[CG_MM_MAX_EPI];
+  int b_settled;        /* no kernel that may still be running writes B: a GEMV may read it before its wait */
 } mm_prob;
 
 /* An epilogue operand before planning: a CUDA tensor broadcast to the output, or a host number. */
@@ -282,7 +283,7 @@ static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_d
   /* geometry reads M, N, NB, SPLITS at the start of the words */
   memmove(g.words, l->words + w0, sizeof(uint64_t) * CG_MM_NWORDS);
   cg_matmul_geometry(d, &g);
-  if (d->form == CG_MM_GEMV_NT)   /* the weight streams while the previous kernel drains; it waits for its inputs */
+  if (d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_RW)   /* the weight streams while the previous kernel drains; it waits for its inputs */
     return cuda_launch_overlapped(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
   return cuda_launch(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
 }
@@ -299,6 +300,19 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     cg_mm_desc d = base_desc(p, nt ? CG_MM_GEMV_NT : CG_MM_GEMV_NN);
     int mt = 1;
     while (mt < p->M) mt *= 2;
+    /* a settled weight of short rows goes into registers before the kernel waits on the one before it */
+    int64_t rl = (p->K + 32LL * vec - 1) / (32LL * vec);
+    if (nt && p->b_settled && p->K % vec == 0 && aligned(p->B, p->b_b, p->b_sn, 0, vec, es) &&
+        rl <= CG_MM_RW_MAX_VECS) {
+      d.form = CG_MM_GEMV_RW;
+      d.vec = vec;
+      d.rl = (int)rl;
+      d.rc = 2 * rl <= 12 ? 2 : 1;   /* H200: 2 columns a warp at K 768, 1 at 3072 (bench/gemv_explore.cu) */
+      d.a_vec = p->a_sk == 1 && aligned(p->A, p->a_b, p->a_sm, 0, vec, es);
+      pack(p, C, 0, 1, p->K, &l);
+      snprintf(s->last, sizeof s->last, "gemv_rw");
+      return launch(vm, c, s, &d, &l);
+    }
     if (nt) {
       /* few columns: two warps per column so enough loads are in flight, when each lane keeps >= ~1.5 loads
        * of its row (H200, 2026-11-23: GPT-2's decode GEMVs in a graph 149 / 162 / 225 us at 2 / 4 / 1 warps in
@@ -468,12 +482,27 @@ grace_status gpu_matmul_tensors(grace_vm *vm, gpu_slot *slot, grace_tensor *x, g
   memset(&p, 0, sizeof p);
   if (!plan(&p, x, y, 0, NULL)) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: more than %d batch dims", CG_MM_BATCH);
   p.out_dt = p.dt;
+  p.b_settled = choice == GPU_MM_OWN_SETTLED;
+  if (choice == GPU_MM_OWN_SETTLED) choice = GPU_MM_OWN;
   if (out->dtype != p.dt || vm_numel(out->ndim, out->sizes) != p.nb * p.M * p.N || !vm_is_contiguous(out))
     return vm_err(vm, GRACE_EARG, "matmul: the output tensor does not match the product");
   return run_prob(vm, c, s, &p, gpu_ptr(out), choice);
 }
 
 /* ---- groups: each matmul with the epilogue chain that continues it ---- */
+/* Whether v (a matmul's B) is settled while a graph is captured: a view of a program input or captured tensor in a
+ * program that writes no input in place. Only kernels of the graph can then still be running when a GEMV starts
+ * (a replay begins after all earlier work on the stream), and none of them writes v. */
+static int settled_in_capture(grace_vm *vm, const grace_ir *ir, int32_t v) {
+  if (!gpu_graph_capturing(vm) || ir->nwrite > 0) return 0;
+  for (;;) {
+    const ir_inst *k = &ir->insts[ir->vals[v].inst];
+    if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST) return 1;
+    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW || k->nin < 1) return 0;
+    v = ir->args[k->first_arg];
+  }
+}
+
 static int uses_of(const grace_ir *ir, int32_t v) {
   int n = 0;
   for (int i = 0; i < ir->ninst; i++) {
@@ -641,6 +670,7 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
       memset(&p, 0, sizeof p);
       if (!plan(&p, x, y, 0, NULL)) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: more than %d batch dims", CG_MM_BATCH);
     }
+    p.b_settled = settled_in_capture(vm, ir, ir->args[k->first_arg + 1]);
     p.nscalar = ch->nscalar;
     memcpy(p.s, ch->scalars, sizeof p.s);
     p.nepi = ch->nepi;

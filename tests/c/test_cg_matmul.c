@@ -95,12 +95,34 @@ static void test_sources(void) {
      strstr(body, "prefetch.global.L2") < strstr(body, "griddepcontrol.wait;"),
      "a one-wave GEMV prefetches its weight before waiting on the previous kernel");
   cg_kernel_free(vm, &k1);
+  cg_launch l;
+  memset(&l, 0, sizeof l);
+  /* GEMV_RW: the weight is loaded into registers, then the next kernel let in, then the wait */
+  d = desc(CG_MM_GEMV_RW, GRACE_BFLOAT16, 1, 1, 8, 1);
+  d.rl = 3; d.rc = 2;
+  body = cg_matmul_source(vm, &d, &k1) == GRACE_OK ? strstr(k1.src, "__global__") : NULL;
+  const char *ld = body ? strstr(body, "wv[c][u] = mm_ld_stream(w + k)") : NULL;
+  const char *let = body ? strstr(body, "griddepcontrol.launch_dependents") : NULL;
+  const char *wait = body ? strstr(body, "griddepcontrol.wait;") : NULL;
+  ok(ld && let && wait && ld < let && let < wait && strstr(k1.src, "#define MM_RL 3") && strstr(k1.src, "#define MM_RC 2"),
+     "GEMV_RW loads its weight, then lets the next kernel in, then waits");
+  cg_kernel_free(vm, &k1);
+  d.rl = 13; d.rc = 2;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "GEMV_RW holding more than %d vectors a lane is refused",
+     CG_MM_RW_MAX_VECS);
+  d.rl = 3; d.vec = 4;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "GEMV_RW needs 16-byte vectors");
+  d.vec = 8; d.split = 1;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "GEMV_RW does not split K");
+  d.split = 0; d.rc = 2;
+  l.words[CG_MM_M] = 1; l.words[CG_MM_N] = 2305; l.words[CG_MM_NB] = 3;
+  cg_matmul_geometry(&d, &l);
+  ok(l.grid[0] == (2305 + 7) / 8 && l.grid[1] == 1 && l.grid[2] == 3 && l.block[0] == 128,
+     "GEMV_RW geometry: 4 warps of 2 columns a block, a matrix per grid z");
   d = desc(CG_MM_GEMM_TC, GRACE_BFLOAT16, 1, 1, 1, 1);
   is_int(cg_matmul_tc_smem(&d), 3 * (128 * 40 + 128 * 40) * 2, "tensor-core shared memory, k-major tiles");
   d.tile = 1; d.b_kmajor = 0;
   is_int(cg_matmul_tc_smem(&d), 4 * (128 * 40 + 32 * 136) * 2, "4 stages for 64x64 warp tiles, n-major B");
-  cg_launch l;
-  memset(&l, 0, sizeof l);
   l.words[CG_MM_M] = 1; l.words[CG_MM_N] = 50257; l.words[CG_MM_K] = 768; l.words[CG_MM_NB] = 1;
   l.words[CG_MM_SPLITS] = 1;
   d = desc(CG_MM_GEMV_NT, GRACE_FLOAT32, 1, 1, 4, 1);
@@ -167,6 +189,14 @@ static void test_compiles(void) {
     d.split = 1;
     snprintf(what, sizeof what, "GEMV W[N,K] %s split-K", dts(dt));
     compile_one(&d, what);
+    for (int v = 0; v < 2; v++) {
+      d = desc(CG_MM_GEMV_RW, dt, 1, 1, vec, 1);
+      d.rl = v ? 24 : 3; d.rc = v ? 1 : 2; d.a_vec = !v; d.indirect = v;
+      if (v) full_epilogue(&d);
+      snprintf(what, sizeof what, "GEMV_RW %s, %d x %d vectors a lane%s", dts(dt), d.rc, d.rl,
+               v ? ", scalar rows, epilogue, indirect" : "");
+      compile_one(&d, what);
+    }
     d = desc(CG_MM_GEMV_NN, dt, 1, 0, 1, 8);
     d.split = 1;
     snprintf(what, sizeof what, "GEMV W[K,N] %s scalar split-K", dts(dt));
@@ -373,6 +403,7 @@ static void test_gpu(void) {
   }
   printf("# device: %s\n", cuda_describe(vm));
   grace_dtype all[3] = {GRACE_FLOAT32, GRACE_BFLOAT16, GRACE_FLOAT16};
+  gpu_slot slot0 = {0};
   int64_t Ms[4] = {1, 3, 17, 130}, Ns[3] = {1, 7, 50257}, Ks[3] = {1, 5, 768};
   char what[160];
   for (int t = 0; t < 3; t++)
@@ -416,7 +447,48 @@ static void test_gpu(void) {
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) check_case(&cs[i]);
   }
+  /* a settled weight (GPU_MM_OWN_SETTLED) of short rows: GEMV_RW, weights in registers before the wait */
+  for (int t = 0; t < 3; t++) {
+    static const int64_t rw[][4] = {{1, 768, 2304, 1}, {1, 3072, 768, 1}, {16, 768, 768, 1}, {3, 136, 77, 1},
+                                    {5, 8, 9, 1}, {2, 40, 24, 3}, {1, 1024, 5, 2}};
+    for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) {
+      int64_t M = rw[i][0], K = rw[i][1], N = rw[i][2], B = rw[i][3];
+      int nd = B > 1 ? 3 : 2;
+      int64_t xs[3] = {B, M, K}, ws[3] = {B, N, K}, os[3] = {B, M, N};
+      grace_tensor *hx = host_rand(all[t], nd, xs + 3 - nd), *hw = host_rand(all[t], nd, ws + 3 - nd);
+      grace_tensor *dx = to_dev(hx, GRACE_CUDA), *dw = to_dev(hw, GRACE_CUDA), *hwt = NULL, *dwt = NULL, *want = NULL,
+                   *got = NULL;
+      grace_attrs a = {0};
+      a.ndims = 2; a.dims[0] = -1; a.dims[1] = -2;
+      grace_run(vm, GRACE_OP_TRANSPOSE, 1, &hw, &a, 1, &hwt);
+      grace_run(vm, GRACE_OP_TRANSPOSE, 1, &dw, &a, 1, &dwt);
+      grace_tensor *hxy[2] = {hx, hwt};
+      grace_run(vm, GRACE_OP_MATMUL, 2, hxy, NULL, 1, &want);
+      grace_tensor_empty(vm, all[t], GRACE_CUDA, nd, os + 3 - nd, &got);
+      grace_status st = dx && dwt && got ? gpu_matmul_tensors(vm, &slot0, dx, dwt, got, GPU_MM_OWN_SETTLED) : GRACE_EARG;
+      int64_t n = B * M * N;
+      float *ref = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)n);
+      double worst = 1e30, tol = all[t] == GRACE_FLOAT32 ? 1e-4 : 2e-2;
+      if (st == GRACE_OK && want && grace_tensor_read(vm, want, GRACE_FLOAT32, ref) == GRACE_OK &&
+          grace_tensor_read(vm, got, GRACE_FLOAT32, out) == GRACE_OK) {
+        double scale = 1e-6;
+        worst = 0;
+        for (int64_t e = 0; e < n; e++) scale = fabs(ref[e]) > scale ? fabs(ref[e]) : scale;
+        for (int64_t e = 0; e < n; e++) {
+          double d = fabs((double)ref[e] - (double)out[e]) / scale;
+          if (!(d <= worst)) worst = d;   /* NaN counts as the worst */
+        }
+      }
+      ok(st == GRACE_OK && !strcmp(gpu_matmul_last_kernel(&slot0), "gemv_rw") && worst <= tol,
+         "settled weight %s [%lld x %lld,%lld] @ W^T[%lld,%lld]: %s, worst %.2g of the largest (tol %g)", dts(all[t]),
+         (long long)B, (long long)M, (long long)K, (long long)K, (long long)N, gpu_matmul_last_kernel(&slot0), worst, tol);
+      free(ref); free(out);
+      grace_tensor *ts[] = {hx, hw, dx, dw, hwt, dwt, want, got};
+      for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) grace_tensor_release(ts[j]);
+    }
+  }
   /* the autotuned choice is made once and kept */
+  if (slot0.free) slot0.free(vm, slot0.p);
   gpu_slot slot = {0};
   int64_t sq[2] = {512, 512};
   grace_tensor *hx = host_rand(GRACE_BFLOAT16, 2, sq), *x = to_dev(hx, GRACE_CUDA), *o = NULL;
