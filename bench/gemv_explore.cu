@@ -161,7 +161,8 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
   return r;
 }
 template <typename T, int C, int L, int PRE, int TRIG>
-__global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K) {
+__global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
+                                              const char *pf, long long pf_bytes) {
   constexpr int VEC = 16 / sizeof(T);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long n0 = ((long long)blockIdx.x * 4 + warp) * C;
@@ -175,6 +176,12 @@ __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *
 #pragma unroll
       for (int u = 0; u < L; u++) wv[c][u] = ld_nc(w + u * 32 * VEC);
     }
+  }
+  if (pf && threadIdx.x == 0) {   // a later kernel's weight into L2: this block's slice, one bulk prefetch
+    long long chunk = (pf_bytes + gridDim.x - 1) / gridDim.x;
+    chunk = (chunk + 15) & ~15LL;
+    long long b0 = chunk * blockIdx.x, n = pf_bytes - b0 < chunk ? pf_bytes - b0 : chunk;
+    if (n > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(pf + b0), "r"((unsigned)n) : "memory");
   }
   if (TRIG == 2) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -308,10 +315,21 @@ template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blo
   };
 }
 // gemv_r for the shape at hand: C columns a warp (2 for K 768, 1 for K 3072), L from K; other K are refused
-template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl) {
-  return [pdl](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+// the decode chain's weights in launch order, for the variants that prefetch a later kernel's weight (pf_ahead)
+static void **g_ws;
+static int g_call;
+static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 3072LL * 768};
+template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0) {
+  return [pdl, pf_ahead](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T);
-    void *args[] = {&x, &W, &y, &N, &K};
+    const char *pf = nullptr;
+    long long pfb = 0;
+    if (pf_ahead && g_ws) {
+      int at = (g_call++ + pf_ahead) % 48;
+      pf = (const char *)g_ws[at];
+      pfb = g_bytes[at % 4] * (long long)sizeof(T);
+    }
+    void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb};
     const void *fn = nullptr;
     int C = 1;
     if (K == 768) { C = 2; fn = (const void *)gemv_r<T, 2, 768 / (32 * VEC), PRE, TRIG>; }
@@ -342,6 +360,8 @@ static float median_ms(std::vector<float> t) {
 }
 // Median us of the 48 decode GEMVs (12 layers x the 4 shapes) captured in one graph.
 static float decode_us(const Gemv &g, void **ws, void **xs, void **ys) {
+  g_ws = ws;
+  g_call = 0;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaGraph_t gr;
@@ -360,6 +380,7 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys) {
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
   }
   CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(s));
+  g_ws = nullptr;
   return median_ms(t) * 1000.f;
 }
 // Median us of one LM-head GEMV (768 x 50257), 10 launched back to back.
@@ -414,6 +435,8 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"registers: all K before the wait, trigger after wait", regs<T, 1, 1>(true), true, false},
     {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
     {"registers layout, loads after the wait, PDL", regs<T, 0, 0>(true), true, false},
+    {"registers, loads before trigger, L2 prefetch 2 kernels ahead", regs<T, 1, 2>(true, 2), true, false},
+    {"registers, loads before trigger, L2 prefetch 4 kernels ahead", regs<T, 1, 2>(true, 4), true, false},
     {"registers: all K before the wait, no PDL", regs<T, 1, 0>(false), true, false},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
