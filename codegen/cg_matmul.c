@@ -63,6 +63,38 @@ static const char helpers[] =
   "}\n"
   "#endif\n";
 
+/* PTX wrappers of the Hopper GEMM (GEMM_WG): mbarriers, TMA loads, shared-memory matrix descriptors. */
+static const char helpers_wg[] =
+  "#ifndef CG_MM_WG_HELPERS\n"
+  "#define CG_MM_WG_HELPERS\n"
+  "/* the driver's CUtensorMap: 128 opaque bytes, passed inside the __grid_constant__ parameter struct */\n"
+  "struct __attribute__((aligned(64))) mm_tmap { unsigned long long q[16]; };\n"
+  "__device__ __forceinline__ void mm_mbar_init(unsigned long long *b, int count) {\n"
+  "  asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"(mm_smem_addr(b)), \"r\"(count));\n"
+  "}\n"
+  "__device__ __forceinline__ void mm_mbar_expect(unsigned long long *b, unsigned bytes) {\n"
+  "  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"(mm_smem_addr(b)), \"r\"(bytes) : \"memory\");\n"
+  "}\n"
+  "__device__ __forceinline__ void mm_mbar_arrive(unsigned long long *b) {\n"
+  "  asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"(mm_smem_addr(b)) : \"memory\");\n"
+  "}\n"
+  "__device__ __forceinline__ void mm_mbar_wait(unsigned long long *b, int parity) {\n"
+  "  asm volatile(\"{\\n .reg .pred P1;\\n LAB_WAIT:\\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\\n\"\n"
+  "               \" @P1 bra DONE;\\n bra LAB_WAIT;\\n DONE:\\n}\\n\" :: \"r\"(mm_smem_addr(b)), \"r\"(parity) : \"memory\");\n"
+  "}\n"
+  "/* the box at (x = k, y = row) of the map into shared memory, its bytes counted on the mbarrier */\n"
+  "__device__ __forceinline__ void mm_tma_load(void *dst, const mm_tmap *map, int x, int y, unsigned long long *bar) {\n"
+  "  asm volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\"\n"
+  "               :: \"r\"(mm_smem_addr(dst)), \"l\"(map), \"r\"(x), \"r\"(y), \"r\"(mm_smem_addr(bar)) : \"memory\");\n"
+  "}\n"
+  "/* a shared-memory matrix descriptor of a k-major tile with the 128-byte swizzle: rows of 64 halves, 8-row atoms of\n"
+  "   1024 bytes (the stride byte offset); the leading byte offset is unused by swizzled k-major layouts */\n"
+  "__device__ __forceinline__ unsigned long long mm_sdesc(const void *p) {\n"
+  "  const unsigned long long a = mm_smem_addr(p);\n"
+  "  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);\n"
+  "}\n"
+  "#endif\n";
+
 /* ---- kernel bodies (the entry block, MM_ENTRY, and the epilogue, MM_EPI(v, m, n), are generated) ---- */
 
 /* Few rows, B[n, k] rows contiguous: MM_WPR warps per output column stream that row of B once with 16-byte
@@ -259,6 +291,59 @@ static const char body_gemv_rw[] =
   "    }\n"
   "  }\n";
 
+/* Hopper tensor-core GEMM (sm_90a): both operands k-major, fp32 accumulators in registers. H200, 4096^3 bf16:
+ * 581 TFLOP/s against cuBLAS's 749 in bench/gemm_wgmma.cu, where this kernel was first written and checked. */
+static const char body_wg[] =
+  "  /* 128x128 tile of C per block: warpgroups 0 and 1 compute 64 rows each (wgmma m64n128k16 from shared memory),\n"
+  "     warpgroup 2's first thread feeds a MM_WGS-stage ring of 128x64 tiles of A and B through TMA (128-byte swizzle,\n"
+  "     zeros past the edges), one mbarrier pair a stage */\n"
+  "  extern __shared__ unsigned char mm_wsm[];\n"
+  "  unsigned short *sA = (unsigned short *)(((unsigned long long)mm_wsm + 1023) & ~1023ull), *sB = sA + MM_WGS * 128 * 64;\n"
+  "  __shared__ __attribute__((aligned(8))) unsigned long long full[MM_WGS], empty[MM_WGS];\n"
+  "  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;\n"
+  "  const long long m0 = (long long)blockIdx.y * 128, n0 = (long long)blockIdx.x * 128;\n"
+  "  const int KT = (int)((K + 63) / 64);\n"
+  "  if (threadIdx.x == 0) {\n"
+  "    for (int s = 0; s < MM_WGS; s++) { mm_mbar_init(&full[s], 1); mm_mbar_init(&empty[s], 8); }\n"
+  "    asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+  "  }\n"
+  "  __syncthreads();\n"
+  "  if (wg == 2) {\n"
+  "    if (tid == 0)\n"
+  "      for (int kt = 0; kt < KT; kt++) {\n"
+  "        const int s = kt % MM_WGS;\n"
+  "        if (kt >= MM_WGS) mm_mbar_wait(&empty[s], (kt / MM_WGS - 1) & 1);\n"
+  "        mm_mbar_expect(&full[s], 2 * 128 * 64 * 2);\n"
+  "        mm_tma_load(sA + s * 128 * 64, &p.ta, kt * 64, (int)m0, &full[s]);\n"
+  "        mm_tma_load(sB + s * 128 * 64, &p.tb, kt * 64, (int)n0, &full[s]);\n"
+  "      }\n"
+  "    return;\n"
+  "  }\n"
+  "  float d[64];\n"
+  "#pragma unroll\n"
+  "  for (int i = 0; i < 64; i++) d[i] = 0.0f;\n"
+  "  for (int kt = 0; kt < KT; kt++) {\n"
+  "    const int s = kt % MM_WGS;\n"
+  "    mm_mbar_wait(&full[s], (kt / MM_WGS) & 1);\n"
+  "    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+  "#pragma unroll\n"
+  "    for (int kk = 0; kk < 4; kk++)   /* 16 elements = 32 bytes further along the swizzled 128-byte rows */\n"
+  "      mm_wgmma(d, mm_sdesc(sA + s * 128 * 64 + wg * 64 * 64 + kk * 16), mm_sdesc(sB + s * 128 * 64 + kk * 16));\n"
+  "    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
+  "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
+  "    if (lane == 0) mm_mbar_arrive(&empty[s]);\n"
+  "  }\n"
+  "  /* the accumulators: warp w of the warpgroup holds rows 16w..16w+15; registers 4j..4j+3 are columns\n"
+  "     8j + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 */\n"
+  "  const long long r = m0 + wg * 64 + warp * 16 + (lane >> 2);\n"
+  "#pragma unroll\n"
+  "  for (int j = 0; j < 16; j++)\n"
+  "#pragma unroll\n"
+  "    for (int e = 0; e < 4; e++) {\n"
+  "      const long long m = r + (e >> 1) * 8, n = n0 + j * 8 + (lane & 3) * 2 + (e & 1);\n"
+  "      if (m < M && n < N) { MM_EPI(d[4 * j + e], m, n); }\n"
+  "    }\n";
+
 /* The split-K finish: one thread per output element sums the partials in split order. */
 static const char body_splitk[] =
   "  const long long idx = (long long)blockIdx.x * 256 + threadIdx.x;\n"
@@ -437,7 +522,7 @@ static const char body_tc[] =
 static int tc_stages(const cg_mm_desc *d) { return d->tile ? 4 : 3; }
 static int tc_threads(const cg_mm_desc *d) { return d->tile ? 128 : 256; }
 
-static const char *const form_names[] = {"gemv_nt", "gemv_nn", "gemm_tc", "gemm_simt", "splitk", "gemv_rw"};
+static const char *const form_names[] = {"gemv_nt", "gemv_nn", "gemm_tc", "gemm_simt", "splitk", "gemv_rw", "gemm_wg"};
 
 static const char *dt_short(grace_dtype dt) {
   return dt == GRACE_FLOAT32 ? "f32" : dt == GRACE_FLOAT16 ? "f16" : dt == GRACE_BFLOAT16 ? "bf16" : "x";
@@ -466,6 +551,19 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   for (int i = 0; i < n; i++)
     for (int b = 0; b < 8; b++) { h ^= (uint8_t)((uint64_t)f[i] >> (8 * b)); h *= 16777619u; }
   return h;
+}
+
+/* mm_wgmma_<t>(d, da, db): d (64 x 128 fp32, 64 registers a thread of the warpgroup) += A (64 x 16) B^T (16 x 128),
+ * both from shared-memory descriptors; scale-d is a predicate (always accumulate: d starts at zero). */
+static void emit_wgmma(cg_buf *b, const char *t) {
+  cg_printf(b, "#ifndef CG_MM_WGMMA_%s\n#define CG_MM_WGMMA_%s\n", t, t);
+  cg_printf(b, "__device__ __forceinline__ void mm_wgmma(float d[64], unsigned long long da, unsigned long long db) {\n"
+               "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%66, 0;\\n\"\n"
+               "    \"wgmma.mma_async.sync.aligned.m64n128k16.f32.%s.%s {", t, t);
+  for (int i = 0; i < 64; i++) cg_printf(b, "%s%%%d", i ? ", " : "", i);
+  cg_puts(b, "}, %64, %65, p, 1, 1, 0, 0;\\n}\\n\"\n    : ");
+  for (int i = 0; i < 64; i++) cg_printf(b, "%s\"+f\"(d[%d])", i ? ", " : "", i);
+  cg_puts(b, "\n    : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n#endif\n");
 }
 
 /* Rounds the float `e_` to dt when dt is a 16-bit type (the CPU rounds every op's result to its dtype). */
@@ -522,6 +620,9 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   if ((d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_NN) &&
       ((vec != 1 && vec * (int)grace_dtype_size(d->dt) != 16) || mt > 16 || mt * vec > 64))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: bad GEMV vector width %d / rows %d", vec, mt);
+  if (d->form == CG_MM_GEMM_WG && (d->dt == GRACE_FLOAT32 || !d->a_kmajor || !d->b_kmajor || d->indirect))
+    return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: the Hopper GEMM takes k-major f16/bf16 operands, "
+                           "its tensor maps hold their pointers (no indirection)");
   if (d->form == CG_MM_GEMV_RW && (vec * (int)grace_dtype_size(d->dt) != 16 || !d->b_kmajor || d->split ||
                                    d->rl < 1 || d->rc < 1 || d->rc > 4 || d->rl * d->rc > CG_MM_RW_MAX_VECS))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: GEMV_RW of %d x %d vectors of %d", d->rc, d->rl, vec);
@@ -549,8 +650,13 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
 
   cg_buf b;
   cg_buf_init(&b, vm);
+  if (d->form == CG_MM_GEMM_WG) cg_puts(&b, "#define GRACE_ARCH_SPECIFIC 1\n");   /* wgmma: sm_90a (cuda_nvrtc.c) */
   cg_prelude(&b);
   cg_puts(&b, helpers);
+  if (d->form == CG_MM_GEMM_WG) {
+    cg_puts(&b, helpers_wg);
+    emit_wgmma(&b, d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
+  }
   cg_printf(&b, "/* %s: %s, %s -> %s, A %s-major, B %s-major */\n", nm, form_names[d->form], dt_short(d->dt),
             dt_short(d->out_dt), d->a_kmajor ? "k" : "m", d->b_kmajor ? "k" : "n");
   cg_printf(&b, "#define MM_T %s\n#define MM_OT %s\n#define MM_LD(x) %s(x)\n#define MM_STO(x) %s(x)\n", T, OT,
@@ -561,7 +667,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
             tc_threads(d));
   cg_printf(&b, "#define MM_UNPACK(u, f) mm_unpack_%s(u, f)\n#define MM_WPR %d\n#define MM_PREFETCH %d\n", dt_short(d->dt),
             wpr, d->prefetch ? 1 : 0);
-  cg_printf(&b, "#define MM_RL %d\n#define MM_RC %d\n#define MM_AV %d\n", d->rl, d->rc, d->a_vec ? 1 : 0);
+  cg_printf(&b, "#define MM_RL %d\n#define MM_RC %d\n#define MM_AV %d\n#define MM_WGS %d\n", d->rl, d->rc,
+            d->a_vec ? 1 : 0, CG_MM_WG_STAGES);
   cg_printf(&b, "#define MM_MMA(c, a, b0, b1) mm_mma_%s(c, a, b0, b1)\n", d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#define MM_LDE%d(x) %s(x)\n", i, load_fn(d->op_dtypes[i]));
   /* one 16-byte vector of B against MM_MT rows of A (GEMV_NT) */
@@ -583,15 +690,17 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "  const %s *%sE%d;\n", cg_ctype(d->op_dtypes[i]), ind, i);
   cg_printf(&b, "  long long w[%d];\n", CG_MM_NWORDS + d->nop * CG_MM_OPWORDS);
   for (int i = 0; i < d->nscalar; i++) cg_printf(&b, "  const double %ss%d;\n", d->indirect ? "*" : "", i);
+  if (d->form == CG_MM_GEMM_WG) cg_puts(&b, "  mm_tmap ta, tb;   /* A [M, K] and B [N, K] (cg_matmul_wg_maps) */\n");
   cg_puts(&b, "};\n");
   emit_epilogue(&b, d);
   if (d->split) cg_puts(&b, "#define MM_OUT(v, m, n) WS_[(((long long)blockIdx.y * NB + bi) * M + (m)) * N + (n)] = (v)\n");
   else cg_puts(&b, "#define MM_OUT(v, m, n) MM_EPI(v, m, n)\n");
 
   static const int threads[] = {CG_MM_NT_WARPS * 32, CG_MM_NN_COLS * CG_MM_NN_KSLICES, 0,
-                                CG_MM_SIMT_THREADS, 256, CG_MM_NT_WARPS * 32};
-  cg_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const %s_p p) {\n",
-            d->form == CG_MM_GEMM_TC ? tc_threads(d) : threads[d->form], nm, nm);
+                                CG_MM_SIMT_THREADS, 256, CG_MM_NT_WARPS * 32, CG_MM_WG_THREADS};
+  cg_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const %s%s_p p) {\n",
+            d->form == CG_MM_GEMM_TC ? tc_threads(d) : threads[d->form], nm,
+            d->form == CG_MM_GEMM_WG ? "__grid_constant__ " : "", nm);
   const char *deref = d->indirect ? "*" : "";
   cg_printf(&b, "  const MM_T *A_ = %sp.A; const MM_T *B_ = %sp.B; MM_OT *C_ = %sp.C; float *WS_ = %sp.WS;\n", deref,
             deref, deref, deref);
@@ -613,15 +722,18 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
     int w0 = CG_MM_NWORDS + i * CG_MM_OPWORDS;
     cg_printf(&b, "  const long long oE%d = i0 * p.w[%d] + i1 * p.w[%d] + i2 * p.w[%d];\n", i, w0 + 2, w0 + 3, w0 + 4);
   }
-  static const char *const bodies[] = {body_gemv_nt, body_gemv_nn, body_tc, body_simt, body_splitk, body_gemv_rw};
+  static const char *const bodies[] = {body_gemv_nt, body_gemv_nn, body_tc, body_simt, body_splitk, body_gemv_rw,
+                                       body_wg};
   cg_puts(&b, bodies[d->form]);
   cg_puts(&b, "}\n#undef MM_T\n#undef MM_OT\n#undef MM_LD\n#undef MM_STO\n#undef MM_VEC\n#undef MM_MT\n#undef MM_AK\n"
-              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
+              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#undef MM_LDE%d\n", i);
   k->src = cg_buf_take(&b, &k->src_len);
   if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "matmul codegen: out of memory");
   return GRACE_OK;
 }
+
+int cg_matmul_wg_maps(int nwords) { return (nwords + 7) / 8 * 8; }
 
 unsigned cg_matmul_tc_smem(const cg_mm_desc *d) {
   unsigned a = d->a_kmajor ? 128 * 40 : 32 * 136, b = d->b_kmajor ? 128 * 40 : 32 * 136;
@@ -652,6 +764,9 @@ void cg_matmul_geometry(const cg_mm_desc *d, cg_launch *l) {
     l->block[0] = CG_MM_SIMT_THREADS; l->grid[0] = cdiv(N, CG_MM_SIMT_BN); l->grid[1] = cdiv(M, CG_MM_SIMT_BM); break;
   case CG_MM_SPLITK:
     l->block[0] = 256; l->grid[0] = cdiv(M * N, 256); break;
+  case CG_MM_GEMM_WG:
+    l->block[0] = CG_MM_WG_THREADS; l->grid[0] = cdiv(N, 128); l->grid[1] = cdiv(M, 128);
+    l->smem = CG_MM_WG_SMEM; break;
   case CG_MM_GEMV_RW:
     l->block[0] = CG_MM_NT_WARPS * 32; l->grid[0] = cdiv(N, CG_MM_NT_WARPS * (d->rc > 0 ? d->rc : 1)); break;
   }

@@ -35,8 +35,10 @@ typedef enum cg_mm_form {
   CG_MM_GEMM_TC,    /* tensor cores, 128x128x32 tiles, 3-stage cp.async; bf16/f16 */
   CG_MM_GEMM_SIMT,  /* FFMA 128x128x8 tiles, any strides, any float dtype */
   CG_MM_SPLITK,     /* sums the float32 partials of a split-K GEMV and applies the epilogue */
-  CG_MM_GEMV_RW     /* few rows, B's k contiguous, K short: a warp per rc columns holds them in registers, loaded
+  CG_MM_GEMV_RW,    /* few rows, B's k contiguous, K short: a warp per rc columns holds them in registers, loaded
                        before it waits on the previous kernel (only where no kernel still running writes B) */
+  CG_MM_GEMM_WG     /* Hopper (sm_90a) tensor cores: TMA into a 4-stage ring, wgmma 64x128x16 per warpgroup, 128x128
+                       tiles; f16/bf16, A and B k-major, one matrix (nb 1), tensor maps in the parameter struct */
 } cg_mm_form;
 
 typedef enum cg_epi_op {
@@ -82,6 +84,11 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k);
 enum { CG_MM_TC_BM = 128, CG_MM_TC_BN = 128, CG_MM_TC_BK = 32 };
 enum { CG_MM_SIMT_BM = 128, CG_MM_SIMT_BN = 128, CG_MM_SIMT_THREADS = 256 };
 enum { CG_MM_NT_WARPS = 4, CG_MM_NN_COLS = 32, CG_MM_NN_KSLICES = 8 };
+/* GEMM_WG: 2 consumer warpgroups and a producer; 4 stages of 128x64 A and B tiles, aligned to 1024 bytes */
+enum { CG_MM_WG_THREADS = 384, CG_MM_WG_STAGES = 4, CG_MM_WG_SMEM = CG_MM_WG_STAGES * 2 * 128 * 64 * 2 + 1024 };
+/* GEMM_WG's parameter struct ends in two 128-byte tensor maps at the first 64-byte boundary after the words (in
+ * uint64 words: the index of the first map); cg_launch words from there hold them. */
+int cg_matmul_wg_maps(int nwords);
 /* GEMV_RW: most 16-byte weight vectors a lane holds (rl * rc): 96 registers, so K <= 3072 in fp32, 6144 in bf16 */
 enum { CG_MM_RW_MAX_VECS = 24 };
 

@@ -87,6 +87,7 @@ static int load_symbols(cuda_ctx *c) {
   OPT(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2")
   OPT(cuFuncGetParamInfo, "cuFuncGetParamInfo")
   OPT(cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams_v2")
+  OPT(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 #undef REQ
 #undef OPT
   return 1;
@@ -304,6 +305,26 @@ grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned gr
                                     unsigned smem, const void *params, size_t param_bytes) {
   if (!c->fn.cuLaunchKernelEx) return cuda_launch(c, f, grid, block, smem, params, param_bytes);
   return launch_ex(c, f, grid, block, smem, params, param_bytes, 1, 0);
+}
+
+int cuda_has_tensor_maps(const cuda_ctx *c) { return c->fn.cuTensorMapEncodeTiled && c->props.major >= 9; }
+
+grace_status cuda_tensor_map(cuda_ctx *c, void *map, grace_dtype dt, CUdeviceptr base, uint64_t cols, uint64_t rows,
+                             uint64_t row_bytes, unsigned box_cols, unsigned box_rows) {
+  /* cuda.h's CUtensorMapDataType FLOAT16 / BFLOAT16, SWIZZLE_128B, L2_PROMOTION_L2_256B; interleave and out-of-range
+   * fill 0 (none: zeros) */
+  enum { TMAP_F16 = 6, TMAP_BF16 = 9, TMAP_SWIZZLE_128B = 3, TMAP_L2_256B = 3 };
+  if (!cuda_has_tensor_maps(c))
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "cuda_tensor_map: TMA needs compute capability 9.0 and cuTensorMapEncodeTiled");
+  if (dt != GRACE_FLOAT16 && dt != GRACE_BFLOAT16)
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "cuda_tensor_map: %s matrices are not supported", grace_dtype_name(dt));
+  if ((uintptr_t)map % 64 || base % 16 || row_bytes % 16 || box_cols * 2 > 128)
+    return vm_err(c->vm, GRACE_EARG, "cuda_tensor_map: misaligned map, base or row stride, or a box wider than 128 bytes");
+  uint64_t dims[2] = {cols, rows}, strides[1] = {row_bytes};
+  unsigned box[2] = {box_cols, box_rows}, estr[2] = {1, 1};
+  return cuda_check(c->vm, c->fn.cuTensorMapEncodeTiled(map, dt == GRACE_FLOAT16 ? TMAP_F16 : TMAP_BF16, 2, (void *)base,
+                                                        dims, strides, box, estr, 0, TMAP_SWIZZLE_128B, TMAP_L2_256B, 0),
+                    "cuTensorMapEncodeTiled");
 }
 
 int cuda_has_clusters(const cuda_ctx *c) { return c->fn.cuLaunchKernelEx && c->props.major >= 9; }

@@ -84,7 +84,9 @@ grace_status cuda_sync(cuda_ctx *c);
 
 /* ---- NVRTC and modules ---- */
 /* Compiles CUDA C source (no headers are included) with NVRTC for the device's architecture, or for arch
- * (e.g. 90) when arch > 0 (needs no GPU), into PTX (ptx != 0) or a cubin. The result is malloc'ed through the
+ * (e.g. 90) when arch > 0 (needs no GPU), into PTX (ptx != 0) or a cubin. A source that defines
+ * GRACE_ARCH_SPECIFIC (it uses instructions of that architecture alone, such as wgmma) is compiled for the
+ * architecture-specific target (sm_90a). The result is malloc'ed through the
  * VM's allocator: free with grace_realloc(vm, *out, *n, 0); *n is its size in bytes (PTX: with its NUL). On a
  * compile error the status is GRACE_EINTERNAL and the message holds NVRTC's log (the first lines). Works without a
  * GPU or driver as long as libnvrtc loads. */
@@ -115,6 +117,15 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
  * wait (griddepcontrol.wait) before reading what earlier kernels wrote. A plain launch where the driver lacks it. */
 grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                     unsigned smem, const void *params, size_t param_bytes);
+/* A TMA tensor map (the driver's 128-byte CUtensorMap, written to map, which must be 64-byte aligned) of a
+ * row-major matrix of dt (float16 or bfloat16): `rows` rows of `cols` elements, row_bytes apart (a multiple of 16,
+ * base 16-byte aligned), read in boxes of box_cols x box_rows elements (box_cols * 2 bytes <= 128) with the
+ * 128-byte swizzle; elements past the matrix read as zero. GRACE_EUNSUPPORTED without compute capability 9.0 or
+ * without cuTensorMapEncodeTiled in the driver. */
+grace_status cuda_tensor_map(cuda_ctx *c, void *map, grace_dtype dt, CUdeviceptr base, uint64_t cols, uint64_t rows,
+                             uint64_t row_bytes, unsigned box_cols, unsigned box_rows);
+/* Whether cuda_tensor_map can work here (device and driver). */
+int cuda_has_tensor_maps(const cuda_ctx *c);
 /* Whether the device and driver launch thread-block clusters (compute capability 9.0, cuLaunchKernelEx). */
 int cuda_has_clusters(const cuda_ctx *c);
 /* As cuda_launch, in clusters of `cluster` consecutive blocks along x (grid[0] a multiple of it): the blocks of a
@@ -198,6 +209,10 @@ typedef struct cuda_fns {
   CUresult (*cuGraphNodeGetType)(CUgraphNode, int *);
   CUresult (*cuGraphKernelNodeGetParams_v2)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  /* TMA tensor maps; optional (CUDA 12) */
+  CUresult (*cuTensorMapEncodeTiled)(void *map, int dtype, unsigned rank, void *base, const uint64_t *dims,
+                                     const uint64_t *strides, const unsigned *box, const unsigned *elem_strides,
+                                     int interleave, int swizzle, int l2_promotion, int oob_fill);
   CUresult (*cuGraphKernelNodeSetParams_v2)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
 } cuda_fns;
 const cuda_fns *cuda_driver_fns(cuda_ctx *c);

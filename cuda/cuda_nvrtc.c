@@ -113,7 +113,10 @@ static grace_status compile(grace_vm *vm, cuda_ctx *c, const char *src, int arch
   *n = 0;
   if (!nvrtc_load(c)) return vm_err(vm, GRACE_EDEVICE, "cuda: %s", c->nvrtc_why);
   char archopt[64];
-  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s_%d", ptx ? "compute" : "sm", arch);
+  /* wgmma and its kind exist only for the architecture-specific target; the marker is in the source, so the
+   * cache key (which hashes the source) tells the two targets apart */
+  const char *specific = strstr(src, "#define GRACE_ARCH_SPECIFIC") ? "a" : "";
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=%s_%d%s", ptx ? "compute" : "sm", arch, specific);
   const char *opts[] = {archopt, "--std=c++17", "-DNDEBUG"};
   double t0 = now_s();
   c->cstats.nvrtc_calls++;

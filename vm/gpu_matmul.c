@@ -227,6 +227,13 @@ static int tc_fits(const mm_prob *p) {
   return 1;
 }
 
+/* The Hopper GEMM: tensor maps (compute capability 9.0) over k-major operands of one matrix, outside captures with
+ * indirection (its maps hold the operands' addresses, which a replay could not redirect). */
+static int wg_fits(cuda_ctx *c, const mm_prob *p) {
+  return tc_fits(p) && p->a_sk == 1 && p->b_sk == 1 && p->nb == 1 && p->M < (1LL << 31) && p->N < (1LL << 31) &&
+         cuda_has_tensor_maps(c) && !cuda_capture_indirect(c);
+}
+
 /* ---- kernels: generated, compiled and loaded once per description ---- */
 static grace_status get_fn(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_desc *d, CUfunction *f) {
   for (int i = 0; i < s->nfn; i++)
@@ -359,6 +366,23 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     cuda_release(c, ws, wsb);
     snprintf(s->last, sizeof s->last, "%s+splitk", nt ? "gemv_nt" : "gemv_nn");
     return st;
+  }
+  if (s->force_tile < 0 && wg_fits(c, p)) {
+    /* the tensor maps follow the words in the parameter struct, at its first 64-byte boundary */
+    cg_mm_desc d = base_desc(p, CG_MM_GEMM_WG);
+    pack(p, C, 0, 1, p->K, &l);
+    int w = cg_matmul_wg_maps(l.nwords);
+    _Alignas(64) uint64_t maps[32];
+    if (w + 32 <= CG_MAX_WORDS &&
+        cuda_tensor_map(c, maps, p->dt, p->A, (uint64_t)p->K, (uint64_t)p->M, (uint64_t)p->a_sm * es, 64, 128) == GRACE_OK &&
+        cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->K, (uint64_t)p->N, (uint64_t)p->b_sn * es, 64, 128) == GRACE_OK) {
+      for (int i = l.nwords; i < w; i++) l.words[i] = 0;
+      memcpy(&l.words[w], maps, sizeof maps);
+      l.nwords = w + 32;
+      snprintf(s->last, sizeof s->last, "gemm_wg");
+      return launch(vm, c, s, &d, &l);
+    }
+    /* a map the driver refused (its message stays as the last error): the mma.sync kernel takes the product */
   }
   cg_mm_desc d = base_desc(p, tc_fits(p) ? CG_MM_GEMM_TC : CG_MM_GEMM_SIMT);
   if (d.form == CG_MM_GEMM_TC) {

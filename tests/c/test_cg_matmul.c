@@ -119,6 +119,25 @@ static void test_sources(void) {
   cg_matmul_geometry(&d, &l);
   ok(l.grid[0] == (2305 + 7) / 8 && l.grid[1] == 1 && l.grid[2] == 3 && l.block[0] == 128,
      "GEMV_RW geometry: 4 warps of 2 columns a block, a matrix per grid z");
+  /* GEMM_WG: sm_90a only, wgmma and TMA, tensor maps at a 64-byte boundary of the parameter struct */
+  d = desc(CG_MM_GEMM_WG, GRACE_BFLOAT16, 1, 1, 1, 1);
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "#define GRACE_ARCH_SPECIFIC") &&
+         strstr(k1.src, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") &&
+         strstr(k1.src, "cp.async.bulk.tensor.2d") && strstr(k1.src, "__grid_constant__") &&
+         strstr(k1.src, "mm_tmap ta, tb;"),
+     "the Hopper GEMM: marked architecture-specific, wgmma bf16, TMA loads, maps in a grid-constant struct");
+  cg_kernel_free(vm, &k1);
+  d.b_kmajor = 0;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "the Hopper GEMM refuses an n-major B");
+  d.b_kmajor = 1; d.indirect = 1;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "the Hopper GEMM refuses indirection (its maps hold pointers)");
+  is_int(cg_matmul_wg_maps(23), 24, "the maps start at the next 64-byte boundary");
+  is_int(cg_matmul_wg_maps(32), 32, "or where the words end, when that is one");
+  d.indirect = 0;
+  l.words[CG_MM_M] = 4096; l.words[CG_MM_N] = 1000; l.words[CG_MM_NB] = 1;
+  cg_matmul_geometry(&d, &l);
+  ok(l.grid[0] == 8 && l.grid[1] == 32 && l.block[0] == 384 && l.smem == 4 * 2 * 128 * 64 * 2 + 1024,
+     "GEMM_WG geometry: a 128x128 tile a block, 3 warpgroups, 4 stages of shared memory");
   d = desc(CG_MM_GEMM_TC, GRACE_BFLOAT16, 1, 1, 1, 1);
   is_int(cg_matmul_tc_smem(&d), 3 * (128 * 40 + 128 * 40) * 2, "tensor-core shared memory, k-major tiles");
   d.tile = 1; d.b_kmajor = 0;
@@ -140,7 +159,7 @@ static void compile_one(const cg_mm_desc *d, const char *what) {
   cg_kernel k;
   if (cg_matmul_source(vm, d, &k) != GRACE_OK) { ok(0, "%s: source: %s", what, grace_last_error(vm)); return; }
   int archs[2] = {90, 80};
-  for (int a = 0; a < 2; a++) {
+  for (int a = 0; a < (d->form == CG_MM_GEMM_WG ? 1 : 2); a++) {   /* wgmma: sm_90a alone */
     char *out = NULL;
     size_t n = 0;
     grace_status st = cuda_nvrtc_compile(vm, k.src, archs[a], 1, &out, &n);
@@ -212,6 +231,13 @@ static void test_compiles(void) {
                lay & 2 ? "k" : "n", lay == 3 ? ", epilogue" : "");
       compile_one(&d, what);
       if (dt == GRACE_FLOAT32) continue;
+      if (lay == 3) {
+        d = desc(CG_MM_GEMM_WG, dt, 1, 1, 1, 1);
+        compile_one(&d, "Hopper GEMM");
+        full_epilogue(&d);
+        snprintf(what, sizeof what, "Hopper GEMM (wgmma, TMA) %s, epilogue", dts(dt));
+        compile_one(&d, what);
+      }
       d = desc(CG_MM_GEMM_TC, dt, lay & 1, lay >> 1, 1, 1);
       if (lay == 1) full_epilogue(&d);
       d.indirect = lay == 2;
@@ -395,6 +421,45 @@ static void check_case(const mcase *c) {
   for (int i = 0; i < 4; i++) { grace_tensor_release(hin[i]); grace_tensor_release(din[i]); }
 }
 
+/* x [B, M, K] @ W^T with W [B, N, K] (sizes {M, K, N, B}) through gpu_matmul_tensors with `how`, against the CPU;
+ * `kernel` is the kernel that must have run. */
+static void check_direct(gpu_slot *slot, grace_dtype dt, const int64_t sizes[4], gpu_mm_choice how, const char *kernel) {
+  int64_t M = sizes[0], K = sizes[1], N = sizes[2], B = sizes[3];
+  int nd = B > 1 ? 3 : 2;
+  int64_t xs[3] = {B, M, K}, ws[3] = {B, N, K}, os[3] = {B, M, N};
+  grace_tensor *hx = host_rand(dt, nd, xs + 3 - nd), *hw = host_rand(dt, nd, ws + 3 - nd);
+  grace_tensor *dx = to_dev(hx, GRACE_CUDA), *dw = to_dev(hw, GRACE_CUDA), *hwt = NULL, *dwt = NULL, *want = NULL,
+               *got = NULL;
+  grace_attrs a = {0};
+  a.ndims = 2; a.dims[0] = -1; a.dims[1] = -2;
+  grace_run(vm, GRACE_OP_TRANSPOSE, 1, &hw, &a, 1, &hwt);
+  grace_run(vm, GRACE_OP_TRANSPOSE, 1, &dw, &a, 1, &dwt);
+  grace_tensor *hxy[2] = {hx, hwt};
+  grace_run(vm, GRACE_OP_MATMUL, 2, hxy, NULL, 1, &want);
+  grace_tensor_empty(vm, dt, GRACE_CUDA, nd, os + 3 - nd, &got);
+  grace_status st = dx && dwt && got ? gpu_matmul_tensors(vm, slot, dx, dwt, got, how) : GRACE_EARG;
+  int64_t n = B * M * N;
+  float *ref = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)n);
+  double worst = 1e30, tol = dt == GRACE_FLOAT32 ? 1e-4 : 2e-2;
+  if (st == GRACE_OK && want && grace_tensor_read(vm, want, GRACE_FLOAT32, ref) == GRACE_OK &&
+      grace_tensor_read(vm, got, GRACE_FLOAT32, out) == GRACE_OK) {
+    double scale = 1e-6;
+    worst = 0;
+    for (int64_t e = 0; e < n; e++) scale = fabs(ref[e]) > scale ? fabs(ref[e]) : scale;
+    for (int64_t e = 0; e < n; e++) {
+      double d = fabs((double)ref[e] - (double)out[e]) / scale;
+      if (!(d <= worst)) worst = d;   /* NaN counts as the worst */
+    }
+  }
+  ok(st == GRACE_OK && !strcmp(gpu_matmul_last_kernel(slot), kernel) && worst <= tol,
+     "%s [%lld x %lld,%lld] @ W^T[%lld,%lld]: %s, worst %.2g of the largest (tol %g)", dts(dt), (long long)B,
+     (long long)M, (long long)K, (long long)K, (long long)N, gpu_matmul_last_kernel(slot), worst, tol);
+  if (st != GRACE_OK) printf("# %s\n", grace_last_error(vm));
+  free(ref); free(out);
+  grace_tensor *ts[] = {hx, hw, dx, dw, hwt, dwt, want, got};
+  for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) grace_tensor_release(ts[j]);
+}
+
 static void test_gpu(void) {
   if (!cuda_usable(vm)) {
     printf("# no CUDA device: %s\n", cuda_why(vm));
@@ -448,44 +513,18 @@ static void test_gpu(void) {
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) check_case(&cs[i]);
   }
   /* a settled weight (GPU_MM_OWN_SETTLED) of short rows: GEMV_RW, weights in registers before the wait */
-  for (int t = 0; t < 3; t++) {
-    static const int64_t rw[][4] = {{1, 768, 2304, 1}, {1, 3072, 768, 1}, {16, 768, 768, 1}, {3, 136, 77, 1},
-                                    {5, 8, 9, 1}, {2, 40, 24, 3}, {1, 1024, 5, 2}};
-    for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) {
-      int64_t M = rw[i][0], K = rw[i][1], N = rw[i][2], B = rw[i][3];
-      int nd = B > 1 ? 3 : 2;
-      int64_t xs[3] = {B, M, K}, ws[3] = {B, N, K}, os[3] = {B, M, N};
-      grace_tensor *hx = host_rand(all[t], nd, xs + 3 - nd), *hw = host_rand(all[t], nd, ws + 3 - nd);
-      grace_tensor *dx = to_dev(hx, GRACE_CUDA), *dw = to_dev(hw, GRACE_CUDA), *hwt = NULL, *dwt = NULL, *want = NULL,
-                   *got = NULL;
-      grace_attrs a = {0};
-      a.ndims = 2; a.dims[0] = -1; a.dims[1] = -2;
-      grace_run(vm, GRACE_OP_TRANSPOSE, 1, &hw, &a, 1, &hwt);
-      grace_run(vm, GRACE_OP_TRANSPOSE, 1, &dw, &a, 1, &dwt);
-      grace_tensor *hxy[2] = {hx, hwt};
-      grace_run(vm, GRACE_OP_MATMUL, 2, hxy, NULL, 1, &want);
-      grace_tensor_empty(vm, all[t], GRACE_CUDA, nd, os + 3 - nd, &got);
-      grace_status st = dx && dwt && got ? gpu_matmul_tensors(vm, &slot0, dx, dwt, got, GPU_MM_OWN_SETTLED) : GRACE_EARG;
-      int64_t n = B * M * N;
-      float *ref = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)n);
-      double worst = 1e30, tol = all[t] == GRACE_FLOAT32 ? 1e-4 : 2e-2;
-      if (st == GRACE_OK && want && grace_tensor_read(vm, want, GRACE_FLOAT32, ref) == GRACE_OK &&
-          grace_tensor_read(vm, got, GRACE_FLOAT32, out) == GRACE_OK) {
-        double scale = 1e-6;
-        worst = 0;
-        for (int64_t e = 0; e < n; e++) scale = fabs(ref[e]) > scale ? fabs(ref[e]) : scale;
-        for (int64_t e = 0; e < n; e++) {
-          double d = fabs((double)ref[e] - (double)out[e]) / scale;
-          if (!(d <= worst)) worst = d;   /* NaN counts as the worst */
-        }
-      }
-      ok(st == GRACE_OK && !strcmp(gpu_matmul_last_kernel(&slot0), "gemv_rw") && worst <= tol,
-         "settled weight %s [%lld x %lld,%lld] @ W^T[%lld,%lld]: %s, worst %.2g of the largest (tol %g)", dts(all[t]),
-         (long long)B, (long long)M, (long long)K, (long long)K, (long long)N, gpu_matmul_last_kernel(&slot0), worst, tol);
-      free(ref); free(out);
-      grace_tensor *ts[] = {hx, hw, dx, dw, hwt, dwt, want, got};
-      for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) grace_tensor_release(ts[j]);
-    }
+  static const int64_t rw[][4] = {{1, 768, 2304, 1}, {1, 3072, 768, 1}, {16, 768, 768, 1}, {3, 136, 77, 1},
+                                  {5, 8, 9, 1}, {2, 40, 24, 3}, {1, 1024, 5, 2}};
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) check_direct(&slot0, all[t], rw[i], GPU_MM_OWN_SETTLED, "gemv_rw");
+  /* the Hopper GEMM (sm_90a): x @ W^T of one matrix, edges of M, N and K inside a tile, several k tiles */
+  if (cuda_properties(gpu_ctx(vm))->major == 9) {
+    static const int64_t wg[][4] = {{17, 16, 8, 1}, {200, 72, 136, 1}, {130, 1000, 264, 1}, {256, 320, 384, 1},
+                                    {1024, 4096, 512, 1}};
+    for (int t = 1; t < 3; t++)
+      for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) check_direct(&slot0, all[t], wg[i], GPU_MM_OWN, "gemm_wg");
+  } else {
+    skip("the Hopper GEMM needs compute capability 9.0");
   }
   /* the autotuned choice is made once and kept */
   if (slot0.free) slot0.free(vm, slot0.p);
