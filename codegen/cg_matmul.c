@@ -93,6 +93,12 @@ static const char helpers_wg[] =
   "  const unsigned long long a = mm_smem_addr(p);\n"
   "  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);\n"
   "}\n"
+  "/* two adjacent results in one store (the first at an even index of an even-width row: 4- or 8-byte aligned) */\n"
+  "__device__ __forceinline__ void mm_store2(unsigned short *p, unsigned short a, unsigned short b) {\n"
+  "  *(unsigned *)p = (unsigned)a | ((unsigned)b << 16);\n"
+  "}\n"
+  "struct __attribute__((aligned(8))) mm_f2 { float x, y; };\n"
+  "__device__ __forceinline__ void mm_store2(float *p, float a, float b) { *(mm_f2 *)p = mm_f2{a, b}; }\n"
   "#endif\n";
 
 /* ---- kernel bodies (the entry block, MM_ENTRY, and the epilogue, MM_EPI(v, m, n), are generated) ---- */
@@ -334,14 +340,24 @@ static const char body_wg[] =
   "    if (lane == 0) mm_mbar_arrive(&empty[s]);\n"
   "  }\n"
   "  /* the accumulators: warp w of the warpgroup holds rows 16w..16w+15; registers 4j..4j+3 are columns\n"
-  "     8j + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8 */\n"
+  "     8j + 2 (lane % 4) + {0, 1} of rows lane / 4 and lane / 4 + 8: stored in pairs where N is even */\n"
   "  const long long r = m0 + wg * 64 + warp * 16 + (lane >> 2);\n"
+  "  const bool pairs = (N & 1) == 0;\n"
   "#pragma unroll\n"
   "  for (int j = 0; j < 16; j++)\n"
   "#pragma unroll\n"
-  "    for (int e = 0; e < 4; e++) {\n"
-  "      const long long m = r + (e >> 1) * 8, n = n0 + j * 8 + (lane & 3) * 2 + (e & 1);\n"
-  "      if (m < M && n < N) { MM_EPI(d[4 * j + e], m, n); }\n"
+  "    for (int h = 0; h < 2; h++) {\n"
+  "      const long long m = r + h * 8, n = n0 + j * 8 + (lane & 3) * 2;\n"
+  "      if (m >= M) continue;\n"
+  "      if (pairs && n + 1 < N) {\n"
+  "        float o0, o1;\n"
+  "        MM_EPV(d[4 * j + 2 * h], m, n, o0);\n"
+  "        MM_EPV(d[4 * j + 2 * h + 1], m, n + 1, o1);\n"
+  "        mm_store2(&C_[(bi * M + m) * N + n], MM_STO(o0), MM_STO(o1));\n"
+  "      } else {\n"
+  "        if (n < N) { MM_EPI(d[4 * j + 2 * h], m, n); }\n"
+  "        if (n + 1 < N) { MM_EPI(d[4 * j + 2 * h + 1], m, n + 1); }\n"
+  "      }\n"
   "    }\n";
 
 /* The split-K finish: one thread per output element sums the partials in split order. */
@@ -580,7 +596,7 @@ static void emit_operand(cg_buf *b, int operand) {
 
 /* MM_EPI(v, m, n): the epilogue chain on one accumulator and the store into C. */
 static void emit_epilogue(cg_buf *b, const cg_mm_desc *d) {
-  cg_puts(b, "#define MM_EPI(v, m, n) do { float e_ = (v); const long long m_ = (m), n_ = (n); (void)m_; (void)n_;");
+  cg_puts(b, "#define MM_EPV(v, m, n, o) do { float e_ = (v); const long long m_ = (m), n_ = (n); (void)m_; (void)n_;");
   if (d->nepi > 0) emit_round(b, d->dt);   /* the product itself is stored in the inputs' dtype first */
   for (int i = 0; i < d->nepi; i++) {
     const cg_epi_step *s = &d->epi[i];
@@ -604,7 +620,8 @@ static void emit_epilogue(cg_buf *b, const cg_mm_desc *d) {
     }
     emit_round(b, s->dtype);
   }
-  cg_printf(b, " \\\n  C_[(bi * M + m_) * N + n_] = MM_STO(e_); } while (0)\n");
+  cg_puts(b, " \\\n  o = e_; } while (0)\n");
+  cg_puts(b, "#define MM_EPI(v, m, n) do { float o_; MM_EPV(v, m, n, o_); C_[(bi * M + (m)) * N + (n)] = MM_STO(o_); } while (0)\n");
 }
 
 grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
