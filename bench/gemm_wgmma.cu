@@ -3,8 +3,9 @@
 // bf16 row-major (both K-major: nn.Linear's x @ W^T), fp32 accumulation, bf16 out. Per block a 128 x 128 tile of C:
 // one producer warp issues TMA loads (128-byte swizzle) into a STAGES-deep shared-memory ring guarded by mbarriers;
 // two consumer warpgroups of 64 x 128 each run wgmma m64n128k16 from shared-memory descriptors. wgmma exists only
-// for sm_90a (ptxas refuses it for sm_90). Written in session 5 without a GPU to try it on: first run it, check it
-// against cuBLAS (it prints the error), then time it.
+// for sm_90a (ptxas refuses it for sm_90). Session 6: correct and 78% of cuBLAS on the H200 (grace's GEMM_WG is this
+// kernel); the same with B [K, N] (x @ W: n-major, wgmma's transposed B) under both readings of the descriptor's two
+// offsets, to find the one that is right.
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -51,19 +52,27 @@ __device__ __forceinline__ uint64_t sdesc(const void *p) {
   return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// An n-major B tile (session 6 experiment): two TMA boxes of 64 k-rows x 64 n (128 bytes, swizzled) side by side in
+// n, 8192 bytes apart; V says which of the two offsets goes into the leading / stride fields.
+template <int V> __device__ __forceinline__ uint64_t sdesc_mn(const void *p) {
+  uint64_t a = saddr(p), lbo = V ? 1024 : 8192, sbo = V ? 8192 : 1024;
+  return ((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (1ull << 62);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 
 // d (64 x 128 fp32 over the warpgroup: 64 registers a thread) += A (64 x 16) B^T (16 x 128)
-__device__ __forceinline__ void wgmma_128(float d[64], uint64_t da, uint64_t db) {
+template <int TB> __device__ __forceinline__ void wgmma_128(float d[64], uint64_t da, uint64_t db) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"   // scale-d: accumulate into d
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, %67;\n"
                "}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-               : "l"(da), "l"(db), "r"(1));
+               : "l"(da), "l"(db), "r"(1), "n"(TB));
 }
 
+template <int BT>
 __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb,
                                                 __nv_bfloat16 *C, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
@@ -84,7 +93,11 @@ __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensor
         if (kt >= STAGES) mbar_wait(&empty[s], (kt / STAGES - 1) & 1);
         mbar_expect_tx(&full[s], (TILE_A + TILE_B) * 2);
         tma_load(sA + s * TILE_A, &ta, kt * BK, m0, &full[s]);
-        tma_load(sB + s * TILE_B, &tb, kt * BK, n0, &full[s]);
+        if (BT == 0) tma_load(sB + s * TILE_B, &tb, kt * BK, n0, &full[s]);
+        else {
+          tma_load(sB + s * TILE_B, &tb, n0, kt * BK, &full[s]);
+          tma_load(sB + s * TILE_B + 64 * BK, &tb, n0 + 64, kt * BK, &full[s]);
+        }
       }
     return;
   }
@@ -97,7 +110,9 @@ __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensor
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++)   // 16 elements = 32 bytes further along the swizzled rows
-      wgmma_128(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc(sB + s * TILE_B + kk * 16));
+      if (BT == 0) wgmma_128<0>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc(sB + s * TILE_B + kk * 16));
+      else if (BT == 1) wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn<0>(sB + s * TILE_B + kk * 16 * 64));
+      else wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn<1>(sB + s * TILE_B + kk * 16 * 64));
     wgmma_commit();
     wgmma_wait0();
     if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done reading stage s
@@ -117,10 +132,11 @@ __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensor
   }
 }
 
-static CUtensorMap tensor_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const void *p, int rows, int K, int box_rows) {
+static CUtensorMap tensor_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const void *p, int rows, int K, int box_rows,
+                              int box_cols = BK) {
   CUtensorMap m;
   cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-  cuuint32_t box[2] = {BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+  cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, estr[2] = {1, 1};
   CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, estr,
                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -144,30 +160,9 @@ int main() {
   cudaDriverEntryPointQueryResult q;
   CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
   auto encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
-  CUtensorMap ta = tensor_map(encode, A, M, K, BM), tb = tensor_map(encode, B, N, K, BN);
-  CK(cudaFuncSetAttribute(gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
-  dim3 grid(N / BN, M / BM);
-  auto ours = [&]() { gemm<<<grid, THREADS, SMEM>>>(ta, tb, C, M, N, K); };
   cublasHandle_t h;
   cublasCreate(&h);
   float one = 1.0f, zero = 0.0f;
-  auto theirs = [&]() {   // column-major: C^T [N, M] = B [N, K] . A^T
-    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_16BF, K, A, CUDA_R_16BF, K, &zero, R,
-                 CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-  };
-  ours(); theirs();
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  std::vector<__nv_bfloat16> hc((size_t)M * N), hr((size_t)M * N);
-  CK(cudaMemcpy(hc.data(), C, hc.size() * 2, cudaMemcpyDeviceToHost));
-  CK(cudaMemcpy(hr.data(), R, hr.size() * 2, cudaMemcpyDeviceToHost));
-  double maxd = 0, maxr = 0;
-  for (size_t i = 0; i < hc.size(); i++) {
-    maxd = std::max(maxd, (double)fabsf(__bfloat162float(hc[i]) - __bfloat162float(hr[i])));
-    maxr = std::max(maxr, (double)fabsf(__bfloat162float(hr[i])));
-  }
-  printf("max |ours - cuBLAS| = %.4g (max |cuBLAS| %.4g, relative %.3g)%s\n", maxd, maxr, maxd / maxr,
-         maxd / maxr < 1e-2 ? "" : "  WRONG");
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
   auto time_us = [&](auto f) {
@@ -180,8 +175,44 @@ int main() {
     return t[t.size() / 2];
   };
   const double fl = 2.0 * M * N * K;
-  float a = time_us(ours), b = time_us(theirs);
-  printf("GEMM %dx%dx%d bf16: wgmma %.1f us %.0f TFLOP/s, cuBLAS %.1f us %.0f TFLOP/s, ours/cuBLAS %.0f%%\n", M, N, K,
-         a, fl / (a * 1e-6) / 1e12, b, fl / (b * 1e-6) / 1e12, 100.0 * b / a);
+  CUtensorMap ta = tensor_map(encode, A, M, K, BM);
+  // B [N, K] (x @ W^T: k-major), then B [K, N] (x @ W: n-major) with either reading of the descriptor's offsets
+  const void *kernels[3] = {(const void *)gemm<0>, (const void *)gemm<1>, (const void *)gemm<2>};
+  const char *names[3] = {"B [N,K] k-major", "B [K,N] n-major, LBO 8192 SBO 1024", "B [K,N] n-major, LBO 1024 SBO 8192"};
+  for (int bt = 0; bt < 3; bt++) {
+    CUtensorMap tb = bt == 0 ? tensor_map(encode, B, N, K, BN) : tensor_map(encode, B, K, N, BK, 64);
+    CK(cudaFuncSetAttribute(kernels[bt], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+    dim3 grid(N / BN, M / BM);
+    auto ours = [&]() {
+      void *args[] = {&ta, &tb, &C, (void *)&M, (void *)&N, (void *)&K};
+      CK(cudaLaunchKernel(kernels[bt], grid, dim3(THREADS), args, SMEM, 0));
+    };
+    auto theirs = [&]() {   // column-major: C^T [N, M] = B [N, K] . A^T, or B [K, N] seen as [N, K] column-major
+      if (bt == 0)
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_16BF, K, A, CUDA_R_16BF, K, &zero, R,
+                     CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      else
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_16BF, N, A, CUDA_R_16BF, K, &zero, R,
+                     CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    CK(cudaMemset(C, 0xff, (size_t)M * N * 2));   // NaN: an unwritten output fails
+    ours(); theirs();
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<__nv_bfloat16> hc((size_t)M * N), hr((size_t)M * N);
+    CK(cudaMemcpy(hc.data(), C, hc.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hr.data(), R, hr.size() * 2, cudaMemcpyDeviceToHost));
+    double maxd = 0, maxr = 0;
+    for (size_t i = 0; i < hc.size(); i++) {
+      double d = fabsf(__bfloat162float(hc[i]) - __bfloat162float(hr[i]));
+      if (!(d <= maxd)) maxd = d;
+      maxr = std::max(maxr, (double)fabsf(__bfloat162float(hr[i])));
+    }
+    printf("%s: max |ours - cuBLAS| = %.4g (max |cuBLAS| %.4g, relative %.3g)%s\n", names[bt], maxd, maxr, maxd / maxr,
+           maxd / maxr < 1e-2 ? "" : "  WRONG");
+    float a = time_us(ours), b = time_us(theirs);
+    printf("GEMM %dx%dx%d bf16 %s: wgmma %.1f us %.0f TFLOP/s, cuBLAS %.1f us %.0f TFLOP/s, ours/cuBLAS %.0f%%\n", M, N,
+           K, names[bt], a, fl / (a * 1e-6) / 1e12, b, fl / (b * 1e-6) / 1e12, 100.0 * b / a);
+  }
   return 0;
 }
