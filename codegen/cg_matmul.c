@@ -93,6 +93,14 @@ static const char helpers_wg[] =
   "  const unsigned long long a = mm_smem_addr(p);\n"
   "  return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);\n"
   "}\n"
+  "/* the same for an n-major tile (wgmma's transposed B): 64-column boxes of 128-byte rows, 8192 bytes apart in n (the\n"
+  "   leading byte offset), 8-row atoms of 1024 bytes along k (the stride byte offset). H200, session 6: the other\n"
+  "   reading of the two fields gives wrong products; this one matches cuBLAS (bench/gemm_wgmma.cu) */\n"
+  "__device__ __forceinline__ unsigned long long mm_sdesc_mn(const void *p) {\n"
+  "  const unsigned long long a = mm_smem_addr(p);\n"
+  "  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(8192 >> 4) << 16) | ((unsigned long long)(1024 >> 4) << 32) |\n"
+  "         (1ull << 62);\n"
+  "}\n"
   "/* two adjacent results in one store (the first at an even index of an even-width row: 4- or 8-byte aligned) */\n"
   "__device__ __forceinline__ void mm_store2(unsigned short *p, unsigned short a, unsigned short b) {\n"
   "  *(unsigned *)p = (unsigned)a | ((unsigned)b << 16);\n"
@@ -297,7 +305,7 @@ static const char body_gemv_rw[] =
   "    }\n"
   "  }\n";
 
-/* Hopper tensor-core GEMM (sm_90a): both operands k-major, fp32 accumulators in registers. H200, 4096^3 bf16:
+/* Hopper tensor-core GEMM (sm_90a): A k-major, B k-major or n-major, fp32 accumulators in registers. H200, 4096^3 bf16:
  * 581 TFLOP/s against cuBLAS's 749 in bench/gemm_wgmma.cu, where this kernel was first written and checked. */
 static const char body_wg[] =
   "  /* 128x128 tile of C per block: warpgroups 0 and 1 compute 64 rows each (wgmma m64n128k16 from shared memory),\n"
@@ -321,7 +329,12 @@ static const char body_wg[] =
   "        if (kt >= MM_WGS) mm_mbar_wait(&empty[s], (kt / MM_WGS - 1) & 1);\n"
   "        mm_mbar_expect(&full[s], 2 * 128 * 64 * 2);\n"
   "        mm_tma_load(sA + s * 128 * 64, &p.ta, kt * 64, (int)m0, &full[s]);\n"
+  "#if MM_BK\n"
   "        mm_tma_load(sB + s * 128 * 64, &p.tb, kt * 64, (int)n0, &full[s]);\n"
+  "#else   /* B [K, N]: two boxes of 64 k-rows x 64 columns, side by side in n */\n"
+  "        mm_tma_load(sB + s * 128 * 64, &p.tb, (int)n0, kt * 64, &full[s]);\n"
+  "        mm_tma_load(sB + s * 128 * 64 + 64 * 64, &p.tb, (int)n0 + 64, kt * 64, &full[s]);\n"
+  "#endif\n"
   "      }\n"
   "    return;\n"
   "  }\n"
@@ -334,7 +347,11 @@ static const char body_wg[] =
   "    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
   "#pragma unroll\n"
   "    for (int kk = 0; kk < 4; kk++)   /* 16 elements = 32 bytes further along the swizzled 128-byte rows */\n"
-  "      mm_wgmma(d, mm_sdesc(sA + s * 128 * 64 + wg * 64 * 64 + kk * 16), mm_sdesc(sB + s * 128 * 64 + kk * 16));\n"
+  "#if MM_BK\n"
+  "      mm_wgmma<0>(d, mm_sdesc(sA + s * 128 * 64 + wg * 64 * 64 + kk * 16), mm_sdesc(sB + s * 128 * 64 + kk * 16));\n"
+  "#else\n"
+  "      mm_wgmma<1>(d, mm_sdesc(sA + s * 128 * 64 + wg * 64 * 64 + kk * 16), mm_sdesc_mn(sB + s * 128 * 64 + kk * 16 * 64));\n"
+  "#endif\n"
   "    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
   "    asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
   "    if (lane == 0) mm_mbar_arrive(&empty[s]);\n"
@@ -569,17 +586,19 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   return h;
 }
 
-/* mm_wgmma_<t>(d, da, db): d (64 x 128 fp32, 64 registers a thread of the warpgroup) += A (64 x 16) B^T (16 x 128),
- * both from shared-memory descriptors; scale-d is a predicate (always accumulate: d starts at zero). */
+/* mm_wgmma<TB>(d, da, db): d (64 x 128 fp32, 64 registers a thread of the warpgroup) += A (64 x 16) B^T (16 x 128),
+ * both from shared-memory descriptors, B transposed (n-major) when TB; scale-d is a predicate (always accumulate: d
+ * starts at zero). */
 static void emit_wgmma(cg_buf *b, const char *t) {
   cg_printf(b, "#ifndef CG_MM_WGMMA_%s\n#define CG_MM_WGMMA_%s\n", t, t);
-  cg_printf(b, "__device__ __forceinline__ void mm_wgmma(float d[64], unsigned long long da, unsigned long long db) {\n"
+  cg_printf(b, "template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned long long da,\n"
+               "                                                       unsigned long long db) {\n"
                "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%66, 0;\\n\"\n"
                "    \"wgmma.mma_async.sync.aligned.m64n128k16.f32.%s.%s {", t, t);
   for (int i = 0; i < 64; i++) cg_printf(b, "%s%%%d", i ? ", " : "", i);
-  cg_puts(b, "}, %64, %65, p, 1, 1, 0, 0;\\n}\\n\"\n    : ");
+  cg_puts(b, "}, %64, %65, p, 1, 1, 0, %67;\\n}\\n\"\n    : ");
   for (int i = 0; i < 64; i++) cg_printf(b, "%s\"+f\"(d[%d])", i ? ", " : "", i);
-  cg_puts(b, "\n    : \"l\"(da), \"l\"(db), \"r\"(1));\n}\n#endif\n");
+  cg_puts(b, "\n    : \"l\"(da), \"l\"(db), \"r\"(1), \"n\"(TB));\n}\n#endif\n");
 }
 
 /* Rounds the float `e_` to dt when dt is a 16-bit type (the CPU rounds every op's result to its dtype). */
@@ -637,8 +656,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   if ((d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_NN) &&
       ((vec != 1 && vec * (int)grace_dtype_size(d->dt) != 16) || mt > 16 || mt * vec > 64))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: bad GEMV vector width %d / rows %d", vec, mt);
-  if (d->form == CG_MM_GEMM_WG && (d->dt == GRACE_FLOAT32 || !d->a_kmajor || !d->b_kmajor || d->indirect))
-    return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: the Hopper GEMM takes k-major f16/bf16 operands, "
+  if (d->form == CG_MM_GEMM_WG && (d->dt == GRACE_FLOAT32 || !d->a_kmajor || d->indirect))
+    return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: the Hopper GEMM takes f16/bf16 operands, A k-major, "
                            "its tensor maps hold their pointers (no indirection)");
   if (d->form == CG_MM_GEMV_RW && (vec * (int)grace_dtype_size(d->dt) != 16 || !d->b_kmajor || d->split ||
                                    d->rl < 1 || d->rc < 1 || d->rc > 4 || d->rl * d->rc > CG_MM_RW_MAX_VECS))

@@ -38,7 +38,7 @@ typedef enum cg_mm_form {
   CG_MM_GEMV_RW,    /* few rows, B's k contiguous, K short: a warp per rc columns holds them in registers, loaded
                        before it waits on the previous kernel (only where no kernel still running writes B) */
   CG_MM_GEMM_WG     /* Hopper (sm_90a) tensor cores: TMA into a 4-stage ring, wgmma 64x128x16 per warpgroup, 128x128
-                       tiles; f16/bf16, A and B k-major, one matrix (nb 1), tensor maps in the parameter struct */
+                       tiles; f16/bf16, A k-major, B either, one matrix (nb 1), tensor maps in the parameter struct */
 } cg_mm_form;
 
 typedef enum cg_epi_op {

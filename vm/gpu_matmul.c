@@ -227,11 +227,11 @@ static int tc_fits(const mm_prob *p) {
   return 1;
 }
 
-/* The Hopper GEMM: tensor maps (compute capability 9.0) over k-major operands of one matrix, outside captures with
- * indirection (its maps hold the operands' addresses, which a replay could not redirect). */
+/* The Hopper GEMM: tensor maps (compute capability 9.0) over a k-major A and a B of either layout, one matrix,
+ * outside captures with indirection (its maps hold the operands' addresses, which a replay could not redirect). */
 static int wg_fits(cuda_ctx *c, const mm_prob *p) {
-  return tc_fits(p) && p->a_sk == 1 && p->b_sk == 1 && p->nb == 1 && p->M < (1LL << 31) && p->N < (1LL << 31) &&
-         cuda_has_tensor_maps(c) && !cuda_capture_indirect(c);
+  return tc_fits(p) && p->a_sk == 1 && p->nb == 1 && p->M < (1LL << 31) && p->N < (1LL << 31) &&
+         p->K < (1LL << 31) && cuda_has_tensor_maps(c) && !cuda_capture_indirect(c);
 }
 
 /* ---- kernels: generated, compiled and loaded once per description ---- */
@@ -375,7 +375,9 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     _Alignas(64) uint64_t maps[32];
     if (w + 32 <= CG_MAX_WORDS &&
         cuda_tensor_map(c, maps, p->dt, p->A, (uint64_t)p->K, (uint64_t)p->M, (uint64_t)p->a_sm * es, 64, 128) == GRACE_OK &&
-        cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->K, (uint64_t)p->N, (uint64_t)p->b_sn * es, 64, 128) == GRACE_OK) {
+        (p->b_sk == 1 ? cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->K, (uint64_t)p->N, (uint64_t)p->b_sn * es, 64, 128)
+                      : cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->N, (uint64_t)p->K, (uint64_t)p->b_sk * es, 64, 64)) ==
+            GRACE_OK) {
       for (int i = l.nwords; i < w; i++) l.words[i] = 0;
       memcpy(&l.words[w], maps, sizeof maps);
       l.nwords = w + 32;

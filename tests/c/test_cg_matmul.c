@@ -128,8 +128,12 @@ static void test_sources(void) {
      "the Hopper GEMM: marked architecture-specific, wgmma bf16, TMA loads, maps in a grid-constant struct");
   cg_kernel_free(vm, &k1);
   d.b_kmajor = 0;
-  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "the Hopper GEMM refuses an n-major B");
-  d.b_kmajor = 1; d.indirect = 1;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "#define MM_BK 0") && strstr(k1.src, "mm_sdesc_mn(") &&
+         strstr(k1.src, "mm_wgmma<1>"), "the Hopper GEMM takes an n-major B (wgmma's transposed B)");
+  cg_kernel_free(vm, &k1);
+  d.a_kmajor = 0;
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "the Hopper GEMM refuses an m-major A");
+  d.a_kmajor = 1; d.b_kmajor = 1; d.indirect = 1;
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "the Hopper GEMM refuses indirection (its maps hold pointers)");
   is_int(cg_matmul_wg_maps(23), 24, "the maps start at the next 64-byte boundary");
   is_int(cg_matmul_wg_maps(32), 32, "or where the words end, when that is one");
@@ -232,6 +236,8 @@ static void test_compiles(void) {
       compile_one(&d, what);
       if (dt == GRACE_FLOAT32) continue;
       if (lay == 3) {
+        d = desc(CG_MM_GEMM_WG, dt, 1, 0, 1, 1);
+        compile_one(&d, "Hopper GEMM, n-major B");
         d = desc(CG_MM_GEMM_WG, dt, 1, 1, 1, 1);
         compile_one(&d, "Hopper GEMM");
         full_epilogue(&d);
@@ -421,19 +427,26 @@ static void check_case(const mcase *c) {
   for (int i = 0; i < 4; i++) { grace_tensor_release(hin[i]); grace_tensor_release(din[i]); }
 }
 
-/* x [B, M, K] @ W^T with W [B, N, K] (sizes {M, K, N, B}) through gpu_matmul_tensors with `how`, against the CPU;
- * `kernel` is the kernel that must have run. */
-static void check_direct(gpu_slot *slot, grace_dtype dt, const int64_t sizes[4], gpu_mm_choice how, const char *kernel) {
+/* x [B, M, K] @ W^T with W [B, N, K] (wt), or x @ W with W [B, K, N] (sizes {M, K, N, B}) through
+ * gpu_matmul_tensors with `how`, against the CPU; `kernel` is the kernel that must have run. */
+static void check_direct(gpu_slot *slot, grace_dtype dt, const int64_t sizes[4], int wt, gpu_mm_choice how,
+                         const char *kernel) {
   int64_t M = sizes[0], K = sizes[1], N = sizes[2], B = sizes[3];
   int nd = B > 1 ? 3 : 2;
   int64_t xs[3] = {B, M, K}, ws[3] = {B, N, K}, os[3] = {B, M, N};
+  if (!wt) { ws[1] = K; ws[2] = N; }
   grace_tensor *hx = host_rand(dt, nd, xs + 3 - nd), *hw = host_rand(dt, nd, ws + 3 - nd);
   grace_tensor *dx = to_dev(hx, GRACE_CUDA), *dw = to_dev(hw, GRACE_CUDA), *hwt = NULL, *dwt = NULL, *want = NULL,
                *got = NULL;
   grace_attrs a = {0};
   a.ndims = 2; a.dims[0] = -1; a.dims[1] = -2;
-  grace_run(vm, GRACE_OP_TRANSPOSE, 1, &hw, &a, 1, &hwt);
-  grace_run(vm, GRACE_OP_TRANSPOSE, 1, &dw, &a, 1, &dwt);
+  if (wt) {
+    grace_run(vm, GRACE_OP_TRANSPOSE, 1, &hw, &a, 1, &hwt);
+    grace_run(vm, GRACE_OP_TRANSPOSE, 1, &dw, &a, 1, &dwt);
+  } else {   /* W [K, N] as stored: x @ W */
+    grace_tensor_retain(hw); grace_tensor_retain(dw);
+    hwt = hw; dwt = dw;
+  }
   grace_tensor *hxy[2] = {hx, hwt};
   grace_run(vm, GRACE_OP_MATMUL, 2, hxy, NULL, 1, &want);
   grace_tensor_empty(vm, dt, GRACE_CUDA, nd, os + 3 - nd, &got);
@@ -452,8 +465,8 @@ static void check_direct(gpu_slot *slot, grace_dtype dt, const int64_t sizes[4],
     }
   }
   ok(st == GRACE_OK && !strcmp(gpu_matmul_last_kernel(slot), kernel) && worst <= tol,
-     "%s [%lld x %lld,%lld] @ W^T[%lld,%lld]: %s, worst %.2g of the largest (tol %g)", dts(dt), (long long)B,
-     (long long)M, (long long)K, (long long)K, (long long)N, gpu_matmul_last_kernel(slot), worst, tol);
+     "%s [%lld x %lld,%lld] @ %s[%lld,%lld]: %s, worst %.2g of the largest (tol %g)", dts(dt), (long long)B,
+     (long long)M, (long long)K, wt ? "W^T" : "W", (long long)K, (long long)N, gpu_matmul_last_kernel(slot), worst, tol);
   if (st != GRACE_OK) printf("# %s\n", grace_last_error(vm));
   free(ref); free(out);
   grace_tensor *ts[] = {hx, hw, dx, dw, hwt, dwt, want, got};
@@ -516,13 +529,14 @@ static void test_gpu(void) {
   static const int64_t rw[][4] = {{1, 768, 2304, 1}, {1, 3072, 768, 1}, {16, 768, 768, 1}, {3, 136, 77, 1},
                                   {5, 8, 9, 1}, {2, 40, 24, 3}, {1, 1024, 5, 2}};
   for (int t = 0; t < 3; t++)
-    for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) check_direct(&slot0, all[t], rw[i], GPU_MM_OWN_SETTLED, "gemv_rw");
+    for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) check_direct(&slot0, all[t], rw[i], 1, GPU_MM_OWN_SETTLED, "gemv_rw");
   /* the Hopper GEMM (sm_90a): x @ W^T of one matrix, edges of M, N and K inside a tile, several k tiles */
   if (cuda_properties(gpu_ctx(vm))->major == 9) {
     static const int64_t wg[][4] = {{17, 16, 8, 1}, {200, 72, 136, 1}, {130, 1000, 264, 1}, {256, 320, 384, 1},
                                     {1024, 4096, 512, 1}};
     for (int t = 1; t < 3; t++)
-      for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) check_direct(&slot0, all[t], wg[i], GPU_MM_OWN, "gemm_wg");
+      for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++)
+        for (int wt = 0; wt < 2; wt++) check_direct(&slot0, all[t], wg[i], wt, GPU_MM_OWN, "gemm_wg");
   } else {
     skip("the Hopper GEMM needs compute capability 9.0");
   }
