@@ -4,8 +4,8 @@
 // one producer warp issues TMA loads (128-byte swizzle) into a STAGES-deep shared-memory ring guarded by mbarriers;
 // two consumer warpgroups of 64 x 128 each run wgmma m64n128k16 from shared-memory descriptors. wgmma exists only
 // for sm_90a (ptxas refuses it for sm_90). Session 6: correct and 78% of cuBLAS on the H200 (grace's GEMM_WG is this
-// kernel); the same with B [K, N] (x @ W: n-major, wgmma's transposed B) under both readings of the descriptor's two
-// offsets, to find the one that is right.
+// kernel); the same with B [K, N] (x @ W: n-major, wgmma's transposed B: of the two readings of the descriptor's two
+// offsets one matched cuBLAS); and each with one wgmma group kept in flight across stages.
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -53,7 +53,8 @@ __device__ __forceinline__ uint64_t sdesc(const void *p) {
 }
 
 // An n-major B tile (session 6 experiment): two TMA boxes of 64 k-rows x 64 n (128 bytes, swizzled) side by side in
-// n, 8192 bytes apart; V says which of the two offsets goes into the leading / stride fields.
+// n, 8192 bytes apart; V says which of the two offsets goes into the leading / stride fields (H200, session 6: V 0
+// matches cuBLAS, V 1 does not).
 template <int V> __device__ __forceinline__ uint64_t sdesc_mn(const void *p) {
   uint64_t a = saddr(p), lbo = V ? 1024 : 8192, sbo = V ? 8192 : 1024;
   return ((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (1ull << 62);
@@ -72,7 +73,7 @@ template <int TB> __device__ __forceinline__ void wgmma_128(float d[64], uint64_
                : "l"(da), "l"(db), "r"(1), "n"(TB));
 }
 
-template <int BT>
+template <int BT, int PIPE = 0>
 __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tb,
                                                 __nv_bfloat16 *C, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
@@ -111,12 +112,17 @@ __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensor
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++)   // 16 elements = 32 bytes further along the swizzled rows
       if (BT == 0) wgmma_128<0>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc(sB + s * TILE_B + kk * 16));
-      else if (BT == 1) wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn<0>(sB + s * TILE_B + kk * 16 * 64));
-      else wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn<1>(sB + s * TILE_B + kk * 16 * 64));
+      else wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn<0>(sB + s * TILE_B + kk * 16 * 64));
     wgmma_commit();
-    wgmma_wait0();
-    if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done reading stage s
+    if (!PIPE) {
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);   // this warp is done reading stage s
+    } else {   // one group in flight: the one before is done, its stage goes back
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      if (kt > 0 && lane == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+    }
   }
+  if (PIPE) wgmma_wait0();
   // the accumulator layout: warp w holds rows 16w..16w+15; registers 4j..4j+3 are columns 8j + 2 (lane % 4) + {0, 1}
   // of rows lane / 4 and lane / 4 + 8
   const int r = m0 + wg * 64 + warp * 16 + lane / 4;
@@ -177,15 +183,17 @@ int main() {
   const double fl = 2.0 * M * N * K;
   CUtensorMap ta = tensor_map(encode, A, M, K, BM);
   // B [N, K] (x @ W^T: k-major), then B [K, N] (x @ W: n-major) with either reading of the descriptor's offsets
-  const void *kernels[3] = {(const void *)gemm<0>, (const void *)gemm<1>, (const void *)gemm<2>};
-  const char *names[3] = {"B [N,K] k-major", "B [K,N] n-major, LBO 8192 SBO 1024", "B [K,N] n-major, LBO 1024 SBO 8192"};
-  for (int bt = 0; bt < 3; bt++) {
+  const void *kernels[4] = {(const void *)gemm<0>, (const void *)gemm<1>, (const void *)gemm<0, 1>, (const void *)gemm<1, 1>};
+  const char *names[4] = {"B [N,K] k-major", "B [K,N] n-major", "B [N,K] k-major, one wgmma group in flight",
+                          "B [K,N] n-major, one wgmma group in flight"};
+  for (int v = 0; v < 4; v++) {
+    const int bt = v & 1;
     CUtensorMap tb = bt == 0 ? tensor_map(encode, B, N, K, BN) : tensor_map(encode, B, K, N, BK, 64);
-    CK(cudaFuncSetAttribute(kernels[bt], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
+    CK(cudaFuncSetAttribute(kernels[v], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM));
     dim3 grid(N / BN, M / BM);
     auto ours = [&]() {
       void *args[] = {&ta, &tb, &C, (void *)&M, (void *)&N, (void *)&K};
-      CK(cudaLaunchKernel(kernels[bt], grid, dim3(THREADS), args, SMEM, 0));
+      CK(cudaLaunchKernel(kernels[v], grid, dim3(THREADS), args, SMEM, 0));
     };
     auto theirs = [&]() {   // column-major: C^T [N, M] = B [N, K] . A^T, or B [K, N] seen as [N, K] column-major
       if (bt == 0)
@@ -208,11 +216,11 @@ int main() {
       if (!(d <= maxd)) maxd = d;
       maxr = std::max(maxr, (double)fabsf(__bfloat162float(hr[i])));
     }
-    printf("%s: max |ours - cuBLAS| = %.4g (max |cuBLAS| %.4g, relative %.3g)%s\n", names[bt], maxd, maxr, maxd / maxr,
+    printf("%s: max |ours - cuBLAS| = %.4g (max |cuBLAS| %.4g, relative %.3g)%s\n", names[v], maxd, maxr, maxd / maxr,
            maxd / maxr < 1e-2 ? "" : "  WRONG");
     float a = time_us(ours), b = time_us(theirs);
     printf("GEMM %dx%dx%d bf16 %s: wgmma %.1f us %.0f TFLOP/s, cuBLAS %.1f us %.0f TFLOP/s, ours/cuBLAS %.0f%%\n", M, N,
-           K, names[bt], a, fl / (a * 1e-6) / 1e12, b, fl / (b * 1e-6) / 1e12, 100.0 * b / a);
+           K, names[v], a, fl / (a * 1e-6) / 1e12, b, fl / (b * 1e-6) / 1e12, 100.0 * b / a);
   }
   return 0;
 }

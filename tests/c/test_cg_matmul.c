@@ -553,8 +553,9 @@ static void test_gpu(void) {
   snprintf(first, sizeof first, "%s", gpu_matmul_last_kernel(&slot));
   ok(gpu_matmul_tensors(vm, &slot, x, x, o, GPU_MM_AUTO) == GRACE_OK && gpu_matmul_tuned(&slot) == 1 &&
          !strcmp(first, gpu_matmul_last_kernel(&slot)), "the second call reuses it");
-  ok(gpu_matmul_tensors(vm, &slot, x, x, o, GPU_MM_OWN) == GRACE_OK && !strcmp(gpu_matmul_last_kernel(&slot), "gemm_tc"),
-     "forced own kernel: tensor cores");
+  const char *tc = cuda_properties(gpu_ctx(vm))->major == 9 ? "gemm_wg" : "gemm_tc";
+  ok(gpu_matmul_tensors(vm, &slot, x, x, o, GPU_MM_OWN) == GRACE_OK && !strcmp(gpu_matmul_last_kernel(&slot), tc),
+     "forced own kernel: tensor cores (%s)", gpu_matmul_last_kernel(&slot));
   ok(gpu_matmul_tensors(vm, &slot, x, x, o, GPU_MM_BLAS) == GRACE_OK && !strcmp(gpu_matmul_last_kernel(&slot), "cublaslt"),
      "forced cuBLASLt");
   if (slot.free) slot.free(vm, slot.p);
