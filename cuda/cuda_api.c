@@ -243,10 +243,20 @@ static grace_status launch_prepare(cuda_ctx *c, CUfunction f, unsigned smem, con
   if (!params || param_bytes == 0)
     return vm_err(c->vm, GRACE_EINTERNAL, "cuda_launch: a kernel takes one parameter struct (got %zu bytes)",
                   param_bytes);
-  if (smem > DEFAULT_SMEM_LIMIT)
-    return cuda_check(c->vm, c->fn.cuFuncSetAttribute(f, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
-                      "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-  return GRACE_OK;
+  if (smem <= DEFAULT_SMEM_LIMIT) return GRACE_OK;
+  /* a function's limit is raised once (to the most it was launched with): an attribute change per launch would be
+   * a driver call before every launch of the big-tile GEMMs and attention */
+  int i = 0;
+  while (i < c->nsmem_set && c->smem_set[i].f != f) i++;
+  if (i < c->nsmem_set && c->smem_set[i].smem >= smem) return GRACE_OK;
+  grace_status st = cuda_check(c->vm, c->fn.cuFuncSetAttribute(f, FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+                               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  if (st == GRACE_OK && i < (int)(sizeof c->smem_set / sizeof c->smem_set[0])) {
+    c->smem_set[i].f = f;
+    c->smem_set[i].smem = smem;
+    if (i == c->nsmem_set) c->nsmem_set++;
+  }
+  return st;
 }
 
 grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,

@@ -81,6 +81,9 @@ struct cuda_ctx {
   /* kernels launched on the stream outside captures (cuda_launch, cuda_launch_overlapped): grace's own kernels per
    * call for benchmarks (cuBLASLt's launches and graph replays are not seen here) */
   uint64_t nlaunches;
+  /* functions whose dynamic shared memory limit was raised, and to what: set once, not before every launch */
+  struct { CUfunction f; unsigned smem; } smem_set[64];
+  int nsmem_set;
   /* modules and the disk cache */
   struct cuda_module *modules;
   cuda_compile_stats cstats;
