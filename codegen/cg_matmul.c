@@ -107,6 +107,21 @@ static const char helpers_wg[] =
   "}\n"
   "struct __attribute__((aligned(8))) mm_f2 { float x, y; };\n"
   "__device__ __forceinline__ void mm_store2(float *p, float a, float b) { *(mm_f2 *)p = mm_f2{a, b}; }\n"
+  "#endif\n"
+  "/* two float results rounded to nearest even by one conversion (a NaN becomes the canonical one); the first in the low\n"
+  "   half, the lower address */\n"
+  "#ifndef CG_MM_STORE2F\n"
+  "#define CG_MM_STORE2F\n"
+  "__device__ __forceinline__ void mm_store2_bf16(unsigned short *p, float a, float b) {\n"
+  "  unsigned u;\n"
+  "  asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u) : \"f\"(b), \"f\"(a));\n"
+  "  *(unsigned *)p = u;\n"
+  "}\n"
+  "__device__ __forceinline__ void mm_store2_f16(unsigned short *p, float a, float b) {\n"
+  "  unsigned u;\n"
+  "  asm(\"cvt.rn.f16x2.f32 %0, %1, %2;\" : \"=r\"(u) : \"f\"(b), \"f\"(a));\n"
+  "  *(unsigned *)p = u;\n"
+  "}\n"
   "#endif\n";
 
 /* ---- kernel bodies (the entry block, MM_ENTRY, and the epilogue, MM_EPI(v, m, n), are generated) ---- */
@@ -362,21 +377,28 @@ static const char body_wg[] =
   "  const long long r = m0 + wg * 64 + warp * 16 + (lane >> 2);\n"
   "  const bool pairs = (N & 1) == 0;\n"
   "#pragma unroll\n"
-  "  for (int j = 0; j < 16; j++)\n"
+  "  for (int h = 0; h < 2; h++) {\n"
+  "    const long long m = r + h * 8;\n"
+  "    if (m >= M) continue;\n"
+  "    MM_OT *row = C_ + (bi * M + m) * N;\n"
   "#pragma unroll\n"
-  "    for (int h = 0; h < 2; h++) {\n"
-  "      const long long m = r + h * 8, n = n0 + j * 8 + (lane & 3) * 2;\n"
-  "      if (m >= M) continue;\n"
+  "    for (int j = 0; j < 16; j++) {\n"
+  "      const long long n = n0 + j * 8 + (lane & 3) * 2;\n"
   "      if (pairs && n + 1 < N) {\n"
+  "#if MM_PLAIN   /* no epilogue: the hardware's paired conversion */\n"
+  "        MM_STORE2F(row + n, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);\n"
+  "#else\n"
   "        float o0, o1;\n"
   "        MM_EPV(d[4 * j + 2 * h], m, n, o0);\n"
   "        MM_EPV(d[4 * j + 2 * h + 1], m, n + 1, o1);\n"
-  "        mm_store2(&C_[(bi * M + m) * N + n], MM_STO(o0), MM_STO(o1));\n"
+  "        mm_store2(row + n, MM_STO(o0), MM_STO(o1));\n"
+  "#endif\n"
   "      } else {\n"
   "        if (n < N) { MM_EPI(d[4 * j + 2 * h], m, n); }\n"
   "        if (n + 1 < N) { MM_EPI(d[4 * j + 2 * h + 1], m, n + 1); }\n"
   "      }\n"
-  "    }\n";
+  "    }\n"
+  "  }\n";
 
 /* The split-K finish: one thread per output element sums the partials in split order. */
 static const char body_splitk[] =
@@ -691,6 +713,9 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   cg_prelude(&b);
   cg_puts(&b, helpers);
   if (d->form == CG_MM_GEMM_WG) {
+    /* a product stored as it is (no epilogue, 16-bit out): pairs converted by the hardware */
+    int plain = d->nepi == 0 && d->out_dt != GRACE_FLOAT32;
+    cg_printf(&b, "#define MM_PLAIN %d\n#define MM_STORE2F mm_store2_%s\n", plain, d->out_dt == GRACE_FLOAT16 ? "f16" : "bf16");
     cg_puts(&b, helpers_wg);
     emit_wgmma(&b, d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
   }
@@ -763,7 +788,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
                                        body_wg};
   cg_puts(&b, bodies[d->form]);
   cg_puts(&b, "}\n#undef MM_T\n#undef MM_OT\n#undef MM_LD\n#undef MM_STO\n#undef MM_VEC\n#undef MM_MT\n#undef MM_AK\n"
-              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
+              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_PLAIN\n#undef MM_STORE2F\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#undef MM_LDE%d\n", i);
   k->src = cg_buf_take(&b, &k->src_len);
   if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "matmul codegen: out of memory");

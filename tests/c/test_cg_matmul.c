@@ -537,6 +537,8 @@ static void test_gpu(void) {
     for (int t = 1; t < 3; t++)
       for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++)
         for (int wt = 0; wt < 2; wt++) check_direct(&slot0, all[t], wg[i], wt, GPU_MM_OWN, "gemm_wg");
+    static const int64_t odd[4] = {40, 64, 77, 1};   /* an odd N: results stored one by one */
+    for (int t = 1; t < 3; t++) check_direct(&slot0, all[t], odd, 1, GPU_MM_OWN, "gemm_wg");
   } else {
     skip("the Hopper GEMM needs compute capability 9.0");
   }
