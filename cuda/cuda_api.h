@@ -86,8 +86,8 @@ grace_status cuda_sync(cuda_ctx *c);
 /* Compiles CUDA C source (no headers are included) with NVRTC for the device's architecture, or for arch
  * (e.g. 90) when arch > 0 (needs no GPU), into PTX (ptx != 0) or a cubin. A source that defines
  * GRACE_ARCH_SPECIFIC (it uses instructions of that architecture alone, such as wgmma) is compiled for the
- * architecture-specific target (sm_90a). The result is malloc'ed through the
- * VM's allocator: free with grace_realloc(vm, *out, *n, 0); *n is its size in bytes (PTX: with its NUL). On a
+ * architecture-specific target (sm_90a). The result is malloc'ed through the VM's allocator: free with
+ * grace_realloc(vm, *out, *n, 0); *n is its size in bytes (PTX: with its NUL). On a
  * compile error the status is GRACE_EINTERNAL and the message holds NVRTC's log (the first lines). Works without a
  * GPU or driver as long as libnvrtc loads. */
 grace_status cuda_nvrtc_compile(grace_vm *vm, const char *src, int arch, int ptx, char **out, size_t *n);

@@ -234,6 +234,17 @@ static int wg_fits(cuda_ctx *c, const mm_prob *p) {
          p->K < (1LL << 31) && cuda_has_tensor_maps(c) && !cuda_capture_indirect(c);
 }
 
+/* GEMM_WG's two tensor maps (256 bytes at maps, 64-byte aligned): A [M, K] in 128 x 64 boxes; B [N, K] likewise, or
+ * B [K, N] (n-major) in 64 x 64 boxes, two of them side by side a tile. */
+static grace_status wg_tensor_maps(cuda_ctx *c, const mm_prob *p, uint64_t *maps) {
+  uint64_t es = grace_dtype_size(p->dt);
+  grace_status st = cuda_tensor_map(c, maps, p->dt, p->A, (uint64_t)p->K, (uint64_t)p->M, (uint64_t)p->a_sm * es, 64, 128);
+  if (st != GRACE_OK) return st;
+  if (p->b_sk == 1)
+    return cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->K, (uint64_t)p->N, (uint64_t)p->b_sn * es, 64, 128);
+  return cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->N, (uint64_t)p->K, (uint64_t)p->b_sk * es, 64, 64);
+}
+
 /* ---- kernels: generated, compiled and loaded once per description ---- */
 static grace_status get_fn(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_desc *d, CUfunction *f) {
   for (int i = 0; i < s->nfn; i++)
@@ -290,7 +301,8 @@ static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_d
   /* geometry reads M, N, NB, SPLITS at the start of the words */
   memmove(g.words, l->words + w0, sizeof(uint64_t) * CG_MM_NWORDS);
   cg_matmul_geometry(d, &g);
-  if (d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_RW)   /* the weight streams while the previous kernel drains; it waits for its inputs */
+  /* a GEMV's weight streams while the previous kernel drains; it waits for its inputs */
+  if (d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_RW)
     return cuda_launch_overlapped(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
   return cuda_launch(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
 }
@@ -373,11 +385,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     pack(p, C, 0, 1, p->K, &l);
     int w = cg_matmul_wg_maps(l.nwords);
     _Alignas(64) uint64_t maps[32];
-    if (w + 32 <= CG_MAX_WORDS &&
-        cuda_tensor_map(c, maps, p->dt, p->A, (uint64_t)p->K, (uint64_t)p->M, (uint64_t)p->a_sm * es, 64, 128) == GRACE_OK &&
-        (p->b_sk == 1 ? cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->K, (uint64_t)p->N, (uint64_t)p->b_sn * es, 64, 128)
-                      : cuda_tensor_map(c, maps + 16, p->dt, p->B, (uint64_t)p->N, (uint64_t)p->K, (uint64_t)p->b_sk * es, 64, 64)) ==
-            GRACE_OK) {
+    if (w + 32 <= CG_MAX_WORDS && wg_tensor_maps(c, p, maps) == GRACE_OK) {
       for (int i = l.nwords; i < w; i++) l.words[i] = 0;
       memcpy(&l.words[w], maps, sizeof maps);
       l.nwords = w + 32;
@@ -516,11 +524,8 @@ grace_status gpu_matmul_tensors(grace_vm *vm, gpu_slot *slot, grace_tensor *x, g
 }
 
 /* ---- groups: each matmul with the epilogue chain that continues it ---- */
-/* Whether v (a matmul's B) is settled while a graph is captured: a view of a program input or captured tensor in a
- * program that writes no input in place. Only kernels of the graph can then still be running when a GEMV starts
- * (a replay begins after all earlier work on the stream), and none of them writes v. */
-static int settled_in_capture(grace_vm *vm, const grace_ir *ir, int32_t v) {
-  if (!gpu_graph_capturing(vm) || ir->nwrite > 0) return 0;
+int gpu_matmul_settled(const grace_ir *ir, int32_t v) {
+  if (ir->nwrite > 0) return 0;
   for (;;) {
     const ir_inst *k = &ir->insts[ir->vals[v].inst];
     if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST) return 1;
@@ -696,7 +701,9 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
       memset(&p, 0, sizeof p);
       if (!plan(&p, x, y, 0, NULL)) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: more than %d batch dims", CG_MM_BATCH);
     }
-    p.b_settled = settled_in_capture(vm, ir, ir->args[k->first_arg + 1]);
+    /* settled while a graph is captured: only kernels of the graph can then still be running when a GEMV starts
+     * (a replay begins after all earlier work on the stream), and none of them writes B */
+    p.b_settled = gpu_graph_capturing(vm) && gpu_matmul_settled(ir, ir->args[k->first_arg + 1]);
     p.nscalar = ch->nscalar;
     memcpy(p.s, ch->scalars, sizeof p.s);
     p.nepi = ch->nepi;

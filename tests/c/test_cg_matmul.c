@@ -158,6 +158,35 @@ static void test_sources(void) {
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "3 warps per column is refused");
 }
 
+/* ---- which weights a captured GEMV may load before its wait (no GPU needed) ---- */
+static void test_settled(void) {
+  int64_t ws[2] = {8, 16}, xs[2] = {1, 16};
+  grace_ir *ir = grace_ir_new(vm, "settled");
+  grace_value x, w, c, wt, cv, sum, prod;
+  grace_tensor *ct = NULL;
+  grace_attrs a = {0};
+  a.ndims = 2; a.dims[0] = -1; a.dims[1] = -2;
+  int bad = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 2, ws, &ct) ||
+            grace_ir_input(ir, GRACE_FLOAT32, GRACE_CPU, 2, xs, &x) ||
+            grace_ir_input(ir, GRACE_FLOAT32, GRACE_CPU, 2, ws, &w) || grace_ir_const(ir, ct, &c) ||
+            grace_ir_op(ir, GRACE_OP_TRANSPOSE, 1, &w, &a, 1, &wt) || grace_ir_op(ir, GRACE_OP_TRANSPOSE, 1, &c, &a, 1, &cv);
+  grace_value two[2] = {w, c};
+  bad = bad || grace_ir_op(ir, GRACE_OP_ADD, 2, two, NULL, 1, &sum);
+  two[0] = x; two[1] = wt;
+  bad = bad || grace_ir_op(ir, GRACE_OP_MATMUL, 2, two, NULL, 1, &prod) || grace_ir_output(ir, prod);
+  ok(!bad && gpu_matmul_settled(ir, w) && gpu_matmul_settled(ir, wt) && gpu_matmul_settled(ir, cv),
+     "an input, a captured tensor and their views are settled");
+  ok(!bad && !gpu_matmul_settled(ir, sum) && !gpu_matmul_settled(ir, prod), "a value computed by the program is not");
+  grace_value filled;
+  grace_attrs f = {0};
+  f.a = 1.0;
+  bad = bad || grace_ir_op(ir, GRACE_OP_FILL_, 1, &c, &f, 1, &filled) || grace_ir_write(ir, c, filled);
+  ok(!bad && !gpu_matmul_settled(ir, wt) && !gpu_matmul_settled(ir, cv),
+     "in a program that writes an input in place, nothing is");
+  grace_ir_free(ir);
+  grace_tensor_release(ct);
+}
+
 /* ---- every variant compiles (NVRTC, no GPU needed) ---- */
 static void compile_one(const cg_mm_desc *d, const char *what) {
   cg_kernel k;
@@ -569,6 +598,7 @@ int main(void) {
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
   if (!vm) { printf("Bail out! %s\n", err); return 1; }
   test_sources();
+  test_settled();
   test_compiles();
   test_blas_load();
   test_gpu();
