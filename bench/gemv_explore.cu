@@ -162,7 +162,10 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
 }
 template <typename T, int C, int L, int PRE, int TRIG>
 __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
-                                              const char *pf, long long pf_bytes) {
+                                              const char *pf, long long pf_bytes, unsigned long long *tl) {
+  // the timeline (tl, 3 words a kernel: earliest block start, latest wait release, latest block end; %globaltimer ns)
+  unsigned long long t_start = 0;
+  if (tl && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
   constexpr int VEC = 16 / sizeof(T);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long n0 = ((long long)blockIdx.x * 4 + warp) * C;
@@ -185,6 +188,12 @@ __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *
   }
   if (TRIG == 2) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (tl && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    atomicMin(&tl[0], t_start);
+    atomicMax(&tl[1], t);
+  }
   if (TRIG == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (!PRE) {
 #pragma unroll
@@ -218,6 +227,12 @@ __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *
 #pragma unroll
     for (int c = 1; c < C; c++) if (lane == c) v = acc[c];
     y[n0 + lane] = (T)v;
+  }
+  if (tl) {
+    __syncwarp();
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (lane == 0) atomicMax(&tl[2], t);
   }
 }
 
@@ -315,21 +330,26 @@ template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blo
   };
 }
 // gemv_r for the shape at hand: C columns a warp (2 for K 768, 1 for K 3072), L from K; other K are refused
-// the decode chain's weights in launch order, for the variants that prefetch a later kernel's weight (pf_ahead)
+// the decode chain's weights in launch order, for the variants that prefetch a later kernel's weight (pf_ahead);
+// g_tl: where the timeline variants write (3 words a kernel of the chain)
 static void **g_ws;
 static int g_call;
+static unsigned long long *g_tl;
 static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 3072LL * 768};
-template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0) {
-  return [pdl, pf_ahead](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false) {
+  return [pdl, pf_ahead, timeline](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T);
     const char *pf = nullptr;
     long long pfb = 0;
+    unsigned long long *tl = nullptr;
+    const int call = g_ws ? g_call++ : 0;
     if (pf_ahead && g_ws) {
-      int at = (g_call++ + pf_ahead) % 48;
+      int at = (call + pf_ahead) % 48;
       pf = (const char *)g_ws[at];
       pfb = g_bytes[at % 4] * (long long)sizeof(T);
     }
-    void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb};
+    if (timeline && g_ws && g_tl) tl = g_tl + 3 * (call % 48);
+    void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb, &tl};
     const void *fn = nullptr;
     int C = 1;
     if (K == 768) { C = 2; fn = (const void *)gemv_r<T, 2, 768 / (32 * VEC), PRE, TRIG>; }
@@ -359,7 +379,7 @@ static float median_ms(std::vector<float> t) {
   return t[t.size() / 2];
 }
 // Median us of the 48 decode GEMVs (12 layers x the 4 shapes) captured in one graph.
-static float decode_us(const Gemv &g, void **ws, void **xs, void **ys) {
+static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, bool timeline = false) {
   g_ws = ws;
   g_call = 0;
   cudaStream_t s;
@@ -378,6 +398,19 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys) {
   for (int r = 0; r < 30; r++) {
     CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
+  }
+  if (timeline) {   // one more replay with the timeline zeroed: per kernel, when it started, left its wait, ended
+    std::vector<unsigned long long> h(3 * 48);
+    for (int k = 0; k < 48; k++) { h[3 * k] = ~0ull; h[3 * k + 1] = h[3 * k + 2] = 0; }
+    CK(cudaMemcpy(g_tl, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(h.data(), g_tl, h.size() * 8, cudaMemcpyDeviceToHost));
+    const double t0 = (double)h[0];
+    printf("      timeline (us from kernel 0's start): kernel  start  wait-release  end  | start - previous end\n");
+    for (int k = 0; k < 48; k++)
+      printf("      %2d %8.2f %8.2f %8.2f  | %6.2f\n", k, (h[3 * k] - t0) / 1e3, (h[3 * k + 1] - t0) / 1e3,
+             (h[3 * k + 2] - t0) / 1e3, k ? ((double)h[3 * k] - (double)h[3 * k - 1]) / 1e3 : 0.0);
   }
   CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(s));
   g_ws = nullptr;
@@ -415,6 +448,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
     CK(cudaMalloc(&xs[i], 4096 * sizeof(T))); fill_rand<T>(xs[i], 4096, 99u + i);
     CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
   }
+  CK(cudaMalloc(&g_tl, 3 * 48 * sizeof(unsigned long long)));
   void *W, *x, *y;
   CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); fill_rand<T>(W, 50257LL * 768, 5u);
   CK(cudaMalloc(&x, 768 * sizeof(T))); fill_rand<T>(x, 768, 6u);
@@ -434,7 +468,8 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"registers: C columns/warp, all K before the wait, PDL", regs<T, 1, 0>(true), true, true},
     {"registers: all K before the wait, trigger after wait", regs<T, 1, 1>(true), true, false},
     {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
-    {"registers layout, loads after the wait, PDL", regs<T, 0, 0>(true), true, false},
+    {"registers layout, loads after the wait, PDL", regs<T, 0, 0>(true), true, true},
+    {"timeline: loads, then trigger, then wait", regs<T, 1, 2>(true, 0, true), true, false},
     {"registers, loads before trigger, L2 prefetch 2 kernels ahead", regs<T, 1, 2>(true, 2), true, false},
     {"registers, loads before trigger, L2 prefetch 4 kernels ahead", regs<T, 1, 2>(true, 4), true, false},
     {"registers: all K before the wait, no PDL", regs<T, 1, 0>(false), true, false},
@@ -451,7 +486,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
   for (const auto &e : v) {
     if (e.decode && strncmp(e.what, "floor", 5)) printf("%-5s check         %-56s max err %.2e of max|y|\n", name, e.what, check<T>(e.g, ws, xs, ys));
     if (e.decode) {
-      float us = decode_us(e.g, ws, xs, ys);
+      float us = decode_us(e.g, ws, xs, ys, !strncmp(e.what, "timeline", 8));
       printf("%-5s decode graph  %-56s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
     }
     if (e.lm) {
@@ -461,7 +496,8 @@ template <typename T> static void all(const char *name, double copy_bw) {
   }
   for (int i = 0; i < 48; i++) cudaFree(ws[i]);
   for (int i = 0; i < 4; i++) { cudaFree(xs[i]); cudaFree(ys[i]); }
-  cudaFree(W); cudaFree(x); cudaFree(y);
+  cudaFree(W); cudaFree(x); cudaFree(y); cudaFree(g_tl);
+  g_tl = nullptr;
 }
 
 int main() {
