@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(128) hop(const float *x, float *y) {
   if (WORK) {
     float v = x[threadIdx.x];
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) y[blockIdx.x * 4 + (threadIdx.x >> 5)] = v;
+    if ((threadIdx.x & 31) == 0) y[(blockIdx.x * 4 + (threadIdx.x >> 5)) % 528] = v;
   }
 }
 
@@ -358,10 +358,10 @@ template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead
     launch_any(s, fn, (unsigned)((N + 4 * C - 1) / (4 * C)), pdl, args);
   };
 }
-template <int WORK> static Gemv hops(bool pdl) {
-  return [pdl](cudaStream_t s, const void *x, const void *, void *y, int, int) {
+template <int WORK> static Gemv hops(bool pdl, unsigned blocks = 132) {
+  return [pdl, blocks](cudaStream_t s, const void *x, const void *, void *y, int, int) {
     void *args[] = {&x, &y};
-    launch_any(s, (const void *)hop<WORK>, 132, pdl, args);
+    launch_any(s, (const void *)hop<WORK>, blocks, pdl, args);
   };
 }
 // grace's generated kernels (gemv_grace_gen.cuh): one parameter struct, the layout every variant shares
@@ -476,6 +476,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
+    {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
     {"grace, 2 warps/column, no prefetch",
