@@ -321,8 +321,10 @@ static const char body_gemv_rw[] =
   "    }\n"
   "  }\n";
 
-/* Hopper tensor-core GEMM (sm_90a): A k-major, B k-major or n-major, fp32 accumulators in registers. H200, 4096^3 bf16:
- * 581 TFLOP/s against cuBLAS's 749 in bench/gemm_wgmma.cu, where this kernel was first written and checked. */
+/* Hopper tensor-core GEMM (sm_90a): A k-major, B k-major or n-major, fp32 accumulators in registers. First written and
+ * checked in bench/gemm_wgmma.cu. H200, 4096^3 bf16 (bench/gpu_kernels.c, 2026-11-25): 597 / 594 TFLOP/s for B n- /
+ * k-major, 77-78% of cuBLASLt; building the descriptors and barrier addresses once, outside the k loop, was worth
+ * 14% of that (nothing but the offsets' additions stands between a stage's arrival and its wgmma). */
 static const char body_wg[] =
   "  /* 128x128 tile of C per block: warpgroups 0 and 1 compute 64 rows each (wgmma m64n128k16 from shared memory),\n"
   "     warpgroup 2's first thread feeds a MM_WGS-stage ring of 128x64 tiles of A and B through TMA (128-byte swizzle,\n"
@@ -758,7 +760,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "  const %s *%sE%d;\n", cg_ctype(d->op_dtypes[i]), ind, i);
   cg_printf(&b, "  long long w[%d];\n", CG_MM_NWORDS + d->nop * CG_MM_OPWORDS);
   for (int i = 0; i < d->nscalar; i++) cg_printf(&b, "  const double %ss%d;\n", d->indirect ? "*" : "", i);
-  if (d->form == CG_MM_GEMM_WG) cg_puts(&b, "  mm_tmap ta, tb;   /* A [M, K] and B [N, K] (cg_matmul_wg_maps) */\n");
+  if (d->form == CG_MM_GEMM_WG) cg_puts(&b, "  mm_tmap ta, tb;   /* A [M, K], B [N, K] or [K, N] (cg_matmul_wg_maps) */\n");
   cg_puts(&b, "};\n");
   emit_epilogue(&b, d);
   if (d->split) cg_puts(&b, "#define MM_OUT(v, m, n) WS_[(((long long)blockIdx.y * NB + bi) * M + (m)) * N + (n)] = (v)\n");
@@ -794,7 +796,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
                                        body_wg};
   cg_puts(&b, bodies[d->form]);
   cg_puts(&b, "}\n#undef MM_T\n#undef MM_OT\n#undef MM_LD\n#undef MM_STO\n#undef MM_VEC\n#undef MM_MT\n#undef MM_AK\n"
-              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_PLAIN\n#undef MM_STORE2F\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPI\n#undef MM_OUT\n");
+              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_PLAIN\n#undef MM_STORE2F\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPV\n#undef MM_EPI\n#undef MM_OUT\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#undef MM_LDE%d\n", i);
   k->src = cg_buf_take(&b, &k->src_len);
   if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "matmul codegen: out of memory");
