@@ -190,6 +190,7 @@ static void swap_sides(mm_prob *p) {
   p->a_sm = a_sm; p->a_sk = a_sk; p->b_sk = b_sk; p->b_sn = b_sn;
   for (int d = 0; d < CG_MM_BATCH; d++) { t = p->a_b[d]; p->a_b[d] = p->b_b[d]; p->b_b[d] = t; }
   for (int i = 0; i < p->nop; i++) { t = p->e_sm[i]; p->e_sm[i] = p->e_sn[i]; p->e_sn[i] = t; }
+  p->b_settled = 0;   /* B is now the other operand, of unknown origin */
 }
 
 /* Whether base and every batch stride keep 16-byte alignment for vectors of `vec` elements. */
@@ -230,8 +231,10 @@ static int tc_fits(const mm_prob *p) {
 /* The Hopper GEMM: tensor maps (compute capability 9.0) over a k-major A and a B of either layout, one matrix,
  * outside captures with indirection (its maps hold the operands' addresses, which a replay could not redirect). */
 static int wg_fits(cuda_ctx *c, const mm_prob *p) {
+  const cuda_props *pr = cuda_properties(c);   /* wgmma is sm_90a's alone: later architectures lack it */
   return tc_fits(p) && p->a_sk == 1 && p->nb == 1 && p->M < (1LL << 31) && p->N < (1LL << 31) &&
-         p->K < (1LL << 31) && cuda_has_tensor_maps(c) && !cuda_capture_indirect(c);
+         p->K < (1LL << 31) && pr->major == 9 && pr->minor == 0 && cuda_has_tensor_maps(c) &&
+         !cuda_capture_indirect(c);
 }
 
 /* GEMM_WG's two tensor maps (256 bytes at maps, 64-byte aligned): A [M, K] in 128 x 64 boxes; B [N, K] likewise, or
@@ -524,12 +527,12 @@ grace_status gpu_matmul_tensors(grace_vm *vm, gpu_slot *slot, grace_tensor *x, g
 }
 
 /* ---- groups: each matmul with the epilogue chain that continues it ---- */
-int gpu_matmul_settled(const grace_ir *ir, int32_t v) {
-  if (ir->nwrite > 0) return 0;
+int32_t gpu_matmul_settled_root(const grace_ir *ir, int32_t v) {
+  if (ir->nwrite > 0) return -1;
   for (;;) {
     const ir_inst *k = &ir->insts[ir->vals[v].inst];
-    if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST) return 1;
-    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW || k->nin < 1) return 0;
+    if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST) return v;
+    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW || k->nin < 1) return -1;
     v = ir->args[k->first_arg];
   }
 }
@@ -702,8 +705,10 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
       if (!plan(&p, x, y, 0, NULL)) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: more than %d batch dims", CG_MM_BATCH);
     }
     /* settled while a graph is captured: only kernels of the graph can then still be running when a GEMV starts
-     * (a replay begins after all earlier work on the stream), and none of them writes B */
-    p.b_settled = gpu_graph_capturing(vm) && gpu_matmul_settled(ir, ir->args[k->first_arg + 1]);
+     * (a replay begins after all earlier work on the stream), and none of them writes B; B must still be in its
+     * root's storage (a reshape that had to copy made it with a kernel of the graph) */
+    int32_t root = gpu_graph_capturing(vm) ? gpu_matmul_settled_root(ir, ir->args[k->first_arg + 1]) : -1;
+    p.b_settled = root >= 0 && vals[root] && vals[root]->storage == y->storage;
     p.nscalar = ch->nscalar;
     memcpy(p.s, ch->scalars, sizeof p.s);
     p.nepi = ch->nepi;

@@ -20,10 +20,11 @@ typedef enum gpu_mm_choice {
 grace_status gpu_matmul_tensors(grace_vm *vm, gpu_slot *slot, grace_tensor *x, grace_tensor *y, grace_tensor *out,
                                 gpu_mm_choice choice);
 
-/* Whether value v of ir is a view of a program input or captured tensor, in a program that writes no input in place:
- * then no kernel of the program writes it (a matmul captured into a graph may load such a weight before waiting on
- * the kernel before it). */
-int gpu_matmul_settled(const grace_ir *ir, int32_t v);
+/* The program input or captured tensor (its value) that value v of ir is a view chain of, in a program that writes no
+ * input in place; -1 otherwise. No kernel of the program writes such a value as long as it still shares the root's
+ * storage (a reshape that cannot view copies), so a matmul captured into a graph may load it as a weight before
+ * waiting on the kernel before it. */
+int32_t gpu_matmul_settled_root(const grace_ir *ir, int32_t v);
 /* What the last planned product of slot ran: "gemv_nt", "gemv_nn", "gemm_tc", "gemm_tc64", "gemm_simt", "cublaslt", with
  * "+splitk" when split; and how many autotuning decisions the slot holds. */
 const char *gpu_matmul_last_kernel(const gpu_slot *slot);
