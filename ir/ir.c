@@ -42,6 +42,15 @@ int ir_attrs_equal(const grace_attrs *x, const grace_attrs *y) {
   return (!(x->exact & 1) || x->ia == y->ia) && (!(x->exact & 2) || x->ib == y->ib) && (!(x->exact & 4) || x->ic == y->ic);
 }
 
+int32_t ir_view_base(const grace_ir *ir, int32_t v) {
+  while (v >= 0) {
+    const ir_inst *k = &ir->insts[ir->vals[v].inst];
+    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW) break;
+    v = ir->args[k->first_arg];
+  }
+  return v;
+}
+
 int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped) {
   if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device || (with_wrapped && a->wrapped != b->wrapped))
     return 0;

@@ -529,12 +529,9 @@ grace_status gpu_matmul_tensors(grace_vm *vm, gpu_slot *slot, grace_tensor *x, g
 /* ---- groups: each matmul with the epilogue chain that continues it ---- */
 int32_t gpu_matmul_settled_root(const grace_ir *ir, int32_t v) {
   if (ir->nwrite > 0) return -1;
-  for (;;) {
-    const ir_inst *k = &ir->insts[ir->vals[v].inst];
-    if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST) return v;
-    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW || k->nin < 1) return -1;
-    v = ir->args[k->first_arg];
-  }
+  v = ir_view_base(ir, v);
+  int op = v >= 0 ? ir->insts[ir->vals[v].inst].op : -1;
+  return op == IR_OP_INPUT || op == IR_OP_CONST ? v : -1;
 }
 
 static int uses_of(const grace_ir *ir, int32_t v) {

@@ -36,13 +36,8 @@ enum { PLAN_MATMUL = 1 << 24, PLAN_ROW = 1 << 25, PLAN_COUNT = PLAN_MATMUL - 1 }
 
 /* The right operand's base (through views) is a captured tensor: its packed panels can be kept. */
 static int const_operand(const grace_ir *ir, int32_t v) {
-  while (v >= 0) {
-    const ir_inst *k = &ir->insts[ir->vals[v].inst];
-    if (k->op == IR_OP_CONST) return 1;
-    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW) return 0;
-    v = ir->args[k->first_arg];
-  }
-  return 0;
+  v = ir_view_base(ir, v);
+  return v >= 0 && ir->insts[ir->vals[v].inst].op == IR_OP_CONST;
 }
 
 /* Whether instruction i gives one result that is read: a max/min over a dim also gives indices, fine while
