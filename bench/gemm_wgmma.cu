@@ -53,11 +53,11 @@ __device__ __forceinline__ uint64_t sdesc(const void *p) {
 }
 
 // An n-major B tile (session 6 experiment): two TMA boxes of 64 k-rows x 64 n (128 bytes, swizzled) side by side in
-// n, 8192 bytes apart; V says which of the two offsets goes into the leading / stride fields (H200, session 6: V 0
-// matches cuBLAS, V 1 does not).
-template <int V> __device__ __forceinline__ uint64_t sdesc_mn(const void *p) {
-  uint64_t a = saddr(p), lbo = V ? 1024 : 8192, sbo = V ? 8192 : 1024;
-  return ((a & 0x3FFFF) >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (1ull << 62);
+// n, 8192 bytes apart: that step goes in the leading field, the 1024-byte 8-row step in the stride field (H200,
+// session 6: this matches cuBLAS; the two swapped gave wrong products).
+__device__ __forceinline__ uint64_t sdesc_mn(const void *p) {
+  uint64_t a = saddr(p);
+  return ((a & 0x3FFFF) >> 4) | ((8192ull >> 4) << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(THREADS) gemm(const __grid_constant__ CUtensor
 #pragma unroll
     for (int kk = 0; kk < BK / 16; kk++)   // 16 elements = 32 bytes further along the swizzled rows
       if (BT == 0) wgmma_128<0>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc(sB + s * TILE_B + kk * 16));
-      else wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn<0>(sB + s * TILE_B + kk * 16 * 64));
+      else wgmma_128<1>(d, sdesc(sA + s * TILE_A + wg * 64 * BK + kk * 16), sdesc_mn(sB + s * TILE_B + kk * 16 * 64));
     wgmma_commit();
     if (!PIPE) {
       wgmma_wait0();
