@@ -92,7 +92,7 @@ for s in $stages; do
     echo "== gemv explore"
     link_tool bench/gemv_grace_gen.c $B/gemv_grace_gen && $B/gemv_grace_gen > bench/gemv_grace_gen.cuh &&
       /usr/local/cuda/bin/nvcc -arch=sm_90 -O3 -std=c++17 -o $B/gemv_explore bench/gemv_explore.cu &&
-      timeout 120 $B/gemv_explore 2>&1 | tee "$OUT/gemv_explore.txt" || status=1
+      timeout 200 $B/gemv_explore 2>&1 | tee "$OUT/gemv_explore.txt" || status=1
     # where ptxas put the weight loads against griddepcontrol.wait (ACQBULK) in the register-resident variants
     /usr/local/cuda/bin/cuobjdump -sass $B/gemv_explore 2>/dev/null | awk '/Function : .*gemv_rIfLi2ELi6/ {p = 1; print} /Function : / && !/gemv_rIfLi2ELi6/ {p = 0} p && /LDG|ACQ|PREEXIT|DEPBAR|FFMA|EXIT|CCTL|WARPSYNC|SYNC/' > "$OUT/gemv_sass.txt" ;;
   wgmma)       # the sm_90a tensor-core GEMM experiment against cuBLAS

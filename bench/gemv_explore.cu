@@ -162,8 +162,9 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
 }
 template <typename T, int C, int L, int PRE, int TRIG>
 __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
-                                              const char *pf, long long pf_bytes, unsigned long long *tl) {
-  // the timeline (tl, 3 words a kernel: earliest block start, latest wait release, latest block end; %globaltimer ns)
+                                              const char *pf, long long pf_bytes, unsigned long long *tl,
+                                              int *prog, int idx) {
+  // the timeline (tl, 3 words a kernel: earliest block start, earliest wait release, latest block end; %globaltimer ns)
   unsigned long long t_start = 0;
   if (tl && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
   constexpr int VEC = 16 / sizeof(T);
@@ -192,8 +193,9 @@ __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     atomicMin(&tl[0], t_start);
-    atomicMax(&tl[1], t);
+    atomicMin(&tl[1], t);
   }
+  if (prog && blockIdx.x == 0 && threadIdx.x == 0) *(volatile int *)prog = idx;   // paces side_pf
   if (TRIG == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (!PRE) {
 #pragma unroll
@@ -233,6 +235,22 @@ __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     if (lane == 0) atomicMax(&tl[2], t);
+  }
+}
+
+// A side branch of the graph beside the chain: block b bulk-prefetches slice b of weight j into L2 once the chain
+// has reached kernel j - ahead (prog holds the index of the last kernel past its wait; -1 at the replay's start).
+// The chain never waits for it, so it cannot deadlock; if it starts late it only prefetches late.
+__global__ void side_pf(const char *const *ws, const long long *bytes, const int *prog, int n, int ahead) {
+  if (threadIdx.x) return;
+  for (int j = 0; j < n; j++) {
+    while (*(const volatile int *)prog < j - ahead) __nanosleep(64);
+    long long chunk = ((bytes[j] + gridDim.x - 1) / gridDim.x + 15) & ~15LL;
+    long long b0 = chunk * blockIdx.x, m = bytes[j] - b0 < chunk ? bytes[j] - b0 : chunk;
+    for (long long o = 0; o < m; o += 1 << 20) {
+      long long c = m - o < (1 << 20) ? m - o : (1 << 20);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(ws[j] + b0 + o), "r"((unsigned)c) : "memory");
+    }
   }
 }
 
@@ -335,6 +353,9 @@ template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blo
 static void **g_ws;
 static int g_call;
 static unsigned long long *g_tl;
+static int *g_prog;           // side_pf's pacing word, when the variant runs one (g_side_ahead >= 0)
+static int g_side_ahead = -1, g_side_blocks = 16;
+static bool g_one_layer;      // every layer reads layer 0's weights (14 MB bf16: L2-resident after the first)
 static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 3072LL * 768};
 template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false) {
   return [pdl, pf_ahead, timeline](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
@@ -349,7 +370,9 @@ template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead
       pfb = g_bytes[at % 4] * (long long)sizeof(T);
     }
     if (timeline && g_ws && g_tl) tl = g_tl + 3 * (call % 48);
-    void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb, &tl};
+    int *prog = g_side_ahead >= 0 ? g_prog : nullptr;
+    int idx = call % 48;
+    void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb, &tl, &prog, &idx};
     const void *fn = nullptr;
     int C = 1;
     if (K == 768) { C = 2; fn = (const void *)gemv_r<T, 2, 768 / (32 * VEC), PRE, TRIG>; }
@@ -379,16 +402,39 @@ static float median_ms(std::vector<float> t) {
   return t[t.size() / 2];
 }
 // Median us of the 48 decode GEMVs (12 layers x the 4 shapes) captured in one graph.
-static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, bool timeline = false) {
+static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, bool timeline = false) {
   g_ws = ws;
   g_call = 0;
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaGraph_t gr;
   cudaGraphExec_t ge;
+  cudaStream_t s2 = nullptr;
+  cudaEvent_t fork, join;
+  const char **dws = nullptr;
+  long long *dbytes = nullptr;
+  if (g_side_ahead >= 0) {   // the weight table side_pf walks, in chain order
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming)); CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    CK(cudaMalloc(&dws, 48 * sizeof(char *))); CK(cudaMalloc(&dbytes, 48 * sizeof(long long)));
+    const char *hw[48];
+    long long hb[48];
+    for (int j = 0; j < 48; j++) { hw[j] = (const char *)ws[(g_one_layer ? 0 : j / 4) * 4 + j % 4]; hb[j] = g_bytes[j % 4] * esz; }
+    CK(cudaMemcpy(dws, hw, sizeof hw, cudaMemcpyHostToDevice)); CK(cudaMemcpy(dbytes, hb, sizeof hb, cudaMemcpyHostToDevice));
+  }
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  if (g_side_ahead >= 0) {
+    CK(cudaMemsetAsync(g_prog, 0xff, sizeof(int), s));
+    CK(cudaEventRecord(fork, s));
+    CK(cudaStreamWaitEvent(s2, fork, 0));
+    int n = 48, ahead = g_side_ahead;
+    void *args[] = {&dws, &dbytes, &g_prog, &n, &ahead};
+    CK(cudaLaunchKernel((const void *)side_pf, dim3(g_side_blocks), dim3(32), args, 0, s2));
+    CK(cudaEventRecord(join, s2));
+  }
   for (int l = 0; l < 12; l++)
-    for (int i = 0; i < 4; i++) g(s, xs[i], ws[l * 4 + i], ys[i], shapes[i].N, shapes[i].K);
+    for (int i = 0; i < 4; i++) g(s, xs[i], ws[(g_one_layer ? 0 : l) * 4 + i], ys[i], shapes[i].N, shapes[i].K);
+  if (g_side_ahead >= 0) CK(cudaStreamWaitEvent(s, join, 0));
   CK(cudaStreamEndCapture(s, &gr));
   CK(cudaGraphInstantiate(&ge, gr, 0));
   for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, s));
@@ -401,16 +447,26 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, bool time
   }
   if (timeline) {   // one more replay with the timeline zeroed: per kernel, when it started, left its wait, ended
     std::vector<unsigned long long> h(3 * 48);
-    for (int k = 0; k < 48; k++) { h[3 * k] = ~0ull; h[3 * k + 1] = h[3 * k + 2] = 0; }
+    for (int k = 0; k < 48; k++) { h[3 * k] = h[3 * k + 1] = ~0ull; h[3 * k + 2] = 0; }
     CK(cudaMemcpy(g_tl, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
     CK(cudaGraphLaunch(ge, s));
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(h.data(), g_tl, h.size() * 8, cudaMemcpyDeviceToHost));
     const double t0 = (double)h[0];
-    printf("      timeline (us from kernel 0's start): kernel  start  wait-release  end  | start - previous end\n");
-    for (int k = 0; k < 48; k++)
-      printf("      %2d %8.2f %8.2f %8.2f  | %6.2f\n", k, (h[3 * k] - t0) / 1e3, (h[3 * k + 1] - t0) / 1e3,
-             (h[3 * k + 2] - t0) / 1e3, k ? ((double)h[3 * k] - (double)h[3 * k - 1]) / 1e3 : 0.0);
+    auto us_ = [&](int k, int f) { return ((double)h[3 * k + f] - t0) / 1e3; };
+    printf("      timeline, us from kernel 0's first block: k start release end | release-end(k-1) end-release start-end(k-1) start-end(k-2)\n");
+    double m[4] = {0, 0, 0, 0};
+    for (int k = 0; k < 48; k++) {
+      const double d[4] = {k ? us_(k, 1) - us_(k - 1, 2) : 0, us_(k, 2) - us_(k, 1), k ? us_(k, 0) - us_(k - 1, 2) : 0,
+                           k > 1 ? us_(k, 0) - us_(k - 2, 2) : 0};
+      for (int j = 0; j < 4 && k >= 4; j++) m[j] += d[j] / 44;
+      if (k < 12) printf("      %2d %7.2f %7.2f %7.2f | %6.2f %6.2f %6.2f %6.2f\n", k, us_(k, 0), us_(k, 1), us_(k, 2), d[0], d[1], d[2], d[3]);
+    }
+    printf("      mean of kernels 4-47:          | %6.2f %6.2f %6.2f %6.2f   (last end %.2f)\n", m[0], m[1], m[2], m[3], us_(47, 2));
+  }
+  if (s2) {
+    CK(cudaStreamDestroy(s2)); CK(cudaEventDestroy(fork)); CK(cudaEventDestroy(join));
+    CK(cudaFree(dws)); CK(cudaFree(dbytes));
   }
   CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(s));
   g_ws = nullptr;
@@ -449,55 +505,59 @@ template <typename T> static void all(const char *name, double copy_bw) {
     CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
   }
   CK(cudaMalloc(&g_tl, 3 * 48 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g_prog, sizeof(int)));
   void *W, *x, *y;
   CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); fill_rand<T>(W, 50257LL * 768, 5u);
   CK(cudaMalloc(&x, 768 * sizeof(T))); fill_rand<T>(x, 768, 6u);
   CK(cudaMalloc(&y, 50257 * sizeof(T)));
   double lb = 50257.0 * 768 * sizeof(T);
   const bool f32 = sizeof(T) == 4;
-  const struct { const char *what; Gemv g; bool decode, lm; } v[] = {
-    {"warp/column, 4 in flight, L2 prefetch, PDL", plain<T, 1, 4, 1, 0>(true), true, true},
-    {"2 warps/column, 4 in flight, L2 prefetch, PDL", plain<T, 2, 4, 1, 0>(true), true, false},
-    {"2 warps/column, 8 in flight, L2 prefetch, PDL", plain<T, 2, 8, 1, 0>(true), true, false},
-    {"2 warps/column, no prefetch, PDL", plain<T, 2, 4, 1, 2>(true), true, false},
-    {"2 warps/column, registers before the wait, PDL", plain<T, 2, 4, 1, 1>(true), true, false},
-    {"warp/column, no prefetch, no PDL", plain<T, 1, 4, 1, 2>(false), false, true},
+  // one_layer: all layers read layer 0's weights; side_blocks > 0: side_pf beside the chain, side_ahead kernels ahead
+  const struct { const char *what; Gemv g; bool decode, lm, one_layer; int side_blocks, side_ahead; } v[] = {
     {"warp/column, no prefetch, PDL", plain<T, 1, 4, 1, 2>(true), false, true},
-    {"warp/column, 2 columns, registers before the wait, PDL", plain<T, 1, 4, 2, 1>(true), false, true},
-    {"persistent, 2 columns/warp, 8 blocks/SM, PDL", persistent<T, f32 ? 6 : 3, 2>(true, 8), false, true},
-    {"registers: C columns/warp, all K before the wait, PDL", regs<T, 1, 0>(true), true, true},
-    {"registers: all K before the wait, trigger after wait", regs<T, 1, 1>(true), true, false},
     {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
-    {"registers layout, loads after the wait, PDL", regs<T, 0, 0>(true), true, true},
-    {"timeline: loads, then trigger, then wait", regs<T, 1, 2>(true, 0, true), true, false},
-    {"registers, loads before trigger, L2 prefetch 2 kernels ahead", regs<T, 1, 2>(true, 2), true, false},
-    {"registers, loads before trigger, L2 prefetch 4 kernels ahead", regs<T, 1, 2>(true, 4), true, false},
-    {"registers: all K before the wait, no PDL", regs<T, 1, 0>(false), true, false},
+    {"timeline: the same", regs<T, 1, 2>(true, 0, true), true, false},
+    {"timeline: the same, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, true), true, false, true},
+    {"the same, every layer reading layer 0's weights", regs<T, 1, 2>(true), true, false, true},
+    {"registers, L2 prefetch 1 kernel ahead", regs<T, 1, 2>(true, 1), true, false},
+    {"registers, L2 prefetch 2 kernels ahead", regs<T, 1, 2>(true, 2), true, false},
+    {"registers, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3), true, false},
+    {"registers, L2 prefetch 4 kernels ahead", regs<T, 1, 2>(true, 4), true, false},
+    {"registers, L2 prefetch 6 kernels ahead", regs<T, 1, 2>(true, 6), true, false},
+    {"timeline: L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3, true), true, false},
+    {"registers, side branch prefetching 1 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 1},
+    {"registers, side branch prefetching 2 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 2},
+    {"registers, side branch prefetching 3 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 3},
+    {"registers, side branch prefetching 5 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 5},
+    {"registers, side branch prefetching 3 ahead, 64 blocks", regs<T, 1, 2>(true), true, false, false, 64, 3},
+    {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
+    {"timeline: side branch prefetching 3 ahead, 16 blocks", regs<T, 1, 2>(true, 0, true), true, false, false, 16, 3},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
-    {"grace, 2 warps/column, no prefetch",
-     grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P0 : (const void *)GRACE_GEMV_BF16_W2_P0, 2), true, false},
-    {"grace, warp/column, no prefetch",
-     grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W1_P0 : (const void *)GRACE_GEMV_BF16_W1_P0, 1), false, true},
   };
   for (const auto &e : v) {
-    if (e.decode && strncmp(e.what, "floor", 5)) printf("%-5s check         %-56s max err %.2e of max|y|\n", name, e.what, check<T>(e.g, ws, xs, ys));
+    g_one_layer = e.one_layer;
+    g_side_ahead = e.side_blocks ? e.side_ahead : -1;
+    g_side_blocks = e.side_blocks;
+    if (e.decode && strncmp(e.what, "floor", 5)) printf("%-5s check         %-62s max err %.2e of max|y|\n", name, e.what, check<T>(e.g, ws, xs, ys));
     if (e.decode) {
-      float us = decode_us(e.g, ws, xs, ys, !strncmp(e.what, "timeline", 8));
-      printf("%-5s decode graph  %-56s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
+      float us = decode_us(e.g, ws, xs, ys, (int)sizeof(T), !strncmp(e.what, "timeline", 8));
+      printf("%-5s decode graph  %-62s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
     }
     if (e.lm) {
       float us = lm_us(e.g, x, W, y);
-      printf("%-5s LM head       %-56s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * lb / (us * 1e-6) / copy_bw);
+      printf("%-5s LM head       %-62s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * lb / (us * 1e-6) / copy_bw);
     }
   }
+  g_one_layer = false;
+  g_side_ahead = -1;
   for (int i = 0; i < 48; i++) cudaFree(ws[i]);
   for (int i = 0; i < 4; i++) { cudaFree(xs[i]); cudaFree(ys[i]); }
-  cudaFree(W); cudaFree(x); cudaFree(y); cudaFree(g_tl);
+  cudaFree(W); cudaFree(x); cudaFree(y); cudaFree(g_tl); cudaFree(g_prog);
   g_tl = nullptr;
 }
 
