@@ -160,8 +160,8 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
-template <typename T, int C, int L, int PRE, int TRIG>
-__global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
+template <typename T, int C, int L, int PRE, int TRIG, int LB = 128>
+__global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
                                               const char *pf, long long pf_bytes, unsigned long long *tl,
                                               int *prog, int idx) {
   // the timeline (tl, 3 words a kernel: earliest block start, earliest wait release, latest block end; %globaltimer ns)
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(128) gemv_r(const T *__restrict__ x, const T *
   if (tl && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
   constexpr int VEC = 16 / sizeof(T);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long n0 = ((long long)blockIdx.x * 4 + warp) * C;
+  const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * C;
   if (TRIG == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   uint4 wv[C][L];
   const T *w0 = W + lane * VEC;
@@ -319,10 +319,10 @@ struct Shape { int K, N; };
 static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   // GPT-2's per layer
 
 // One launch of 128-thread blocks, the programmatic-serialization attribute on request.
-static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, void **args) {
+static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, void **args, unsigned threads = 128) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(128);
+  cfg.blockDim = dim3(threads);
   cfg.stream = s;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -357,9 +357,13 @@ static int *g_prog;           // side_pf's pacing word, when the variant runs on
 static int g_side_ahead = -1, g_side_blocks = 16;
 static bool g_one_layer;      // every layer reads layer 0's weights (14 MB bf16: L2-resident after the first)
 static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 3072LL * 768};
-template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false) {
-  return [pdl, pf_ahead, timeline](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
-    constexpr int VEC = 16 / sizeof(T);
+// grid 0: blocks of 4 warps; grid G > 0: about G blocks, each with as many warps as that takes (one block an SM at
+// G 132: fewer blocks to schedule and retire per kernel). c768: columns a warp at K 768 (2 or 4; at K 3072 half that,
+// at least 1; fp32 at K 3072 stays at 1, its registers would spill)
+template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false, int grid = 0,
+                                                          int c768 = 2) {
+  return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    constexpr int VEC = 16 / sizeof(T), L768 = 768 / (32 * VEC), L3072 = 3072 / (32 * VEC);
     const char *pf = nullptr;
     long long pfb = 0;
     unsigned long long *tl = nullptr;
@@ -373,12 +377,17 @@ template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead
     int *prog = g_side_ahead >= 0 ? g_prog : nullptr;
     int idx = call % 48;
     void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb, &tl, &prog, &idx};
-    const void *fn = nullptr;
-    int C = 1;
-    if (K == 768) { C = 2; fn = (const void *)gemv_r<T, 2, 768 / (32 * VEC), PRE, TRIG>; }
-    else if (K == 3072) fn = (const void *)gemv_r<T, 1, 3072 / (32 * VEC), PRE, TRIG>;
-    if (!fn) { printf("gemv_r: K %d not built\n", K); exit(1); }
-    launch_any(s, fn, (unsigned)((N + 4 * C - 1) / (4 * C)), pdl, args);
+    const int C = K == 768 ? c768 : (c768 == 2 || sizeof(T) == 4) ? 1 : 2;
+    const int warps = (N + C - 1) / C;
+    const int wpb = grid ? (warps + grid - 1) / grid : 4;
+    const int lb = wpb * 32 <= 256 ? 256 : wpb * 32 <= 512 ? 512 : 1024;   // the launch bound: registers a thread
+#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256> : \
+                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024>)
+    const void *fn = K == 768 ? (C == 2 ? PICK(2, L768) : PICK(4, L768))
+                   : (C == 1 ? PICK(1, L3072) : sizeof(T) == 2 ? PICK(2, L3072) : nullptr);
+#undef PICK
+    if (!fn || (K != 768 && K != 3072) || (K == 3072 && lb == 1024)) { printf("gemv_r: K %d, %d warps a block: not built\n", K, wpb); exit(1); }
+    launch_any(s, fn, (unsigned)((warps + wpb - 1) / wpb), pdl, args, 32u * wpb);
   };
 }
 template <int WORK> static Gemv hops(bool pdl, unsigned blocks = 132) {
@@ -532,10 +541,21 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"registers, side branch prefetching 3 ahead, 64 blocks", regs<T, 1, 2>(true), true, false, false, 64, 3},
     {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
     {"timeline: side branch prefetching 3 ahead, 16 blocks", regs<T, 1, 2>(true, 0, true), true, false, false, 16, 3},
+    {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, true},
+    {"66 blocks", regs<T, 1, 2>(true, 0, false, 66), true, false},
+    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
+    {"132 blocks, twice the columns a warp", regs<T, 1, 2>(true, 0, false, 132, 4), true, false},
+    {"264 blocks, twice the columns a warp", regs<T, 1, 2>(true, 0, false, 264, 4), true, false},
+    {"132 blocks, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3, false, 132), true, false},
+    {"132 blocks, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, false, 132), true, false, true},
+    {"132 blocks, trigger at entry", regs<T, 1, 0>(true, 0, false, 132), true, false},
+    {"timeline: 132 blocks", regs<T, 1, 2>(true, 0, true, 132), true, false},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
+    {"floor: the same with 66 blocks", hops<1>(true, 66), true, false},
+    {"floor: the same with 264 blocks", hops<1>(true, 264), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
   };
