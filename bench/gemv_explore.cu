@@ -160,7 +160,8 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
-template <typename T, int C, int L, int PRE, int TRIG, int LB = 128>
+// XS: x staged once a block through shared memory (every warp reading all of x from L2 makes its few lines hot)
+template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0>
 __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
                                               const char *pf, long long pf_bytes, unsigned long long *tl,
                                               int *prog, int idx) {
@@ -205,12 +206,17 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
       for (int u = 0; u < L; u++) wv[c][u] = ld_nc(w + u * 32 * VEC);
     }
   }
+  __shared__ uint4 xsh[XS ? L * 32 : 1];
+  if (XS) {
+    for (int i = threadIdx.x; i < L * 32; i += blockDim.x) xsh[i] = ((const uint4 *)x)[i];
+    __syncthreads();
+  }
   float acc[C];
 #pragma unroll
   for (int c = 0; c < C; c++) acc[c] = 0.f;
 #pragma unroll
   for (int u = 0; u < L; u++) {
-    uint4 xv = *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
+    uint4 xv = XS ? xsh[lane + u * 32] : *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
     float xf[VEC];
     unpack<T>(xv, xf);
 #pragma unroll
@@ -360,8 +366,8 @@ static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 30
 // grid 0: blocks of 4 warps; grid G > 0: about G blocks, each with as many warps as that takes (one block an SM at
 // G 132: fewer blocks to schedule and retire per kernel). c768: columns a warp at K 768 (2 or 4; at K 3072 half that,
 // at least 1; fp32 at K 3072 stays at 1, its registers would spill)
-template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false, int grid = 0,
-                                                          int c768 = 2) {
+template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
+                                                                      int grid = 0, int c768 = 2) {
   return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T), L768 = 768 / (32 * VEC), L3072 = 3072 / (32 * VEC);
     const char *pf = nullptr;
@@ -381,8 +387,8 @@ template <typename T, int PRE, int TRIG> static Gemv regs(bool pdl, int pf_ahead
     const int warps = (N + C - 1) / C;
     const int wpb = grid ? (warps + grid - 1) / grid : 4;
     const int lb = wpb * 32 <= 256 ? 256 : wpb * 32 <= 512 ? 512 : 1024;   // the launch bound: registers a thread
-#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256> : \
-                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024>)
+#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS> : \
+                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS>)
     const void *fn = K == 768 ? (C == 2 ? PICK(2, L768) : PICK(4, L768))
                    : (C == 1 ? PICK(1, L3072) : sizeof(T) == 2 ? PICK(2, L3072) : nullptr);
 #undef PICK
@@ -528,18 +534,22 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"timeline: the same", regs<T, 1, 2>(true, 0, true), true, false},
     {"the same, every layer reading layer 0's weights", regs<T, 1, 2>(true), true, false, true},
     {"registers, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3), true, false},
-    {"registers, side branch prefetching 3 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 3},
-    {"registers, side branch prefetching 5 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 5},
     {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
     {"66 blocks", regs<T, 1, 2>(true, 0, false, 66), true, false},
     {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
     {"132 blocks, twice the columns a warp", regs<T, 1, 2>(true, 0, false, 132, 4), true, false},
-    {"264 blocks, twice the columns a warp", regs<T, 1, 2>(true, 0, false, 264, 4), true, false},
-    {"132 blocks, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3, false, 132), true, false},
     {"132 blocks, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, false, 132), true, false, true},
-    {"132 blocks, trigger at entry", regs<T, 1, 0>(true, 0, false, 132), true, false},
     {"timeline: 132 blocks", regs<T, 1, 2>(true, 0, true, 132), true, false},
+    {"x through shared memory", regs<T, 1, 2, 1>(true), true, false},
+    {"x through shared memory, 132 blocks", regs<T, 1, 2, 1>(true, 0, false, 132), true, false},
+    {"x through shared memory, 66 blocks", regs<T, 1, 2, 1>(true, 0, false, 66), true, false},
+    {"x through shared memory, 264 blocks", regs<T, 1, 2, 1>(true, 0, false, 264), true, false},
+    {"x through shared memory, 132 blocks, twice the columns", regs<T, 1, 2, 1>(true, 0, false, 132, 4), true, false},
+    {"x through shared memory, 132 blocks, L2 prefetch 3 ahead", regs<T, 1, 2, 1>(true, 3, false, 132), true, false},
+    {"x through shared memory, 132 blocks, every layer on layer 0's", regs<T, 1, 2, 1>(true, 0, false, 132), true, false, true},
+    {"x through shared memory, every layer on layer 0's", regs<T, 1, 2, 1>(true), true, false, true},
+    {"timeline: x through shared memory, 132 blocks", regs<T, 1, 2, 1>(true, 0, true, 132), true, false},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
