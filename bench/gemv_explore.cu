@@ -260,6 +260,75 @@ __global__ void side_pf(const char *const *ws, const long long *bytes, const int
   }
 }
 
+// TMA bulk (session 7): a block's rows of W are one contiguous run of memory; thread 0 copies them into shared memory
+// with cp.async.bulk (the copy engine: one instruction a 32 KB piece, no load-unit queue held by waiting warps) before
+// the trigger and the wait; then the warps read x, wait on the mbarrier and take dot products from shared memory, a
+// row a warp at a time. rpb rows a block; K = L * 32 * VEC.
+__device__ __forceinline__ void mbar_wait0(unsigned bar) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar), "r"(0u) : "memory");
+}
+template <typename T, int L>
+__global__ void __launch_bounds__(512) gemv_t(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
+                                               int rpb, unsigned long long *tl) {
+  extern __shared__ __align__(128) uint4 sw[];
+  __shared__ __align__(8) unsigned long long bar;
+  unsigned long long t_start = 0;
+  if (tl && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
+  constexpr int VEC = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const long long n0 = (long long)blockIdx.x * rpb;
+  const int rows = (int)(N - n0 < rpb ? N - n0 : rpb);
+  const unsigned sbar = (unsigned)__cvta_generic_to_shared(&bar), ssw = (unsigned)__cvta_generic_to_shared(sw);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(sbar));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const unsigned bytes = (unsigned)rows * (unsigned)K * (unsigned)sizeof(T);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(sbar), "r"(bytes) : "memory");
+    const char *src = (const char *)(W + n0 * K);
+    for (unsigned o = 0; o < bytes; o += 32768) {
+      const unsigned c = bytes - o < 32768 ? bytes - o : 32768;
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                   :: "r"(ssw + o), "l"(src + o), "r"(c), "r"(sbar) : "memory");
+    }
+  }
+  __syncthreads();   // the mbarrier initialised before any thread waits on it
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (tl && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    atomicMin(&tl[0], t_start);
+    atomicMin(&tl[1], t);
+  }
+  uint4 xv[L];
+#pragma unroll
+  for (int u = 0; u < L; u++) xv[u] = *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
+  mbar_wait0(sbar);
+  for (int r = warp; r < rows; r += nw) {
+    const uint4 *row = sw + (long long)r * (K / VEC);
+    float acc = 0.f;
+#pragma unroll
+    for (int u = 0; u < L; u++) {
+      float xf[VEC], wf[VEC];
+      unpack<T>(xv[u], xf);
+      unpack<T>(row[lane + u * 32], wf);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) acc += xf[j] * wf[j];
+    }
+    for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[n0 + r] = (T)acc;
+  }
+  if (tl) {
+    __syncwarp();
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (lane == 0) atomicMax(&tl[2], t);
+  }
+}
+
 // the floor of a chain of dependent kernels in a graph: 132 blocks that trigger, wait and (WORK) read x, write y
 template <int WORK>
 __global__ void __launch_bounds__(128) hop(const float *x, float *y) {
@@ -394,6 +463,33 @@ template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, 
 #undef PICK
     if (!fn || (K != 768 && K != 3072) || (K == 3072 && lb == 1024) || wpb > 32) { printf("gemv_r: K %d, %d warps a block: not built\n", K, wpb); exit(1); }
     launch_any(s, fn, (unsigned)((warps + wpb - 1) / wpb), pdl, args, 32u * wpb);
+  };
+}
+// gemv_t at about `grid` blocks of `warps` warps (rows split evenly; shared memory rows * K * sizeof(T))
+template <typename T> static Gemv tma(int grid, int warps, bool timeline = false, bool pdl = true) {
+  return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    constexpr int VEC = 16 / sizeof(T);
+    unsigned long long *tl = nullptr;
+    const int call = g_ws ? g_call++ : 0;
+    if (timeline && g_ws && g_tl) tl = g_tl + 3 * (call % 48);
+    int rpb = (N + grid - 1) / grid;
+    const void *fn = K == 768 ? (const void *)gemv_t<T, 768 / (32 * VEC)> : K == 3072 ? (const void *)gemv_t<T, 3072 / (32 * VEC)> : nullptr;
+    if (!fn) { printf("gemv_t: K %d not built\n", K); exit(1); }
+    const size_t smem = (size_t)rpb * K * sizeof(T);
+    if (smem > 200 * 1024) { printf("gemv_t: %zu bytes of shared memory a block\n", smem); exit(1); }
+    CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    void *args[] = {&x, &W, &y, &N, &K, &rpb, &tl};
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((N + rpb - 1) / rpb);
+    cfg.blockDim = dim3(32 * warps);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelExC(&cfg, fn, args));
   };
 }
 template <int WORK> static Gemv hops(bool pdl, unsigned blocks = 132) {
@@ -536,20 +632,23 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"registers, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3), true, false},
     {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
-    {"66 blocks", regs<T, 1, 2>(true, 0, false, 66), true, false},
     {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
     {"132 blocks, twice the columns a warp", regs<T, 1, 2>(true, 0, false, 132, 4), true, false},
     {"132 blocks, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, false, 132), true, false, true},
     {"timeline: 132 blocks", regs<T, 1, 2>(true, 0, true, 132), true, false},
+    {"TMA bulk into shared memory, 132 blocks of 8 warps", tma<T>(132, 8), true, false},
+    {"TMA bulk, 132 blocks of 4 warps", tma<T>(132, 4), true, false},
+    {"TMA bulk, 132 blocks of 16 warps", tma<T>(132, 16), true, false},
+    {"TMA bulk, 264 blocks of 4 warps", tma<T>(264, 4), true, false},
+    {"TMA bulk, 264 blocks of 8 warps", tma<T>(264, 8), true, false},
+    {"TMA bulk, 66 blocks of 8 warps", tma<T>(66, 8), true, false},
+    {"TMA bulk, 132 blocks of 8 warps, every layer on layer 0's", tma<T>(132, 8), true, false, true},
+    {"TMA bulk, 132 blocks of 8 warps, no PDL", tma<T>(132, 8, false, false), true, false},
+    {"timeline: TMA bulk, 132 blocks of 8 warps", tma<T>(132, 8, true), true, false},
     {"x through shared memory", regs<T, 1, 2, 1>(true), true, false},
     {"x through shared memory, 132 blocks", regs<T, 1, 2, 1>(true, 0, false, 132), true, false},
     {"x through shared memory, 66 blocks", regs<T, 1, 2, 1>(true, 0, false, 66), true, false},
-    {"x through shared memory, 264 blocks", regs<T, 1, 2, 1>(true, 0, false, 264), true, false},
-    {"x through shared memory, 132 blocks, twice the columns", regs<T, 1, 2, 1>(true, 0, false, 132, 4), true, false},
-    {"x through shared memory, 132 blocks, L2 prefetch 3 ahead", regs<T, 1, 2, 1>(true, 3, false, 132), true, false},
-    {"x through shared memory, 132 blocks, every layer on layer 0's", regs<T, 1, 2, 1>(true, 0, false, 132), true, false, true},
     {"x through shared memory, every layer on layer 0's", regs<T, 1, 2, 1>(true), true, false, true},
-    {"timeline: x through shared memory, 132 blocks", regs<T, 1, 2, 1>(true, 0, true, 132), true, false},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
