@@ -151,6 +151,27 @@ __global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *
   }
 }
 
+// the timeline: 6 words a kernel of the chain (%globaltimer ns): earliest and latest block start, earliest and latest
+// wait release (thread 0 of each block), earliest and latest warp end
+#define TLW 6
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void tl_released(unsigned long long *tl, unsigned long long t_start) {
+  if (!tl || threadIdx.x) return;
+  const unsigned long long t = gtimer();
+  atomicMin(&tl[0], t_start); atomicMax(&tl[1], t_start);
+  atomicMin(&tl[2], t); atomicMax(&tl[3], t);
+}
+__device__ __forceinline__ void tl_end(unsigned long long *tl) {
+  if (!tl) return;
+  __syncwarp();
+  const unsigned long long t = gtimer();
+  if ((threadIdx.x & 31) == 0) { atomicMin(&tl[4], t); atomicMax(&tl[5], t); }
+}
+
 // register-resident (session 6): a warp owns C adjacent columns, each lane L 16-byte vectors of each (K = L * 32 *
 // VEC exactly), all loaded before griddepcontrol.wait when PRE (safe only when no kernel still running writes W);
 // TRIG 0 lets the next kernel launch at entry, 1 only after this one's wait (then at most one kernel runs ahead).
@@ -160,14 +181,16 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
-// XS: x staged once a block through shared memory (every warp reading all of x from L2 makes its few lines hot)
+// XS 1: x staged once a block through shared memory (every warp reading all of x from L2 makes its few lines hot);
+// XS 2: x read before the wait (wrong in a real chain, where the kernel before writes x; the harness never writes
+// x, so this measures what reading x after the release costs)
 template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0>
 __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
                                               const char *pf, long long pf_bytes, unsigned long long *tl,
                                               int *prog, int idx) {
   // the timeline (tl, 3 words a kernel: earliest block start, earliest wait release, latest block end; %globaltimer ns)
   unsigned long long t_start = 0;
-  if (tl && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
+  if (tl && threadIdx.x == 0) t_start = gtimer();
   constexpr int VEC = 16 / sizeof(T);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * C;
@@ -188,14 +211,14 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
     long long b0 = chunk * blockIdx.x, n = pf_bytes - b0 < chunk ? pf_bytes - b0 : chunk;
     if (n > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(pf + b0), "r"((unsigned)n) : "memory");
   }
+  uint4 xpre[XS == 2 ? L : 1];
+  if (XS == 2) {
+#pragma unroll
+    for (int u = 0; u < L; u++) xpre[u] = *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
+  }
   if (TRIG == 2) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (tl && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    atomicMin(&tl[0], t_start);
-    atomicMin(&tl[1], t);
-  }
+  tl_released(tl, t_start);
   if (prog && blockIdx.x == 0 && threadIdx.x == 0) *(volatile int *)prog = idx;   // paces side_pf
   if (TRIG == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (!PRE) {
@@ -206,8 +229,8 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
       for (int u = 0; u < L; u++) wv[c][u] = ld_nc(w + u * 32 * VEC);
     }
   }
-  __shared__ uint4 xsh[XS ? L * 32 : 1];
-  if (XS) {
+  __shared__ uint4 xsh[XS == 1 ? L * 32 : 1];
+  if (XS == 1) {
     for (int i = threadIdx.x; i < L * 32; i += blockDim.x) xsh[i] = ((const uint4 *)x)[i];
     __syncthreads();
   }
@@ -216,7 +239,7 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
   for (int c = 0; c < C; c++) acc[c] = 0.f;
 #pragma unroll
   for (int u = 0; u < L; u++) {
-    uint4 xv = XS ? xsh[lane + u * 32] : *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
+    uint4 xv = XS == 1 ? xsh[lane + u * 32] : XS == 2 ? xpre[u] : *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
     float xf[VEC];
     unpack<T>(xv, xf);
 #pragma unroll
@@ -236,12 +259,7 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
     for (int c = 1; c < C; c++) if (lane == c) v = acc[c];
     y[n0 + lane] = (T)v;
   }
-  if (tl) {
-    __syncwarp();
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (lane == 0) atomicMax(&tl[2], t);
-  }
+  tl_end(tl);
 }
 
 // A side branch of the graph beside the chain: block b bulk-prefetches slice b of weight j into L2 once the chain
@@ -276,7 +294,7 @@ __global__ void __launch_bounds__(512) gemv_t(const T *__restrict__ x, const T *
   extern __shared__ __align__(128) uint4 sw[];
   __shared__ __align__(8) unsigned long long bar;
   unsigned long long t_start = 0;
-  if (tl && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_start));
+  if (tl && threadIdx.x == 0) t_start = gtimer();
   constexpr int VEC = 16 / sizeof(T);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const long long n0 = (long long)blockIdx.x * rpb;
@@ -297,12 +315,7 @@ __global__ void __launch_bounds__(512) gemv_t(const T *__restrict__ x, const T *
   __syncthreads();   // the mbarrier initialised before any thread waits on it
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (tl && threadIdx.x == 0) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    atomicMin(&tl[0], t_start);
-    atomicMin(&tl[1], t);
-  }
+  tl_released(tl, t_start);
   uint4 xv[L];
 #pragma unroll
   for (int u = 0; u < L; u++) xv[u] = *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
@@ -321,24 +334,22 @@ __global__ void __launch_bounds__(512) gemv_t(const T *__restrict__ x, const T *
     for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) y[n0 + r] = (T)acc;
   }
-  if (tl) {
-    __syncwarp();
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if (lane == 0) atomicMax(&tl[2], t);
-  }
+  tl_end(tl);
 }
 
 // the floor of a chain of dependent kernels in a graph: 132 blocks that trigger, wait and (WORK) read x, write y
 template <int WORK>
-__global__ void __launch_bounds__(128) hop(const float *x, float *y) {
+__global__ void __launch_bounds__(128) hop(const float *x, float *y, unsigned long long *tl) {
+  const unsigned long long t_start = tl ? gtimer() : 0;
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  tl_released(tl, t_start);
   if (WORK) {
     float v = x[threadIdx.x];
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if ((threadIdx.x & 31) == 0) y[(blockIdx.x * 4 + (threadIdx.x >> 5)) % 528] = v;
   }
+  tl_end(tl);
 }
 
 // A variant: enqueues y = W x (W [N, K]) on a stream.
@@ -448,7 +459,7 @@ template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, 
       pf = (const char *)g_ws[at];
       pfb = g_bytes[at % 4] * (long long)sizeof(T);
     }
-    if (timeline && g_ws && g_tl) tl = g_tl + 3 * (call % 48);
+    if (timeline && g_ws && g_tl) tl = g_tl + TLW * (call % 48);
     int *prog = g_side_ahead >= 0 ? g_prog : nullptr;
     int idx = call % 48;
     void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb, &tl, &prog, &idx};
@@ -471,7 +482,7 @@ template <typename T> static Gemv tma(int grid, int warps, bool timeline = false
     constexpr int VEC = 16 / sizeof(T);
     unsigned long long *tl = nullptr;
     const int call = g_ws ? g_call++ : 0;
-    if (timeline && g_ws && g_tl) tl = g_tl + 3 * (call % 48);
+    if (timeline && g_ws && g_tl) tl = g_tl + TLW * (call % 48);
     int rpb = (N + grid - 1) / grid;
     const void *fn = K == 768 ? (const void *)gemv_t<T, 768 / (32 * VEC)> : K == 3072 ? (const void *)gemv_t<T, 3072 / (32 * VEC)> : nullptr;
     if (!fn) { printf("gemv_t: K %d not built\n", K); exit(1); }
@@ -492,9 +503,11 @@ template <typename T> static Gemv tma(int grid, int warps, bool timeline = false
     CK(cudaLaunchKernelExC(&cfg, fn, args));
   };
 }
-template <int WORK> static Gemv hops(bool pdl, unsigned blocks = 132) {
-  return [pdl, blocks](cudaStream_t s, const void *x, const void *, void *y, int, int) {
-    void *args[] = {&x, &y};
+template <int WORK> static Gemv hops(bool pdl, unsigned blocks = 132, bool timeline = false) {
+  return [=](cudaStream_t s, const void *x, const void *, void *y, int, int) {
+    const int call = g_ws ? g_call++ : 0;
+    unsigned long long *tl = timeline && g_ws && g_tl ? g_tl + TLW * (call % 48) : nullptr;
+    void *args[] = {&x, &y, &tl};
     launch_any(s, (const void *)hop<WORK>, blocks, pdl, args);
   };
 }
@@ -557,23 +570,26 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
   }
   if (timeline) {   // one more replay with the timeline zeroed: per kernel, when it started, left its wait, ended
-    std::vector<unsigned long long> h(3 * 48);
-    for (int k = 0; k < 48; k++) { h[3 * k] = h[3 * k + 1] = ~0ull; h[3 * k + 2] = 0; }
+    std::vector<unsigned long long> h(TLW * 48);
+    for (int k = 0; k < 48; k++)
+      for (int f = 0; f < TLW; f++) h[TLW * k + f] = f % 2 ? 0 : ~0ull;
     CK(cudaMemcpy(g_tl, h.data(), h.size() * 8, cudaMemcpyHostToDevice));
     CK(cudaGraphLaunch(ge, s));
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(h.data(), g_tl, h.size() * 8, cudaMemcpyDeviceToHost));
-    const double t0 = (double)h[0];
-    auto us_ = [&](int k, int f) { return ((double)h[3 * k + f] - t0) / 1e3; };
-    printf("      timeline, us from kernel 0's first block: k start release end | release-end(k-1) end-release start-end(k-1) start-end(k-2)\n");
-    double m[4] = {0, 0, 0, 0};
-    for (int k = 0; k < 48; k++) {
-      const double d[4] = {k ? us_(k, 1) - us_(k - 1, 2) : 0, us_(k, 2) - us_(k, 1), k ? us_(k, 0) - us_(k - 1, 2) : 0,
-                           k > 1 ? us_(k, 0) - us_(k - 2, 2) : 0};
-      for (int j = 0; j < 4 && k >= 4; j++) m[j] += d[j] / 44;
-      if (k < 12) printf("      %2d %7.2f %7.2f %7.2f | %6.2f %6.2f %6.2f %6.2f\n", k, us_(k, 0), us_(k, 1), us_(k, 2), d[0], d[1], d[2], d[3]);
+    // per kernel k, us: the first release after k-1's last end; the spread of releases; first and last end after the
+    // first release; the last block's start against k-1's last end (> 0: a block came in late) and the first start
+    auto at = [&](int k, int f) { return (double)h[TLW * k + f] / 1e3; };
+    const char *col[7] = {"rel-end(k-1)", "rel spread", "end0-rel", "end1-rel", "start1-end(k-1)", "start0-end(k-1)", "start1-start0"};
+    double m[7] = {0};
+    printf("      timeline, mean of kernels 4-47 (us):");
+    for (int k = 4; k < 48; k++) {
+      const double e1 = at(k - 1, 5), r0 = at(k, 2);
+      const double d[7] = {r0 - e1, at(k, 3) - r0, at(k, 4) - r0, at(k, 5) - r0, at(k, 1) - e1, at(k, 0) - e1, at(k, 1) - at(k, 0)};
+      for (int j = 0; j < 7; j++) m[j] += d[j] / 44;
     }
-    printf("      mean of kernels 4-47:          | %6.2f %6.2f %6.2f %6.2f   (last end %.2f)\n", m[0], m[1], m[2], m[3], us_(47, 2));
+    for (int j = 0; j < 7; j++) printf(" %s %.2f", col[j], m[j]);
+    printf("  (48 kernels in %.2f us)\n", at(47, 5) - at(0, 0));
   }
   if (s2) {
     CK(cudaStreamDestroy(s2)); CK(cudaEventDestroy(fork)); CK(cudaEventDestroy(join));
@@ -615,7 +631,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
     CK(cudaMalloc(&xs[i], 4096 * sizeof(T))); fill_rand<T>(xs[i], 4096, 99u + i);
     CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
   }
-  CK(cudaMalloc(&g_tl, 3 * 48 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g_tl, TLW * 48 * sizeof(unsigned long long)));
   CK(cudaMalloc(&g_prog, sizeof(int)));
   void *W, *x, *y;
   CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); fill_rand<T>(W, 50257LL * 768, 5u);
@@ -629,32 +645,25 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
     {"timeline: the same", regs<T, 1, 2>(true, 0, true), true, false},
     {"the same, every layer reading layer 0's weights", regs<T, 1, 2>(true), true, false, true},
+    {"timeline: the same, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, true), true, false, true},
+    {"x read before the wait (harness only)", regs<T, 1, 2, 2>(true), true, false},
+    {"timeline: x read before the wait", regs<T, 1, 2, 2>(true, 0, true), true, false},
+    {"x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true), true, false, true},
+    {"timeline: x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true, 0, true), true, false, true},
     {"registers, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3), true, false},
-    {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
+    {"timeline: L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3, true), true, false},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
-    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
-    {"132 blocks, twice the columns a warp", regs<T, 1, 2>(true, 0, false, 132, 4), true, false},
-    {"132 blocks, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, false, 132), true, false, true},
     {"timeline: 132 blocks", regs<T, 1, 2>(true, 0, true, 132), true, false},
-    {"TMA bulk into shared memory, 132 blocks of 8 warps", tma<T>(132, 8), true, false},
-    {"TMA bulk, 132 blocks of 4 warps", tma<T>(132, 4), true, false},
-    {"TMA bulk, 132 blocks of 16 warps", tma<T>(132, 16), true, false},
-    {"TMA bulk, 264 blocks of 4 warps", tma<T>(264, 4), true, false},
+    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
     {"TMA bulk, 264 blocks of 8 warps", tma<T>(264, 8), true, false},
-    {"TMA bulk, 66 blocks of 8 warps", tma<T>(66, 8), true, false},
-    {"TMA bulk, 132 blocks of 8 warps, every layer on layer 0's", tma<T>(132, 8), true, false, true},
-    {"TMA bulk, 132 blocks of 8 warps, no PDL", tma<T>(132, 8, false, false), true, false},
-    {"timeline: TMA bulk, 132 blocks of 8 warps", tma<T>(132, 8, true), true, false},
-    {"x through shared memory", regs<T, 1, 2, 1>(true), true, false},
-    {"x through shared memory, 132 blocks", regs<T, 1, 2, 1>(true, 0, false, 132), true, false},
-    {"x through shared memory, 66 blocks", regs<T, 1, 2, 1>(true, 0, false, 66), true, false},
-    {"x through shared memory, every layer on layer 0's", regs<T, 1, 2, 1>(true), true, false, true},
+    {"timeline: TMA bulk, 264 blocks of 8 warps", tma<T>(264, 8, true), true, false},
+    {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
-    {"floor: 48 empty kernels (132 blocks), no PDL", hops<0>(false), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
+    {"timeline: floor, 48 kernels reading x, writing y", hops<1>(true, 132, true), true, false},
     {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
+    {"timeline: floor, 384 blocks", hops<1>(true, 384, true), true, false},
     {"floor: the same with 66 blocks", hops<1>(true, 66), true, false},
-    {"floor: the same with 264 blocks", hops<1>(true, 264), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
   };
