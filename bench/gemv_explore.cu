@@ -405,10 +405,13 @@ struct Shape { int K, N; };
 static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   // GPT-2's per layer
 
 // One launch of 128-thread blocks, the programmatic-serialization attribute on request.
-static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, void **args, unsigned threads = 128) {
+static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, void **args, unsigned threads = 128,
+                       size_t smem = 0) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  if (smem > 48 * 1024) CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   cfg.stream = s;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -443,11 +446,13 @@ static int *g_prog;           // side_pf's pacing word, when the variant runs on
 static int g_side_ahead = -1, g_side_blocks = 16;
 static bool g_one_layer;      // every layer reads layer 0's weights (14 MB bf16: L2-resident after the first)
 static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 3072LL * 768};
+// per_sm > 0: shared memory (unused) sized so that at most per_sm blocks fit an SM: with one block an SM a kernel
+// (G 132), at most per_sm kernels of the chain hold SMs and issue their weight loads at once;
 // grid 0: blocks of 4 warps; grid G > 0: about G blocks, each with as many warps as that takes (one block an SM at
 // G 132: fewer blocks to schedule and retire per kernel). c768: columns a warp at K 768 (2 or 4; at K 3072 half that,
 // at least 1; fp32 at K 3072 stays at 1, its registers would spill)
 template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
-                                                                      int grid = 0, int c768 = 2) {
+                                                                      int grid = 0, int c768 = 2, int per_sm = 0) {
   return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T), L768 = 768 / (32 * VEC), L3072 = 3072 / (32 * VEC);
     const char *pf = nullptr;
@@ -473,7 +478,7 @@ template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, 
                    : (C == 1 ? PICK(1, L3072) : sizeof(T) == 2 ? PICK(2, L3072) : nullptr);
 #undef PICK
     if (!fn || (K != 768 && K != 3072) || (K == 3072 && lb == 1024) || wpb > 32) { printf("gemv_r: K %d, %d warps a block: not built\n", K, wpb); exit(1); }
-    launch_any(s, fn, (unsigned)((warps + wpb - 1) / wpb), pdl, args, 32u * wpb);
+    launch_any(s, fn, (unsigned)((warps + wpb - 1) / wpb), pdl, args, 32u * wpb, per_sm ? 230000 / per_sm - 2048 : 0);
   };
 }
 // gemv_t at about `grid` blocks of `warps` warps (rows split evenly; shared memory rows * K * sizeof(T))
@@ -645,24 +650,26 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
     {"timeline: the same", regs<T, 1, 2>(true, 0, true), true, false},
     {"the same, every layer reading layer 0's weights", regs<T, 1, 2>(true), true, false, true},
-    {"timeline: the same, every layer reading layer 0's weights", regs<T, 1, 2>(true, 0, true), true, false, true},
     {"x read before the wait (harness only)", regs<T, 1, 2, 2>(true), true, false},
-    {"timeline: x read before the wait", regs<T, 1, 2, 2>(true, 0, true), true, false},
     {"x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true), true, false, true},
-    {"timeline: x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true, 0, true), true, false, true},
-    {"registers, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3), true, false},
-    {"timeline: L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3, true), true, false},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
-    {"timeline: 132 blocks", regs<T, 1, 2>(true, 0, true, 132), true, false},
-    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
-    {"TMA bulk, 264 blocks of 8 warps", tma<T>(264, 8), true, false},
-    {"timeline: TMA bulk, 264 blocks of 8 warps", tma<T>(264, 8, true), true, false},
-    {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
+    {"132 blocks, at most 2 kernels an SM (shared memory)", regs<T, 1, 2>(true, 0, false, 132, 2, 2), true, false},
+    {"132 blocks, at most 3 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 3), true, false},
+    {"132 blocks, at most 4 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 4), true, false},
+    {"132 blocks, at most 6 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 6), true, false},
+    {"132 blocks, at most 3 kernels an SM, L2 prefetch 3 ahead", regs<T, 1, 2>(true, 3, false, 132, 2, 3), true, false},
+    {"132 blocks, at most 2 kernels an SM, L2 prefetch 2 ahead", regs<T, 1, 2>(true, 2, false, 132, 2, 2), true, false},
+    {"132 blocks, at most 3 kernels an SM, x before the wait", regs<T, 1, 2, 2>(true, 0, false, 132, 2, 3), true, false},
+    {"132 blocks, trigger after the wait", regs<T, 1, 1>(true, 0, false, 132), true, false},
+    {"132 blocks, trigger after the wait, L2 prefetch 2 ahead", regs<T, 1, 1>(true, 2, false, 132), true, false},
+    {"264 blocks, at most 4 blocks an SM", regs<T, 1, 2>(true, 0, false, 264, 2, 4), true, false},
+    {"264 blocks, at most 6 blocks an SM", regs<T, 1, 2>(true, 0, false, 264, 2, 6), true, false},
+    {"4-warp blocks, at most 8 blocks an SM", regs<T, 1, 2>(true, 0, false, 0, 2, 8), true, false},
+    {"4-warp blocks, at most 12 blocks an SM", regs<T, 1, 2>(true, 0, false, 0, 2, 12), true, false},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"timeline: floor, 48 kernels reading x, writing y", hops<1>(true, 132, true), true, false},
     {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
-    {"timeline: floor, 384 blocks", hops<1>(true, 384, true), true, false},
     {"floor: the same with 66 blocks", hops<1>(true, 66), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
