@@ -184,7 +184,8 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
 // XS 1: x staged once a block through shared memory (every warp reading all of x from L2 makes its few lines hot);
 // XS 2: x read before the wait (wrong in a real chain, where the kernel before writes x; the harness never writes
 // x, so this measures what reading x after the release costs)
-template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0>
+// NA: partial sums a column (independent FMA chains: after the release the dot product is on the critical path)
+template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0, int NA = 1>
 __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
                                               const char *pf, long long pf_bytes, unsigned long long *tl,
                                               int *prog, int idx) {
@@ -234,9 +235,11 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
     for (int i = threadIdx.x; i < L * 32; i += blockDim.x) xsh[i] = ((const uint4 *)x)[i];
     __syncthreads();
   }
-  float acc[C];
+  float pa[C][NA];
 #pragma unroll
-  for (int c = 0; c < C; c++) acc[c] = 0.f;
+  for (int c = 0; c < C; c++)
+#pragma unroll
+    for (int q = 0; q < NA; q++) pa[c][q] = 0.f;
 #pragma unroll
   for (int u = 0; u < L; u++) {
     uint4 xv = XS == 1 ? xsh[lane + u * 32] : XS == 2 ? xpre[u] : *(const uint4 *)(x + lane * VEC + u * 32 * VEC);
@@ -247,8 +250,15 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
       float wf[VEC];
       unpack<T>(wv[c][u], wf);
 #pragma unroll
-      for (int j = 0; j < VEC; j++) acc[c] += xf[j] * wf[j];
+      for (int j = 0; j < VEC; j++) pa[c][j % NA] += xf[j] * wf[j];
     }
+  }
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) {
+    acc[c] = pa[c][0];
+#pragma unroll
+    for (int q = 1; q < NA; q++) acc[c] += pa[c][q];
   }
 #pragma unroll
   for (int c = 0; c < C; c++)
@@ -451,7 +461,7 @@ static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 30
 // grid 0: blocks of 4 warps; grid G > 0: about G blocks, each with as many warps as that takes (one block an SM at
 // G 132: fewer blocks to schedule and retire per kernel). c768: columns a warp at K 768 (2 or 4; at K 3072 half that,
 // at least 1; fp32 at K 3072 stays at 1, its registers would spill)
-template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
+template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
                                                                       int grid = 0, int c768 = 2, int per_sm = 0) {
   return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T), L768 = 768 / (32 * VEC), L3072 = 3072 / (32 * VEC);
@@ -472,8 +482,8 @@ template <typename T, int PRE, int TRIG, int XS = 0> static Gemv regs(bool pdl, 
     const int warps = (N + C - 1) / C;
     const int wpb = grid ? (warps + grid - 1) / grid : 4;
     const int lb = wpb * 32 <= 256 ? 256 : wpb * 32 <= 512 ? 512 : 1024;   // the launch bound: registers a thread
-#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS> : \
-                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS>)
+#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS, NA> : \
+                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS, NA> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS, NA>)
     const void *fn = K == 768 ? (C == 2 ? PICK(2, L768) : PICK(4, L768))
                    : (C == 1 ? PICK(1, L3072) : sizeof(T) == 2 ? PICK(2, L3072) : nullptr);
 #undef PICK
@@ -653,19 +663,13 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"x read before the wait (harness only)", regs<T, 1, 2, 2>(true), true, false},
     {"x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true), true, false, true},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
-    {"132 blocks, at most 2 kernels an SM (shared memory)", regs<T, 1, 2>(true, 0, false, 132, 2, 2), true, false},
-    {"132 blocks, at most 3 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 3), true, false},
-    {"132 blocks, at most 4 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 4), true, false},
-    {"132 blocks, at most 6 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 6), true, false},
-    {"132 blocks, at most 3 kernels an SM, L2 prefetch 3 ahead", regs<T, 1, 2>(true, 3, false, 132, 2, 3), true, false},
-    {"132 blocks, at most 2 kernels an SM, L2 prefetch 2 ahead", regs<T, 1, 2>(true, 2, false, 132, 2, 2), true, false},
-    {"132 blocks, at most 3 kernels an SM, x before the wait", regs<T, 1, 2, 2>(true, 0, false, 132, 2, 3), true, false},
-    {"132 blocks, trigger after the wait", regs<T, 1, 1>(true, 0, false, 132), true, false},
-    {"132 blocks, trigger after the wait, L2 prefetch 2 ahead", regs<T, 1, 1>(true, 2, false, 132), true, false},
-    {"264 blocks, at most 4 blocks an SM", regs<T, 1, 2>(true, 0, false, 264, 2, 4), true, false},
-    {"264 blocks, at most 6 blocks an SM", regs<T, 1, 2>(true, 0, false, 264, 2, 6), true, false},
-    {"4-warp blocks, at most 8 blocks an SM", regs<T, 1, 2>(true, 0, false, 0, 2, 8), true, false},
-    {"4-warp blocks, at most 12 blocks an SM", regs<T, 1, 2>(true, 0, false, 0, 2, 12), true, false},
+    {"4 partial sums a column", regs<T, 1, 2, 0, 4>(true), true, false},
+    {"2 partial sums a column", regs<T, 1, 2, 0, 2>(true), true, false},
+    {"4 partial sums, every layer on layer 0's", regs<T, 1, 2, 0, 4>(true), true, false, true},
+    {"4 partial sums, 132 blocks", regs<T, 1, 2, 0, 4>(true, 0, false, 132), true, false},
+    {"4 partial sums, 264 blocks", regs<T, 1, 2, 0, 4>(true, 0, false, 264), true, false},
+    {"4 partial sums, L2 prefetch 3 ahead", regs<T, 1, 2, 0, 4>(true, 3), true, false},
+    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"timeline: floor, 48 kernels reading x, writing y", hops<1>(true, 132, true), true, false},
