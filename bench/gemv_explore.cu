@@ -536,6 +536,20 @@ static Gemv grace_kernel(const void *fn, int wpr) {
   };
 }
 
+// grace's GEMV_RW (4-warp blocks, rc columns a warp, as vm/gpu_matmul.c launches it)
+template <typename T> static Gemv grace_rw() {
+  return [](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
+    const bool f32 = sizeof(T) == 4;
+    const void *fn = K == 768 ? (f32 ? (const void *)GRACE_GEMV_RW_F32_K768 : (const void *)GRACE_GEMV_RW_BF16_K768)
+                              : (f32 ? (const void *)GRACE_GEMV_RW_F32_K3072 : (const void *)GRACE_GEMV_RW_BF16_K3072);
+    const int rc = K == 768 ? (f32 ? GRACE_GEMV_RW_F32_K768_RC : GRACE_GEMV_RW_BF16_K768_RC)
+                            : (f32 ? GRACE_GEMV_RW_F32_K3072_RC : GRACE_GEMV_RW_BF16_K3072_RC);
+    GP p = {x, W, y, nullptr, {1, N, K, 1, 1, 1, 1, K, 1, 0, 0, 0, 1, K, 0, 0, 0, 1, K}};
+    void *args[] = {&p};
+    launch_any(s, fn, (N + 4 * rc - 1) / (4 * rc), true, args);
+  };
+}
+
 static float median_ms(std::vector<float> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -663,13 +677,8 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"x read before the wait (harness only)", regs<T, 1, 2, 2>(true), true, false},
     {"x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true), true, false, true},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
-    {"4 partial sums a column", regs<T, 1, 2, 0, 4>(true), true, false},
-    {"2 partial sums a column", regs<T, 1, 2, 0, 2>(true), true, false},
-    {"4 partial sums, every layer on layer 0's", regs<T, 1, 2, 0, 4>(true), true, false, true},
-    {"4 partial sums, 132 blocks", regs<T, 1, 2, 0, 4>(true, 0, false, 132), true, false},
-    {"4 partial sums, 264 blocks", regs<T, 1, 2, 0, 4>(true, 0, false, 264), true, false},
-    {"4 partial sums, L2 prefetch 3 ahead", regs<T, 1, 2, 0, 4>(true, 3), true, false},
-    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
+    {"grace's GEMV_RW, same harness", grace_rw<T>(), true, false},
+    {"grace's GEMV_RW, every layer on layer 0's", grace_rw<T>(), true, false, true},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"timeline: floor, 48 kernels reading x, writing y", hops<1>(true, 132, true), true, false},
