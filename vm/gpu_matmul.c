@@ -382,6 +382,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     snprintf(s->last, sizeof s->last, "%s+splitk", nt ? "gemv_nt" : "gemv_nn");
     return st;
   }
+  const char *refused = "";
   if (s->force_tile < 0 && wg_fits(c, p)) {
     /* the tensor maps follow the words in the parameter struct, at its first 64-byte boundary */
     cg_mm_desc d = base_desc(p, CG_MM_GEMM_WG);
@@ -395,7 +396,9 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
       snprintf(s->last, sizeof s->last, "gemm_wg");
       return launch(vm, c, s, &d, &l);
     }
-    /* a map the driver refused (its message stays as the last error): the mma.sync kernel takes the product */
+    /* a map the driver refused: the mma.sync kernel takes the product, and the kernel's name says why (the
+     * driver's message stays as the last error) */
+    refused = " (no tensor map)";
   }
   cg_mm_desc d = base_desc(p, tc_fits(p) ? CG_MM_GEMM_TC : CG_MM_GEMM_SIMT);
   if (d.form == CG_MM_GEMM_TC) {
@@ -405,7 +408,8 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
   }
   if (d.form == CG_MM_GEMM_SIMT) { d.a_kmajor = p->a_sk == 1; d.b_kmajor = p->b_sk == 1; }
   pack(p, C, 0, 1, p->K, &l);
-  snprintf(s->last, sizeof s->last, "%s", d.form == CG_MM_GEMM_SIMT ? "gemm_simt" : d.tile ? "gemm_tc64" : "gemm_tc");
+  snprintf(s->last, sizeof s->last, "%s%s", d.form == CG_MM_GEMM_SIMT ? "gemm_simt" : d.tile ? "gemm_tc64" : "gemm_tc",
+           refused);
   return launch(vm, c, s, &d, &l);
 }
 

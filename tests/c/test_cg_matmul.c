@@ -128,7 +128,7 @@ static void test_sources(void) {
      "the Hopper GEMM: marked architecture-specific, wgmma bf16, TMA loads, maps in a grid-constant struct");
   cg_kernel_free(vm, &k1);
   d.b_kmajor = 0;
-  ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "#define MM_BK 0") && strstr(k1.src, "mm_sdesc_mn(sB)") &&
+  ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "#define MM_BK 0") && strstr(k1.src, "mm_sdesc(sB, 8192)") &&
          strstr(k1.src, "mm_wgmma<1 - MM_BK>"), "the Hopper GEMM takes an n-major B (wgmma's transposed B)");
   cg_kernel_free(vm, &k1);
   d.a_kmajor = 0;
