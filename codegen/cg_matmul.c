@@ -38,12 +38,6 @@ static const char helpers[] =
   "               : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
   "               : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
   "}\n"
-  "/* no instruction: the compiler must take v as changed here, so it cannot unpack a register-held weight once\n"
-  "   outside a loop over rows and keep the floats (twice the registers in bf16: GEMV_RW at K 3072 used 128, 70 with\n"
-  "   this, which lets more of the next kernels' blocks in beside it) */\n"
-  "__device__ __forceinline__ void mm_opaque(mm_u4 &v) {\n"
-  "  asm volatile(\"\" : \"+r\"(v.x), \"+r\"(v.y), \"+r\"(v.z), \"+r\"(v.w));\n"
-  "}\n"
   "/* 16 bytes of a weight that is read once: the read-only path, not kept in L1 (volatile: stays after\n"
   "   griddepcontrol.wait). On the H200 the fp32 LM head went from 97% to 102% of copy bandwidth; bf16 stayed at 75%. */\n"
   "__device__ __forceinline__ mm_u4 mm_ld_stream(const void *p) {\n"
@@ -270,7 +264,7 @@ static const char body_gemv_nn[] =
  * loads that precede it, but not above launch_dependents (seen in the SASS on sm_90, 2026-11-25). H200, GPT-2's
  * 48 decode GEMVs in a graph (bench/gemv_explore.cu): fp32 199 -> 108 us against the same kernel loading after the
  * wait. Few warps holding many weights each let the next kernels' blocks fit beside this one's. Each lane's loads
- * are constant offsets from one pointer a column (fewer registers: more blocks of later kernels resident). */
+ * are constant offsets from one pointer a column; rows up to MM_MT (desc mtile, a power of two >= M). */
 static const char body_gemv_rw[] =
   "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kl = lane * MM_VEC;\n"
   "  const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * MM_RC;\n"
@@ -288,7 +282,11 @@ static const char body_gemv_rw[] =
   "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
   "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
   "#endif\n"
-  "  for (long long m = 0; m < M; m++) {\n"
+  "  /* MM_MT rows at most, a compile-time bound: under a loop to a run-time M the compiler unpacked 16-bit weights\n"
+  "     once outside it and kept the floats (bf16 at K 3072: 128 registers, 70 without) */\n"
+  "#pragma unroll\n"
+  "  for (int m = 0; m < MM_MT; m++) {\n"
+  "    if (m >= M) break;\n"
   "    const MM_T *x = A_ + offA + m * A_SM;\n"
   "    float acc[MM_RC];\n"
   "#pragma unroll\n"
@@ -309,7 +307,6 @@ static const char body_gemv_rw[] =
   "#pragma unroll\n"
   "      for (int c = 0; c < MM_RC; c++) {\n"
   "        float wf[MM_VEC];\n"
-  "        mm_opaque(wv[c][u]);\n"
   "        MM_UNPACK(wv[c][u], wf);\n"
   "#pragma unroll\n"
   "        for (int j = 0; j < MM_VEC; j++) acc[c] += xf[j] * wf[j];\n"

@@ -328,6 +328,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
         rl <= CG_MM_RW_MAX_VECS) {
       d.form = CG_MM_GEMV_RW;
       d.vec = vec;
+      d.mtile = mt;   /* M <= MM_GEMV_ROWS: a power of two up to 16 */
       d.rl = (int)rl;
       d.rc = 2 * rl <= 12 ? 2 : 1;   /* H200: 2 columns a warp at K 768, 1 at 3072 (bench/gemv_explore.cu) */
       d.a_vec = p->a_sk == 1 && aligned(p->A, p->a_b, p->a_sm, 0, vec, es);

@@ -101,7 +101,7 @@ static void test_sources(void) {
   d = desc(CG_MM_GEMV_RW, GRACE_BFLOAT16, 1, 1, 8, 1);
   d.rl = 3; d.rc = 2;
   body = cg_matmul_source(vm, &d, &k1) == GRACE_OK ? strstr(k1.src, "__global__") : NULL;
-  const char *ld = body ? strstr(body, "wv[c][u] = mm_ld_stream(w + k)") : NULL;
+  const char *ld = body ? strstr(body, "wv[c][u] = mm_ld_stream(w + u * 32 * MM_VEC)") : NULL;
   const char *let = body ? strstr(body, "griddepcontrol.launch_dependents") : NULL;
   const char *wait = body ? strstr(body, "griddepcontrol.wait;") : NULL;
   ok(ld && let && wait && ld < let && let < wait && strstr(k1.src, "#define MM_RL 3") && strstr(k1.src, "#define MM_RC 2"),
