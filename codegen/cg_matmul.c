@@ -264,10 +264,17 @@ static const char body_gemv_nn[] =
  * loads that precede it, but not above launch_dependents (seen in the SASS on sm_90, 2026-11-25). H200, GPT-2's
  * 48 decode GEMVs in a graph (bench/gemv_explore.cu): fp32 199 -> 108 us against the same kernel loading after the
  * wait. Few warps holding many weights each let the next kernels' blocks fit beside this one's. Each lane's loads
- * are constant offsets from one pointer a column; rows up to MM_MT (desc mtile, a power of two >= M). */
+ * are constant offsets from one pointer a column; rows up to MM_MT (desc mtile, a power of two >= M). With
+ * MM_RWLATE (a weight some kernel still running may write) the loads follow the wait: the layout alone, every
+ * load of a warp in flight at once, is what makes it the faster LM head (H200: bf16 768x50257 19.1-19.3 us against
+ * GEMV_NT's 21.2-21.5, bench/gemv_explore.cu). */
 static const char body_gemv_rw[] =
   "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kl = lane * MM_VEC;\n"
   "  const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * MM_RC;\n"
+  "#if MM_RWLATE && __CUDA_ARCH__ >= 900\n"
+  "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+  "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+  "#endif\n"
   "  mm_u4 wv[MM_RC][MM_RL];\n"
   "#pragma unroll\n"
   "  for (int c = 0; c < MM_RC; c++) {\n"
@@ -278,7 +285,7 @@ static const char body_gemv_rw[] =
   "      else wv[c][u].x = wv[c][u].y = wv[c][u].z = wv[c][u].w = 0u;\n"
   "    }\n"
   "  }\n"
-  "#if __CUDA_ARCH__ >= 900\n"
+  "#if !MM_RWLATE && __CUDA_ARCH__ >= 900\n"
   "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
   "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
   "#endif\n"
@@ -606,7 +613,7 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   int n = 0;
   f[n++] = d->form; f[n++] = d->dt; f[n++] = d->out_dt; f[n++] = d->a_kmajor; f[n++] = d->b_kmajor;
   f[n++] = d->vec; f[n++] = d->a_vec; f[n++] = d->mtile; f[n++] = d->wpr; f[n++] = d->tile; f[n++] = d->split; f[n++] = d->indirect;
-  f[n++] = d->prefetch; f[n++] = d->rl; f[n++] = d->rc;
+  f[n++] = d->prefetch; f[n++] = d->rl; f[n++] = d->rc; f[n++] = d->rw_late;
   f[n++] = d->nop; f[n++] = d->nscalar; f[n++] = d->nepi;
   for (int i = 0; i < d->nop; i++) f[n++] = d->op_dtypes[i];
   for (int i = 0; i < d->nepi; i++) { f[n++] = d->epi[i].op; f[n++] = d->epi[i].operand; f[n++] = d->epi[i].dtype; }
@@ -736,8 +743,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
             tc_threads(d));
   cg_printf(&b, "#define MM_UNPACK(u, f) mm_unpack_%s(u, f)\n#define MM_WPR %d\n#define MM_PREFETCH %d\n", dt_short(d->dt),
             wpr, d->prefetch ? 1 : 0);
-  cg_printf(&b, "#define MM_RL %d\n#define MM_RC %d\n#define MM_AV %d\n#define MM_WGS %d\n", d->rl, d->rc,
-            d->a_vec ? 1 : 0, CG_MM_WG_STAGES);
+  cg_printf(&b, "#define MM_RL %d\n#define MM_RC %d\n#define MM_RWLATE %d\n#define MM_AV %d\n#define MM_WGS %d\n", d->rl,
+            d->rc, d->rw_late ? 1 : 0, d->a_vec ? 1 : 0, CG_MM_WG_STAGES);
   cg_printf(&b, "#define MM_MMA(c, a, b0, b1) mm_mma_%s(c, a, b0, b1)\n", d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#define MM_LDE%d(x) %s(x)\n", i, load_fn(d->op_dtypes[i]));
   /* one 16-byte vector of B against MM_MT rows of A (GEMV_NT) */
@@ -795,7 +802,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
                                        body_wg};
   cg_puts(&b, bodies[d->form]);
   cg_puts(&b, "}\n#undef MM_T\n#undef MM_OT\n#undef MM_LD\n#undef MM_STO\n#undef MM_VEC\n#undef MM_MT\n#undef MM_AK\n"
-              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_PLAIN\n#undef MM_STORE2F\n#undef MM_RL\n#undef MM_RC\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPV\n#undef MM_EPI\n#undef MM_OUT\n");
+              "#undef MM_BK\n#undef MM_STAGES\n#undef MM_WPR\n#undef MM_WGS\n#undef MM_PLAIN\n#undef MM_STORE2F\n#undef MM_RL\n#undef MM_RC\n#undef MM_RWLATE\n#undef MM_AV\n#undef MM_PREFETCH\n#undef MM_TCW\n#undef MM_TCNJ\n#undef MM_TCT\n#undef MM_UNPACK\n#undef MM_MMA\n#undef MM_DOT\n#undef MM_EPV\n#undef MM_EPI\n#undef MM_OUT\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#undef MM_LDE%d\n", i);
   k->src = cg_buf_take(&b, &k->src_len);
   if (!k->src) return grace_set_error(vm, GRACE_ENOMEM, "matmul codegen: out of memory");

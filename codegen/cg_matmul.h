@@ -69,6 +69,8 @@ typedef struct cg_mm_desc {
   int prefetch;         /* GEMV_NT: pull the weight into L2 before waiting on the previous kernel (a grid
                            of one wave: its blocks are resident while that kernel drains) */
   int rl, rc;           /* GEMV_RW: 16-byte vectors of a column per lane (K <= rl * 32 * vec), columns per warp */
+  int rw_late;          /* GEMV_RW: weights loaded after griddepcontrol.wait (B not settled: a kernel still running
+                         * may write it) */
   int indirect;
   int nop;              /* tensor operands */
   grace_dtype op_dtypes[CG_MM_MAX_OPS];

@@ -102,11 +102,21 @@ static void test_sources(void) {
   d.rl = 3; d.rc = 2;
   body = cg_matmul_source(vm, &d, &k1) == GRACE_OK ? strstr(k1.src, "__global__") : NULL;
   const char *ld = body ? strstr(body, "wv[c][u] = mm_ld_stream(w + u * 32 * MM_VEC)") : NULL;
-  const char *let = body ? strstr(body, "griddepcontrol.launch_dependents") : NULL;
-  const char *wait = body ? strstr(body, "griddepcontrol.wait;") : NULL;
-  ok(ld && let && wait && ld < let && let < wait && strstr(k1.src, "#define MM_RL 3") && strstr(k1.src, "#define MM_RC 2"),
+  const char *early = body ? strstr(body, "#if !MM_RWLATE") : NULL, *late = body ? strstr(body, "#if MM_RWLATE") : NULL;
+  const char *let = early ? strstr(early, "griddepcontrol.launch_dependents") : NULL;
+  const char *wait = early ? strstr(early, "griddepcontrol.wait;") : NULL;
+  ok(ld && let && wait && ld < early && let < wait && strstr(k1.src, "#define MM_RL 3") &&
+         strstr(k1.src, "#define MM_RC 2") && strstr(k1.src, "#define MM_RWLATE 0"),
      "GEMV_RW loads its weight, then lets the next kernel in, then waits");
   cg_kernel_free(vm, &k1);
+  d.rw_late = 1;
+  body = cg_matmul_source(vm, &d, &k1) == GRACE_OK ? strstr(k1.src, "__global__") : NULL;
+  late = body ? strstr(body, "#if MM_RWLATE") : NULL;
+  ld = body ? strstr(body, "wv[c][u] = mm_ld_stream(w + u * 32 * MM_VEC)") : NULL;
+  ok(late && ld && late < ld && strstr(late, "griddepcontrol.wait;") < ld && strstr(k1.src, "#define MM_RWLATE 1"),
+     "GEMV_RW of a weight that is not settled waits before it loads");
+  cg_kernel_free(vm, &k1);
+  d.rw_late = 0;
   d.rl = 13; d.rc = 2;
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "GEMV_RW holding more than %d vectors a lane is refused",
      CG_MM_RW_MAX_VECS);
@@ -563,6 +573,12 @@ static void test_gpu(void) {
                                   {5, 8, 9, 1}, {2, 40, 24, 3}, {1, 1024, 5, 2}};
   for (int t = 0; t < 3; t++)
     for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) check_direct(&slot0, all[t], rw[i], 1, GPU_MM_OWN_SETTLED, "gemv_rw");
+  /* a weight not vouched for: GEMV_RW loading after the wait when the columns are many (the LM head), else not */
+  static const int64_t late[][4] = {{1, 768, 50257, 1}, {5, 1000, 9001, 1}, {2, 136, 8500, 1}};
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; i < sizeof late / sizeof late[0]; i++) check_direct(&slot0, all[t], late[i], 1, GPU_MM_OWN, "gemv_rw");
+  static const int64_t few[4] = {1, 768, 2304, 1};
+  for (int t = 0; t < 3; t++) check_direct(&slot0, all[t], few, 1, GPU_MM_OWN, "!gemv_rw");
   /* one column of many rows runs with the sides swapped: the activation becomes B, which is not settled */
   static const int64_t col[4] = {40, 256, 1, 1};
   for (int t = 0; t < 3; t++) check_direct(&slot0, all[t], col, 1, GPU_MM_OWN_SETTLED, "!gemv_rw");
