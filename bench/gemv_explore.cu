@@ -1,8 +1,9 @@
 // gemv_explore.cu: design experiment for decode GEMVs in a CUDA graph (not part of grace's build; nvcc, runtime
 // API). y[n] = sum_k x[k] * W[n, k]; W rows contiguous. Hand-written variants: warps per column (WPR), loads in
 // flight per lane (UNR), columns per warp (NPW), PDL on/off, weights into L2 (prefetch) or registers before
-// griddepcontrol.wait; and grace's own generated kernels (gemv_grace_gen.cuh, printed by gemv_grace_gen.c) in the
-// same harness. Run by `bench/device.sh gemv`; findings in bench/RESULTS.md (session 5).
+// griddepcontrol.wait; the chain's per-kernel timeline (%globaltimer), its floors, and what was tried against it
+// (block shapes, kernels an SM, TMA bulk copies, L2 prefetch ahead, a prefetching side branch); and grace's own
+// generated kernels (gemv_grace_gen.cuh, printed by gemv_grace_gen.c) in the same harness. Run by `bench/device.sh gemv`; findings in bench/RESULTS.md (sessions 5-7).
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -103,53 +104,6 @@ __global__ void __launch_bounds__(128) gemv(const T *__restrict__ x, const T *__
   }
 }
 
-
-// persistent: each warp walks column groups (NPW columns) with a grid stride; the next group's weights are
-// loaded before the current group is reduced (a register double buffer). A warp per column; K <= UNR * 32 * VEC.
-template <typename T, int UNR, int NPW>
-__global__ void __launch_bounds__(128) gemv_p(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K) {
-  constexpr int VEC = 16 / sizeof(T);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const long long step = 32LL * VEC, kb = (long long)lane * VEC;
-  const long long groups = (N + NPW - 1) / NPW, nwarps = (long long)gridDim.x * 4;
-  long long g = (long long)blockIdx.x * 4 + warp;
-  uint4 cur[NPW][UNR], nxt[NPW][UNR];
-  auto load = [&](uint4 (&b)[NPW][UNR], long long gg) {
-#pragma unroll
-    for (int c = 0; c < NPW; c++) {
-      long long n = gg * NPW + c; if (n >= N) n = N - 1;
-      const T *w = W + n * (long long)K;
-#pragma unroll
-      for (int u = 0; u < UNR; u++) { long long k = kb + u * step; if (k < K) b[c][u] = *(const uint4 *)(w + k); }
-    }
-  };
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  if (g < groups) load(cur, g);
-  float xf[UNR][VEC];
-#pragma unroll
-  for (int u = 0; u < UNR; u++) { long long k = kb + u * step; if (k < K) { uint4 xv = *(const uint4 *)(x + k); unpack<T>(xv, xf[u]); } }
-  for (; g < groups; g += nwarps) {
-    if (g + nwarps < groups) load(nxt, g + nwarps);
-#pragma unroll
-    for (int c = 0; c < NPW; c++) {
-      float acc = 0.f;
-#pragma unroll
-      for (int u = 0; u < UNR; u++) {
-        long long k = kb + u * step;
-        if (k < K) { float wf[VEC]; unpack<T>(cur[c][u], wf);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) acc += xf[u][j] * wf[j]; }
-      }
-      for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0 && g * NPW + c < N) y[g * NPW + c] = (T)acc;
-    }
-#pragma unroll
-    for (int c = 0; c < NPW; c++)
-#pragma unroll
-      for (int u = 0; u < UNR; u++) cur[c][u] = nxt[c][u];
-  }
-}
 
 // the timeline: 6 words a kernel of the chain (%globaltimer ns): earliest and latest block start, earliest and latest
 // wait release (thread 0 of each block), earliest and latest warp end
@@ -439,13 +393,6 @@ template <typename T, int WPR, int UNR, int NPW, int MODE> static Gemv plain(boo
     launch_any(s, (const void *)gemv<T, WPR, UNR, NPW, MODE>, (N + cpb - 1) / cpb, pdl, args);
   };
 }
-template <typename T, int UNR, int NPW> static Gemv persistent(bool pdl, int blocks_per_sm) {
-  return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
-    long long need = ((N + NPW - 1) / NPW + 3) / 4, cap = 132LL * blocks_per_sm;
-    void *args[] = {&x, &W, &y, &N, &K};
-    launch_any(s, (const void *)gemv_p<T, UNR, NPW>, (unsigned)(need < cap ? need : cap), pdl, args);
-  };
-}
 // gemv_r for the shape at hand: C columns a warp (2 for K 768, 1 for K 3072), L from K; other K are refused
 // the decode chain's weights in launch order, for the variants that prefetch a later kernel's weight (pf_ahead);
 // g_tl: where the timeline variants write (3 words a kernel of the chain)
@@ -677,13 +624,34 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"x read before the wait (harness only)", regs<T, 1, 2, 2>(true), true, false},
     {"x read before the wait, every layer on layer 0's", regs<T, 1, 2, 2>(true), true, false, true},
     {"132 blocks (one an SM)", regs<T, 1, 2>(true, 0, false, 132), true, false},
+    {"66 blocks", regs<T, 1, 2>(true, 0, false, 66), true, false},
+    {"264 blocks", regs<T, 1, 2>(true, 0, false, 264), true, false},
+    {"132 blocks, at most 2 kernels an SM (shared memory)", regs<T, 1, 2>(true, 0, false, 132, 2, 2), true, false},
+    {"132 blocks, at most 3 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 3), true, false},
+    {"132 blocks, at most 4 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 4), true, false},
+    {"132 blocks, at most 6 kernels an SM", regs<T, 1, 2>(true, 0, false, 132, 2, 6), true, false},
+    {"132 blocks, trigger after the wait", regs<T, 1, 1>(true, 0, false, 132), true, false},
+    {"registers, L2 prefetch 1 kernel ahead", regs<T, 1, 2>(true, 1), true, false},
+    {"registers, L2 prefetch 2 kernels ahead", regs<T, 1, 2>(true, 2), true, false},
+    {"registers, L2 prefetch 3 kernels ahead", regs<T, 1, 2>(true, 3), true, false},
+    {"registers, L2 prefetch 4 kernels ahead", regs<T, 1, 2>(true, 4), true, false},
+    {"registers, L2 prefetch 6 kernels ahead", regs<T, 1, 2>(true, 6), true, false},
+    {"registers, side branch prefetching 3 ahead, 4 blocks", regs<T, 1, 2>(true), true, false, false, 4, 3},
+    {"registers, side branch prefetching 3 ahead, 16 blocks", regs<T, 1, 2>(true), true, false, false, 16, 3},
+    {"registers, side branch prefetching 3 ahead, 64 blocks", regs<T, 1, 2>(true), true, false, false, 64, 3},
+    {"TMA bulk into shared memory, 132 blocks of 8 warps", tma<T>(132, 8), true, false},
+    {"TMA bulk, 264 blocks of 8 warps", tma<T>(264, 8), true, false},
+    {"x through shared memory", regs<T, 1, 2, 1>(true), true, false},
+    {"2 partial sums a column", regs<T, 1, 2, 0, 2>(true), true, false},
+    {"4 partial sums a column", regs<T, 1, 2, 0, 4>(true), true, false},
     {"grace's GEMV_RW, same harness", grace_rw<T>(), true, false},
     {"grace's GEMV_RW, every layer on layer 0's", grace_rw<T>(), true, false, true},
     {"floor: 48 empty kernels (132 blocks), PDL", hops<0>(true), true, false},
     {"floor: 48 kernels reading x, writing y, PDL", hops<1>(true), true, false},
     {"timeline: floor, 48 kernels reading x, writing y", hops<1>(true, 132, true), true, false},
-    {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
     {"floor: the same with 66 blocks", hops<1>(true, 66), true, false},
+    {"floor: the same with 264 blocks", hops<1>(true, 264), true, false},
+    {"floor: the same with 384 blocks (GEMV_RW's grid at N 3072)", hops<1>(true, 384), true, false},
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
   };
