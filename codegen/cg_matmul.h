@@ -61,7 +61,7 @@ typedef struct cg_mm_desc {
   int b_kmajor;         /* B's k stride is 1 (else its n stride is: GEMM_TC only) */
   int vec;              /* GEMV: elements of B per vector load (16 bytes), or 1 */
   int a_vec;            /* GEMV_NT: A rows loaded as vectors too (k contiguous, aligned) */
-  int mtile;            /* GEMV_NT/NN: rows of A accumulated per pass (1..16); GEMV_RW: the most rows M may have 
+  int mtile;            /* GEMV_NT/NN: rows of A accumulated per pass (1..16); GEMV_RW: the most rows M may have
                          * (a compile-time bound of its loop over rows) */
   int tile;             /* GEMM_TC: 0: 8 warps of 64x32, 3 stages; 1: 4 warps of 64x64, 4 stages */
   int wpr;              /* GEMV_NT: warps sharing one output column (1, 2, 4: short rows, few columns) */

@@ -324,7 +324,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     while (mt < p->M) mt *= 2;
     /* a settled weight of short rows goes into registers before the kernel waits on the one before it; any weight
      * of short rows and many columns (the LM head: 64 columns an SM or more) after the wait, for the layout's
-     * loads in flight (H200 bf16 768x50257: 94% of copy bandwidth against GEMV_NT's 85%) */
+     * loads in flight (H200, bf16 768x50257: 92% of copy bandwidth against GEMV_NT's 85%) */
     int64_t rl = (p->K + 32LL * vec - 1) / (32LL * vec);
     if (nt && (p->b_settled || p->N * p->nb >= 64LL * sms) && p->K % vec == 0 &&
         aligned(p->B, p->b_b, p->b_sn, 0, vec, es) && rl <= CG_MM_RW_MAX_VECS) {
