@@ -368,7 +368,7 @@ template <typename T> static double check(const Gemv &g, void **ws, void **xs, v
 struct Shape { int K, N; };
 static const Shape shapes[4] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}};   // GPT-2's per layer
 
-// One launch of 128-thread blocks, the programmatic-serialization attribute on request.
+// One launch (128-thread blocks unless told), the programmatic-serialization attribute on request.
 static void launch_any(cudaStream_t s, const void *fn, unsigned grid, bool pdl, void **args, unsigned threads = 128,
                        size_t smem = 0) {
   cudaLaunchConfig_t cfg = {};
@@ -450,19 +450,8 @@ template <typename T> static Gemv tma(int grid, int warps, bool timeline = false
     if (!fn) { printf("gemv_t: K %d not built\n", K); exit(1); }
     const size_t smem = (size_t)rpb * K * sizeof(T);
     if (smem > 200 * 1024) { printf("gemv_t: %zu bytes of shared memory a block\n", smem); exit(1); }
-    CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     void *args[] = {&x, &W, &y, &N, &K, &rpb, &tl};
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((N + rpb - 1) / rpb);
-    cfg.blockDim = dim3(32 * warps);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelExC(&cfg, fn, args));
+    launch_any(s, fn, (unsigned)((N + rpb - 1) / rpb), pdl, args, 32u * warps, smem);
   };
 }
 template <int WORK> static Gemv hops(bool pdl, unsigned blocks = 132, bool timeline = false) {
