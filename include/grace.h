@@ -311,6 +311,10 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),
  * "off" (no graphs, no measuring), "eager", "copy" or "indirect" (forced); NULL: back to GRACE_GRAPHS. */
 grace_status grace_set_graphs(grace_vm *vm, const char *mode);
+/* Which implementation runs a matrix product on the CUDA device: "auto" (grace's kernel or cuBLASLt, whichever
+ * timing once per shape finds faster), "grace" (grace's generated kernels only) or "cublaslt" (cuBLASLt where it
+ * can take the product, grace's kernels elsewhere); NULL: back to GRACE_MATMUL (default auto). */
+grace_status grace_set_matmul(grace_vm *vm, const char *mode);
 
 /* ---- tracing: while a trace is active on a VM, every successful grace_run also appends its op to the
  * trace's IR, so a host records a function by running it once. Tensors are mapped to IR values: declared

@@ -84,6 +84,14 @@ static int l_graphs(lua_State *L) {
   return 0;
 }
 
+/* grace.matmul_backend(mode): which implementation runs matrix products on the device ("auto", "grace",
+ * "cublaslt"; nil: back to GRACE_MATMUL). */
+static int l_matmul_backend(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  if (grace_set_matmul(vm, luaL_optstring(L, 1, NULL)) != GRACE_OK) return lgrace_error(L, vm);
+  return 0;
+}
+
 static int l_empty_cache(lua_State *L) {
   grace_empty_cache(lgrace_vm(L));
   return 0;
@@ -181,6 +189,7 @@ static const luaL_Reg grace_funcs[] = {
   {"manual_seed", l_manual_seed},
   {"synchronize", l_synchronize},
   {"graphs", l_graphs},
+  {"matmul_backend", l_matmul_backend},
   {"empty_cache", l_empty_cache},
   {"device_stats", l_device_stats},
   {"reset_peak_memory", l_reset_peak_memory},

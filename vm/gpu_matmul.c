@@ -6,6 +6,7 @@
  * Few rows (<= 16) run the GEMV kernels that stream the weight once, larger products the tensor-core (f16/
  * bf16) or FFMA (f32, or any layout) GEMM, or cuBLASLt: the two are timed once per (shape, dtype, layout) and
  * the faster is remembered in the group's slot. */
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include "vm/gpu_matmul.h"
@@ -486,6 +487,7 @@ static grace_status run_prob(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p,
     if (!s->blas || !blas_ok) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: cuBLASLt cannot run this product");
     return run_blas(vm, c, s, p, &g, C);
   }
+  if (choice == GPU_MM_PREFER_BLAS) return s->blas && blas_ok ? run_blas(vm, c, s, p, &g, C) : run_own(vm, c, s, p, C);
   if (!s->blas) return run_own(vm, c, s, p, C);
   int ak = p->a_sk == 1, bk = p->b_sk == 1;
   for (int i = 0; i < s->ntune; i++) {
@@ -663,6 +665,32 @@ static grace_status ensure(grace_ir *ir, const ir_fusion *f, int32_t v, grace_te
   return st == GRACE_OK ? vm_ir_run_inst(ir, i, NULL, vals) : st;
 }
 
+/* "auto", "grace", "cublaslt" as a choice; -1 for anything else */
+static int parse_matmul(const char *mode) {
+  if (!mode || !strcmp(mode, "auto")) return GPU_MM_AUTO;
+  if (!strcmp(mode, "grace")) return GPU_MM_OWN;
+  if (!strcmp(mode, "cublaslt")) return GPU_MM_PREFER_BLAS;
+  return -1;
+}
+
+grace_status grace_set_matmul(grace_vm *vm, const char *mode) {
+  if (!vm) return GRACE_EARG;
+  int m = mode ? parse_matmul(mode) : 0;
+  if (m < 0) return vm_err(vm, GRACE_EARG, "matmul: unknown implementation '%s' (auto, grace or cublaslt)", mode);
+  vm->matmul_mode = mode ? m + 1 : 0;
+  return GRACE_OK;
+}
+
+/* The VM's choice for products of IR groups: grace_set_matmul's, else $GRACE_MATMUL's (read once; an unknown
+ * value counts as auto, as GRACE_GRAPHS does). */
+static gpu_mm_choice matmul_choice(grace_vm *vm) {
+  if (!vm->matmul_mode) {
+    int m = parse_matmul(getenv("GRACE_MATMUL"));
+    vm->matmul_mode = (m < 0 ? GPU_MM_AUTO : m) + 1;
+  }
+  return (gpu_mm_choice)(vm->matmul_mode - 1);
+}
+
 grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, gpu_slot *slot, grace_tensor **vals) {
   const ir_fuse_group *gr = &f->groups[g];
   if (gr->n > MM_MAX_GROUP) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: group of %d instructions", gr->n);
@@ -724,7 +752,7 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
     result_shape(x, y, &nd, sz);
     grace_tensor *o = vm_tensor_new(vm, "matmul", p.out_dt, GRACE_CUDA, nd, sz);
     if (!o) return vm->status;
-    grace_status st = run_prob(vm, c, s, &p, gpu_ptr(o), GPU_MM_AUTO);
+    grace_status st = run_prob(vm, c, s, &p, gpu_ptr(o), matmul_choice(vm));
     if (st != GRACE_OK) { grace_tensor_release(o); return st; }
     grace_tensor_release(vals[ch->result]);
     vals[ch->result] = o;

@@ -9,8 +9,9 @@ typedef enum gpu_mm_choice {
   GPU_MM_AUTO,      /* the autotuned choice for the shape (timed once, cached in the slot) */
   GPU_MM_OWN,       /* grace's generated kernels */
   GPU_MM_BLAS,      /* cuBLASLt (GRACE_EUNSUPPORTED when it cannot take the layout) */
-  GPU_MM_OWN_SETTLED  /* grace's kernels, the caller vouching that no kernel still running writes y: a GEMV of short
+  GPU_MM_OWN_SETTLED, /* grace's kernels, the caller vouching that no kernel still running writes y: a GEMV of short
                          rows may then load y before waiting on the kernel before it (in a graph, y not written there) */
+  GPU_MM_PREFER_BLAS  /* cuBLASLt where it can take the product, grace's kernels elsewhere */
 } gpu_mm_choice;
 
 /* out = x @ y (torch.matmul shapes; x, y CUDA tensors of f32/f16/bf16, any strides); out is a contiguous CUDA

@@ -31,6 +31,7 @@ struct grace_vm {
   void *gpu_ops;                 /* gpu_ops.c's table of loaded single-op kernels, NULL until used */
   struct gg_graph *graph_cap;    /* a CUDA graph being captured (gpu_graph.c), or NULL */
   int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
+  int matmul_mode;               /* grace_set_matmul: 0 unset (GRACE_MATMUL decides), else gpu_mm_choice + 1 */
   size_t tensor_bytes;           /* in the storages of live tensors, host and device (grace_tensor_bytes) */
   grace_progress_fn progress;    /* grace_set_progress */
   void *progress_ud;

@@ -516,6 +516,15 @@ static void check_direct(gpu_slot *slot, grace_dtype dt, const int64_t sizes[4],
   for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) grace_tensor_release(ts[j]);
 }
 
+/* grace_set_matmul's names (what each does on a device: test_gpu) */
+static void test_matmul_choice(void) {
+  ok(grace_set_matmul(vm, "fastest") == GRACE_EARG && strstr(grace_last_error(vm), "'fastest'"),
+     "grace_set_matmul refuses an unknown implementation, naming it");
+  ok(grace_set_matmul(vm, "auto") == GRACE_OK && grace_set_matmul(vm, "grace") == GRACE_OK &&
+         grace_set_matmul(vm, "cublaslt") == GRACE_OK && grace_set_matmul(vm, NULL) == GRACE_OK,
+     "it takes auto, grace, cublaslt and NULL (back to GRACE_MATMUL)");
+}
+
 static void test_gpu(void) {
   if (!cuda_usable(vm)) {
     printf("# no CUDA device: %s\n", cuda_why(vm));
@@ -549,6 +558,27 @@ static void test_gpu(void) {
         mcase c = {what, all[t], 2, 2, {big ? 130 : 3, 96}, {96, 72}, 1, epis[e]};
         check_case(&c);
       }
+  /* grace_set_matmul: "grace" runs grace's kernels for every product (on compute capability 9.0 in f16/bf16 the
+     Hopper GEMM, its epilogues included), "cublaslt" cuBLASLt where it takes the product; cuBLASLt's kernels are not
+     in kernel_launches, so the same plain product launches fewer of grace's kernels under "cublaslt" */
+  int epis_big[] = {0, E_BIAS | E_GELU | E_RES | E_SCALE, E_BIAS | E_SILU | E_CAST, E_RELU | E_DIV};
+  uint64_t launched[2] = {0, 0};
+  for (int mode = 0; mode < 2; mode++) {
+    ok(grace_set_matmul(vm, mode ? "cublaslt" : "grace") == GRACE_OK, "grace_set_matmul(\"%s\")", mode ? "cublaslt" : "grace");
+    for (int t = 1; t < 3; t++)
+      for (size_t e = 0; e < sizeof epis_big / sizeof epis_big[0]; e++) {
+        grace_device_stats s0, s1;
+        grace_device_stats_get(vm, &s0);
+        snprintf(what, sizeof what, "%s, epilogue %#x, [200,136] @ W^T[136,264]", mode ? "cublaslt" : "grace", epis_big[e]);
+        mcase c = {what, all[t], 2, 2, {200, 136}, {136, 264}, 1, epis_big[e]};
+        check_case(&c);
+        grace_device_stats_get(vm, &s1);
+        if (epis_big[e] == 0) launched[mode] += s1.kernel_launches - s0.kernel_launches;
+      }
+  }
+  ok(launched[0] > launched[1], "plain products: %llu of grace's kernels launched under \"grace\", %llu under \"cublaslt\"",
+     (unsigned long long)launched[0], (unsigned long long)launched[1]);
+  grace_set_matmul(vm, NULL);
   /* 1-D operands, batches with broadcast, a big square one on tensor cores */
   for (int t = 0; t < 3; t++) {
     mcase cs[] = {
@@ -624,6 +654,7 @@ int main(void) {
   test_settled();
   test_compiles();
   test_blas_load();
+  test_matmul_choice();
   test_gpu();
   grace_vm_free(vm);
   return tap_done();

@@ -1,8 +1,8 @@
 -- test_device_api.lua: the device-facing Lua API as it behaves on any machine (docs/lua_api.md): grace.device_time
 -- (CPU wall time, errors passed through, "cuda" without a device an error), grace.reset_peak_memory and
--- device_stats' kernel_launches, grace.graphs (modes and a bad name), f:report / grace.report for a function whose
--- programs never ran on a device. What they measure on a GPU is checked by tests/lua/test_gpu_graphs.lua and the
--- benchmark suite.
+-- device_stats' kernel_launches, grace.graphs and grace.matmul_backend (modes and a bad name), f:report /
+-- grace.report for a function whose programs never ran on a device. What they measure on a GPU is checked by
+-- tests/lua/test_gpu_graphs.lua, tests/c/test_cg_matmul.c and the benchmark suite.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
@@ -35,6 +35,15 @@ end
 ok, err = pcall(grace.graphs, "sometimes")
 tap.ok(not ok and tostring(err):find("unknown mode 'sometimes'", 1, true), "an unknown mode is an error naming it")
 grace.graphs()
+
+-- the matrix product's implementation
+for _, m in ipairs({"auto", "grace", "cublaslt"}) do
+  tap.ok(pcall(grace.matmul_backend, m), "grace.matmul_backend('" .. m .. "') is accepted")
+end
+ok, err = pcall(grace.matmul_backend, "mkl")
+tap.ok(not ok and tostring(err):find("unknown implementation 'mkl'", 1, true),
+       "an unknown implementation is an error naming it")
+grace.matmul_backend()
 
 -- reports for programs that never ran on a device
 local f = grace.compile(function(x) return x * 2 + 1 end)
