@@ -457,7 +457,7 @@ static void check_case(const mcase *c) {
     for (int64_t i = 0; i < n; i++) scale = fabs(a[i]) > scale ? fabs(a[i]) : scale;
     for (int64_t i = 0; good && i < n; i++) {
       double e = fabs((double)a[i] - (double)b[i]) / (fabs(a[i]) > 1e-2 * scale ? fabs(a[i]) : 1e-2 * scale);
-      if (e > worst) worst = e;
+      if (!(e <= worst)) worst = e;   /* a NaN on either side counts as the worst */
     }
     free(a); free(b);
   }
