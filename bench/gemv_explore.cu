@@ -18,6 +18,8 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
+static inline float __uint_as_float_host(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+
 template <typename T> __device__ __forceinline__ void unpack(const uint4 &u, float *f);
 template <> __device__ __forceinline__ void unpack<float>(const uint4 &u, float *f) {
   f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y); f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
@@ -301,6 +303,86 @@ __global__ void __launch_bounds__(512) gemv_t(const T *__restrict__ x, const T *
   tl_end(tl);
 }
 
+// A real chain (each GEMV reads the one before's output) handed over by flags instead of kernel boundaries (session
+// 7, not run yet). The "LL" format of NCCL's low-latency protocol: each value travels in one 64-bit word with a tag
+// in its high half (unique to the writing kernel and the replay), written and read as single 64-bit accesses, so a
+// reader that sees the tag sees the value. A kernel with LL_IN does not wait for the kernel before to end (no
+// griddepcontrol.wait): it polls its x until every word carries the tag it wants. What this measures: how much of a chain's per-kernel cost is the kernel
+// boundary (grid end, flush, release: 0.55 us empty) against the handover of the data itself. Not deadlock-prone:
+// a kernel starts only when every block of the one before has triggered, so the oldest unfinished kernel is always
+// resident and waits on nothing. Values are fp32 in the words; y = scale * W x keeps their size along the chain.
+__device__ __forceinline__ void ll_load2(const unsigned long long *p, unsigned long long &a, unsigned long long &b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p));
+}
+__device__ __forceinline__ void ll_store(unsigned long long *p, float v, unsigned tag) {
+  const unsigned long long w = ((unsigned long long)tag << 32) | __float_as_uint(v);
+  asm volatile("st.volatile.global.u64 [%0], %1;" :: "l"(p), "l"(w) : "memory");
+}
+template <typename T, int C, int L, int LL_IN>
+__global__ void __launch_bounds__(128) gemv_ll(const T *__restrict__ x, const unsigned long long *xl,
+                                               const T *__restrict__ W, unsigned long long *yl, int N, int K,
+                                               unsigned want, unsigned tag, float scale) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * C;
+  uint4 wv[C][L];
+  const T *w0 = W + lane * VEC;
+#pragma unroll
+  for (int c = 0; c < C; c++) {
+    const T *w = w0 + (n0 + c < N ? n0 + c : N - 1) * (long long)K;
+#pragma unroll
+    for (int u = 0; u < L; u++) wv[c][u] = ld_nc(w + u * 32 * VEC);
+  }
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  float xf[L][VEC];
+  if (LL_IN) {
+    // the block's 128 threads take K / 128 words each (pairs, coalesced), all loaded at once and again until every
+    // one carries the wanted tag; then x goes through shared memory to the warps (registers for all of x a lane would
+    // be 2 a value: 192 at K 3072)
+    constexpr int WPT = L * VEC / 4;
+    __shared__ float xsm[L * 32 * VEC];
+    unsigned long long v[WPT];
+    bool ready;
+    do {
+#pragma unroll
+      for (int i = 0; i < WPT / 2; i++) ll_load2(xl + 2 * (i * 128 + threadIdx.x), v[2 * i], v[2 * i + 1]);
+      ready = true;
+#pragma unroll
+      for (int i = 0; i < WPT; i++) ready &= (unsigned)(v[i] >> 32) == want;
+    } while (!ready);
+#pragma unroll
+    for (int i = 0; i < WPT; i++) xsm[2 * ((i / 2) * 128 + threadIdx.x) + (i & 1)] = __uint_as_float((unsigned)v[i]);
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < L; u++)
+#pragma unroll
+      for (int j = 0; j < VEC; j++) xf[u][j] = xsm[lane * VEC + u * 32 * VEC + j];
+  } else {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#pragma unroll
+    for (int u = 0; u < L; u++) unpack<T>(*(const uint4 *)(x + lane * VEC + u * 32 * VEC), xf[u]);
+  }
+  float acc[C];
+#pragma unroll
+  for (int c = 0; c < C; c++) {
+    acc[c] = 0.f;
+#pragma unroll
+    for (int u = 0; u < L; u++) {
+      float wf[VEC];
+      unpack<T>(wv[c][u], wf);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) acc[c] += xf[u][j] * wf[j];
+    }
+    for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
+  }
+  if (lane < C && n0 + lane < N) {
+    float r = acc[0];
+#pragma unroll
+    for (int c = 1; c < C; c++) if (lane == c) r = acc[c];
+    ll_store(yl + n0 + lane, r * scale, tag);
+  }
+}
+
 // the floor of a chain of dependent kernels in a graph: 132 blocks that trigger, wait and (WORK) read x, write y
 template <int WORK>
 __global__ void __launch_bounds__(128) hop(const float *x, float *y, unsigned long long *tl) {
@@ -564,6 +646,85 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
   g_ws = nullptr;
   return median_ms(t) * 1000.f;
 }
+// The 48 GEMVs as a real chain: kernel j reads the first K values of kernel j-1's output (the first reads xs[0]).
+// ll 0: grace's way (GEMV_RW, T buffers, each kernel waits for the one before to end); ll 1: the LL handover above,
+// two graphs replayed in turn, kernel j of graph e tagging its words 1 + 64 e + j (a ring of 4 buffers holds words
+// of this replay's kernel j - 4 and of the other graph's replay before: neither tag is the one awaited).
+// With ll, the last output is checked against the chain computed on the host in double.
+template <typename T> static float chain_us(int ll, void **ws, void **xs, double *err) {
+  constexpr int VEC = 16 / sizeof(T);
+  void *buf[4];
+  for (int i = 0; i < 4; i++) { CK(cudaMalloc(&buf[i], 3072 * 8)); CK(cudaMemset(buf[i], 0, 3072 * 8)); }
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const Gemv plain_rw = regs<T, 1, 2>(true);
+  cudaGraphExec_t ge[2];
+  for (int e = 0; e < 2; e++) {
+    cudaGraph_t gr;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    for (int j = 0; j < 48; j++) {
+      const Shape sh = shapes[j % 4];
+      int N = sh.N, K = sh.K;
+      if (!ll) { plain_rw(s, j ? buf[(j - 1) % 4] : xs[0], ws[j], buf[j % 4], N, K); continue; }
+      const T *x = (const T *)xs[0];
+      const unsigned long long *xl = j ? (const unsigned long long *)buf[(j - 1) % 4] : nullptr;
+      unsigned long long *yl = (unsigned long long *)buf[j % 4];
+      const void *W = ws[j];
+      unsigned tag = 1u + 64u * (unsigned)e + (unsigned)j, want = tag - 1;
+      float scale = sqrtf(3.0f / (float)K);
+      void *args[] = {&x, &xl, &W, &yl, &N, &K, &want, &tag, &scale};
+      const void *fn = K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1> : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0>)
+                                : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1>;
+      const int C = K == 768 ? 2 : 1;
+      launch_any(s, fn, (unsigned)((N + 4 * C - 1) / (4 * C)), true, args);
+    }
+    CK(cudaStreamEndCapture(s, &gr));
+    CK(cudaGraphInstantiate(&ge[e], gr, 0));
+    CK(cudaGraphDestroy(gr));
+  }
+  for (int i = 0; i < 6; i++) CK(cudaGraphLaunch(ge[i % 2], s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge[r % 2], s)); CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
+  }
+  *err = -1;
+  if (ll) {   // the last replay ran graph 1 (r = 29): its last output, tag 1 + 64 + 47, against the host's chain in double
+    std::vector<unsigned long long> got(768);
+    CK(cudaMemcpy(got.data(), buf[47 % 4], 768 * 8, cudaMemcpyDeviceToHost));
+    std::vector<T> hx(768);
+    CK(cudaMemcpy(hx.data(), xs[0], 768 * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<double> x(3072), y(3072);
+    for (int k = 0; k < 768; k++) x[k] = (double)(float)hx[k];
+    for (int j = 0; j < 48; j++) {
+      const Shape sh = shapes[j % 4];
+      std::vector<T> w((size_t)sh.N * sh.K);
+      CK(cudaMemcpy(w.data(), ws[j], w.size() * sizeof(T), cudaMemcpyDeviceToHost));
+      const double sc = (double)sqrtf(3.0f / (float)sh.K);
+      for (int n = 0; n < sh.N; n++) {
+        double acc = 0;
+        for (int k = 0; k < sh.K; k++) acc += (double)(float)w[(size_t)n * sh.K + k] * x[k];
+        y[n] = acc * sc;
+      }
+      x = y;
+    }
+    double mx = 0, worst = 0;
+    for (int n = 0; n < 768; n++) mx = std::max(mx, std::fabs(y[n]));
+    for (int n = 0; n < 768; n++) {
+      const bool fresh = (unsigned)(got[n] >> 32) == 1u + 64u + 47u;
+      double e = fresh ? std::fabs((double)__uint_as_float_host((unsigned)got[n]) - y[n]) / mx : 1e30;
+      if (!(e <= worst)) worst = e;
+    }
+    *err = worst;
+  }
+  for (int e = 0; e < 2; e++) CK(cudaGraphExecDestroy(ge[e]));
+  CK(cudaStreamDestroy(s));
+  for (int i = 0; i < 4; i++) CK(cudaFree(buf[i]));
+  return median_ms(t) * 1000.f;
+}
+
 // Median us of one LM-head GEMV (768 x 50257), 10 launched back to back.
 static float lm_us(const Gemv &g, const void *x, const void *W, void *y) {
   cudaStream_t s;
@@ -660,6 +821,14 @@ template <typename T> static void all(const char *name, double copy_bw) {
   }
   g_one_layer = false;
   g_side_ahead = -1;
+  for (int ll = 0; ll < 2; ll++) {   // the real chain: grace's handover against the LL one
+    double err;
+    float us = chain_us<T>(ll, ws, xs, &err);
+    printf("%-5s real chain    %-62s %7.1f us %5.1f%%", name, ll ? "LL handover (flags in the data, no kernel wait)" : "GEMV_RW, each kernel waiting for the one before",
+           us, 100.0 * bytes / (us * 1e-6) / copy_bw);
+    if (ll) printf("  last output's max err %.2e of max|y|", err);
+    printf("\n");
+  }
   for (int i = 0; i < 48; i++) cudaFree(ws[i]);
   for (int i = 0; i < 4; i++) { cudaFree(xs[i]); cudaFree(ys[i]); }
   cudaFree(W); cudaFree(x); cudaFree(y); cudaFree(g_tl); cudaFree(g_prog);
