@@ -343,13 +343,14 @@ __global__ void __launch_bounds__(128) gemv_ll(const T *__restrict__ x, const un
     __shared__ float xsm[L * 32 * VEC];
     unsigned long long v[WPT];
     bool ready;
+    int polls = 0;   // bounded: a wrong tag scheme shows as a failed check, not a hung device
     do {
 #pragma unroll
       for (int i = 0; i < WPT / 2; i++) ll_load2(xl + 2 * (i * 128 + threadIdx.x), v[2 * i], v[2 * i + 1]);
       ready = true;
 #pragma unroll
       for (int i = 0; i < WPT; i++) ready &= (unsigned)(v[i] >> 32) == want;
-    } while (!ready);
+    } while (!ready && ++polls < (1 << 14));
 #pragma unroll
     for (int i = 0; i < WPT; i++) xsm[2 * ((i / 2) * 128 + threadIdx.x) + (i & 1)] = __uint_as_float((unsigned)v[i]);
     __syncthreads();
