@@ -323,12 +323,14 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     cg_mm_desc d = base_desc(p, nt ? CG_MM_GEMV_NT : CG_MM_GEMV_NN);
     int mt = 1;
     while (mt < p->M) mt *= 2;
+    /* B's rows read as 16-byte vectors; columns enough to fill the device (64 an SM) */
+    int b_vec = nt && p->K % vec == 0 && aligned(p->B, p->b_b, p->b_sn, 0, vec, es);
+    int64_t cols = p->N * p->nb, full = (int64_t)sms * 64;
     /* a settled weight of short rows goes into registers before the kernel waits on the one before it; any weight
-     * of short rows and many columns (the LM head: 64 columns an SM or more) after the wait, for the layout's
-     * loads in flight (H200, bf16 768x50257: 92% of copy bandwidth against GEMV_NT's 85%) */
+     * of short rows and many columns (the LM head: a full device) after the wait, for the layout's loads in flight
+     * (H200, bf16 768x50257: 92% of copy bandwidth against GEMV_NT's 85%) */
     int64_t rl = (p->K + 32LL * vec - 1) / (32LL * vec);
-    if (nt && (p->b_settled || p->N * p->nb >= 64LL * sms) && p->K % vec == 0 &&
-        aligned(p->B, p->b_b, p->b_sn, 0, vec, es) && rl <= CG_MM_RW_MAX_VECS) {
+    if (b_vec && (p->b_settled || cols >= full) && rl <= CG_MM_RW_MAX_VECS) {
       d.form = CG_MM_GEMV_RW;
       d.rw_late = !p->b_settled;
       d.vec = vec;
@@ -344,8 +346,8 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
       /* few columns: two warps per column so enough loads are in flight, when each lane keeps >= ~1.5 loads
        * of its row (H200, 2026-11-23: GPT-2's decode GEMVs in a graph 149 / 162 / 225 us at 2 / 4 / 1 warps in
        * fp32, 124 / 156 / 129 us in bf16) */
-      d.vec = p->K % vec == 0 && aligned(p->B, p->b_b, p->b_sn, 0, vec, es) ? vec : 1;
-      int64_t cols = p->N * p->nb, full = (int64_t)sms * 64, loads = p->K / d.vec;
+      d.vec = b_vec ? vec : 1;
+      int64_t loads = p->K / d.vec;
       int by_cols = cols >= full ? 1 : 2, by_len = loads >= 96 ? 2 : 1;
       d.wpr = s->force_wpr > 0 ? s->force_wpr : by_cols < by_len ? by_cols : by_len;
       d.a_vec = d.vec > 1 && p->a_sk == 1 && aligned(p->A, p->a_b, p->a_sm, 0, vec, es);

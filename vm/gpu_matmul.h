@@ -26,7 +26,8 @@ grace_status gpu_matmul_tensors(grace_vm *vm, gpu_slot *slot, grace_tensor *x, g
  * storage (a reshape that cannot view copies), so a matmul captured into a graph may load it as a weight before
  * waiting on the kernel before it. */
 int32_t gpu_matmul_settled_root(const grace_ir *ir, int32_t v);
-/* What the last planned product of slot ran: "gemv_nt", "gemv_nn", "gemm_tc", "gemm_tc64", "gemm_simt", "cublaslt", with
+/* What the last planned product of slot ran: "gemv_nt", "gemv_nn", "gemv_rw", "gemm_wg", "gemm_tc", "gemm_tc64",
+ * "gemm_simt", "cublaslt" (gemm_tc and gemm_tc64 with " (no tensor map)" when the driver refused GEMM_WG's maps), with
  * "+splitk" when split; and how many autotuning decisions the slot holds. */
 const char *gpu_matmul_last_kernel(const gpu_slot *slot);
 int gpu_matmul_tuned(const gpu_slot *slot);
