@@ -569,9 +569,21 @@ template <typename T> static Gemv grace_rw() {
   };
 }
 
-static float median_ms(std::vector<float> t) {
+// Median us of work(r) (enqueued on s) over 30 samples of `per` calls each, after `warm` calls.
+static float median_us(cudaStream_t s, int warm, int per, const std::function<void(int)> &work) {
+  for (int i = 0; i < warm; i++) work(i);
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int r = 0; r < 30; r++) {
+    CK(cudaEventRecord(a, s));
+    for (int i = 0; i < per; i++) work(r);
+    CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
+    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / per);
+  }
+  CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t[t.size() / 2] * 1000.f;
 }
 // Median us of the 48 decode GEMVs (12 layers x the 4 shapes) captured in one graph.
 static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, bool timeline = false) {
@@ -609,14 +621,7 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
   if (g_side_ahead >= 0) CK(cudaStreamWaitEvent(s, join, 0));
   CK(cudaStreamEndCapture(s, &gr));
   CK(cudaGraphInstantiate(&ge, gr, 0));
-  for (int i = 0; i < 5; i++) CK(cudaGraphLaunch(ge, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge, s)); CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-  }
+  const float us = median_us(s, 5, 1, [&](int) { CK(cudaGraphLaunch(ge, s)); });
   if (timeline) {   // one more replay with the timeline zeroed: per kernel, when it started, left its wait, ended
     std::vector<unsigned long long> h(TLW * 48);
     for (int k = 0; k < 48; k++)
@@ -645,7 +650,7 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
   }
   CK(cudaGraphExecDestroy(ge)); CK(cudaGraphDestroy(gr)); CK(cudaStreamDestroy(s));
   g_ws = nullptr;
-  return median_ms(t) * 1000.f;
+  return us;
 }
 // The 48 GEMVs as a real chain: kernel j reads the first K values of kernel j-1's output (the first reads xs[0]).
 // ll 0: grace's way (GEMV_RW, T buffers, each kernel waits for the one before to end); ll 1: the LL handover above,
@@ -683,14 +688,7 @@ template <typename T> static float chain_us(int ll, void **ws, void **xs, double
     CK(cudaGraphInstantiate(&ge[e], gr, 0));
     CK(cudaGraphDestroy(gr));
   }
-  for (int i = 0; i < 6; i++) CK(cudaGraphLaunch(ge[i % 2], s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, s)); CK(cudaGraphLaunch(ge[r % 2], s)); CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms);
-  }
+  const float us = median_us(s, 6, 1, [&](int r) { CK(cudaGraphLaunch(ge[r % 2], s)); });
   *err = -1;
   if (ll) {   // the last replay ran graph 1 (r = 29): its last output, tag 1 + 64 + 47, against the host's chain in double
     std::vector<unsigned long long> got(768);
@@ -723,25 +721,16 @@ template <typename T> static float chain_us(int ll, void **ws, void **xs, double
   for (int e = 0; e < 2; e++) CK(cudaGraphExecDestroy(ge[e]));
   CK(cudaStreamDestroy(s));
   for (int i = 0; i < 4; i++) CK(cudaFree(buf[i]));
-  return median_ms(t) * 1000.f;
+  return us;
 }
 
 // Median us of one LM-head GEMV (768 x 50257), 10 launched back to back.
 static float lm_us(const Gemv &g, const void *x, const void *W, void *y) {
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < 5; i++) g(s, x, W, y, 50257, 768);
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int r = 0; r < 30; r++) {
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < 10; i++) g(s, x, W, y, 50257, 768);
-    CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
-    float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / 10);
-  }
+  const float us = median_us(s, 5, 10, [&](int) { g(s, x, W, y, 50257, 768); });
   CK(cudaStreamDestroy(s));
-  return median_ms(t) * 1000.f;
+  return us;
 }
 
 template <typename T> static void all(const char *name, double copy_bw) {

@@ -1,7 +1,8 @@
 /* gemv_grace_gen.c: prints the CUDA source of grace's GEMV_NT kernels (fp32 / bf16, 1 and 2 warps per column,
- * with and without the L2 prefetch) and its GEMV_RW kernels (K 768 and 3072) as one file, so bench/gemv_explore.cu can time them in its own harness beside
- * its hand-written variants: a gap between the two is in the kernel, not in grace's launch path. Names go to
- * stderr in the order gemv_explore.cu expects them. Built and run by `bench/device.sh gemv`. */
+ * with and without the L2 prefetch) and its GEMV_RW kernels (K 768 and 3072) as one file, so
+ * bench/gemv_explore.cu can time them in its own harness beside its hand-written variants: a gap between the two
+ * is in the kernel, not in grace's launch path. Names go to stderr in the order gemv_explore.cu expects them.
+ * Built and run by `bench/device.sh gemv`. */
 #include <stdio.h>
 #include <string.h>
 #include "grace.h"
