@@ -7,6 +7,7 @@
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
 #   memcheck  the GPU tests under compute-sanitizer memcheck
 #   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures)
+#   fused   bench/cg_fused_bench alone
 #   gemv    bench/gemv_explore.cu (nvcc): GEMV design variants beside grace's own kernels
 #   wgmma   bench/gemm_wgmma.cu (nvcc, sm_90a): a TMA + wgmma GEMM against cuBLAS
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
@@ -88,6 +89,10 @@ for s in $stages; do
         timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt"
     fi
     for f in bench/gpu_*.lua; do [ -f "$f" ] && $B/grace "$f" 2>&1 | tee "$OUT/$(basename "$f" .lua).txt"; done ;;
+  fused)       # bench/cg_fused_bench alone (fused pointwise and row kernels)
+    echo "== fused kernels"
+    link_tool bench/cg_fused_bench.c $B/cg_fused_bench > "$OUT/bench_build.log" 2>&1 &&
+      timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt" || status=1 ;;
   gemv)        # the GEMV design experiment: hand-written variants beside grace's generated kernels
     echo "== gemv explore"
     link_tool bench/gemv_grace_gen.c $B/gemv_grace_gen && $B/gemv_grace_gen > bench/gemv_grace_gen.cuh &&

@@ -342,8 +342,8 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
     }
     spec->strategy = geom->inner <= 1024 ? CG_ROW_WARP : CG_ROW_BLOCK;
     spec->block = spec->strategy == CG_ROW_WARP ? 256 : 512;
-    /* few long rows: split them when every reduction reads the input directly (one level) and nothing is
-     * stored over the base shape (the epilogue then runs once per row, in the last block) */
+    /* few long rows: split over blocks; when every reduction reads the input directly (one level) and nothing
+     * is stored over the base shape the row's last block finishes it, else all of them wait for each other */
     int full_store = 0, nfield = 0;
     for (int s = 0; s < io->nstore; s++) full_store |= G.space[io->store[s]] == SP_FULL;
     for (int i = 0; i < G.n; i++) {
@@ -354,11 +354,11 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
                 op == GRACE_OP_PROD || op == GRACE_OP_ALL || op == GRACE_OP_ANY ? 1 : 2;
     }
     if (sms < 1) sms = 1;
-    if (G.maxlevel == 1 && !full_store && geom->rows < sms && geom->inner >= 32768) {
-      int64_t want = (2 * (int64_t)sms + geom->rows - 1) / geom->rows, most = geom->inner / 8192;
+    if (geom->rows < sms && geom->inner >= 32768) {
+      int64_t want = (4 * (int64_t)sms + geom->rows - 1) / geom->rows, most = geom->inner / 8192;
       geom->nchunk = want < most ? want : most;
       if (geom->nchunk >= 2) {
-        spec->strategy = CG_ROW_SPLIT;
+        spec->strategy = G.maxlevel == 1 && !full_store ? CG_ROW_SPLIT : CG_ROW_SYNC;
         geom->ws_bytes = (size_t)(8 * (geom->rows + geom->rows * geom->nchunk * nfield));
       } else geom->nchunk = 0;
     }
@@ -604,8 +604,7 @@ static void emit_params(cg_buf *b, const grace_ir *ir, const cg_group_io *io, co
     grace_dtype dt = ir->vals[out ? io->store[k - io->next] : io->ext[k]].type.dtype;
     cg_printf(b, "  %s%s *%sa%d;\n", out ? "" : "const ", cg_ctype(dt), spec->indirect ? "const *" : "", k);
   }
-  if (spec->kind == CG_ROW && spec->strategy == CG_ROW_SPLIT)
-    cg_printf(b, "  unsigned long long *%sws;\n", spec->indirect ? "const *" : "");
+  if (cg_fused_split(spec)) cg_printf(b, "  unsigned long long *%sws;\n", spec->indirect ? "const *" : "");
   cg_printf(b, "  long long w[%d];\n};\n", nwords > 0 ? nwords : 1);
   cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) GRACE_KNAME(const GRACE_KNAME_p p) {\n", spec->block);
   for (int k = 0; k < io->next + io->nstore; k++) {
@@ -613,8 +612,7 @@ static void emit_params(cg_buf *b, const grace_ir *ir, const cg_group_io *io, co
     grace_dtype dt = ir->vals[out ? io->store[k - io->next] : io->ext[k]].type.dtype;
     cg_printf(b, "  %s%s *__restrict__ a%d = %sp.a%d;\n", out ? "" : "const ", cg_ctype(dt), k, spec->indirect ? "*" : "", k);
   }
-  if (spec->kind == CG_ROW && spec->strategy == CG_ROW_SPLIT)
-    cg_printf(b, "  unsigned long long *ws = %sp.ws;\n", spec->indirect ? "*" : "");
+  if (cg_fused_split(spec)) cg_printf(b, "  unsigned long long *ws = %sp.ws;\n", spec->indirect ? "*" : "");
 }
 
 /* Members of space sp (and level <= maxlvl) in program order. */
@@ -920,11 +918,55 @@ static void emit_inner_loads(cg_buf *b, const grp *G, const cg_group_io *io, con
   }
 }
 
+/* The members and reductions of pass L (0: the stores over the row) at row position j. */
+static grace_status emit_row_step(cg_buf *b, const grp *G, const cg_group_io *io, const cg_fused_spec *spec, int L,
+                                  int nr, const int *ids, const red_state *rs) {
+  const grace_ir *ir = G->ir;
+  int nd = spec->ndim, nk = spec->nkept, wext = 2 + nd, wst = 2 + nd + io->next * nd;
+  emit_inner_loads(b, G, io, spec, wext);
+  grace_status st = emit_members(b, G, io, SP_FULL, 0, L ? L - 1 : 1 << 30);
+  if (st != GRACE_OK) return st;
+  for (int r = 0; r < nr; r++) {
+    const ir_inst *in = &ir->insts[G->mem[ids[r]]];
+    cg_expr x;
+    grace_dtype xd;
+    operand(G, ir->args[in->first_arg], x, &xd, io->ext, io->next);
+    emit_accumulate(b, in, ids[r], &rs[r], xd, x);
+  }
+  for (int s = 0; !L && s < io->nstore; s++) {
+    if (G->space[io->store[s]] != SP_FULL) continue;
+    cg_printf(b, "      { long long so = so%d", s);
+    for (int d = nk; d < nd; d++) cg_printf(b, " + j%d * p.w[%d]", d, wst + s * nd + d);
+    cg_expr e;
+    char x[32];
+    snprintf(x, sizeof x, "v%d", io->store[s]);
+    store_expr(e, ir->vals[io->store[s]].type.dtype, x);
+    cg_printf(b, "; a%d[so] = %s; }\n", io->next + s, e);
+  }
+  return GRACE_OK;
+}
+
+/* A loop over the thread's positions of [jb, je): CG_ROW_UNROLL steps at once (their loads issued together;
+ * the same positions in the same order as one at a time), the tail one by one. */
+static grace_status emit_row_loop(cg_buf *b, const grp *G, const cg_group_io *io, const cg_fused_spec *spec, int L,
+                                  int nr, const int *ids, const red_state *rs) {
+  cg_printf(b, "    for (long long jn = jb + t0; jn < je; jn += %d * tstep) {\n"
+               "     if (jn + %d * tstep < je) {\n#pragma unroll\n"
+               "     for (int u = 0; u < %d; u++) {\n      const long long j = jn + u * tstep;\n",
+            CG_ROW_UNROLL, CG_ROW_UNROLL - 1, CG_ROW_UNROLL);
+  grace_status st = emit_row_step(b, G, io, spec, L, nr, ids, rs);
+  if (st != GRACE_OK) return st;
+  cg_puts(b, "     }\n     } else for (long long j = jn; j < je; j += tstep) {\n");
+  if ((st = emit_row_step(b, G, io, spec, L, nr, ids, rs)) != GRACE_OK) return st;
+  cg_puts(b, "     }\n    }\n");
+  return GRACE_OK;
+}
+
 static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, const cg_fused_spec *spec) {
   const grace_ir *ir = G->ir;
   int nd = spec->ndim, nk = spec->nkept;
   int wext = 2 + nd, wst = 2 + nd + io->next * nd;
-  int split = spec->strategy == CG_ROW_SPLIT;
+  int split = cg_fused_split(spec), sync = spec->strategy == CG_ROW_SYNC;
   emit_params(b, ir, io, spec, wst + io->nstore * nd + split);
   grace_status st;
   cg_puts(b, "  const long long rows = p.w[0], inner = p.w[1];\n  const int lane = threadIdx.x & 31;\n");
@@ -932,10 +974,18 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
     cg_printf(b, "  const long long row0 = (long long)blockIdx.x * %d + (threadIdx.x >> 5), rstep = (long long)gridDim.x * %d;\n"
               "  const int t0 = lane, tstep = 32;\n", spec->block / 32, spec->block / 32);
   else cg_puts(b, "  const long long row0 = blockIdx.x, rstep = gridDim.x;\n  const int t0 = threadIdx.x, tstep = blockDim.x;\n");
+  int nfield = 0;   /* a split row: 8-byte fields of all its reductions' states, each level's after the last's */
+  for (int i = 0; i < G->n; i++) {
+    const ir_inst *in = &ir->insts[G->mem[i]];
+    if (op_kind(in->op) != GRACE_KIND_REDUCE) continue;
+    red_state r;
+    red_setup(G, in, &r);
+    nfield += r.nf;
+  }
   if (split) {
-    /* block b takes chunk b % nchunk of row b / nchunk */
+    /* block b takes chunk b % nchunk of row b / nchunk (CG_ROW_SYNC: exactly one, the grid is rows x nchunk) */
     cg_printf(b, "  const long long nchunk = p.w[%d], csize = (inner + nchunk - 1) / nchunk;\n", wst + io->nstore * nd);
-    cg_puts(b, "  __shared__ int cgf_last;\n");
+    if (!sync) cg_puts(b, "  __shared__ int cgf_last;\n");
     cg_puts(b, "  for (long long blk = row0; blk < rows * nchunk; blk += rstep) {\n"
                "    const long long row = blk / nchunk, chunk = blk % nchunk;\n"
                "    const long long jb = chunk * csize, je = jb + csize < inner ? jb + csize : inner;\n");
@@ -967,7 +1017,7 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
     cg_printf(b, "    const %s e%d = %s;\n", rtype(dt), k, e);
   }
   if ((st = emit_members(b, G, io, SP_ROW, 0, 0)) != GRACE_OK) return st;
-  for (int L = 1; L <= G->maxlevel; L++) {
+  for (int L = 1, off = 0; L <= G->maxlevel; L++) {
     red_state rs[CG_MAX_ARGS];
     int ids[CG_MAX_ARGS], nr = 0;
     for (int i = 0; i < G->n && nr < CG_MAX_ARGS; i++) {
@@ -978,40 +1028,41 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
       for (int k = 0; k < rs[nr].nf; k++) cg_printf(b, "    %s r%d_%d = %s;\n", rs[nr].ft[k], i, k, rs[nr].init[k]);
       nr++;
     }
-    cg_printf(b, "    /* pass %d */\n    for (long long j = jb + t0; j < je; j += tstep) {\n", L);
-    emit_inner_loads(b, G, io, spec, wext);
-    if ((st = emit_members(b, G, io, SP_FULL, 0, L - 1)) != GRACE_OK) return st;
-    for (int r = 0; r < nr; r++) {
-      const ir_inst *in = &ir->insts[G->mem[ids[r]]];
-      cg_expr x;
-      grace_dtype xd;
-      operand(G, ir->args[in->first_arg], x, &xd, io->ext, io->next);
-      emit_accumulate(b, in, ids[r], &rs[r], xd, x);
-    }
-    cg_puts(b, "    }\n");
+    cg_printf(b, "    /* pass %d */\n", L);
+    if ((st = emit_row_loop(b, G, io, spec, L, nr, ids, rs)) != GRACE_OK) return st;
     for (int r = 0; r < nr; r++) emit_cross(b, &ir->insts[G->mem[ids[r]]], ids[r], &rs[r], spec);
     if (split) {
-      /* publish this chunk's states; the row's last block combines them all in chunk order */
-      int nfield = 0;
-      for (int r = 0; r < nr; r++) nfield += rs[r].nf;
-      cg_printf(b, "    if (threadIdx.x == 0) {\n      unsigned long long *part = ws + rows + (row * nchunk + chunk) * %d;\n", nfield);
-      for (int r = 0, off = 0; r < nr; r++)
-        for (int k = 0; k < rs[r].nf; k++, off++) cg_printf(b, "      *(%s *)&part[%d] = r%d_%d;\n", rs[r].ft[k], off, ids[r], k);
-      cg_puts(b, "      __threadfence();\n"
-                 "      cgf_last = atomicAdd(&ws[row], 1ULL) == (unsigned long long)(nchunk - 1);\n    }\n"
-                 "    __syncthreads();\n    if (cgf_last) {\n    __threadfence();\n");
+      /* publish this chunk's states; then (the last block, or every block once all have published) the row's
+         states from all chunks: thread t folds chunks t, t + blockDim.x, ..., then the block's fixed-order cross */
+      cg_printf(b, "    if (threadIdx.x == 0) {\n      unsigned long long *part = ws + rows + (row * nchunk + chunk) * %d + %d;\n",
+                nfield, off);
+      for (int r = 0, o = 0; r < nr; r++)
+        for (int k = 0; k < rs[r].nf; k++, o++) cg_printf(b, "      *(%s *)&part[%d] = r%d_%d;\n", rs[r].ft[k], o, ids[r], k);
+      if (sync)
+        cg_printf(b, "      __threadfence();\n      atomicAdd(&ws[row], 1ULL);\n"
+                     "      while (*(volatile unsigned long long *)&ws[row] < (unsigned long long)nchunk * %d) {\n"
+                     "#if __CUDA_ARCH__ >= 700\n        __nanosleep(32);\n#endif\n      }\n"
+                     "      __threadfence();\n    }\n    __syncthreads();\n    {\n", L);
+      else
+        cg_puts(b, "      __threadfence();\n"
+                   "      cgf_last = atomicAdd(&ws[row], 1ULL) == (unsigned long long)(nchunk - 1);\n    }\n"
+                   "    __syncthreads();\n    if (cgf_last) {\n    __threadfence();\n");
       for (int r = 0; r < nr; r++)
         for (int k = 0; k < rs[r].nf; k++) cg_printf(b, "    r%d_%d = %s;\n", ids[r], k, rs[r].init[k]);
-      cg_printf(b, "    for (long long c = 0; c < nchunk; c++) {\n      const unsigned long long *q = ws + rows + (row * nchunk + c) * %d;\n", nfield);
-      for (int r = 0, off = 0; r < nr; r++) {
+      cg_printf(b, "    for (long long c = threadIdx.x; c < nchunk; c += blockDim.x) {\n"
+                   "      const unsigned long long *q = ws + rows + (row * nchunk + c) * %d + %d;\n", nfield, off);
+      for (int r = 0, o = 0; r < nr; r++) {
         cg_puts(b, "      {");
-        for (int k = 0; k < rs[r].nf; k++, off++)
-          cg_printf(b, " const %s o%d = *(const volatile %s *)&q[%d];", rs[r].ft[k], k, rs[r].ft[k], off);
+        for (int k = 0; k < rs[r].nf; k++, o++)
+          cg_printf(b, " const %s o%d = *(const volatile %s *)&q[%d];", rs[r].ft[k], k, rs[r].ft[k], o);
         cg_puts(b, "\n");
         emit_combine(b, &ir->insts[G->mem[ids[r]]], ids[r], &rs[r], "        ");
         cg_puts(b, "      }\n");
       }
-      cg_puts(b, "    }\n    if (threadIdx.x == 0) ws[row] = 0;   /* ready for the next launch */\n");
+      cg_puts(b, "    }\n");
+      for (int r = 0; r < nr; r++) emit_cross(b, &ir->insts[G->mem[ids[r]]], ids[r], &rs[r], spec);
+      if (sync) cg_puts(b, "    }\n");   /* the cross's shared arrays in their own scope */
+      for (int r = 0; r < nr; r++) off += rs[r].nf;
     }
     for (int r = 0; r < nr; r++) emit_finish(b, G, &ir->insts[G->mem[ids[r]]], ids[r], &rs[r]);
     if ((st = emit_members(b, G, io, SP_ROW, L, L)) != GRACE_OK) return st;
@@ -1019,20 +1070,8 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
   int full_stores = 0;
   for (int s = 0; s < io->nstore; s++) full_stores |= G->space[io->store[s]] == SP_FULL;
   if (full_stores) {
-    cg_puts(b, "    /* stores over the row */\n    for (long long j = jb + t0; j < je; j += tstep) {\n");
-    emit_inner_loads(b, G, io, spec, wext);
-    if ((st = emit_members(b, G, io, SP_FULL, 0, 1 << 30)) != GRACE_OK) return st;
-    for (int s = 0; s < io->nstore; s++) {
-      if (G->space[io->store[s]] != SP_FULL) continue;
-      cg_printf(b, "      { long long so = so%d", s);
-      for (int d = nk; d < nd; d++) cg_printf(b, " + j%d * p.w[%d]", d, wst + s * nd + d);
-      cg_expr e;
-      char x[32];
-      snprintf(x, sizeof x, "v%d", io->store[s]);
-      store_expr(e, ir->vals[io->store[s]].type.dtype, x);
-      cg_printf(b, "; a%d[so] = %s; }\n", io->next + s, e);
-    }
-    cg_puts(b, "    }\n");
+    cg_puts(b, "    /* stores over the row */\n");
+    if ((st = emit_row_loop(b, G, io, spec, 0, 0, NULL, NULL)) != GRACE_OK) return st;
   }
   for (int s = 0; s < io->nstore; s++) {
     if (G->space[io->store[s]] != SP_ROW) continue;
@@ -1040,9 +1079,9 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
     char x[32];
     snprintf(x, sizeof x, "v%d", io->store[s]);
     store_expr(e, ir->vals[io->store[s]].type.dtype, x);
-    cg_printf(b, "    if (t0 == 0) a%d[row] = %s;\n", io->next + s, e);
+    cg_printf(b, "    if (t0 == 0%s) a%d[row] = %s;\n", sync ? " && chunk == 0" : "", io->next + s, e);
   }
-  if (split) cg_puts(b, "    }\n");
+  if (split && !sync) cg_puts(b, "    }\n");
   if (spec->strategy != CG_ROW_WARP) cg_puts(b, "    __syncthreads();\n");
   cg_puts(b, "  }\n}\n");
   return GRACE_OK;
@@ -1086,7 +1125,7 @@ grace_status cg_fused_generate(grace_vm *vm, const grace_ir *ir, const ir_fusion
     k->args[a].dtype = ir->vals[k->args[a].value].type.dtype;
     k->args[a].output = out;
   }
-  if (spec->kind == CG_ROW && spec->strategy == CG_ROW_SPLIT && k->narg < CG_MAX_ARGS) {
+  if (cg_fused_split(spec) && k->narg < CG_MAX_ARGS) {
     k->args[k->narg].value = -1;   /* the workspace */
     k->args[k->narg].dtype = GRACE_INT64;
     k->args[k->narg].output = 1;
@@ -1127,7 +1166,7 @@ grace_status cg_fused_pack(grace_vm *vm, const cg_kernel *k, const cg_fused_spec
     for (int s = 0; s < nstore; s++) for (int d = 0; d < nd; d++) w[nw++] = (uint64_t)geom->store_strides[s][d];
     int64_t rpb = spec->strategy == CG_ROW_WARP ? spec->block / 32 : 1;
     int64_t grid = (geom->rows + rpb - 1) / rpb, cap = (int64_t)sms * 32;
-    if (spec->strategy == CG_ROW_SPLIT) {
+    if (cg_fused_split(spec)) {
       w[nw++] = (uint64_t)geom->nchunk;
       grid = geom->rows * geom->nchunk;
       cap = grid;

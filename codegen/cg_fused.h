@@ -5,11 +5,11 @@
  * (group, spec) -- deterministic, so equal specs give byte-identical sources -- and cg_fused_pack fills the launch.
  *
  * Kernel arguments (codegen/cg.h convention): tensor pointers a0.. = the externals in io order, then the stored
- * values in io order, then (CG_ROW_SPLIT) the workspace; words:
+ * values in io order, then (a split row: cg_fused_split) the workspace; words:
  *   POINTWISE: n, sizes[ndim], then strides[ndim] of each STRIDED external (iteration order, coalesced).
  *   ROW: rows, inner, sizes[ndim] (kept dims then reduced dims), strides[ndim] of each external, then
  *        strides[ndim] of each stored value over the base shape (values of the reduced shape are stored at the
- *        row index), then (CG_ROW_SPLIT) nchunk. */
+ *        row index), then (a split row) nchunk. */
 #ifndef GRACE_CG_FUSED_H
 #define GRACE_CG_FUSED_H
 
@@ -19,9 +19,16 @@
 
 enum { CG_LINEAR = 0, CG_SCALAR = 1, CG_STRIDED = 2 };   /* layout classes of external operands */
 /* ROW strategy: a warp per row, a block per row, or a row split over several blocks (few rows, long ones): each
- * block folds its chunk into a partial state in a workspace, the last block of a row to finish (a counter per
- * row) combines the partials in chunk order, so results do not depend on timing. */
-enum { CG_ROW_WARP = 0, CG_ROW_BLOCK = 1, CG_ROW_SPLIT = 2 };
+ * block folds its chunk into a partial state in a workspace and the partials are combined in a fixed order, so
+ * results do not depend on timing. CG_ROW_SPLIT (one level of reductions, nothing stored over the row): the last
+ * block of a row to finish (a counter per row) combines them and finishes the row. CG_ROW_SYNC (anything else:
+ * softmax, layer_norm): every block of the row waits for all of them at each level (the same counter), combines
+ * them itself and goes on over its own chunk; the blocks must all be resident at once, so it is launched
+ * cooperatively with no more blocks than the device holds (cuda_coresident_blocks). */
+enum { CG_ROW_WARP = 0, CG_ROW_BLOCK = 1, CG_ROW_SPLIT = 2, CG_ROW_SYNC = 3 };
+/* Row passes read CG_ROW_UNROLL elements a thread per step, so that many loads are in flight (a long row of one
+ * block is otherwise bound by one load's latency). */
+enum { CG_ROW_UNROLL = 4 };
 
 typedef struct cg_group_io {
   int next, nstore;
@@ -38,7 +45,7 @@ typedef struct cg_fused_spec {
   int32_t nkept;                 /* ROW: kept dims (the first nkept of the iteration order) */
   int32_t wide;                  /* 64-bit element indices */
   int32_t vec;                   /* POINTWISE: elements per vector access (1: scalar path only) */
-  int32_t strategy;              /* ROW: CG_ROW_WARP, CG_ROW_BLOCK or CG_ROW_SPLIT */
+  int32_t strategy;              /* ROW: CG_ROW_WARP, CG_ROW_BLOCK, CG_ROW_SPLIT or CG_ROW_SYNC */
   int32_t block;                 /* threads per block */
   uint8_t layout[CG_MAX_ARGS];   /* per external: CG_LINEAR / CG_SCALAR / CG_STRIDED (ROW: all strided) */
 } cg_fused_spec;
@@ -47,14 +54,19 @@ typedef struct cg_fused_spec {
 typedef struct cg_fused_geom {
   int64_t n;                     /* elements of the iteration shape */
   int64_t rows, inner;           /* ROW */
-  int64_t nchunk;                /* CG_ROW_SPLIT: blocks per row */
-  size_t ws_bytes;               /* CG_ROW_SPLIT: workspace (zeroed before the launch): a counter per row, then
+  int64_t nchunk;                /* a split row: blocks per row (CG_ROW_SYNC: the most; the launch may use fewer) */
+  size_t ws_bytes;               /* a split row: workspace (zeroed before the launch): a counter per row, then
                                     the partial states, 8 bytes a field */
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS];                     /* iteration order */
   int64_t ext_strides[CG_MAX_ARGS][GRACE_MAX_DIMS];   /* iteration order, 0 on broadcast dims */
   int64_t store_strides[CG_MAX_ARGS][GRACE_MAX_DIMS]; /* ROW: base-shape stores, iteration order */
 } cg_fused_geom;
+
+/* Whether the spec splits rows over blocks (a workspace argument and an nchunk word). */
+static inline int cg_fused_split(const cg_fused_spec *s) {
+  return s->kind == CG_ROW && (s->strategy == CG_ROW_SPLIT || s->strategy == CG_ROW_SYNC);
+}
 
 /* The group's external operands and stored values. GRACE_EUNSUPPORTED (with a message) for groups this
  * generator cannot lower (views of member values read inside the group, too many operands, ...). */

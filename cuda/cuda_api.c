@@ -88,6 +88,7 @@ static int load_symbols(cuda_ctx *c) {
   OPT(cuFuncGetParamInfo, "cuFuncGetParamInfo")
   OPT(cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams_v2")
   OPT(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
+  OPT(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 #undef REQ
 #undef OPT
   return 1;
@@ -285,19 +286,22 @@ typedef struct launch_config {
   launch_attr *attrs;
   unsigned nattrs;
 } launch_config;
-enum { LAUNCH_ATTR_CLUSTER_DIMENSION = 4, LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+enum { LAUNCH_ATTR_COOPERATIVE = 2, LAUNCH_ATTR_CLUSTER_DIMENSION = 4, LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+enum { LAUNCH_PDL = 1, LAUNCH_COOPERATIVE = 2 };
 _Static_assert(sizeof(launch_attr) == 72, "CUlaunchAttribute is 72 bytes");
 _Static_assert(sizeof(launch_config) == 56, "CUlaunchConfig is 56 bytes");
 
-/* cuLaunchKernelEx with programmatic serialization (pdl) and/or clusters of `cluster` blocks along x. */
+/* cuLaunchKernelEx with programmatic serialization and/or a cooperative grid (flags: LAUNCH_*) and/or clusters of
+ * `cluster` blocks along x. */
 static grace_status launch_ex(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
-                              const void *params, size_t param_bytes, int pdl, unsigned cluster) {
+                              const void *params, size_t param_bytes, int flags, unsigned cluster) {
   grace_status st = launch_prepare(c, f, smem, params, param_bytes);
   if (st != GRACE_OK) return st;
-  launch_attr attr[2];
+  launch_attr attr[3];
   unsigned n = 0;
   memset(attr, 0, sizeof attr);
-  if (pdl) { attr[n].id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION; attr[n++].v.value = 1; }
+  if (flags & LAUNCH_PDL) { attr[n].id = LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION; attr[n++].v.value = 1; }
+  if (flags & LAUNCH_COOPERATIVE) { attr[n].id = LAUNCH_ATTR_COOPERATIVE; attr[n++].v.value = 1; }
   if (cluster) {
     attr[n].id = LAUNCH_ATTR_CLUSTER_DIMENSION;
     attr[n].v.dim[0] = cluster; attr[n].v.dim[1] = attr[n].v.dim[2] = 1;
@@ -314,7 +318,23 @@ static grace_status launch_ex(cuda_ctx *c, CUfunction f, const unsigned grid[3],
 grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                     unsigned smem, const void *params, size_t param_bytes) {
   if (!c->fn.cuLaunchKernelEx) return cuda_launch(c, f, grid, block, smem, params, param_bytes);
-  return launch_ex(c, f, grid, block, smem, params, param_bytes, 1, 0);
+  return launch_ex(c, f, grid, block, smem, params, param_bytes, LAUNCH_PDL, 0);
+}
+
+int64_t cuda_coresident_blocks(cuda_ctx *c, CUfunction f, unsigned block, unsigned smem) {
+  int per_sm = 0;
+  if (!c->fn.cuOccupancyMaxActiveBlocksPerMultiprocessor ||
+      c->fn.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, (int)block, smem) != 0)
+    return 0;
+  return (int64_t)per_sm * c->props.sms;
+}
+
+grace_status cuda_launch_cooperative(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                     unsigned smem, const void *params, size_t param_bytes) {
+  if (!c->fn.cuLaunchKernelEx)
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "cuda_launch_cooperative: a cooperative launch needs cuLaunchKernelEx "
+                  "(a CUDA 12 driver)");
+  return launch_ex(c, f, grid, block, smem, params, param_bytes, LAUNCH_COOPERATIVE, 0);
 }
 
 int cuda_has_tensor_maps(const cuda_ctx *c) { return c->fn.cuTensorMapEncodeTiled && c->props.major >= 9; }

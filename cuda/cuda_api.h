@@ -132,6 +132,14 @@ int cuda_has_clusters(const cuda_ctx *c);
  * cluster run together and read each other's shared memory. GRACE_EUNSUPPORTED where cuda_has_clusters is 0. */
 grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                  unsigned smem, const void *params, size_t param_bytes, unsigned cluster);
+/* How many blocks of f (block threads, smem dynamic bytes) the whole device holds at once; 0 where the driver
+ * cannot say. */
+int64_t cuda_coresident_blocks(cuda_ctx *c, CUfunction f, unsigned block, unsigned smem);
+/* As cuda_launch, cooperatively: every block is resident at once, so they may wait for each other. The grid must
+ * not exceed cuda_coresident_blocks (the driver refuses it: a clear error). GRACE_EUNSUPPORTED without
+ * cuLaunchKernelEx (CUDA 12). */
+grace_status cuda_launch_cooperative(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
+                                     unsigned smem, const void *params, size_t param_bytes);
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e);
 void cuda_event_free(cuda_ctx *c, CUevent e);
 grace_status cuda_event_record(cuda_ctx *c, CUevent e);
@@ -209,6 +217,7 @@ typedef struct cuda_fns {
   CUresult (*cuGraphNodeGetType)(CUgraphNode, int *);
   CUresult (*cuGraphKernelNodeGetParams_v2)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);   /* optional */
   /* TMA tensor maps; optional (CUDA 12) */
   CUresult (*cuTensorMapEncodeTiled)(void *map, int dtype, unsigned rank, void *base, const uint64_t *dims,
                                      const uint64_t *strides, const unsigned *box, const unsigned *elem_strides,

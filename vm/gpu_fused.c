@@ -150,8 +150,22 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
     for (int a = 0; ind && st == GRACE_OK && a < e->k.narg; a++)
       if (!(ptrs[a] = cuda_capture_slot(ind, ptrs[a])))
         st = vm_err(vm, GRACE_EUNSUPPORTED, "fused kernel: the graph's argument table is full");
+    int coop = spec.kind == CG_ROW && spec.strategy == CG_ROW_SYNC;
+    if (coop && st == GRACE_OK) {
+      /* the row's blocks wait for each other: no more of them than the device holds at once (rows < SMs, so
+         every row keeps a block at least) */
+      int64_t most = cuda_coresident_blocks(ctx, e->fn, (unsigned)spec.block, 0);
+      if (most < geom.rows)
+        st = vm_err(vm, GRACE_EDEVICE, "fused kernel: the device holds %lld blocks of %s at once, fewer than its %lld "
+                    "rows", (long long)most, e->k.name, (long long)geom.rows);
+      else if (geom.rows * geom.nchunk > most) geom.nchunk = most / geom.rows;
+    }
     if (st == GRACE_OK) st = cg_fused_pack(vm, &e->k, &spec, &geom, ptrs, cuda_properties(ctx)->sms, &L);
-    if (st == GRACE_OK) st = cuda_launch(ctx, e->fn, L.grid, L.block, L.smem, L.words, sizeof(uint64_t) * (size_t)L.nwords);
+    if (st == GRACE_OK) {
+      size_t pb = sizeof(uint64_t) * (size_t)L.nwords;
+      st = coop ? cuda_launch_cooperative(ctx, e->fn, L.grid, L.block, L.smem, L.words, pb)
+                : cuda_launch(ctx, e->fn, L.grid, L.block, L.smem, L.words, pb);
+    }
     if (ws) cuda_release(ctx, ws, geom.ws_bytes);
     if (st != GRACE_OK) {
       for (int s = 0; s < io->nstore; s++) grace_tensor_release(outs[s]);

@@ -462,7 +462,8 @@ int main(void) {
           ok(R.spec.strategy == CG_ROW_BLOCK && has(R.src, "__shared__") && has(R.src, "__syncthreads()"),
              "sum of 150 rows of 3001: a block per row through shared memory");
         if (i == 0 && d == 0 && (shape == 1 || shape == 2))
-          ok(R.spec.strategy == CG_ROW_SPLIT && has(R.src, "atomicAdd(&ws[row], 1ULL)") && has(R.src, "ws[row] = 0"),
+          ok(R.spec.strategy == CG_ROW_SPLIT && has(R.src, "atomicAdd(&ws[row], 1ULL)") && has(R.src, "if (cgf_last)") &&
+             !has(R.src, "__nanosleep"),
              "sum of %s: rows split over blocks, the last block combines", shape == 1 ? "3 rows of 65537" : "16M elements");
         lowered_free(&R);
         /* float sums round differently in float (device) and double (CPU): the error grows with the terms'
@@ -474,9 +475,10 @@ int main(void) {
 
   /* decomposed softmax and layer_norm: one row kernel each */
   static const grace_dtype fdt[] = {GRACE_FLOAT32, GRACE_FLOAT64, GRACE_FLOAT16, GRACE_BFLOAT16};
+  static const int64_t sm_shapes[][2] = {{64, 1000}, {7, 5000}, {3, 65537}, {1, 1 << 22}};
   for (int d = 0; d < 4; d++)
-    for (int shape = 0; shape < 2; shape++) {
-      sz_case c = {fdt[d], shape ? 7 : 64, shape ? 5000 : 1000};
+    for (int shape = 0; shape < (d == 0 ? 4 : 3); shape++) {
+      sz_case c = {fdt[d], sm_shapes[shape][0], sm_shapes[shape][1]};
       char what[96];
       snprintf(what, sizeof what, "softmax %s [%lld, %lld]", grace_dtype_name(c.dt), (long long)c.a, (long long)c.b);
       build_softmax(c.dt, c.a, c.b);
@@ -485,12 +487,21 @@ int main(void) {
       if (d == 0 && shape == 0)
         ok(R.ngroups == 1 && R.spec.kind == CG_ROW && has(R.src, "/* pass 2 */") && has(R.src, "/* stores over the row */"),
            "softmax: one row kernel, two reduction passes then the stores");
+      /* few long rows: split over blocks that wait for each other at each pass */
+      if (d == 0 && shape >= 2)
+        ok(R.spec.strategy == CG_ROW_SYNC && has(R.src, "atomicAdd(&ws[row], 1ULL)") && has(R.src, "__nanosleep") &&
+           has(R.src, "(unsigned long long)nchunk * 2") && has(R.src, "#pragma unroll"),
+           "softmax over %lld rows of %lld: rows split over blocks that wait for each other", (long long)c.a,
+           (long long)c.b);
       lowered_free(&R);
       gpu_compare(what, b_softmax, &c, -5, 5);
       snprintf(what, sizeof what, "layer_norm %s [%lld, %lld]", grace_dtype_name(c.dt), (long long)c.a, (long long)c.b);
       build_layer_norm(c.dt, c.a, c.b);
       lower_check(what, 0, &R);
       if (d == 0 && shape == 0) ok(R.ngroups == 1 && R.spec.kind == CG_ROW, "layer_norm: one row kernel");
+      if (d == 0 && shape >= 2)
+        ok(R.spec.strategy == CG_ROW_SYNC, "layer_norm over %lld rows of %lld: rows split over blocks", (long long)c.a,
+           (long long)c.b);
       lowered_free(&R);
       gpu_compare(what, b_layer_norm, &c, -5, 5);
     }

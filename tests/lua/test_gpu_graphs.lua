@@ -219,6 +219,25 @@ for _, mode in ipairs(MODES) do
     if maxdiff(dyn(to_dev(av), lr), av - av:tanh() * lr) <= 1e-5 then dgood = dgood + 1 end
   end
   tap.ok(dgood == 12, mode .. ": a dynamic scalar changing every call, 12 calls right (" .. dgood .. ")")
+
+  -- softmax and a normalization over two long rows: each row split over blocks that wait for each other (a
+  -- cooperative launch), recorded in the graph and replayed with fresh inputs
+  local lr = grace.compile(function(a)
+    local e = (a - a:max(-1, true)):exp()
+    local c = a - a:mean(-1, true)
+    return e / e:sum(-1, true), c / ((c * c):mean(-1, true) + 1e-5):sqrt()
+  end)
+  local lgood = 0
+  for i = 1, 8 do
+    local v = grace.randn(2, 100003) * (i % 3 + 1)
+    local e = (v - v:max(-1, true)):exp()
+    local c = v - v:mean(-1, true)
+    local s, n = lr(to_dev(v))
+    if maxdiff(s, e / e:sum(-1, true)) <= 1e-6 and maxdiff(n, c / ((c * c):mean(-1, true) + 1e-5):sqrt()) <= 1e-4 then
+      lgood = lgood + 1
+    end
+  end
+  tap.ok(lgood == 8, mode .. ": softmax and normalization over 2 rows of 100003, 8 calls right (" .. lgood .. ")")
 end
 grace.graphs()
 
