@@ -35,9 +35,11 @@ if ! make DEPS_PREFIX="$root" -j"$jobs" all $(ls tests/c/*.c | sed 's|tests/c/\(
 fi
 echo "build ok"
 status=0
-gpu_tests=""   # GPU_TESTS=name: only the GPU test files whose name holds it (gpu, memcheck, parallel stages)
+gpu_tests=""   # GPU_TESTS="name ...": only the GPU test files whose name holds one of them (gpu, memcheck, parallel)
 for t in $(ls $B/tests/test_cuda $B/tests/test_cg_* 2>/dev/null) $(ls tests/lua/test_gpu_*.lua 2>/dev/null); do
-  case "$(basename "$t")" in *${GPU_TESTS:-}*) gpu_tests="$gpu_tests $t" ;; esac
+  for pat in ${GPU_TESTS:-""}; do
+    case "$(basename "$t")" in *$pat*) gpu_tests="$gpu_tests $t"; break ;; esac
+  done
 done
 run_one() {   # a test file, its TAP to a log, a one-line summary
   local t=$1 log=$2; shift 2
