@@ -318,7 +318,7 @@ __device__ __forceinline__ void ll_store(unsigned long long *p, float v, unsigne
   const unsigned long long w = ((unsigned long long)tag << 32) | __float_as_uint(v);
   asm volatile("st.volatile.global.u64 [%0], %1;" :: "l"(p), "l"(w) : "memory");
 }
-template <typename T, int C, int L, int LL_IN>
+template <typename T, int C, int L, int LL_IN, int BO>   // BO: ns slept between polls (0: none)
 __global__ void __launch_bounds__(128) gemv_ll(const T *__restrict__ x, const unsigned long long *xl,
                                                const T *__restrict__ W, unsigned long long *yl, int N, int K,
                                                unsigned want, unsigned tag, float scale) {
@@ -350,6 +350,7 @@ __global__ void __launch_bounds__(128) gemv_ll(const T *__restrict__ x, const un
       ready = true;
 #pragma unroll
       for (int i = 0; i < WPT; i++) ready &= (unsigned)(v[i] >> 32) == want;
+      if (BO && !ready) __nanosleep(BO);
     } while (!ready && ++polls < (1 << 14));
 #pragma unroll
     for (int i = 0; i < WPT; i++) xsm[2 * ((i / 2) * 128 + threadIdx.x) + (i & 1)] = __uint_as_float((unsigned)v[i]);
@@ -653,9 +654,10 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
   return us;
 }
 // The 48 GEMVs as a real chain: kernel j reads the first K values of kernel j-1's output (the first reads xs[0]).
-// ll 0: grace's way (GEMV_RW, T buffers, each kernel waits for the one before to end); ll 1: the LL handover above,
-// two graphs replayed in turn, kernel j of graph e tagging its words 1 + 64 e + j (a ring of 4 buffers holds words
-// of this replay's kernel j - 4 and of the other graph's replay before: neither tag is the one awaited).
+// ll 0: grace's way (GEMV_RW, T buffers, each kernel waits for the one before to end); ll 1-3: the LL handover above
+// (2, 3: polls 100 / 500 ns apart), two graphs replayed in turn, kernel j of graph e tagging its words 1 + 64 e + j
+// (a ring of 4 buffers holds words of this replay's kernel j - 4 and of the other graph's replay before: neither tag
+// is the one awaited).
 // With ll, the last output is checked against the chain computed on the host in double.
 template <typename T> static float chain_us(int ll, void **ws, void **xs, double *err) {
   constexpr int VEC = 16 / sizeof(T);
@@ -679,8 +681,15 @@ template <typename T> static float chain_us(int ll, void **ws, void **xs, double
       unsigned tag = 1u + 64u * (unsigned)e + (unsigned)j, want = tag - 1;
       float scale = sqrtf(3.0f / (float)K);
       void *args[] = {&x, &xl, &W, &yl, &N, &K, &want, &tag, &scale};
-      const void *fn = K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1> : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0>)
-                                : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1>;
+      const void *fn = ll == 1 ? (K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, 0>
+                                                 : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, 0>)
+                                            : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, 0>)
+                     : ll == 2 ? (K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, 100>
+                                                : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, 100>)
+                                           : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, 100>)
+                               : (K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, 500>
+                                                : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, 500>)
+                                           : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, 500>);
       const int C = K == 768 ? 2 : 1;
       launch_any(s, fn, (unsigned)((N + 4 * C - 1) / (4 * C)), true, args);
     }
@@ -811,11 +820,12 @@ template <typename T> static void all(const char *name, double copy_bw) {
   }
   g_one_layer = false;
   g_side_ahead = -1;
-  for (int ll = 0; ll < 2; ll++) {   // the real chain: grace's handover against the LL one
+  static const char *const chain_what[] = {"GEMV_RW, each kernel waiting for the one before",
+    "LL handover (flags in the data, no kernel wait)", "LL handover, polls 100 ns apart", "LL handover, polls 500 ns apart"};
+  for (int ll = 0; ll < 4; ll++) {   // the real chain: grace's handover against the LL one
     double err;
     float us = chain_us<T>(ll, ws, xs, &err);
-    printf("%-5s real chain    %-62s %7.1f us %5.1f%%", name, ll ? "LL handover (flags in the data, no kernel wait)" : "GEMV_RW, each kernel waiting for the one before",
-           us, 100.0 * bytes / (us * 1e-6) / copy_bw);
+    printf("%-5s real chain    %-62s %7.1f us %5.1f%%", name, chain_what[ll], us, 100.0 * bytes / (us * 1e-6) / copy_bw);
     if (ll) printf("  last output's max err %.2e of max|y|", err);
     printf("\n");
   }
