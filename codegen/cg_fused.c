@@ -236,6 +236,8 @@ static void bcast_strides(int tnd, const int64_t *tsz, const int64_t *tst, int n
   }
 }
 
+static int red_fields(const grp *G);
+
 grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, int g, const cg_group_io *io,
                            const cg_tensor *ext, int indirect, int sms, cg_fused_spec *spec, cg_fused_geom *geom) {
   grp G;
@@ -344,15 +346,8 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
     spec->block = spec->strategy == CG_ROW_WARP ? 256 : 512;
     /* few long rows: split over blocks; when every reduction reads the input directly (one level) and nothing
      * is stored over the base shape the row's last block finishes it, else all of them wait for each other */
-    int full_store = 0, nfield = 0;
+    int full_store = 0, nfield = red_fields(&G);
     for (int s = 0; s < io->nstore; s++) full_store |= G.space[io->store[s]] == SP_FULL;
-    for (int i = 0; i < G.n; i++) {
-      const ir_inst *in = &ir->insts[G.mem[i]];
-      if (op_kind(in->op) != GRACE_KIND_REDUCE) continue;
-      int op = in->op;
-      nfield += op == GRACE_OP_VAR || op == GRACE_OP_STD ? 3 : op == GRACE_OP_SUM || op == GRACE_OP_MEAN ||
-                op == GRACE_OP_PROD || op == GRACE_OP_ALL || op == GRACE_OP_ANY ? 1 : 2;
-    }
     if (sms < 1) sms = 1;
     if (geom->rows < sms && geom->inner >= 32768) {
       int64_t want = (4 * (int64_t)sms + geom->rows - 1) / geom->rows, most = geom->inner / 8192;
@@ -766,6 +761,19 @@ static void red_setup(const grp *G, const ir_inst *in, red_state *r) {
   }
 }
 
+/* The 8-byte fields of all the group's reduction states (a split row's workspace holds them a chunk). */
+static int red_fields(const grp *G) {
+  int n = 0;
+  for (int i = 0; i < G->n; i++) {
+    const ir_inst *in = &G->ir->insts[G->mem[i]];
+    if (op_kind(in->op) != GRACE_KIND_REDUCE) continue;
+    red_state r;
+    red_setup(G, in, &r);
+    n += r.nf;
+  }
+  return n;
+}
+
 static int wants_max(int op) { return op == GRACE_OP_MAX || op == GRACE_OP_ARGMAX; }
 
 /* Folds state o (fields o0..) into state r<id> (fields r<id>_0..). */
@@ -982,14 +990,7 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
     cg_printf(b, "  const long long row0 = (long long)blockIdx.x * %d + (threadIdx.x >> 5), rstep = (long long)gridDim.x * %d;\n"
               "  const int t0 = lane, tstep = 32;\n", spec->block / 32, spec->block / 32);
   else cg_puts(b, "  const long long row0 = blockIdx.x, rstep = gridDim.x;\n  const int t0 = threadIdx.x, tstep = blockDim.x;\n");
-  int nfield = 0;   /* a split row: 8-byte fields of all its reductions' states, each level's after the last's */
-  for (int i = 0; i < G->n; i++) {
-    const ir_inst *in = &ir->insts[G->mem[i]];
-    if (op_kind(in->op) != GRACE_KIND_REDUCE) continue;
-    red_state r;
-    red_setup(G, in, &r);
-    nfield += r.nf;
-  }
+  int nfield = red_fields(G);   /* a split row's fields a chunk, each level's after the level before's */
   if (split) {
     /* block b takes chunk b % nchunk of row b / nchunk (CG_ROW_SYNC: exactly one, the grid is rows x nchunk) */
     cg_printf(b, "  const long long nchunk = p.w[%d], csize = (inner + nchunk - 1) / nchunk;\n", wst + io->nstore * nd);

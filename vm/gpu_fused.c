@@ -155,9 +155,12 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
       /* the row's blocks wait for each other: no more of them than the device holds at once (rows < SMs, so
          every row keeps a block at least) */
       int64_t most = cuda_coresident_blocks(ctx, e->fn, (unsigned)spec.block, 0);
-      if (most < geom.rows)
-        st = vm_err(vm, GRACE_EDEVICE, "fused kernel: the device holds %lld blocks of %s at once, fewer than its %lld "
-                    "rows", (long long)most, e->k.name, (long long)geom.rows);
+      if (most == 0)
+        st = vm_err(vm, GRACE_EDEVICE, "fused kernel %s: the driver cannot say how many of its blocks fit the device "
+                    "at once (cuOccupancyMaxActiveBlocksPerMultiprocessor)", e->k.name);
+      else if (most < geom.rows)
+        st = vm_err(vm, GRACE_EDEVICE, "fused kernel %s: the device holds %lld of its blocks at once, fewer than its "
+                    "%lld rows", e->k.name, (long long)most, (long long)geom.rows);
       else if (geom.rows * geom.nchunk > most) geom.nchunk = most / geom.rows;
     }
     if (st == GRACE_OK) st = cg_fused_pack(vm, &e->k, &spec, &geom, ptrs, cuda_properties(ctx)->sms, &L);
