@@ -570,7 +570,9 @@ template <typename T> static Gemv grace_rw() {
   };
 }
 
-// Median us of work(r) (enqueued on s) over 30 samples of `per` calls each, after `warm` calls.
+// Median us of a call of work(i) (enqueued on s; i counts every call from 0) over 30 samples of `per` calls each,
+// after `warm` calls. Graphs are timed 10 replays back to back: one replay alone also counts the time the host takes
+// to submit it (the stream idle after the first event).
 static float median_us(cudaStream_t s, int warm, int per, const std::function<void(int)> &work) {
   for (int i = 0; i < warm; i++) work(i);
   cudaEvent_t a, b;
@@ -578,7 +580,7 @@ static float median_us(cudaStream_t s, int warm, int per, const std::function<vo
   std::vector<float> t;
   for (int r = 0; r < 30; r++) {
     CK(cudaEventRecord(a, s));
-    for (int i = 0; i < per; i++) work(r);
+    for (int i = 0; i < per; i++) work(warm + r * per + i);
     CK(cudaEventRecord(b, s)); CK(cudaEventSynchronize(b));
     float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / per);
   }
@@ -622,7 +624,7 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
   if (g_side_ahead >= 0) CK(cudaStreamWaitEvent(s, join, 0));
   CK(cudaStreamEndCapture(s, &gr));
   CK(cudaGraphInstantiate(&ge, gr, 0));
-  const float us = median_us(s, 5, 1, [&](int) { CK(cudaGraphLaunch(ge, s)); });
+  const float us = median_us(s, 5, 10, [&](int) { CK(cudaGraphLaunch(ge, s)); });
   if (timeline) {   // one more replay with the timeline zeroed: per kernel, when it started, left its wait, ended
     std::vector<unsigned long long> h(TLW * 48);
     for (int k = 0; k < 48; k++)
@@ -697,9 +699,9 @@ template <typename T> static float chain_us(int ll, void **ws, void **xs, double
     CK(cudaGraphInstantiate(&ge[e], gr, 0));
     CK(cudaGraphDestroy(gr));
   }
-  const float us = median_us(s, 6, 1, [&](int r) { CK(cudaGraphLaunch(ge[r % 2], s)); });
+  const float us = median_us(s, 6, 10, [&](int i) { CK(cudaGraphLaunch(ge[i % 2], s)); });
   *err = -1;
-  if (ll) {   // the last replay ran graph 1 (r = 29): its last output, tag 1 + 64 + 47, against the host's chain in double
+  if (ll) {   // the last replay ran graph 1 (call 305): its last output, tag 1 + 64 + 47, against the host's chain in double
     std::vector<unsigned long long> got(768);
     CK(cudaMemcpy(got.data(), buf[47 % 4], 768 * 8, cudaMemcpyDeviceToHost));
     std::vector<T> hx(768);
