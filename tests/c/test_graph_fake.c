@@ -6,7 +6,9 @@
  * call, a host number becoming a per-call table word, the LRU bound on graphs, measured choice settling on one
  * strategy, random numbers (seed and offset per-call words, the offset advancing as eager's; refused for a graph
  * fed by copies), and the programs that are not graphed with their reasons (a view of an input returned, graphs
- * turned off), and out of memory while instantiating (the calls run eagerly, the reason reported, nothing kept). NVRTC compiles the kernels for real; without it the file skips. */
+ * turned off), out of memory while instantiating (the calls run eagerly, the reason reported, nothing kept), and
+ * the cooperative launch of rows split over blocks that wait for each other. NVRTC compiles the kernels for real;
+ * without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +211,53 @@ static void instantiation_oom(grace_vm *vm) {
   grace_set_graphs(vm, NULL);
 }
 
+/* Softmax over few long rows: its row kernel splits each row over blocks that wait for each other, so it is
+ * launched cooperatively with no more blocks than the device holds at once, and refuses to run (a clear error,
+ * nothing kept) where the driver cannot say how many that is. */
+static void split_rows(grace_vm *vm, cuda_ctx *c) {
+  int64_t sz[2] = {100, 65536};
+  grace_ir *ir = grace_ir_new(vm, "fake_softmax");
+  grace_value x, m, d, e, s, y;
+  grace_attrs last = {.ndims = 1, .dims = {-1}, .keepdim = 1};
+  grace_status st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 2, sz, &x);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_MAX, 1, &x, &last, 1, &m);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_SUB, 2, (grace_value[]){x, m}, NULL, 1, &d);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_EXP, 1, &d, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_SUM, 1, &e, &last, 1, &s);
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_DIV, 2, (grace_value[]){e, s}, NULL, 1, &y);
+  if (st == GRACE_OK) st = grace_ir_output(ir, y);
+  grace_tensor *xt = NULL;
+  if (st == GRACE_OK) st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, sz, &xt);
+  if (!ok(st == GRACE_OK, "softmax over 100 rows of 65536 built")) { grace_ir_free(ir); return; }
+  grace_set_graphs(vm, "off");
+  grace_device_stats d0, d1;
+  grace_device_stats_get(vm, &d0);
+  grace_tensor *out = NULL;
+  /* the fake's default: neither cuLaunchKernelEx nor the occupancy query */
+  st = grace_ir_run(ir, 1, &xt, 1, &out);
+  ok(st == GRACE_EDEVICE && strstr(grace_last_error(vm), "cannot say how many") && !out,
+     "without the occupancy query the split row refuses to run (%s)", grace_last_error(vm));
+  grace_device_stats_get(vm, &d1);
+  is_int((long long)d1.allocated, (long long)d0.allocated, "the refused launch keeps no device memory");
+  install_fake_ex(c);
+  fake_blocks_per_sm = 2;   /* 264 blocks at once: 100 rows of 6 chunks (4 blocks an SM wanted) become 2 chunks */
+  st = grace_ir_run(ir, 1, &xt, 1, &out);
+  ok(st == GRACE_OK && ex_coop && ex_grid == 200 && ex_block == 512,
+     "2 blocks an SM: a cooperative launch of 100 rows x 2 chunks (grid %u of %u threads, cooperative %d)", ex_grid,
+     ex_block, ex_coop);
+  grace_tensor_release(out);
+  out = NULL;
+  fake_blocks_per_sm = 1;
+  st = grace_ir_run(ir, 1, &xt, 1, &out);
+  ok(st == GRACE_OK && ex_coop && ex_grid == 100, "1 block an SM: one chunk a row (grid %u)", ex_grid);
+  grace_tensor_release(out);
+  c->fn.cuLaunchKernelEx = NULL;
+  c->fn.cuOccupancyMaxActiveBlocksPerMultiprocessor = NULL;
+  grace_tensor_release(xt);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
 /* grace_set_progress: the lines long work reports */
 static int n_compiling, n_recording, n_measuring;
 static void count_progress(void *ud, const char *what) {
@@ -233,13 +282,14 @@ int main(void) {
     grace_vm_free(vm);
     return 0;
   }
-  install_fake(vm);
+  cuda_ctx *fake = install_fake(vm);
   grace_set_progress(vm, count_progress, NULL);
   forced(vm, "copy", GRACE_LAUNCH_COPY);
   forced(vm, "indirect", GRACE_LAUNCH_INDIRECT);
   measured(vm);
   not_graphed(vm);
   instantiation_oom(vm);
+  split_rows(vm, fake);
   ok(kernel_launches > 0 && instantiations > 0, "kernels and graphs went through the fake driver");
   ok(n_compiling > 0 && n_recording > 0 && n_measuring > 0,
      "progress is reported: %d kernel compiles, %d graph recordings, %d measured calls", n_compiling, n_recording,
