@@ -26,8 +26,8 @@ enum { CG_LINEAR = 0, CG_SCALAR = 1, CG_STRIDED = 2 };   /* layout classes of ex
  * them itself and goes on over its own chunk; the blocks must all be resident at once, so it is launched
  * cooperatively with no more blocks than the device holds (cuda_coresident_blocks). */
 enum { CG_ROW_WARP = 0, CG_ROW_BLOCK = 1, CG_ROW_SPLIT = 2, CG_ROW_SYNC = 3 };
-/* Row passes read CG_ROW_UNROLL elements a thread per step, so that many loads are in flight (a long row of one
- * block is otherwise bound by one load's latency). */
+/* A block's row passes read CG_ROW_UNROLL elements a thread per step, so that many loads are in flight (a long
+ * row of one block is otherwise bound by one load's latency); a warp's row keeps one a step. */
 enum { CG_ROW_UNROLL = 4 };
 
 typedef struct cg_group_io {
