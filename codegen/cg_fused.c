@@ -349,7 +349,7 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
     int full_store = 0, nfield = red_fields(&G);
     for (int s = 0; s < io->nstore; s++) full_store |= G.space[io->store[s]] == SP_FULL;
     if (sms < 1) sms = 1;
-    if (geom->rows < sms && geom->inner >= 32768) {
+    if (cg_fused_few_long_rows(geom->rows, geom->inner, sms)) {
       int64_t want = (4 * (int64_t)sms + geom->rows - 1) / geom->rows, most = geom->inner / 8192;
       geom->nchunk = want < most ? want : most;
       if (geom->nchunk >= 2) {

@@ -63,6 +63,12 @@ typedef struct cg_fused_geom {
   int64_t store_strides[CG_MAX_ARGS][GRACE_MAX_DIMS]; /* ROW: base-shape stores, iteration order */
 } cg_fused_geom;
 
+/* Whether a row group of `rows` rows of `inner` elements splits each row over blocks on a device of `sms` SMs
+ * (fewer rows than SMs, long ones; cg_fused_plan then also needs two chunks of 8192 elements at least). */
+static inline int cg_fused_few_long_rows(int64_t rows, int64_t inner, int sms) {
+  return rows < sms && inner >= 32768;
+}
+
 /* Whether the spec splits rows over blocks (a workspace argument and an nchunk word). */
 static inline int cg_fused_split(const cg_fused_spec *s) {
   return s->kind == CG_ROW && (s->strategy == CG_ROW_SPLIT || s->strategy == CG_ROW_SYNC);

@@ -4,6 +4,7 @@
  * views made on the host when a group first needs them and every value released after the last group that
  * reads it (directly or through views). */
 #include <stdio.h>
+#include "codegen/cg_fused.h"
 #include "cuda/cuda_internal.h"   /* the launch counter and the allocator's peak (grace_device_stats_get) */
 #include "ir/ir_place.h"
 #include "vm/cpu_kernels.h"
@@ -195,6 +196,20 @@ void gpu_state_free(grace_vm *vm) {
   vm->gpu = NULL;
 }
 
+/* Whether softmax / log_softmax over x (dtype, ndim, sizes) runs written out, as one row kernel split over blocks:
+ * float32/float64 results of x's dtype (the decompose pass expands those) over rows few and long enough. */
+static int split_softmax(grace_vm *vm, grace_op op, int dtype, int nd, const int64_t *sizes, const grace_attrs *a) {
+  if ((op != GRACE_OP_SOFTMAX && op != GRACE_OP_LOG_SOFTMAX) || nd == 0) return 0;
+  if ((dtype != GRACE_FLOAT32 && dtype != GRACE_FLOAT64) || (a->has_dtype && (int)a->dtype != dtype)) return 0;
+  cuda_ctx *c = gpu_ctx(vm);
+  int dim = nd - 1;
+  if (!c || a->ndims > 1 || (a->ndims == 1 && grace_norm_dim(vm, grace_op_name(op), a->dims[0], nd, &dim) != GRACE_OK))
+    return 0;
+  int64_t n = 1;
+  for (int d = 0; d < nd; d++) n *= sizes[d];
+  return sizes[dim] > 0 && cg_fused_few_long_rows(n / sizes[dim], sizes[dim], cuda_properties(c)->sms);
+}
+
 /* The one-op program for op over in[]: CUDA inputs become tensor inputs, host 0-d tensors scalar inputs (a host
  * number keeps its wrapped-number typing). Errors are the ones eager type checking gives. */
 static grace_status build_prog(grace_vm *vm, const prog_key *k, grace_ir **out) {
@@ -213,6 +228,16 @@ static grace_status build_prog(grace_vm *vm, const prog_key *k, grace_ir **out) 
   if (st == GRACE_OK) st = grace_ir_op(ir, k->op, k->nin, v, &k->attrs, k->nout, res);
   for (int i = 0; i < k->nout && st == GRACE_OK; i++) st = grace_ir_output(ir, res[i]);
   if (st != GRACE_OK) { grace_ir_free(ir); return st; }
+  if (split_softmax(vm, k->op, k->in[0].dtype, k->in[0].ndim, k->in[0].sizes, &k->attrs)) {
+    /* few long rows: written out (float32/float64; the decompose pass leaves other dtypes) they become one row
+       kernel split over blocks, where the softmax kernel takes a block a row (H200, [1, 16M] float32: see
+       bench/RESULTS.md, session 8) */
+    grace_ir *dec = NULL;
+    st = grace_ir_pass(ir, "decompose", &dec);
+    grace_ir_free(ir);
+    if (st != GRACE_OK) return st;
+    ir = dec;
+  }
   *out = ir;
   return GRACE_OK;
 }
@@ -308,6 +333,9 @@ grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in
   }
   if (op == GRACE_OP_MATMUL && ir_device_matmul_on_host(in[0]->dtype, in[1]->dtype))
     return on_host(vm, op, nin, in, attrs, nout, out);
+  if (nin == 1 && in[0]->storage->device == GRACE_CUDA &&
+      split_softmax(vm, op, in[0]->dtype, in[0]->ndim, in[0]->sizes, attrs))
+    return run_prog(vm, op, nin, in, attrs, nout, out);   /* written out by build_prog */
   switch (grace_op_kind(op)) {
   case GRACE_KIND_VIEW: return vm_view_run(vm, op, nin, in, attrs, nout, out);
   case GRACE_KIND_UNARY: case GRACE_KIND_BINARY: case GRACE_KIND_COMPARE: case GRACE_KIND_TERNARY:

@@ -251,6 +251,24 @@ static void split_rows(grace_vm *vm, cuda_ctx *c) {
   st = grace_ir_run(ir, 1, &xt, 1, &out);
   ok(st == GRACE_OK && ex_coop && ex_grid == 100, "1 block an SM: one chunk a row (grid %u)", ex_grid);
   grace_tensor_release(out);
+  out = NULL;
+  /* eager softmax over the same rows is written out into that kernel; over short rows it keeps its own */
+  ex_coop = 0;
+  st = grace_run(vm, GRACE_OP_SOFTMAX, 1, &xt, &last, 1, &out);
+  if (!ok(st == GRACE_OK && ex_coop && ex_grid == 100, "eager softmax over 100 rows of 65536: the split row kernel (grid %u)",
+          ex_grid))
+    printf("# status %d: %s\n", st, st ? grace_last_error(vm) : "");
+  grace_tensor_release(out);
+  out = NULL;
+  grace_tensor *xs = NULL;
+  int64_t short_rows[2] = {100, 1000};
+  ex_coop = 0;
+  long launches = kernel_launches;
+  st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, short_rows, &xs);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SOFTMAX, 1, &xs, &last, 1, &out);
+  ok(st == GRACE_OK && !ex_coop && kernel_launches == launches + 1, "eager softmax over rows of 1000: one plain launch");
+  grace_tensor_release(out);
+  grace_tensor_release(xs);
   c->fn.cuLaunchKernelEx = NULL;
   c->fn.cuOccupancyMaxActiveBlocksPerMultiprocessor = NULL;
   grace_tensor_release(xt);
