@@ -41,11 +41,6 @@ static int is_member(const grp *G, int32_t v) {
   return G->f->inst_group[i] == G->g;
 }
 static int op_kind(int op) { return op < GRACE_NOPS ? (int)grace_op_kind((grace_op)op) : -1; }
-static int is_view_op(int op) { return op_kind(op) == GRACE_KIND_VIEW; }
-static int32_t base_value(const grace_ir *ir, int32_t v) {
-  while (v >= 0 && is_view_op(ir->insts[ir->vals[v].inst].op)) v = ir->args[ir->insts[ir->vals[v].inst].first_arg];
-  return v;
-}
 static int64_t numel(const ir_type *t) {
   int64_t n = 1;
   for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
@@ -124,7 +119,7 @@ static grace_status grp_init(grace_vm *vm, const grace_ir *ir, const ir_fusion *
     for (int j = 0; j < in->nin; j++) {
       int32_t a = ir->args[in->first_arg + j];
       if (a < 0) continue;
-      int32_t b = base_value(ir, a);
+      int32_t b = ir_view_base(ir, a);
       if (b != a && is_member(G, b)) {
         /* a view of a member: only reshapes of a reduction's per-row result can be read in registers */
         if (!G->row || G->space[b] != SP_ROW || numel(&ir->vals[a].type) != numel(&ir->vals[b].type)) {
@@ -198,16 +193,16 @@ grace_status cg_fused_io(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, i
     int kg = f->inst_group[k];
     if (kg < 0 || kg == g) continue;
     for (int j = 0; j < in->nin && ok; j++) {
-      int32_t v = base_value(ir, ir->args[in->first_arg + j]);
+      int32_t v = ir_view_base(ir, ir->args[in->first_arg + j]);
       if (is_member(&G, v)) ok = add_unique(io->store, &io->nstore, v);
     }
   }
   for (int i = 0; i < ir->nout && ok; i++) {
-    int32_t v = base_value(ir, ir->outputs[i]);
+    int32_t v = ir_view_base(ir, ir->outputs[i]);
     if (is_member(&G, v)) ok = add_unique(io->store, &io->nstore, v);
   }
   for (int i = 0; i < ir->nwrite && ok; i++) {
-    int32_t v = base_value(ir, ir->writes[i].value);
+    int32_t v = ir_view_base(ir, ir->writes[i].value);
     if (is_member(&G, v)) ok = add_unique(io->store, &io->nstore, v);
   }
   if (ok && io->next + io->nstore > CG_MAX_ARGS) ok = 0;

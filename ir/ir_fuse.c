@@ -49,18 +49,9 @@ static int joinable_producer(int op) {
   return k == GRACE_KIND_REDUCE || k == GRACE_KIND_MATMUL;
 }
 
-/* The value a view chain reads (a consumer indexes through views into it). */
-static int32_t base_value(const grace_ir *ir, int32_t v) {
-  while (v >= 0) {
-    const ir_inst *k = &ir->insts[ir->vals[v].inst];
-    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW) return v;
-    v = ir->args[k->first_arg];
-  }
-  return v;
-}
 /* The instruction computing what v reads, -1 when that is free (an input, capture, scalar or literal). */
 static int base_inst(const grace_ir *ir, int32_t v) {
-  v = base_value(ir, v);
+  v = ir_view_base(ir, v);
   if (v < 0) return -1;
   int i = ir->vals[v].inst;
   return is_free(ir->insts[i].op) ? -1 : i;
@@ -468,12 +459,12 @@ grace_status grace_ir_fuse_report(grace_ir *ir, char *buf, size_t n, int *nkerne
     const ir_inst *in = &ir->insts[k];
     if (f.inst_group[k] < 0) continue;
     for (int j = 0; j < in->nin; j++) {
-      int32_t v = base_value(ir, ir->args[in->first_arg + j]);
+      int32_t v = ir_view_base(ir, ir->args[in->first_arg + j]);
       if (v >= 0 && f.inst_group[ir->vals[v].inst] >= 0 && f.inst_group[ir->vals[v].inst] != f.inst_group[k]) stored[v] = 1;
     }
   }
-  for (int i = 0; i < ir->nout; i++) { int32_t v = base_value(ir, ir->outputs[i]); if (v >= 0) stored[v] = 1; }
-  for (int i = 0; i < ir->nwrite; i++) { int32_t v = base_value(ir, ir->writes[i].value); if (v >= 0) stored[v] = 1; }
+  for (int i = 0; i < ir->nout; i++) { int32_t v = ir_view_base(ir, ir->outputs[i]); if (v >= 0) stored[v] = 1; }
+  for (int i = 0; i < ir->nwrite; i++) { int32_t v = ir_view_base(ir, ir->writes[i].value); if (v >= 0) stored[v] = 1; }
   rbuf b = {buf, n, 0};
   for (int g = 0; g < f.ngroup; g++) {
     const ir_fuse_group *G = &f.groups[g];
