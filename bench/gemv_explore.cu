@@ -655,6 +655,13 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
   g_ws = nullptr;
   return us;
 }
+// The LL kernel for a chain GEMV of K 768 (2 columns a warp; the first of the chain reads x as T) or 3072, polls
+// BO ns apart.
+template <typename T, int BO> static const void *ll_kernel(int K, bool first) {
+  constexpr int VEC = 16 / sizeof(T);
+  if (K != 768) return (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, BO>;
+  return first ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, BO> : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, BO>;
+}
 // The 48 GEMVs as a real chain: kernel j reads the first K values of kernel j-1's output (the first reads xs[0]).
 // ll 0: grace's way (GEMV_RW, T buffers, each kernel waits for the one before to end); ll 1-3: the LL handover above
 // (2, 3: polls 100 / 500 ns apart), two graphs replayed in turn, kernel j of graph e tagging its words 1 + 64 e + j
@@ -662,7 +669,6 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
 // is the one awaited).
 // With ll, the last output is checked against the chain computed on the host in double.
 template <typename T> static float chain_us(int ll, void **ws, void **xs, double *err) {
-  constexpr int VEC = 16 / sizeof(T);
   void *buf[4];
   for (int i = 0; i < 4; i++) { CK(cudaMalloc(&buf[i], 3072 * 8)); CK(cudaMemset(buf[i], 0, 3072 * 8)); }
   cudaStream_t s;
@@ -683,15 +689,8 @@ template <typename T> static float chain_us(int ll, void **ws, void **xs, double
       unsigned tag = 1u + 64u * (unsigned)e + (unsigned)j, want = tag - 1;
       float scale = sqrtf(3.0f / (float)K);
       void *args[] = {&x, &xl, &W, &yl, &N, &K, &want, &tag, &scale};
-      const void *fn = ll == 1 ? (K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, 0>
-                                                 : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, 0>)
-                                            : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, 0>)
-                     : ll == 2 ? (K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, 100>
-                                                : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, 100>)
-                                           : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, 100>)
-                               : (K == 768 ? (j ? (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 1, 500>
-                                                : (const void *)gemv_ll<T, 2, 768 / (32 * VEC), 0, 500>)
-                                           : (const void *)gemv_ll<T, 1, 3072 / (32 * VEC), 1, 500>);
+      const void *fn = ll == 1 ? ll_kernel<T, 0>(K, j == 0) : ll == 2 ? ll_kernel<T, 100>(K, j == 0)
+                                                                   : ll_kernel<T, 500>(K, j == 0);
       const int C = K == 768 ? 2 : 1;
       launch_any(s, fn, (unsigned)((N + 4 * C - 1) / (4 * C)), true, args);
     }
