@@ -182,7 +182,7 @@ int main() {
   };
   const double fl = 2.0 * M * N * K;
   CUtensorMap ta = tensor_map(encode, A, M, K, BM);
-  // B [N, K] (x @ W^T: k-major), then B [K, N] (x @ W: n-major) with either reading of the descriptor's offsets
+  // B [N, K] (x @ W^T: k-major) and B [K, N] (x @ W: n-major), each also with one wgmma group kept in flight
   const void *kernels[4] = {(const void *)gemm<0>, (const void *)gemm<1>, (const void *)gemm<0, 1>, (const void *)gemm<1, 1>};
   const char *names[4] = {"B [N,K] k-major", "B [K,N] n-major", "B [N,K] k-major, one wgmma group in flight",
                           "B [K,N] n-major, one wgmma group in flight"};
