@@ -3,9 +3,10 @@
  * fusion pass sees through them and groups their parts with their neighbours. One table, `decomps`, drives
  * the pass: adding a decomposition is one entry, an op and the function that emits its expansion.
  *
- * Only float32 and float64 values are decomposed. Eager execution computes a float16/bfloat16 composite op in
- * float32 and rounds once at the end; an expansion into several float16 ops would round after every step and
- * give other numbers, so those ops are left as they are.
+ * Eager execution computes a float16/bfloat16 composite op in float32 and rounds once at the end; an expansion
+ * into several float16 ops would round after every step and give other numbers. So a float16/bfloat16 op is
+ * expanded in float32 between two casts (its input to float32, its result back): in a fused kernel the casts are
+ * conversions in registers, and the result is eager's up to float32 rounding.
  *
  * The expansions compute what eager computes, but not bit for bit: the fused kernels accumulate in double and
  * round once, the expansion rounds each step to the value's dtype. Where eager defines a special result (the
@@ -20,8 +21,9 @@ typedef struct dctx {
   ir_rewriter *rw;
   int k;                 /* the src instruction being expanded */
   const ir_inst *inst;
-  const ir_type *xt;     /* src type of input 0 */
+  const ir_type *xt;     /* type of input 0 as the expansion sees it (float32 for a float16/bfloat16 op) */
   int32_t in[3];         /* dst values of the inputs (-1: an absent optional input) */
+  int x_cast;            /* in[0] is still float16/bfloat16: xin() casts it to float32 first */
   grace_status st;
 } dctx;
 
@@ -36,6 +38,18 @@ static int32_t un(dctx *c, grace_op op, int32_t x) { return emit(c, op, 1, &x, N
 static int32_t bin(dctx *c, grace_op op, int32_t x, int32_t y) {
   int32_t in[2] = {x, y};
   return emit(c, op, 2, in, NULL);
+}
+
+static int32_t cast(dctx *c, int32_t x, grace_dtype to) {
+  grace_attrs a = {.has_dtype = 1, .dtype = to};
+  return emit(c, GRACE_OP_CAST, 1, &x, &a);
+}
+
+/* The op's input x in the expansion's dtype. Called once an expansion knows it applies, so one that gives up
+ * has emitted nothing. */
+static int32_t xin(dctx *c) {
+  if (c->x_cast) { c->in[0] = cast(c, c->in[0], GRACE_FLOAT32); c->x_cast = 0; }
+  return c->in[0];
 }
 
 /* A reduction over the dims of `dims` (none: all dims). */
@@ -85,7 +99,7 @@ static int32_t x_softmax(dctx *c) {
   grace_attrs d = row_dim(c);
   int64_t n;
   if (c->xt->ndim == 0 || !reduced_count(c->xt, &d, &n)) return -1;
-  int32_t x = c->in[0];
+  int32_t x = xin(c);
   int32_t m = reduce(c, GRACE_OP_MAX, x, &d, 1);
   int32_t e = un(c, GRACE_OP_EXP, bin(c, GRACE_OP_SUB, x, m));
   return bin(c, GRACE_OP_DIV, e, reduce(c, GRACE_OP_SUM, e, &d, 1));
@@ -96,7 +110,7 @@ static int32_t x_log_softmax(dctx *c) {
   grace_attrs d = row_dim(c);
   int64_t n;
   if (c->xt->ndim == 0 || !reduced_count(c->xt, &d, &n)) return -1;
-  int32_t x = c->in[0];
+  int32_t x = xin(c);
   int32_t s = bin(c, GRACE_OP_SUB, x, reduce(c, GRACE_OP_MAX, x, &d, 1));
   return bin(c, GRACE_OP_SUB, s, un(c, GRACE_OP_LOG, reduce(c, GRACE_OP_SUM, un(c, GRACE_OP_EXP, s), &d, 1)));
 }
@@ -109,7 +123,7 @@ static int32_t x_logsumexp(dctx *c) {
   const grace_attrs *a = &c->inst->attrs;
   int64_t n;
   if (c->xt->ndim == 0 || !reduced_count(c->xt, a, &n)) return -1;
-  int32_t x = c->in[0];
+  int32_t x = xin(c);
   int32_t m = reduce(c, GRACE_OP_MAX, x, a, 1);
   int32_t mag = un(c, GRACE_OP_ABS, m);   /* (C leaves the order of a call's arguments open: one emit each) */
   int32_t inf = bin(c, GRACE_OP_EQ, mag, lit(c, INFINITY));
@@ -130,8 +144,7 @@ static int32_t x_logsumexp(dctx *c) {
 static int32_t param(dctx *c, int i) {
   grace_dtype xd = c->xt->dtype, pd = c->rw->src->vals[c->rw->src->args[c->inst->first_arg + i]].type.dtype;
   if (grace_promote_types(xd, pd) == xd) return c->in[i];
-  grace_attrs a = {.has_dtype = 1, .dtype = xd};
-  return emit(c, GRACE_OP_CAST, 1, &c->in[i], &a);
+  return cast(c, c->in[i], xd);
 }
 
 /* Whether the optional parameters are ones eager accepts (float, on x's device): a parameter eager would reject
@@ -149,7 +162,7 @@ static int params_ok(const dctx *c) {
 static int32_t x_layer_norm(dctx *c) {
   if (!params_ok(c)) return -1;
   grace_attrs last = {.ndims = 1, .dims = {-1}};
-  int32_t x = c->in[0];
+  int32_t x = xin(c);
   int32_t ctr = bin(c, GRACE_OP_SUB, x, reduce(c, GRACE_OP_MEAN, x, &last, 1));
   int32_t var = reduce(c, GRACE_OP_MEAN, bin(c, GRACE_OP_MUL, ctr, ctr), &last, 1);
   int32_t y = bin(c, GRACE_OP_MUL, ctr, un(c, GRACE_OP_RSQRT, bin(c, GRACE_OP_ADD, var, lit(c, c->inst->attrs.a))));
@@ -162,7 +175,7 @@ static int32_t x_layer_norm(dctx *c) {
 static int32_t x_rms_norm(dctx *c) {
   if (!params_ok(c)) return -1;
   grace_attrs last = {.ndims = 1, .dims = {-1}};
-  int32_t x = c->in[0];
+  int32_t x = xin(c);
   int32_t ms = reduce(c, GRACE_OP_MEAN, bin(c, GRACE_OP_MUL, x, x), &last, 1);
   int32_t y = bin(c, GRACE_OP_MUL, x, un(c, GRACE_OP_RSQRT, bin(c, GRACE_OP_ADD, ms, lit(c, c->inst->attrs.a))));
   if (c->in[1] >= 0) y = bin(c, GRACE_OP_MUL, y, param(c, 1));
@@ -172,7 +185,7 @@ static int32_t x_rms_norm(dctx *c) {
 /* gelu(x) = 0.5 x (1 + erf(x / sqrt 2)); with attrs.flag the tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). x^3 is x*x*x: pow would be slower and no closer. */
 static int32_t x_gelu(dctx *c) {
-  int32_t x = c->in[0], t;
+  int32_t x = xin(c), t;
   if (c->inst->attrs.flag) {
     int32_t x3 = bin(c, GRACE_OP_MUL, bin(c, GRACE_OP_MUL, x, x), x);
     int32_t u = bin(c, GRACE_OP_ADD, x, bin(c, GRACE_OP_MUL, x3, lit(c, 0.044715)));
@@ -184,7 +197,10 @@ static int32_t x_gelu(dctx *c) {
 }
 
 /* silu(x) = x * sigmoid(x) */
-static int32_t x_silu(dctx *c) { return bin(c, GRACE_OP_MUL, c->in[0], un(c, GRACE_OP_SIGMOID, c->in[0])); }
+static int32_t x_silu(dctx *c) {
+  int32_t x = xin(c);
+  return bin(c, GRACE_OP_MUL, x, un(c, GRACE_OP_SIGMOID, x));
+}
 
 /* var(x, dims) = sum((x - mean(x, dims))^2, dims) / (N - unbiased), N the number of elements reduced, known
  * from the static shape (a symbolic or empty region keeps the op); std is its sqrt. */
@@ -192,7 +208,7 @@ static int32_t var_or_std(dctx *c, int is_std) {
   const grace_attrs *a = &c->inst->attrs;
   int64_t n;
   if (c->xt->ndim == 0 || !reduced_count(c->xt, a, &n)) return -1;
-  int32_t x = c->in[0];
+  int32_t x = xin(c);
   int32_t ctr = bin(c, GRACE_OP_SUB, x, reduce(c, GRACE_OP_MEAN, x, a, 1));
   int32_t ss = reduce(c, GRACE_OP_SUM, bin(c, GRACE_OP_MUL, ctr, ctr), a, a->keepdim);
   int64_t div = n - (a->flag != 0);
@@ -224,8 +240,8 @@ static const struct decomp *find(int op) {
   return NULL;
 }
 
-/* Expands src instruction k when the table has its op and its value is float32/float64; *v gets the dst value
- * of its result, or -1 when it is to be copied. */
+/* Expands src instruction k when the table has its op and its value is a float; *v gets the dst value of its
+ * result, or -1 when it is to be copied. */
 static grace_status expand(ir_rewriter *rw, int k, int32_t *v) {
   const grace_ir *s = rw->src;
   const ir_inst *in = &s->insts[k];
@@ -234,10 +250,14 @@ static grace_status expand(ir_rewriter *rw, int k, int32_t *v) {
   if (!d || in->nout != 1 || in->nin < 1 || in->nin > 3 || s->args[in->first_arg] < 0) return GRACE_OK;
   const ir_type *xt = &s->vals[s->args[in->first_arg]].type, *rt = &s->vals[in->first_result].type;
   /* a wrapped number is a constant: folding, not decomposing, is what it wants */
-  if ((xt->dtype != GRACE_FLOAT32 && xt->dtype != GRACE_FLOAT64) || rt->dtype != xt->dtype || xt->wrapped) return GRACE_OK;
-  dctx c = {.rw = rw, .k = k, .inst = in, .xt = xt, .in = {-1, -1, -1}};
+  if (!grace_dtype_is_float(xt->dtype) || rt->dtype != xt->dtype || xt->wrapped) return GRACE_OK;
+  const int half = xt->dtype != GRACE_FLOAT32 && xt->dtype != GRACE_FLOAT64;
+  ir_type xf = *xt;
+  if (half) xf.dtype = GRACE_FLOAT32;
+  dctx c = {.rw = rw, .k = k, .inst = in, .xt = &xf, .in = {-1, -1, -1}, .x_cast = half};
   for (int i = 0; i < in->nin; i++) c.in[i] = ir_rw_value(rw, s->args[in->first_arg + i]);
   int32_t r = d->expand(&c);
+  if (r >= 0 && half) r = cast(&c, r, xt->dtype);
   if (c.st != GRACE_OK) return c.st;
   if (r < 0) return GRACE_OK;
   /* the verifier checks each expanded op against inference, but not that the expansion as a whole gives the

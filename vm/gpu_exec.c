@@ -197,10 +197,11 @@ void gpu_state_free(grace_vm *vm) {
 }
 
 /* Whether softmax / log_softmax over x (dtype, ndim, sizes) runs written out, as one row kernel split over blocks:
- * float32/float64 results of x's dtype (the decompose pass expands those) over rows few and long enough. */
+ * float results of x's dtype (the decompose pass expands those; float16/bfloat16 in float32) over rows few and long
+ * enough. */
 static int split_softmax(grace_vm *vm, grace_op op, int dtype, int nd, const int64_t *sizes, const grace_attrs *a) {
   if ((op != GRACE_OP_SOFTMAX && op != GRACE_OP_LOG_SOFTMAX) || nd == 0) return 0;
-  if ((dtype != GRACE_FLOAT32 && dtype != GRACE_FLOAT64) || (a->has_dtype && (int)a->dtype != dtype)) return 0;
+  if (!grace_dtype_is_float((grace_dtype)dtype) || (a->has_dtype && (int)a->dtype != dtype)) return 0;
   cuda_ctx *c = gpu_ctx(vm);
   int dim = nd - 1;
   if (!c || a->ndims > 1 || (a->ndims == 1 && grace_norm_dim(vm, grace_op_name(op), a->dims[0], nd, &dim) != GRACE_OK))
@@ -229,9 +230,8 @@ static grace_status build_prog(grace_vm *vm, const prog_key *k, grace_ir **out) 
   for (int i = 0; i < k->nout && st == GRACE_OK; i++) st = grace_ir_output(ir, res[i]);
   if (st != GRACE_OK) { grace_ir_free(ir); return st; }
   if (split_softmax(vm, k->op, k->in[0].dtype, k->in[0].ndim, k->in[0].sizes, &k->attrs)) {
-    /* few long rows: written out (float32/float64; the decompose pass leaves other dtypes) they become one row
-       kernel split over blocks, where the softmax kernel takes a block a row (H200, [1, 16M] float32: see
-       bench/RESULTS.md, session 8) */
+    /* few long rows: written out they become one row kernel split over blocks, where the softmax kernel takes a
+       block a row (H200, [1, 16M] float32: see bench/RESULTS.md, session 8) */
     grace_ir *dec = NULL;
     st = grace_ir_pass(ir, "decompose", &dec);
     grace_ir_free(ir);

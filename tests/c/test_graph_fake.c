@@ -260,6 +260,17 @@ static void split_rows(grace_vm *vm, cuda_ctx *c) {
     printf("# status %d: %s\n", st, st ? grace_last_error(vm) : "");
   grace_tensor_release(out);
   out = NULL;
+  /* bfloat16 too (written out in float32 between two casts) */
+  grace_tensor *xb = NULL;
+  ex_coop = 0;
+  st = grace_tensor_empty(vm, GRACE_BFLOAT16, GRACE_CUDA, 2, sz, &xb);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_LOG_SOFTMAX, 1, &xb, &last, 1, &out);
+  if (!ok(st == GRACE_OK && ex_coop && ex_grid == 100 && out && grace_tensor_dtype(out) == GRACE_BFLOAT16,
+          "eager bfloat16 log_softmax over the same rows: the split row kernel, a bfloat16 result (grid %u)", ex_grid))
+    printf("# status %d: %s\n", st, st ? grace_last_error(vm) : "");
+  grace_tensor_release(out);
+  grace_tensor_release(xb);
+  out = NULL;
   grace_tensor *xs = NULL;
   int64_t short_rows[2] = {100, 1000};
   ex_coop = 0;
