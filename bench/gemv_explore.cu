@@ -14,6 +14,7 @@
 #include <functional>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include "gemv_grace_gen.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
@@ -115,6 +116,17 @@ __device__ __forceinline__ unsigned long long gtimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// ordered after the memory operations before it (the stores of bt_sink that wait for the registers they store)
+__device__ __forceinline__ unsigned long long gtimer_m() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) :: "memory");
+  return t;
+}
+// per-block records (BT variants): block start, wait release, weights in registers, dot products done, end
+#define BTW 5
+#define BT_MAXB 512
+__device__ volatile unsigned bt_sink;
+__device__ volatile float bt_sinkf;
 __device__ __forceinline__ void tl_released(unsigned long long *tl, unsigned long long t_start) {
   if (!tl || threadIdx.x) return;
   const unsigned long long t = gtimer();
@@ -141,7 +153,8 @@ __device__ __forceinline__ uint4 ld_nc(const void *p) {
 // XS 2: x read before the wait (wrong in a real chain, where the kernel before writes x; the harness never writes
 // x, so this measures what reading x after the release costs)
 // NA: partial sums a column (independent FMA chains: after the release the dot product is on the critical path)
-template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0, int NA = 1>
+// BT: tl is this kernel's per-block record instead (BTW words a block, see bt_note)
+template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0, int NA = 1, int BT = 0>
 __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
                                               const char *pf, long long pf_bytes, unsigned long long *tl,
                                               int *prog, int idx) {
@@ -175,7 +188,20 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
   }
   if (TRIG == 2) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  tl_released(tl, t_start);
+  unsigned long long t_rel = 0, t_w = 0, t_c = 0;
+  if (BT) {
+    if (threadIdx.x == 0) {   // the release, then the moment this warp's weights are in its registers
+      t_rel = gtimer_m();
+      unsigned dep = 0;
+#pragma unroll
+      for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int u = 0; u < L; u++) dep ^= wv[c][u].x ^ wv[c][u].y ^ wv[c][u].z ^ wv[c][u].w;
+      bt_sink = dep;
+      t_w = gtimer_m();
+    }
+  } else
+    tl_released(tl, t_start);
   if (prog && blockIdx.x == 0 && threadIdx.x == 0) *(volatile int *)prog = idx;   // paces side_pf
   if (TRIG == 1) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   if (!PRE) {
@@ -216,6 +242,10 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
 #pragma unroll
     for (int q = 1; q < NA; q++) acc[c] += pa[c][q];
   }
+  if (BT && threadIdx.x == 0) {   // this lane's dot products done (x in, FMAs run)
+    bt_sinkf = acc[0];
+    t_c = gtimer_m();
+  }
 #pragma unroll
   for (int c = 0; c < C; c++)
     for (int o = 16; o; o >>= 1) acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], o);
@@ -225,7 +255,13 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
     for (int c = 1; c < C; c++) if (lane == c) v = acc[c];
     y[n0 + lane] = (T)v;
   }
-  tl_end(tl);
+  if (BT) {
+    if (tl && threadIdx.x == 0) {
+      unsigned long long *r = tl + BTW * blockIdx.x;
+      r[0] = t_start; r[1] = t_rel; r[2] = t_w; r[3] = t_c; r[4] = gtimer_m();
+    }
+  } else
+    tl_end(tl);
 }
 
 // A side branch of the graph beside the chain: block b bulk-prefetches slice b of weight j into L2 once the chain
@@ -483,6 +519,7 @@ template <typename T, int WPR, int UNR, int NPW, int MODE> static Gemv plain(boo
 static void **g_ws;
 static int g_call;
 static unsigned long long *g_tl;
+static unsigned long long *g_bt;   // BT variants: BT_MAXB records of BTW words for each of the 48 kernels
 static int *g_prog;           // side_pf's pacing word, when the variant runs one (g_side_ahead >= 0)
 static int g_side_ahead = -1, g_side_blocks = 16;
 static bool g_one_layer;      // every layer reads layer 0's weights (14 MB bf16: L2-resident after the first)
@@ -492,7 +529,7 @@ static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 30
 // grid 0: blocks of 4 warps; grid G > 0: about G blocks, each with as many warps as that takes (one block an SM at
 // G 132: fewer blocks to schedule and retire per kernel). c768: columns a warp at K 768 (2 or 4; at K 3072 half that,
 // at least 1; fp32 at K 3072 stays at 1, its registers would spill)
-template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
+template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1, int BT = 0> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
                                                                       int grid = 0, int c768 = 2, int per_sm = 0) {
   return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T), L768 = 768 / (32 * VEC), L3072 = 3072 / (32 * VEC);
@@ -506,6 +543,7 @@ template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1> static Gemv reg
       pfb = g_bytes[at % 4] * (long long)sizeof(T);
     }
     if (timeline && g_ws && g_tl) tl = g_tl + TLW * (call % 48);
+    if (BT && g_ws && g_bt) tl = g_bt + (size_t)BTW * BT_MAXB * (call % 48);
     int *prog = g_side_ahead >= 0 ? g_prog : nullptr;
     int idx = call % 48;
     void *args[] = {&x, &W, &y, &N, &K, &pf, &pfb, &tl, &prog, &idx};
@@ -513,8 +551,8 @@ template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1> static Gemv reg
     const int warps = (N + C - 1) / C;
     const int wpb = grid ? (warps + grid - 1) / grid : 4;
     const int lb = wpb * 32 <= 256 ? 256 : wpb * 32 <= 512 ? 512 : 1024;   // the launch bound: registers a thread
-#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS, NA> : \
-                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS, NA> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS, NA>)
+#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS, NA, BT> : \
+                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS, NA, BT> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS, NA, BT>)
     const void *fn = K == 768 ? (C == 2 ? PICK(2, L768) : PICK(4, L768))
                    : (C == 1 ? PICK(1, L3072) : sizeof(T) == 2 ? PICK(2, L3072) : nullptr);
 #undef PICK
@@ -588,8 +626,62 @@ static float median_us(cudaStream_t s, int warm, int per, const std::function<vo
   std::sort(t.begin(), t.end());
   return t[t.size() / 2] * 1000.f;
 }
+// The per-block records of one replay (BT variants), per shape averaged over kernels 4-47, in us: the wait's
+// release after the last block of the kernel before ended; how long blocks waited (release - start: median, and
+// the least: the block that came last); weights not yet in registers at the release (median and 90th percentile
+// of w - rel over blocks, share of blocks > 0.1 us); dot products done after the weights (c - w: x's load and the
+// FMAs); the kernel's span from first release to last end; its last block's end after the last dot product.
+static double pct(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[(size_t)(q * (v.size() - 1))];
+}
+static void bt_report(const std::vector<unsigned long long> &h) {
+  const char *col[9] = {"rel-end(k-1)", "wait med", "wait min", "w late med", "w late p90", "late>0.1", "c-w med",
+                        "span", "end-lastc"};
+  double m[4][9] = {{0}};
+  int cnt[4] = {0};
+  double t0 = 0, t1 = 0;
+  auto rec = [&](int k, int b, int f) { return (double)h[((size_t)k * BT_MAXB + b) * BTW + f] / 1e3; };
+  for (int k = 0; k < 48; k++) {
+    std::vector<double> wait, late, cw;
+    double rel0 = 1e300, end1 = 0, c1 = 0, pend1 = 0, lt = 0;
+    int nb = 0;
+    for (int b = 0; b < BT_MAXB; b++) {
+      if (!h[((size_t)k * BT_MAXB + b) * BTW]) continue;
+      nb++;
+      const double st = rec(k, b, 0), rel = rec(k, b, 1), w = rec(k, b, 2), c = rec(k, b, 3), e = rec(k, b, 4);
+      wait.push_back(rel - st);
+      late.push_back(w - rel);
+      lt += w - rel > 0.1;
+      cw.push_back(c - w);
+      rel0 = std::min(rel0, rel); end1 = std::max(end1, e); c1 = std::max(c1, c);
+      if (k == 0 && (t0 == 0 || st < t0)) t0 = st;
+    }
+    if (k == 47) t1 = end1;
+    if (k > 0)
+      for (int b = 0; b < BT_MAXB; b++)
+        if (h[((size_t)(k - 1) * BT_MAXB + b) * BTW]) pend1 = std::max(pend1, rec(k - 1, b, 4));
+    if (k < 4 || !nb) continue;
+    const double d[9] = {rel0 - pend1, pct(wait, 0.5), pct(wait, 0), pct(late, 0.5), pct(late, 0.9), lt / nb,
+                         pct(cw, 0.5), end1 - rel0, end1 - c1};
+    for (int j = 0; j < 9; j++) m[k % 4][j] += d[j];
+    cnt[k % 4]++;
+  }
+  printf("      block records, us, mean over kernels 4-47 of each shape (48 kernels in %.1f us):\n", t1 - t0);
+  printf("      %-10s", "shape");
+  for (int j = 0; j < 9; j++) printf(" %12s", col[j]);
+  printf("\n");
+  for (int i = 0; i < 4; i++) {
+    printf("      %4dx%-5d", shapes[i].K, shapes[i].N);
+    for (int j = 0; j < 9; j++) printf(" %12.2f", m[i][j] / cnt[i]);
+    printf("\n");
+  }
+}
+
 // Median us of the 48 decode GEMVs (12 layers x the 4 shapes) captured in one graph.
-static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, bool timeline = false) {
+static void bt_report(const std::vector<unsigned long long> &h);
+static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, bool timeline = false, bool bt = false) {
   g_ws = ws;
   g_call = 0;
   cudaStream_t s;
@@ -646,6 +738,15 @@ static float decode_us(const Gemv &g, void **ws, void **xs, void **ys, int esz, 
     }
     for (int j = 0; j < 7; j++) printf(" %s %.2f", col[j], m[j]);
     printf("  (48 kernels in %.2f us)\n", at(47, 5) - at(0, 0));
+  }
+  if (bt) {   // one more replay with the per-block records zeroed
+    const size_t words = (size_t)BTW * BT_MAXB * 48;
+    CK(cudaMemset(g_bt, 0, words * 8));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaStreamSynchronize(s));
+    std::vector<unsigned long long> h(words);
+    CK(cudaMemcpy(h.data(), g_bt, words * 8, cudaMemcpyDeviceToHost));
+    bt_report(h);
   }
   if (s2) {
     CK(cudaStreamDestroy(s2)); CK(cudaEventDestroy(fork)); CK(cudaEventDestroy(join));
@@ -758,6 +859,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
     CK(cudaMalloc(&ys[i], 4096 * sizeof(T)));
   }
   CK(cudaMalloc(&g_tl, TLW * 48 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g_bt, (size_t)BTW * BT_MAXB * 48 * sizeof(unsigned long long)));
   CK(cudaMalloc(&g_prog, sizeof(int)));
   void *W, *x, *y;
   CK(cudaMalloc(&W, (size_t)50257 * 768 * sizeof(T))); fill_rand<T>(W, 50257LL * 768, 5u);
@@ -766,7 +868,11 @@ template <typename T> static void all(const char *name, double copy_bw) {
   double lb = 50257.0 * 768 * sizeof(T);
   const bool f32 = sizeof(T) == 4;
   // one_layer: all layers read layer 0's weights; side_blocks > 0: side_pf beside the chain, side_ahead kernels ahead
-  const struct { const char *what; Gemv g; bool decode, lm, one_layer; int side_blocks, side_ahead; } v[] = {
+  // bt: per-block records of one more replay (bt_report)
+  const struct { const char *what; Gemv g; bool decode, lm, one_layer; int side_blocks, side_ahead; bool bt; } v[] = {
+    {"block records: registers, x after the wait", regs<T, 1, 2, 0, 1, 1>(true), true, false, false, 0, 0, true},
+    {"block records: x read before the wait (harness only)", regs<T, 1, 2, 2, 1, 1>(true), true, false, false, 0, 0, true},
+    {"block records: x after the wait, layer 0's weights", regs<T, 1, 2, 0, 1, 1>(true), true, false, true, 0, 0, true},
     {"warp/column, no prefetch, PDL", plain<T, 1, 4, 1, 2>(true), false, true},
     {"registers: all K before the wait, trigger after the loads", regs<T, 1, 2>(true), true, true},
     {"timeline: the same", regs<T, 1, 2>(true, 0, true), true, false},
@@ -805,13 +911,27 @@ template <typename T> static void all(const char *name, double copy_bw) {
     {"grace, 2 warps/column, prefetch",
      grace_kernel(f32 ? (const void *)GRACE_GEMV_F32_W2_P1 : (const void *)GRACE_GEMV_BF16_W2_P1, 2), true, false},
   };
+  const char *only = getenv("GEMV_ONLY");   // '|'-separated pieces of the variants' names to run (unset: all)
+  auto wanted = [&](const char *what) {
+    if (!only || !*only) return true;
+    std::string o(only);
+    size_t a = 0;
+    while (a <= o.size()) {
+      size_t b = o.find('|', a);
+      if (b == std::string::npos) b = o.size();
+      if (b > a && strstr(what, o.substr(a, b - a).c_str())) return true;
+      a = b + 1;
+    }
+    return false;
+  };
   for (const auto &e : v) {
+    if (!wanted(e.what)) continue;
     g_one_layer = e.one_layer;
     g_side_ahead = e.side_blocks ? e.side_ahead : -1;
     g_side_blocks = e.side_blocks;
     if (e.decode && !strstr(e.what, "floor")) printf("%-5s check         %-62s max err %.2e of max|y|\n", name, e.what, check<T>(e.g, ws, xs, ys));
     if (e.decode) {
-      float us = decode_us(e.g, ws, xs, ys, (int)sizeof(T), !strncmp(e.what, "timeline", 8));
+      float us = decode_us(e.g, ws, xs, ys, (int)sizeof(T), !strncmp(e.what, "timeline", 8), e.bt);
       printf("%-5s decode graph  %-62s %7.1f us %5.1f%%\n", name, e.what, us, 100.0 * bytes / (us * 1e-6) / copy_bw);
     }
     if (e.lm) {
@@ -824,6 +944,7 @@ template <typename T> static void all(const char *name, double copy_bw) {
   static const char *const chain_what[] = {"GEMV_RW, each kernel waiting for the one before",
     "LL handover (flags in the data, no kernel wait)", "LL handover, polls 100 ns apart", "LL handover, polls 500 ns apart"};
   for (int ll = 0; ll < 4; ll++) {   // the real chain: grace's handover against the LL one
+    if (!wanted(chain_what[ll])) continue;
     double err;
     float us = chain_us<T>(ll, ws, xs, &err);
     printf("%-5s real chain    %-62s %7.1f us %5.1f%%", name, chain_what[ll], us, 100.0 * bytes / (us * 1e-6) / copy_bw);
@@ -832,8 +953,9 @@ template <typename T> static void all(const char *name, double copy_bw) {
   }
   for (int i = 0; i < 48; i++) cudaFree(ws[i]);
   for (int i = 0; i < 4; i++) { cudaFree(xs[i]); cudaFree(ys[i]); }
-  cudaFree(W); cudaFree(x); cudaFree(y); cudaFree(g_tl); cudaFree(g_prog);
+  cudaFree(W); cudaFree(x); cudaFree(y); cudaFree(g_tl); cudaFree(g_prog); cudaFree(g_bt);
   g_tl = nullptr;
+  g_bt = nullptr;
 }
 
 int main() {
