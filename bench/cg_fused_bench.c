@@ -11,6 +11,7 @@
 #include "cuda/cuda_api.h"
 
 static grace_vm *vm;
+static unsigned grid_override;   /* > 0: launch with this many blocks instead of cg_fused_pack's (the grid sweep) */
 
 /* Times group 0 of ir (every external a fresh contiguous device buffer) over reps launches; bytes moved from the
  * IR types. */
@@ -57,6 +58,7 @@ static void run(const char *what, grace_ir *ir, int reps) {
     printf("%s: %s\n", what, grace_last_error(vm));
     return;
   }
+  if (grid_override) L.grid[0] = grid_override;
   CUevent e0, e1;
   cuda_event_new(c, &e0); cuda_event_new(c, &e1);
   for (int i = 0; i < 3; i++) cuda_launch(c, fn, L.grid, L.block, L.smem, L.words, 8 * (size_t)L.nwords);
@@ -160,6 +162,26 @@ int main(void) {
     run(what, ir, 20);
     grace_ir_free(ir);
   }
+  /* a block a row over rows of 128-256 KB (more than L2 holds at once at 4 blocks an SM): the grid swept, so
+     fewer rows are read at a time and the passes after the first may find them in L2 */
+  static const int64_t gshapes[][2] = {{1024, 32768}, {512, 65536}, {4096, 8192}};
+  static const unsigned grids[] = {0, 132, 200, 264, 396, 528};   /* 0: cg_fused_pack's */
+  for (int s = 0; s < 3; s++)
+    for (int gi = 0; gi < 6; gi++) {
+      ir = grace_ir_new(vm, "b");
+      grace_value x = in(ir, GRACE_FLOAT32, 2, gshapes[s][0], gshapes[s][1]);
+      grace_attrs at = {0};
+      at.ndims = 1; at.dims[0] = -1; at.keepdim = 1;
+      grace_value mx = op(ir, GRACE_OP_MAX, x, -1, &at);
+      grace_value e = op(ir, GRACE_OP_EXP, op(ir, GRACE_OP_SUB, x, mx, NULL), -1, NULL);
+      grace_ir_output(ir, op(ir, GRACE_OP_DIV, e, op(ir, GRACE_OP_SUM, e, -1, &at), NULL));
+      char what[64];
+      snprintf(what, sizeof what, "softmax [%lld, %lld] float32, grid %u", (long long)gshapes[s][0], (long long)gshapes[s][1], grids[gi]);
+      grid_override = grids[gi];
+      run(what, ir, 20);
+      grid_override = 0;
+      grace_ir_free(ir);
+    }
   /* eager softmax over few long rows: float32 written out into the split row kernel, bfloat16 a block a row */
   static const int64_t eshapes[][2] = {{1, 16 << 20}, {4, 50257}, {1024, 4096}};
   for (int s = 0; s < 3; s++) { run_eager(GRACE_FLOAT32, eshapes[s][0], eshapes[s][1]); run_eager(GRACE_BFLOAT16, eshapes[s][0], eshapes[s][1]); }

@@ -101,9 +101,9 @@ for s in $stages; do
       /usr/local/cuda/bin/nvcc -arch=sm_90 -O3 -std=c++17 -o $B/gemv_explore bench/gemv_explore.cu &&
       timeout 200 $B/gemv_explore 2>&1 | tee "$OUT/gemv_explore.txt" || status=1
     # where ptxas put the weight loads against griddepcontrol.wait (ACQBULK) in the register-resident variants
-    # (SASS_FN: a piece of another kernel's mangled name; GEMV_ONLY: the variants to run, see gemv_explore.cu)
+    # (SASS_FN: a regular expression for other kernels' mangled names; GEMV_ONLY: the variants to run, see gemv_explore.cu)
     fn=${SASS_FN:-gemv_rIfLi2ELi6}
-    /usr/local/cuda/bin/cuobjdump -sass $B/gemv_explore 2>/dev/null | awk -v fn="$fn" '/Function : / {p = index($0, fn) > 0; if (p) print; next} p && /LDG|ACQ|PREEXIT|DEPBAR|FFMA|EXIT|CCTL|WARPSYNC|SYNC|STG|TIMER|CS2R|S2UR/' > "$OUT/gemv_sass.txt" ;;
+    /usr/local/cuda/bin/cuobjdump -sass $B/gemv_explore 2>/dev/null | awk -v fn="$fn" '/Function : / {p = $0 ~ fn; if (p) print; next} p && /LDG|ACQ|PREEXIT|DEPBAR|FFMA|EXIT|CCTL|WARPSYNC|SYNC|STG|TIMER|CS2R|S2UR/' > "$OUT/gemv_sass.txt" ;;
   wgmma)       # the sm_90a tensor-core GEMM experiment against cuBLAS
     echo "== wgmma GEMM"
     /usr/local/cuda/bin/nvcc -gencode arch=compute_90a,code=sm_90a -O3 -std=c++17 -o $B/gemm_wgmma bench/gemm_wgmma.cu \
