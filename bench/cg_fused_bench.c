@@ -182,7 +182,7 @@ int main(void) {
       grid_override = 0;
       grace_ir_free(ir);
     }
-  /* eager softmax over few long rows: float32 written out into the split row kernel, bfloat16 a block a row */
+  /* eager softmax over few long rows: written out into the split row kernel (float32, and bfloat16 in float32) */
   static const int64_t eshapes[][2] = {{1, 16 << 20}, {4, 50257}, {1024, 4096}};
   for (int s = 0; s < 3; s++) { run_eager(GRACE_FLOAT32, eshapes[s][0], eshapes[s][1]); run_eager(GRACE_BFLOAT16, eshapes[s][0], eshapes[s][1]); }
   grace_vm_free(vm);

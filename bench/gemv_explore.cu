@@ -2,8 +2,10 @@
 // API). y[n] = sum_k x[k] * W[n, k]; W rows contiguous. Hand-written variants: warps per column (WPR), loads in
 // flight per lane (UNR), columns per warp (NPW), PDL on/off, weights into L2 (prefetch) or registers before
 // griddepcontrol.wait; the chain's per-kernel timeline (%globaltimer), its floors, and what was tried against it
-// (block shapes, kernels an SM, TMA bulk copies, L2 prefetch ahead, a prefetching side branch); and grace's own
-// generated kernels (gemv_grace_gen.cuh, printed by gemv_grace_gen.c) in the same harness. Run by `bench/device.sh gemv`; findings in bench/RESULTS.md (sessions 5-7).
+// (block shapes, kernels an SM, TMA bulk copies, L2 prefetch ahead, a prefetching side branch, ways of fetching x,
+// kernels on disjoint halves of the SMs); per-block records of a replay (BT); and grace's own generated kernels
+// (gemv_grace_gen.cuh, printed by gemv_grace_gen.c) in the same harness. Run by `bench/device.sh gemv` (GEMV_ONLY
+// picks variants by name); findings in bench/RESULTS.md (sessions 5-9).
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>
