@@ -115,6 +115,17 @@ static grace_value op(grace_ir *ir, grace_op o, grace_value a, grace_value b, co
   return r;
 }
 static grace_value lit(grace_ir *ir, double v) { grace_value r; grace_ir_literal(ir, v, 0, &r); return r; }
+static const grace_attrs last_dim = {.ndims = 1, .dims = {-1}, .keepdim = 1};
+
+/* softmax over the last dim of a float32 [rows, cols] input, written out (one row group) */
+static grace_ir *softmax_ir(int64_t rows, int64_t cols) {
+  grace_ir *ir = grace_ir_new(vm, "b");
+  grace_value x = in(ir, GRACE_FLOAT32, 2, rows, cols);
+  grace_value mx = op(ir, GRACE_OP_MAX, x, -1, &last_dim);
+  grace_value e = op(ir, GRACE_OP_EXP, op(ir, GRACE_OP_SUB, x, mx, NULL), -1, NULL);
+  grace_ir_output(ir, op(ir, GRACE_OP_DIV, e, op(ir, GRACE_OP_SUM, e, -1, &last_dim), NULL));
+  return ir;
+}
 
 int main(void) {
   char err[256];
@@ -143,21 +154,13 @@ int main(void) {
   grace_ir_free(ir);
   static const int64_t shapes[][2] = {{4096, 1024}, {1024, 32768}, {1, 16 << 20}, {64, 256 << 10}, {16 << 10, 1024}};
   for (int s = 0; s < 5; s++) {
-    ir = grace_ir_new(vm, "b");
-    grace_value x = in(ir, GRACE_FLOAT32, 2, shapes[s][0], shapes[s][1]);
-    grace_attrs at = {0};
-    at.ndims = 1; at.dims[0] = -1; at.keepdim = 1;
-    grace_value mx = op(ir, GRACE_OP_MAX, x, -1, &at);
-    grace_value e = op(ir, GRACE_OP_EXP, op(ir, GRACE_OP_SUB, x, mx, NULL), -1, NULL);
-    grace_value z = op(ir, GRACE_OP_SUM, e, -1, &at);
-    grace_ir_output(ir, op(ir, GRACE_OP_DIV, e, z, NULL));
+    ir = softmax_ir(shapes[s][0], shapes[s][1]);
     char what[64];
     snprintf(what, sizeof what, "softmax [%lld, %lld] float32", (long long)shapes[s][0], (long long)shapes[s][1]);
     run(what, ir, 20);
     grace_ir_free(ir);
     ir = grace_ir_new(vm, "b");
-    x = in(ir, GRACE_FLOAT32, 2, shapes[s][0], shapes[s][1]);
-    grace_ir_output(ir, op(ir, GRACE_OP_SUM, x, -1, &at));
+    grace_ir_output(ir, op(ir, GRACE_OP_SUM, in(ir, GRACE_FLOAT32, 2, shapes[s][0], shapes[s][1]), -1, &last_dim));
     snprintf(what, sizeof what, "sum [%lld, %lld] float32 dim -1", (long long)shapes[s][0], (long long)shapes[s][1]);
     run(what, ir, 20);
     grace_ir_free(ir);
@@ -168,13 +171,7 @@ int main(void) {
   static const unsigned grids[] = {0, 132, 200, 264, 396, 528};   /* 0: cg_fused_pack's */
   for (int s = 0; s < 3; s++)
     for (int gi = 0; gi < 6; gi++) {
-      ir = grace_ir_new(vm, "b");
-      grace_value x = in(ir, GRACE_FLOAT32, 2, gshapes[s][0], gshapes[s][1]);
-      grace_attrs at = {0};
-      at.ndims = 1; at.dims[0] = -1; at.keepdim = 1;
-      grace_value mx = op(ir, GRACE_OP_MAX, x, -1, &at);
-      grace_value e = op(ir, GRACE_OP_EXP, op(ir, GRACE_OP_SUB, x, mx, NULL), -1, NULL);
-      grace_ir_output(ir, op(ir, GRACE_OP_DIV, e, op(ir, GRACE_OP_SUM, e, -1, &at), NULL));
+      ir = softmax_ir(gshapes[s][0], gshapes[s][1]);
       char what[64];
       snprintf(what, sizeof what, "softmax [%lld, %lld] float32, grid %u", (long long)gshapes[s][0], (long long)gshapes[s][1], grids[gi]);
       grid_override = grids[gi];
