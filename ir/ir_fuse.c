@@ -4,8 +4,9 @@
  * pointwise producers as a prologue and its row-shaped pointwise consumers as an epilogue (one row kernel for a
  * decomposed softmax or layer_norm); a matmul takes its pointwise consumers as an epilogue, and matmuls sharing
  * a left input are grouped horizontally. Every join is refused when it would make the group graph cyclic (a
- * kernel that waits for itself). Groups never cross a break. A pointwise group read by only one other group
- * (a weight cast) then moves into that group, and the groups are ordered topologically.
+ * kernel that waits for itself). Groups never cross a break. A matmul epilogue's last pointwise op that only
+ * one other kernel reads, its operands stored anyway, then moves into that kernel; a pointwise group read by only
+ * one other group (a weight cast) moves into that group; and the groups are ordered topologically.
  * A value read by two groups is materialized (stored by the one kernel that computes it), never computed in
  * both: the report names stored values, so duplication cannot happen silently. Also grace_ir_fuse_report. */
 #include <stdarg.h>
@@ -307,6 +308,67 @@ static void absorb_prologues(fctx *c, int32_t *cons) {
   }
 }
 
+/* The one group that reads instruction p's result (views included), -1 when it is read by none, by several, by
+ * p's own group or returned. */
+static int sole_reader(fctx *c, int p) {
+  const grace_ir *ir = c->ir;
+  for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == p) return -1;
+  int g = group_of(c, p), r = -1;
+  for (int k = 0; k < ir->ninst; k++) {
+    const ir_inst *in = &ir->insts[k];
+    int gk = group_of(c, k);
+    if (gk < 0) continue;
+    for (int j = 0; j < in->nin; j++) {
+      if (base_inst(ir, ir->args[in->first_arg + j]) != p) continue;
+      if (gk == g || (r >= 0 && r != gk)) return -1;
+      r = gk;
+    }
+  }
+  return r;
+}
+
+/* Whether instruction b's result is stored whatever happens to instruction p: read outside group g by another
+ * instruction, or returned. */
+static int stored_anyway(fctx *c, int b, int p, int g) {
+  const grace_ir *ir = c->ir;
+  for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == b) return 1;
+  for (int k = 0; k < ir->ninst; k++) {
+    if (k == p || group_of(c, k) < 0 || group_of(c, k) == g) continue;
+    const ir_inst *in = &ir->insts[k];
+    for (int j = 0; j < in->nin; j++) if (base_inst(ir, ir->args[in->first_arg + j]) == b) return 1;
+  }
+  return 0;
+}
+
+/* A matmul's epilogue may end in a pointwise op that only one other, pointwise or row, kernel reads (the float32
+ * cast of a residual sum that a decomposed bfloat16 layer_norm reduces). Where what that op reads from the matmul's
+ * kernel is stored anyway, storing its result as well only adds traffic: it moves into the reading kernel, which
+ * computes it from the stored operands. */
+static void sink_epilogue_tails(fctx *c) {
+  const grace_ir *ir = c->ir;
+  for (int p = ir->ninst - 1; p >= 0; p--) {
+    int g = group_of(c, p);
+    const ir_inst *in = &ir->insts[p];
+    if (g < 0 || c->g[g].kind != IR_FUSE_MATMUL || !is_pointwise(in->op)) continue;
+    int to = sole_reader(c, p);
+    if (to < 0 || (c->g[to].kind != IR_FUSE_POINTWISE && c->g[to].kind != IR_FUSE_ROW) || c->g[to].part != c->g[g].part ||
+        !fits(c, to, &ir->vals[in->first_result].type))
+      continue;
+    int movable = 1;
+    for (int j = 0; j < in->nin && movable; j++) {
+      int b = base_inst(ir, ir->args[in->first_arg + j]);
+      movable = b < 0 || (group_of(c, b) == g && stored_anyway(c, b, p, g));
+    }
+    if (!movable) continue;
+    int prev = -1;   /* unlink p from g's member list, then append it to the reader's */
+    for (int m = c->g[g].head; m >= 0 && m != p; m = c->next[m]) prev = m;
+    if (prev < 0) c->g[g].head = c->next[p];
+    else c->next[prev] = c->next[p];
+    if (c->g[g].tail == p) c->g[g].tail = prev;
+    add(c, to, p);
+  }
+}
+
 static void *alloc(grace_vm *vm, size_t n) { return grace_realloc(vm, NULL, 0, n ? n : 1); }
 static void dealloc(grace_vm *vm, void *p, size_t n) { if (p) grace_realloc(vm, p, n ? n : 1, 0); }
 
@@ -402,6 +464,7 @@ grace_status ir_fuse(grace_ir *ir, ir_fusion *f) {
       c.group[k] = -1;
       if (!is_free(ir->insts[k].op)) place(&c, k, part);
     }
+    sink_epilogue_tails(&c);
     absorb_prologues(&c, ints + 4 * sz);   /* scratch that order() takes over afterwards */
     int32_t *e = ints + 4 * sz;
     int32_t *edges = alloc(vm, sizeof *edges * (size_t)(ir->narg + 1));   /* at most one edge per argument */

@@ -243,22 +243,25 @@ static void test_store(void) {
  *  3 out projection with the residual add as epilogue
  *  4 ln2: a row kernel (it reduces the residual sum, which the matmul kernel stores)
  *  5 mlp up projection with bias and gelu as epilogue
- *  6 mlp down projection with the second residual add as epilogue */
-static void test_block(void) {
+ *  6 mlp down projection with the second residual add as epilogue
+ * The same in bfloat16: its layer_norm and gelu are written out in float32 between casts (ir_decompose.c), so
+ * they group the same way, the casts inside the groups. */
+static void test_block(grace_dtype dt) {
   enum { T = 16, D = 64 };
   grace_ir *ir = grace_ir_new(vm, "block"), *dec = NULL;
-  if (!ir) { ok(0, "block: new"); return; }
+  const char *what = dt == GRACE_FLOAT32 ? "block" : "bf16 block";
+  if (!ir) { ok(0, "%s: new", what); return; }
   grace_status st = GRACE_OK;
   grace_value x, w1, b1, wq, wk, wv, wo, mask, w2, b2, wu, bu, wd, v[32];
 #define IN(out, dt, ...) do { int64_t s_[] = {__VA_ARGS__}; \
     if (st == GRACE_OK) st = grace_ir_input(ir, dt, GRACE_CPU, (int)(sizeof s_ / sizeof *s_), s_, &out); } while (0)
 #define OP(out, op, a, n, ...) do { grace_value in_[] = {__VA_ARGS__}; \
     if (st == GRACE_OK) st = grace_ir_op(ir, op, n, in_, a, 1, &out); } while (0)
-  IN(x, GRACE_FLOAT32, T, D); IN(w1, GRACE_FLOAT32, D); IN(b1, GRACE_FLOAT32, D);
-  IN(wq, GRACE_FLOAT32, D, D); IN(wk, GRACE_FLOAT32, D, D); IN(wv, GRACE_FLOAT32, D, D); IN(wo, GRACE_FLOAT32, D, D);
+  IN(x, dt, T, D); IN(w1, dt, D); IN(b1, dt, D);
+  IN(wq, dt, D, D); IN(wk, dt, D, D); IN(wv, dt, D, D); IN(wo, dt, D, D);
   IN(mask, GRACE_BOOL, T, T);
-  IN(w2, GRACE_FLOAT32, D); IN(b2, GRACE_FLOAT32, D);
-  IN(wu, GRACE_FLOAT32, D, 4 * D); IN(bu, GRACE_FLOAT32, 4 * D); IN(wd, GRACE_FLOAT32, 4 * D, D);
+  IN(w2, dt, D); IN(b2, dt, D);
+  IN(wu, dt, D, 4 * D); IN(bu, dt, 4 * D); IN(wd, dt, 4 * D, D);
   grace_attrs eps = {.a = 1e-5, .has_a = 1}, last = {.ndims = 1, .dims = {-1}}, tr = {.ndims = 2, .dims = {0, 1}};
   grace_value scale = -1, ninf = -1;
   if (st == GRACE_OK) st = grace_ir_literal(ir, 0.125, 0, &scale);
@@ -284,8 +287,8 @@ static void test_block(void) {
 #undef IN
 #undef OP
   if (st == GRACE_OK) st = grace_ir_output(ir, v[17]);
-  if (!ok(st == GRACE_OK, "block: built")) { printf("# %s\n", grace_last_error(vm)); grace_ir_free(ir); return; }
-  if (!ok(grace_ir_pass(ir, "attention,decompose", &dec) == GRACE_OK, "block: attention fused, decomposed")) {
+  if (!ok(st == GRACE_OK, "%s: built", what)) { printf("# %s\n", grace_last_error(vm)); grace_ir_free(ir); return; }
+  if (!ok(grace_ir_pass(ir, "attention,decompose", &dec) == GRACE_OK, "%s: attention fused, decomposed", what)) {
     printf("# %s\n", grace_last_error(vm));
     grace_ir_free(ir);
     return;
@@ -293,9 +296,9 @@ static void test_block(void) {
   char buf[8192];
   int nk = -1;
   st = grace_ir_fuse_report(dec, buf, sizeof buf, &nk);
-  ok(st == GRACE_OK, "block: report");
-  ok(nk <= 8, "block: at most 8 kernels, issue 5's bound (got %d)", nk);
-  is_int(nk, 7, "block: 7 kernels, as listed in the comment");
+  ok(st == GRACE_OK, "%s: report", what);
+  ok(nk <= 8, "%s: at most 8 kernels, issue 5's bound (got %d)", what, nk);
+  is_int(nk, 7, "%s: 7 kernels, as listed in the comment", what);
   static const char *kinds[] = {"reduction:", "matmul horizontal:", "scan:", "matmul:", "reduction:", "matmul:",
                                 "matmul:"};
   int good = 0, i = 0;
@@ -307,11 +310,25 @@ static void test_block(void) {
     if (!e) break;
     l = e + 1;
   }
-  is_int(good, 7, "block: kernels of the kinds listed, in that order");
-  ok(strstr(buf, "= matmul matmul matmul;") != NULL, "block: q, k, v grouped horizontally");
-  ok(strstr(buf, "= attention;") != NULL, "block: scores, scale, mask, softmax and product are one attention op");
-  ok(strstr(buf, "= matmul add mul erf add mul mul;") != NULL, "block: bias and gelu are the up projection's epilogue");
-  printf("# block report:\n");
+  is_int(good, 7, "%s: kernels of the kinds listed, in that order", what);
+  ok(strstr(buf, "= matmul matmul matmul;") != NULL, "%s: q, k, v grouped horizontally", what);
+  ok(strstr(buf, "= attention;") != NULL, "%s: scores, scale, mask, softmax and product are one attention op", what);
+  /* gelu(h) = 0.5 h (1 + erf(h / sqrt 2)): mul erf add mul mul; bfloat16 casts h up first and the result down */
+  const char *epi = dt == GRACE_FLOAT32 ? "= matmul add mul erf add mul mul;" : "= matmul add cast mul erf add mul mul cast;";
+  ok(strstr(buf, epi) != NULL, "%s: bias and gelu are the up projection's epilogue (%s)", what, epi + 2);
+  /* both layer_norms are one row kernel each; in bfloat16 the second one's float32 cast of the residual sum is
+     computed there, not stored by the out projection beside the sum itself (one store, not two) */
+  const char *ln = dt == GRACE_FLOAT32 ? "= mean sub mul mean add rsqrt mul mul add; stores"
+                                       : "= cast mean sub mul mean add rsqrt mul mul add cast; stores";
+  int nln = 0;
+  for (const char *q = strstr(buf, ln); q; q = strstr(q + 1, ln)) nln++;
+  is_int(nln, 2, "%s: both layer_norms are row kernels of that form", what);
+  const char *k3 = strstr(buf, "kernel 3 matmul: "), *st3 = k3 ? strstr(k3, "= matmul add; stores ") : NULL;
+  const char *eol = k3 ? strchr(k3, '\n') : NULL;
+  int stores = 0;
+  for (const char *q = st3; q && q < eol; q++) stores += *q == '%';
+  ok(st3 && eol && st3 < eol && stores == 1, "%s: the out projection with the residual add stores the sum alone", what);
+  printf("# %s report:\n", what);
   for (const char *l = buf; *l;) {
     const char *e = strchr(l, '\n');
     int n = e ? (int)(e - l) : (int)strlen(l);
@@ -333,7 +350,8 @@ int main(void) {
   test_break();
   test_shared();
   test_store();
-  test_block();
+  test_block(GRACE_FLOAT32);
+  test_block(GRACE_BFLOAT16);
   grace_vm_free(vm);
   return tap_done();
 }
