@@ -158,6 +158,13 @@ static void add(fctx *c, int g, int k) {
   c->group[k] = g;
 }
 
+/* Adds pointwise instruction k to group g; a pointwise group's domain grows to k's shape where that is larger. */
+static void add_pointwise(fctx *c, int g, int k) {
+  add(c, g, k);
+  const ir_type *t = &c->ir->vals[c->ir->insts[k].first_result].type;
+  if (c->g[g].kind == IR_FUSE_POINTWISE && !bcast_into(t, c->g[g].dom)) c->g[g].dom = t;
+}
+
 /* Merges group h into g when one kernel can run both and the graph stays acyclic; returns whether it did. */
 static int try_merge(fctx *c, int g, int h) {
   gstate *G = &c->g[g], *H = &c->g[h];
@@ -219,8 +226,7 @@ static void place(fctx *c, int k, int part) {
     for (int i = 0; i < nc && g < 0; i++)
       if (fits(c, cands[i], t) && join_ok(c, cands[i], prods, np)) g = cands[i];
     if (g < 0) { new_group(c, k, IR_FUSE_POINTWISE, part, t); return; }
-    add(c, g, k);
-    if (c->g[g].kind == IR_FUSE_POINTWISE && !bcast_into(t, c->g[g].dom)) c->g[g].dom = t;
+    add_pointwise(c, g, k);
     /* the other producer groups become part of this kernel where they can (sibling chains meeting here) */
     for (int i = 0; i < nc; i++) {
       int h = find(c, cands[i]);
@@ -365,7 +371,7 @@ static void sink_epilogue_tails(fctx *c) {
     if (prev < 0) c->g[g].head = c->next[p];
     else c->next[prev] = c->next[p];
     if (c->g[g].tail == p) c->g[g].tail = prev;
-    add(c, to, p);
+    add_pointwise(c, to, p);
   }
 }
 
