@@ -314,8 +314,8 @@ static void absorb_prologues(fctx *c, int32_t *cons) {
   }
 }
 
-/* The one group that reads instruction p's result (views included), -1 when it is read by none, by several, by
- * p's own group or returned. */
+/* The one group that reads instruction p's result, -1 when it is read by none, by several, by p's own group,
+ * through a view (a kernel cannot read a view of a value it computes itself) or returned. */
 static int sole_reader(fctx *c, int p) {
   const grace_ir *ir = c->ir;
   for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == p) return -1;
@@ -325,8 +325,9 @@ static int sole_reader(fctx *c, int p) {
     int gk = group_of(c, k);
     if (gk < 0) continue;
     for (int j = 0; j < in->nin; j++) {
-      if (base_inst(ir, ir->args[in->first_arg + j]) != p) continue;
-      if (gk == g || (r >= 0 && r != gk)) return -1;
+      int32_t v = ir->args[in->first_arg + j];
+      if (base_inst(ir, v) != p) continue;
+      if (gk == g || (r >= 0 && r != gk) || v != ir->insts[p].first_result) return -1;
       r = gk;
     }
   }

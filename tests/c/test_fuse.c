@@ -231,6 +231,20 @@ static void test_store(void) {
               "kernel 1 matmul: %2 = matmul; stores %2\n"
               "kernel 2 scan: %3 = cumsum; stores %3\n"
               "kernel 3 pointwise: %4 = exp; stores %4\n", "prologue: neg before the matmul, cumsum alone");
+  /* an epilogue op read by one other kernel through a view stays in the matmul's kernel: a kernel cannot read a
+   * view of a value it computes itself (found by review: moving it broke the reduction's kernel) */
+  nk = report("func @tailview {\n"
+              "  %0 = input #0 : f32[16,64]\n"
+              "  %1 = input #1 : f32[64,64]\n"
+              "  %2 = matmul %0, %1 : f32[16,64]\n"
+              "  %3 = exp %2 : f32[16,64]\n"
+              "  %4 = sum %2 {dims=[0]} : f32[64]\n"
+              "  %5 = select %3 {dims=[0], i0=3} : f32[64]\n"
+              "  %6 = add %4, %5 : f32[64]\n"
+              "  return %6\n"
+              "}\n", 0, buf, sizeof buf, "epilogue tail read through a view");
+  is_str(buf, "kernel 0 matmul: %2 %3 = matmul exp; stores %2 %3\n"
+              "kernel 1 reduction: %4 %6 = sum add; stores %6\n", "epilogue tail read through a view: not moved");
 }
 
 /* A pre-norm transformer block (one head, T=16 tokens, D=64), built through the builder. Expected kernels after
