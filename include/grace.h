@@ -306,6 +306,8 @@ typedef struct grace_graph_info {
   size_t copy_bytes;               /* bytes copied per replay: the table, inputs into placeholders, outputs out */
   long replays;                    /* of that graph */
   double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */
+  int unfused;                     /* fused groups no generated kernel could run whole: they ran an op at a time */
+  char unfused_why[160];           /* why the first of them could not ("" when none) */
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),

@@ -1327,6 +1327,8 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushstring(L, gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring");
   lua_setfield(L, -2, "strategy");
   if (gi->ineligible[0]) { lua_pushstring(L, gi->ineligible); lua_setfield(L, -2, "no_graph"); }
+  lua_pushinteger(L, gi->unfused); lua_setfield(L, -2, "unfused");
+  if (gi->unfused) { lua_pushstring(L, gi->unfused_why); lua_setfield(L, -2, "unfused_why"); }
   lua_createtable(L, 0, 3);
   for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
     if (gi->us[k] > 0) { lua_pushnumber(L, gi->us[k]); lua_setfield(L, -2, launch_names[k]); }
@@ -1431,6 +1433,11 @@ static int l_report(lua_State *L) {
     luaL_addstring(&b, line);
     if (gi->ineligible[0]) {
       snprintf(line, sizeof line, "    no graph: %s\n", gi->ineligible);
+      luaL_addstring(&b, line);
+    }
+    if (gi->unfused) {
+      snprintf(line, sizeof line, "    %d fused group%s ran an op at a time (%s)\n", gi->unfused, gi->unfused > 1 ? "s" : "",
+               gi->unfused_why);
       luaL_addstring(&b, line);
     }
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {

@@ -368,12 +368,20 @@ typedef struct gpu_plan {
   int nrel;
   int eager;                  /* a one-op program: falling back to grace_run would come back here */
   gpu_part *part;             /* graphs and launch measurements (gpu_graph.c); not for one-op programs */
+  int unfused;                /* groups that ran an op at a time (slots[g].unfused), and why the first did */
+  char unfused_why[160];
 } gpu_plan;
 
 static void plan_free(grace_ir *ir);
 const gpu_part *gpu_ir_part(const grace_ir *ir) {
   const gpu_plan *p = ir->exec_free == plan_free ? ir->exec : NULL;
   return p ? p->part : NULL;
+}
+
+int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n) {
+  const gpu_plan *p = ir && ir->exec_free == plan_free ? ir->exec : NULL;
+  if (n) snprintf(why, n, "%s", p ? p->unfused_why : "");
+  return p ? p->unfused : 0;
 }
 
 static void plan_free(grace_ir *ir) {
@@ -490,12 +498,13 @@ static grace_status run_group(grace_ir *ir, gpu_plan *p, int g, grace_tensor *co
   const ir_fuse_group *gr = &p->f.groups[g];
   const int32_t *m = &p->f.members[gr->first];
   *at = m[0];
-  /* the values it reads from outside, views made */
+  /* the values it reads from outside, views made (a view of a value the group computes itself waits for it:
+     no kernel runs such a group, and run_members makes the view once its base is there) */
   for (int j = 0; j < gr->n; j++) {
     const ir_inst *k = &ir->insts[m[j]];
     for (int a = 0; a < k->nin; a++) {
-      int32_t v = ir->args[k->first_arg + a];
-      if (v < 0 || p->f.inst_group[ir->vals[v].inst] == g) continue;
+      int32_t v = ir->args[k->first_arg + a], b = v < 0 ? -1 : ir_view_base(ir, v);
+      if (v < 0 || p->f.inst_group[ir->vals[v].inst] == g || (b >= 0 && p->f.inst_group[ir->vals[b].inst] == g)) continue;
       grace_status st = need(ir, v, in, val);
       if (st != GRACE_OK) return st;
     }
@@ -512,6 +521,10 @@ static grace_status run_group(grace_ir *ir, gpu_plan *p, int g, grace_tensor *co
     snprintf(msg, sizeof msg, "%s", vm->err);
     return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no CUDA kernel for this case: %s",
                   grace_op_name((grace_op)ir->insts[m[0]].op), msg);
+  }
+  if (on_gpu && gr->n > 1 && !p->slots[g].unfused) {   /* said in grace_ir_graph_info, not silent */
+    p->slots[g].unfused = 1;
+    if (!p->unfused++) snprintf(p->unfused_why, sizeof p->unfused_why, "%.159s", vm->err);
   }
   return run_members(ir, p, gr, in, val, at);
 }

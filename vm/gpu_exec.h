@@ -20,6 +20,7 @@
 typedef struct gpu_slot {
   void *p;
   void (*free)(grace_vm *vm, void *p);
+  int unfused;        /* the group ran an op at a time: no kernel of the generators could run it whole */
 } gpu_slot;
 
 /* Runs group g of f (kind POINTWISE or ROW) over ir. Values the group reads from outside are vals[v] (CUDA
@@ -58,6 +59,9 @@ grace_status gpu_host_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
 /* The launch strategy state of a program run on the device (vm/gpu_graph.c), or NULL. */
 struct gpu_part;
 const struct gpu_part *gpu_ir_part(const grace_ir *ir);
+/* How many fused groups of a program run on the device went an op at a time (no generated kernel runs them
+ * whole), and why the first did ("" when none); 0 for a program not run on the device. */
+int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n);
 /* Runs an IR program on the device (grace_ir_run's device branch). */
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 

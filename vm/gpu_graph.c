@@ -659,6 +659,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
 
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   memset(out, 0, sizeof *out);
+  out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
   const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
   if (!p) return;
   out->managed = 1;

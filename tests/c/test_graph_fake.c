@@ -287,6 +287,45 @@ static void split_rows(grace_vm *vm, cuda_ctx *c) {
   grace_set_graphs(vm, NULL);
 }
 
+/* A fused group that no generated kernel can run whole (the add reads a transpose of the exp it is fused with: a
+ * kernel cannot read a view of a value it computes) runs an op at a time, and the program's report says so. */
+static void unfused_group(grace_vm *vm) {
+  grace_ir *ir = NULL;
+  grace_status st = grace_ir_parse(vm,
+                                   "func @unfused {\n"
+                                   "  %0 = input #0 : f32[8,8] cuda\n"
+                                   "  %1 = exp %0 : f32[8,8] cuda\n"
+                                   "  %2 = transpose %1 {dims=[0,1]} : f32[8,8] cuda\n"
+                                   "  %3 = add %1, %2 : f32[8,8] cuda\n"
+                                   "  return %3\n"
+                                   "}\n", &ir);
+  if (!ok(st == GRACE_OK, "unfused: parses")) { printf("# %s\n", grace_last_error(vm)); return; }
+  char rep[512];
+  int nk = -1;
+  st = grace_ir_fuse_report(ir, rep, sizeof rep, &nk);
+  ok(st == GRACE_OK && nk == 1 && strstr(rep, "= exp add;"), "unfused: exp and add are one group (%s)", rep);
+  int64_t sz[2] = {8, 8};
+  grace_tensor *x = NULL, *y = NULL;
+  grace_set_graphs(vm, "off");
+  st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, sz, &x);
+  long launches = kernel_launches;
+  for (int i = 0; i < 2 && st == GRACE_OK; i++) {
+    if (y) grace_tensor_release(y);
+    y = NULL;
+    st = grace_ir_run(ir, 1, &x, 1, &y);
+  }
+  ok(st == GRACE_OK && kernel_launches >= launches + 4, "unfused: runs, an op at a time (%ld launches for two calls)",
+     kernel_launches - launches);
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.unfused == 1 && strstr(gi.unfused_why, "a view of a value computed in the same kernel"),
+     "unfused: the report counts the group once over two calls and says why (%d: %s)", gi.unfused, gi.unfused_why);
+  if (y) grace_tensor_release(y);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
 /* grace_set_progress: the lines long work reports */
 static int n_compiling, n_recording, n_measuring;
 static void count_progress(void *ud, const char *what) {
@@ -319,6 +358,7 @@ int main(void) {
   not_graphed(vm);
   instantiation_oom(vm);
   split_rows(vm, fake);
+  unfused_group(vm);
   ok(kernel_launches > 0 && instantiations > 0, "kernels and graphs went through the fake driver");
   ok(n_compiling > 0 && n_recording > 0 && n_measuring > 0,
      "progress is reported: %d kernel compiles, %d graph recordings, %d measured calls", n_compiling, n_recording,
