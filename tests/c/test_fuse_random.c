@@ -230,6 +230,7 @@ int main(void) {
   } else {
     install_fake(vm);
     grace_set_graphs(vm, "off");
+    grace_set_matmul(vm, "grace");   /* cuBLASLt is a real library: the fake context is no place for it */
     nprog = 0;
     for (unsigned s = 0; s < NPROG; s++) {
       grace_ir *ir = random_program(vm, s, GRACE_CUDA);
