@@ -314,11 +314,17 @@ static void absorb_prologues(fctx *c, int32_t *cons) {
   }
 }
 
+/* Whether instruction b's result is returned (itself or through views). */
+static int returned(const grace_ir *ir, int b) {
+  for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == b) return 1;
+  return 0;
+}
+
 /* The one group that reads instruction p's result, -1 when it is read by none, by several, by p's own group,
  * through a view (a kernel cannot read a view of a value it computes itself) or returned. */
 static int sole_reader(fctx *c, int p) {
   const grace_ir *ir = c->ir;
-  for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == p) return -1;
+  if (returned(ir, p)) return -1;
   int g = group_of(c, p), r = -1;
   for (int k = 0; k < ir->ninst; k++) {
     const ir_inst *in = &ir->insts[k];
@@ -338,7 +344,7 @@ static int sole_reader(fctx *c, int p) {
  * instruction, or returned. */
 static int stored_anyway(fctx *c, int b, int p, int g) {
   const grace_ir *ir = c->ir;
-  for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == b) return 1;
+  if (returned(ir, b)) return 1;
   for (int k = 0; k < ir->ninst; k++) {
     if (k == p || group_of(c, k) < 0 || group_of(c, k) == g) continue;
     const ir_inst *in = &ir->insts[k];

@@ -503,8 +503,8 @@ static grace_status run_group(grace_ir *ir, gpu_plan *p, int g, grace_tensor *co
   for (int j = 0; j < gr->n; j++) {
     const ir_inst *k = &ir->insts[m[j]];
     for (int a = 0; a < k->nin; a++) {
-      int32_t v = ir->args[k->first_arg + a], b = v < 0 ? -1 : ir_view_base(ir, v);
-      if (v < 0 || p->f.inst_group[ir->vals[v].inst] == g || (b >= 0 && p->f.inst_group[ir->vals[b].inst] == g)) continue;
+      int32_t v = ir->args[k->first_arg + a], b = ir_view_base(ir, v);
+      if (b < 0 || p->f.inst_group[ir->vals[b].inst] == g) continue;
       grace_status st = need(ir, v, in, val);
       if (st != GRACE_OK) return st;
     }

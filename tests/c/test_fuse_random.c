@@ -24,15 +24,15 @@ typedef struct val { grace_value v; int nd; int64_t s[2]; } val;
 
 static int is88(const val *a) { return a->nd == 2 && a->s[0] == 8 && a->s[1] == 8; }
 
-/* One op appended to ir over the values so far (v[0..*nv)); 0 when the draw did not fit and nothing was added. */
-static int add_op(grace_vm *vm, grace_ir *ir, val *v, int *nv, int device) {
+/* One op appended to ir over the values so far (v[0..*nv)): 1 when added, 0 when the draw did not fit (nothing
+ * added), -1 when building it failed. */
+static int add_op(grace_vm *vm, grace_ir *ir, val *v, int *nv) {
   const val *p = &v[*nv > 4 && pick(3) == 0 ? *nv - 1 - pick(3) : pick(*nv)], *q = &v[pick(*nv)];
   grace_attrs a;
   memset(&a, 0, sizeof a);
   val y = {.v = -1, .nd = p->nd, .s = {p->s[0], p->s[1]}};
   grace_value in[3] = {p->v, q->v, -1};
   grace_status st = GRACE_OK;
-  (void)device;
   switch (pick(12)) {
   case 0: case 1: {   /* matmul of two [8,8] values */
     const val *l = NULL, *r = NULL;
@@ -130,7 +130,7 @@ static grace_ir *random_program(grace_vm *vm, unsigned seed, grace_device device
     v[nv++] = x;
   }
   for (int n = 5 + pick(20); n > 0 && nv < 60;)
-    switch (add_op(vm, ir, v, &nv, device)) {
+    switch (add_op(vm, ir, v, &nv)) {
     case -1: ok(0, "program %u: builds: %s", seed, grace_last_error(vm)); grace_ir_free(ir); return NULL;
     case 1: n--; break;
     default: break;
