@@ -172,7 +172,12 @@ __device__ __forceinline__ void mbar_wait0(unsigned bar) {
 // BT: tl is this kernel's per-block record instead (BTW words a block, see bt_note)
 // PROG: block 0 publishes its progress for side_pf (a volatile store after the wait: ptxas keeps the x loads behind
 // it, so only the side-branch variants have it)
-template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0, int NA = 1, int BT = 0, int PROG = 0>
+// DL: a block waits DL ns from its start before loading its weights (kernel k's blocks exit and the next kernel's
+// blocks start and load at once, just when kernel k+1 fetches x: does that burst delay x?); SP: the weight loads
+// spread evenly over SP ns from the block's start (slice u of L at u * SP / L) instead of issued at once, so the
+// memory system never holds a whole kernel's weights in its queues; PH: each warp's slices offset by a phase of
+// its own (warp index over PH), so the grid's loads leave evenly rather than L bursts
+template <typename T, int C, int L, int PRE, int TRIG, int LB = 128, int XS = 0, int NA = 1, int BT = 0, int PROG = 0, int DL = 0, int SP = 0, int PH = 0>
 __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *__restrict__ W, T *__restrict__ y, int N, int K,
                                               const char *pf, long long pf_bytes, unsigned long long *tl,
                                               int *prog, int idx) {
@@ -186,7 +191,21 @@ __global__ void __launch_bounds__(LB) gemv_r(const T *__restrict__ x, const T *_
   if (TRIG == 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   uint4 wv[C][L];
   const T *w0 = W + lane * VEC;
-  if (PRE) {
+  if (DL) {
+    const unsigned long long t0 = gtimer();
+    while (gtimer() - t0 < (unsigned long long)DL) __nanosleep(64);
+  }
+  if (PRE && SP) {
+    const unsigned long long t0 = gtimer();
+    const int ph = PH ? (int)((blockIdx.x * (blockDim.x >> 5) + warp) % PH) : 0;
+#pragma unroll
+    for (int u = 0; u < L; u++) {
+      const unsigned long long at = PH ? (unsigned long long)SP * (u * PH + ph) / (L * PH) : (unsigned long long)SP * u / L;
+      if (at) while (gtimer() - t0 < at) __nanosleep(32);
+#pragma unroll
+      for (int c = 0; c < C; c++) wv[c][u] = ld_nc(w0 + (n0 + c < N ? n0 + c : N - 1) * (long long)K + u * 32 * VEC);
+    }
+  } else if (PRE) {
 #pragma unroll
     for (int c = 0; c < C; c++) {
       const T *w = w0 + (n0 + c < N ? n0 + c : N - 1) * (long long)K;
@@ -590,7 +609,7 @@ static const long long g_bytes[4] = {768LL * 2304, 768LL * 768, 768LL * 3072, 30
 // grid 0: blocks of 4 warps; grid G > 0: about G blocks, each with as many warps as that takes (one block an SM at
 // G 132: fewer blocks to schedule and retire per kernel). c768: columns a warp at K 768 (2 or 4; at K 3072 half that,
 // at least 1; fp32 at K 3072 stays at 1, its registers would spill)
-template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1, int BT = 0, int PROG = 0> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
+template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1, int BT = 0, int PROG = 0, int DL = 0, int SP = 0, int PH = 0> static Gemv regs(bool pdl, int pf_ahead = 0, bool timeline = false,
                                                                       int grid = 0, int c768 = 2, int per_sm = 0) {
   return [=](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     constexpr int VEC = 16 / sizeof(T), L768 = 768 / (32 * VEC), L3072 = 3072 / (32 * VEC);
@@ -613,8 +632,8 @@ template <typename T, int PRE, int TRIG, int XS = 0, int NA = 1, int BT = 0, int
     const int warps = (N + C - 1) / C;
     const int wpb = grid ? (warps + grid - 1) / grid : 4;
     const int lb = wpb * 32 <= 256 ? 256 : wpb * 32 <= 512 ? 512 : 1024;   // the launch bound: registers a thread
-#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS, NA, BT, PROG> : \
-                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS, NA, BT, PROG> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS, NA, BT, PROG>)
+#define PICK(c, l) (lb == 256 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 256, XS, NA, BT, PROG, DL, SP, PH> : \
+                    lb == 512 ? (const void *)gemv_r<T, c, l, PRE, TRIG, 512, XS, NA, BT, PROG, DL, SP, PH> : (const void *)gemv_r<T, c, l, PRE, TRIG, 1024, XS, NA, BT, PROG, DL, SP, PH>)
     const void *fn = K == 768 ? (C == 2 ? PICK(2, L768) : PICK(4, L768))
                    : (C == 1 ? PICK(1, L3072) : sizeof(T) == 2 ? PICK(2, L3072) : nullptr);
 #undef PICK
@@ -939,6 +958,31 @@ template <typename T> static void all(const char *name, double copy_bw) {
   // one_layer: all layers read layer 0's weights; side_blocks > 0: side_pf beside the chain, side_ahead kernels ahead
   // bt: per-block records of one more replay (bt_report)
   const struct { const char *what; Gemv g; bool decode, lm, one_layer; int side_blocks, side_ahead; bool bt; } v[] = {
+    {"phased spread 1000 ns", regs<T, 1, 2, 0, 1, 0, 0, 0, 1000, 16>(true), true, false},
+    {"phased spread 2000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 2000, 16>(true), true, false},
+    {"phased spread 3000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 3000, 16>(true), true, false},
+    {"phased spread 4000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 4000, 16>(true), true, false},
+    {"phased spread 5000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 5000, 16>(true), true, false},
+    {"phased spread 3000 ns, trigger at entry, 4 partial sums", regs<T, 1, 0, 0, 4, 0, 0, 0, 3000, 16>(true), true, false},
+    {"phased spread 3000 ns, trigger at entry, x loads forced", regs<T, 1, 0, 7, 1, 0, 0, 0, 3000, 16>(true), true, false},
+    {"phased spread 3000 ns, trigger at entry, 66 blocks", regs<T, 1, 0, 0, 1, 0, 0, 0, 3000, 16>(true, 0, false, 66), true, false},
+    {"block records: phased spread 3000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 1, 0, 0, 3000, 16>(true), true, false, false, 0, 0, true},
+    {"spread 1000 ns", regs<T, 1, 2, 0, 1, 0, 0, 0, 1000>(true), true, false},
+    {"spread 2000 ns", regs<T, 1, 2, 0, 1, 0, 0, 0, 2000>(true), true, false},
+    {"spread 4000 ns", regs<T, 1, 2, 0, 1, 0, 0, 0, 4000>(true), true, false},
+    {"spread 2000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 2000>(true), true, false},
+    {"spread 4000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 4000>(true), true, false},
+    {"spread 6000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 0, 6000>(true), true, false},
+    {"block records: spread 4000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 1, 0, 0, 4000>(true), true, false, false, 0, 0, true},
+    {"delay 300 ns before the weight loads", regs<T, 1, 2, 0, 1, 0, 0, 300>(true), true, false},
+    {"delay 600 ns before the weight loads", regs<T, 1, 2, 0, 1, 0, 0, 600>(true), true, false},
+    {"delay 1000 ns before the weight loads", regs<T, 1, 2, 0, 1, 0, 0, 1000>(true), true, false},
+    {"delay 1600 ns before the weight loads", regs<T, 1, 2, 0, 1, 0, 0, 1600>(true), true, false},
+    {"delay 2500 ns before the weight loads", regs<T, 1, 2, 0, 1, 0, 0, 2500>(true), true, false},
+    {"delay 1000 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 1000>(true), true, false},
+    {"delay 1600 ns, trigger at entry", regs<T, 1, 0, 0, 1, 0, 0, 1600>(true), true, false},
+    {"trigger at entry, no delay", regs<T, 1, 0>(true), true, false},
+    {"block records: delay 1000 ns before the weight loads", regs<T, 1, 2, 0, 1, 1, 0, 1000>(true), true, false, false, 0, 0, true},
     {"block records: registers, x after the wait", regs<T, 1, 2, 0, 1, 1>(true), true, false, false, 0, 0, true},
     {"block records: x read before the wait (harness only)", regs<T, 1, 2, 2, 1, 1>(true), true, false, false, 0, 0, true},
     {"block records: x after the wait, layer 0's weights", regs<T, 1, 2, 0, 1, 1>(true), true, false, true, 0, 0, true},
