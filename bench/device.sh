@@ -3,7 +3,7 @@
 # them, run the stages asked for, and leave logs under $OUT.
 # Usage (from the repo root): bench/device.sh [stage ...]   (OUT defaults to bench/out)
 #   build   always first
-#   gpu     the GPU tests alone, verbose (tests/c/test_cuda, test_cg_*, tests/lua/test_gpu_*)
+#   gpu     the GPU tests alone, verbose (tests/c/test_cuda, test_cg_*, test_fuse_random, tests/lua/test_gpu_*)
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
 #   memcheck  the GPU tests under compute-sanitizer memcheck
 #   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures)
@@ -36,7 +36,7 @@ fi
 echo "build ok"
 status=0
 gpu_tests=""   # GPU_TESTS="name ...": only the GPU test files whose name holds one of them (gpu, memcheck, parallel)
-for t in $(ls $B/tests/test_cuda $B/tests/test_cg_* 2>/dev/null) $(ls tests/lua/test_gpu_*.lua 2>/dev/null); do
+for t in $(ls $B/tests/test_cuda $B/tests/test_cg_* $B/tests/test_fuse_random 2>/dev/null) $(ls tests/lua/test_gpu_*.lua 2>/dev/null); do
   for pat in ${GPU_TESTS:-""}; do
     case "$(basename "$t")" in *$pat*) gpu_tests="$gpu_tests $t"; break ;; esac
   done

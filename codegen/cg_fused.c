@@ -64,6 +64,16 @@ static grace_status unsupported(grace_vm *vm, const char *why, int v) {
   return grace_set_error(vm, GRACE_EUNSUPPORTED, "fused kernel: %s (value %%%d)", why, v);
 }
 
+/* Whether a value of type t broadcasts to sizes[nd] (each of its dims, right-aligned, 1 or the same size). */
+static int bcast_fits(const ir_type *t, int nd, const int64_t *sizes) {
+  if (t->ndim > nd) return 0;
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t s = t->sizes[d], want = sizes[d + nd - t->ndim];
+    if (s != 1 && s != want) return 0;
+  }
+  return 1;
+}
+
 static grace_status grp_init(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, int g, grp *G) {
   memset(G, 0, sizeof *G);
   G->vm = vm; G->ir = ir; G->f = f; G->g = g;
@@ -122,7 +132,8 @@ static grace_status grp_init(grace_vm *vm, const grace_ir *ir, const ir_fusion *
       int32_t b = ir_view_base(ir, a);
       if (b != a && is_member(G, b)) {
         /* a view of a member: only reshapes of a reduction's per-row result can be read in registers */
-        if (!G->row || G->space[b] != SP_ROW || numel(&ir->vals[a].type) != numel(&ir->vals[b].type)) {
+        if (!G->row || G->space[b] != SP_ROW || numel(&ir->vals[a].type) != numel(&ir->vals[b].type) ||
+            !ir_view_keeps_order(ir, a)) {
           grp_free(G);
           return unsupported(vm, "a view of a value computed in the same kernel", a);
         }
@@ -149,17 +160,21 @@ static grace_status grp_init(grace_vm *vm, const grace_ir *ir, const ir_fusion *
     if (G->row && kind != GRACE_KIND_REDUCE) {
       /* a per-row value read over the base shape must line up with the kept dims */
       for (int j = 0; j < in->nin; j++) {
-        int32_t a = ir->args[in->first_arg + j];
-        if (a >= 0 && G->alias[a] >= 0) a = G->alias[a];
-        if (a >= 0 && is_member(G, a) && G->space[a] == SP_ROW && G->space[in->first_result] == SP_FULL && !G->keep) {
+        int32_t a = ir->args[in->first_arg + j], b = a >= 0 && G->alias[a] >= 0 ? G->alias[a] : a;
+        if (b >= 0 && is_member(G, b) && G->space[b] == SP_ROW && G->space[in->first_result] == SP_FULL &&
+            !ir_row_lines_up(&ir->vals[a].type, G->dom, G->dims)) {
           grp_free(G);
-          return unsupported(vm, "a keepdim=0 reduction result broadcast over the base shape", a);
+          return unsupported(vm, "a per-row value broadcast over the base shape across rows", a);
         }
       }
     }
     if (G->row && kind == GRACE_KIND_REDUCE) {
       int32_t x = ir->args[in->first_arg];
       if (!same_sizes(&ir->vals[x].type, G->dom)) { grp_free(G); return unsupported(vm, "reductions over different shapes", x); }
+      if (!same_sizes(&ir->vals[in->first_result].type, G->red)) {
+        grp_free(G);
+        return unsupported(vm, "reductions with different keepdim", in->first_result);
+      }
     }
   }
   return GRACE_OK;
@@ -206,16 +221,13 @@ grace_status cg_fused_io(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, i
     if (is_member(&G, v)) ok = add_unique(io->store, &io->nstore, v);
   }
   if (ok && io->next + io->nstore > CG_MAX_ARGS) ok = 0;
-  /* stored values must cover the iteration shape (POINTWISE) or be the base or reduced shape (ROW) */
+  /* stored values broadcast into the iteration shape (POINTWISE) or the base shape (ROW), or are per-row values */
   for (int i = 0; i < io->nstore && ok; i++) {
     const ir_type *t = &ir->vals[io->store[i]].type;
     int fits;
-    if (!G.row) {
-      int64_t n = 1;
-      for (int d = 0; d < G.pnd; d++) n *= G.pdom[d];
-      fits = numel(t) == n;
-    } else fits = G.space[io->store[i]] == SP_ROW ? numel(t) == numel(G.red) : same_sizes(t, G.dom);
-    if (!fits) { grp_free(&G); return unsupported(vm, "a stored value smaller than the kernel's shape", io->store[i]); }
+    if (!G.row) fits = bcast_fits(t, G.pnd, G.pdom);
+    else fits = G.space[io->store[i]] == SP_ROW ? numel(t) == numel(G.red) : bcast_fits(t, G.dom->ndim, G.dom->sizes);
+    if (!fits) { grp_free(&G); return unsupported(vm, "a stored value that does not broadcast to the kernel's shape", io->store[i]); }
   }
   grp_free(&G);
   if (!ok) return grace_set_error(vm, GRACE_EUNSUPPORTED, "fused kernel: more than %d tensor operands", CG_MAX_ARGS);
@@ -243,32 +255,46 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
   spec->indirect = indirect ? 1 : 0;
   if (!G.row) {
     spec->kind = CG_POINTWISE;
-    int nd = G.pnd;
+    int nd = G.pnd, nall = io->next + io->nstore;
     int64_t sizes[GRACE_MAX_DIMS], str[CG_MAX_ARGS][GRACE_MAX_DIMS];
     for (int d = 0; d < nd; d++) sizes[d] = G.pdom[d];
     for (int k = 0; k < io->next; k++) bcast_strides(ext[k].ndim, ext[k].sizes, ext[k].strides, nd, sizes, str[k]);
+    for (int s = 0; s < io->nstore; s++) {   /* stored values: contiguous, 0 where broadcast */
+      const ir_type *t = &ir->vals[io->store[s]].type;
+      int64_t cst[GRACE_MAX_DIMS], c = 1;
+      for (int d = t->ndim - 1; d >= 0; d--) { cst[d] = c; c *= t->sizes[d]; }
+      bcast_strides(t->ndim, t->sizes, cst, nd, sizes, str[io->next + s]);
+    }
     /* coalesce: drop size-1 dims, merge neighbours every operand steps through as one */
     int m = 0;
     for (int d = 0; d < nd; d++) {
       if (sizes[d] == 1) continue;
       if (m > 0) {
         int merge = 1;
-        for (int k = 0; k < io->next; k++) merge &= str[k][m - 1] == str[k][d] * sizes[d];
+        for (int k = 0; k < nall; k++) merge &= str[k][m - 1] == str[k][d] * sizes[d];
         if (merge) {
           sizes[m - 1] *= sizes[d];
-          for (int k = 0; k < io->next; k++) str[k][m - 1] = str[k][d];
+          for (int k = 0; k < nall; k++) str[k][m - 1] = str[k][d];
           continue;
         }
       }
       sizes[m] = sizes[d];
-      for (int k = 0; k < io->next; k++) str[k][m] = str[k][d];
+      for (int k = 0; k < nall; k++) str[k][m] = str[k][d];
       m++;
     }
-    if (m == 0) { sizes[0] = 1; for (int k = 0; k < io->next; k++) str[k][0] = 0; m = 1; }
+    if (m == 0) { sizes[0] = 1; for (int k = 0; k < nall; k++) str[k][0] = 0; m = 1; }
     geom->ndim = spec->ndim = m;
     geom->n = 1;
     for (int d = 0; d < m; d++) { geom->sizes[d] = sizes[d]; geom->n *= sizes[d]; }
     int maxsz = 1, any_strided = 0;
+    for (int s = 0; s < io->nstore; s++) {
+      int64_t c = 1;
+      int lin = 1;
+      for (int d = m - 1; d >= 0; d--) { lin &= str[io->next + s][d] == c || sizes[d] == 1; c *= sizes[d]; }
+      spec->layout[io->next + s] = lin ? CG_LINEAR : CG_PARTIAL;
+      any_strided |= !lin;
+      memcpy(geom->store_strides[s], str[io->next + s], sizeof str[0]);
+    }
     for (int k = 0; k < io->next; k++) {
       int64_t c = 1;
       int lin = 1, zero = 1;
@@ -332,9 +358,15 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
       for (int i = 0; i < nd; i++) geom->ext_strides[k][i] = src[order[i]];
       spec->layout[k] = CG_STRIDED;
     }
-    for (int s = 0; s < io->nstore; s++) {
-      int64_t c = 1;
-      for (int d = nd - 1; d >= 0; d--) { dst[d] = c; c *= dom->sizes[d]; }
+    for (int s = 0; s < io->nstore; s++) {   /* contiguous over the value's own shape, 0 where it is broadcast */
+      const ir_type *t = &ir->vals[io->store[s]].type;
+      int64_t cst[GRACE_MAX_DIMS], c = 1;
+      int part = 0;
+      if (G.space[io->store[s]] == SP_ROW) t = dom;   /* stored at the row index: these strides go unused */
+      for (int d = t->ndim - 1; d >= 0; d--) { cst[d] = c; c *= t->sizes[d]; }
+      bcast_strides(t->ndim, t->sizes, cst, nd, dom->sizes, dst);
+      for (int d = 0; d < nd; d++) part |= dst[d] == 0 && dom->sizes[d] > 1;
+      spec->layout[io->next + s] = part ? CG_PARTIAL : CG_LINEAR;
       for (int i = 0; i < nd; i++) geom->store_strides[s][i] = dst[order[i]];
     }
     spec->strategy = geom->inner <= 1024 ? CG_ROW_WARP : CG_ROW_BLOCK;
@@ -620,9 +652,10 @@ static grace_status emit_members(cg_buf *b, const grp *G, const cg_group_io *io,
 
 static grace_status gen_pointwise(cg_buf *b, const grp *G, const cg_group_io *io, const cg_fused_spec *spec) {
   const grace_ir *ir = G->ir;
-  int nd = spec->ndim, V = spec->vec, nstr = 0;
+  int nd = spec->ndim, V = spec->vec, nstr = 0, npart = 0;
   for (int k = 0; k < io->next; k++) nstr += spec->layout[k] == CG_STRIDED;
-  emit_params(b, ir, io, spec, 1 + nd + nstr * nd);
+  for (int s = 0; s < io->nstore; s++) npart += spec->layout[io->next + s] == CG_PARTIAL;
+  emit_params(b, ir, io, spec, 1 + nd + (nstr + npart) * nd);
   const char *I = spec->wide ? "long long" : "unsigned";
   cg_printf(b, "  typedef %s IDX;\n  const IDX n = (IDX)p.w[0];\n", I);
   cg_puts(b, "  const IDX tid = (IDX)blockIdx.x * blockDim.x + threadIdx.x, nth = (IDX)gridDim.x * blockDim.x;\n");
@@ -685,7 +718,7 @@ static grace_status gen_pointwise(cg_buf *b, const grp *G, const cg_group_io *io
   }
   /* scalar path (and the vector path's tail) */
   cg_puts(b, "  for (IDX i = start + tid; i < n; i += nth) {\n");
-  if (nstr) {
+  if (nstr || npart) {
     cg_puts(b, "    IDX r = i;\n");
     for (int d = nd - 1; d > 0; d--) cg_printf(b, "    const IDX i%d = r %% (IDX)p.w[%d]; r /= (IDX)p.w[%d];\n", d, 1 + d, 1 + d);
     cg_puts(b, "    const IDX i0 = r;\n");
@@ -707,12 +740,19 @@ static grace_status gen_pointwise(cg_buf *b, const grp *G, const cg_group_io *io
     cg_printf(b, "    const %s e%d = %s;\n", rtype(dt), k, e);
   }
   if ((st = emit_members(b, G, io, SP_FULL, 0, 1 << 30)) != GRACE_OK) return st;
-  for (int s = 0; s < io->nstore; s++) {
+  for (int s = 0, pi = 0; s < io->nstore; s++) {
     cg_expr e;
     char x[32];
     snprintf(x, sizeof x, "v%d", io->store[s]);
     store_expr(e, ir->vals[io->store[s]].type.dtype, x);
-    cg_printf(b, "    a%d[i] = %s;\n", io->next + s, e);
+    if (spec->layout[io->next + s] != CG_PARTIAL) { cg_printf(b, "    a%d[i] = %s;\n", io->next + s, e); continue; }
+    /* once per element of the value: from the elements at coordinate 0 of the dims it is broadcast over */
+    const int w0 = 1 + nd + (nstr + pi++) * nd;
+    cg_puts(b, "    if (");
+    for (int d = 0; d < nd; d++) cg_printf(b, "%s(p.w[%d] != 0 || i%d == 0)", d ? " && " : "", w0 + d, d);
+    cg_printf(b, ") a%d[", io->next + s);
+    for (int d = 0; d < nd; d++) cg_printf(b, "%s(long long)i%d * p.w[%d]", d ? " + " : "", d, w0 + d);
+    cg_printf(b, "] = %s;\n", e);
   }
   cg_puts(b, "  }\n}\n");
   return GRACE_OK;
@@ -944,7 +984,13 @@ static grace_status emit_row_step(cg_buf *b, const grp *G, const cg_group_io *io
     char x[32];
     snprintf(x, sizeof x, "v%d", io->store[s]);
     store_expr(e, ir->vals[io->store[s]].type.dtype, x);
-    cg_printf(b, "; a%d[so] = %s; }\n", io->next + s, e);
+    cg_puts(b, "; ");
+    if (spec->layout[io->next + s] == CG_PARTIAL) {   /* once per element: from coordinate 0 of its broadcast dims */
+      cg_printf(b, "if (on%d", s);
+      for (int d = nk; d < nd; d++) cg_printf(b, " && (p.w[%d] != 0 || j%d == 0)", wst + s * nd + d, d);
+      cg_puts(b, ") ");
+    }
+    cg_printf(b, "a%d[so] = %s; }\n", io->next + s, e);
   }
   return GRACE_OK;
 }
@@ -999,13 +1045,19 @@ static grace_status gen_row(cg_buf *b, const grp *G, const cg_group_io *io, cons
   }
   /* the row's offsets in every operand */
   for (int k = 0; k < io->next; k++) cg_printf(b, "    long long ro%d = 0;\n", k);
-  for (int s = 0; s < io->nstore; s++) cg_printf(b, "    long long so%d = 0;\n", s);
+  for (int s = 0; s < io->nstore; s++) {
+    cg_printf(b, "    long long so%d = 0;\n", s);
+    if (spec->layout[io->next + s] == CG_PARTIAL) cg_printf(b, "    int on%d = 1;\n", s);
+  }
   if (nk > 0) {
     cg_puts(b, "    { long long q = row;\n");
     for (int d = nk - 1; d >= 0; d--) {
       cg_printf(b, "      { const long long i = q %% p.w[%d]; q /= p.w[%d];", 2 + d, 2 + d);
       for (int k = 0; k < io->next; k++) cg_printf(b, " ro%d += i * p.w[%d];", k, wext + k * nd + d);
-      for (int s = 0; s < io->nstore; s++) cg_printf(b, " so%d += i * p.w[%d];", s, wst + s * nd + d);
+      for (int s = 0; s < io->nstore; s++) {
+        cg_printf(b, " so%d += i * p.w[%d];", s, wst + s * nd + d);
+        if (spec->layout[io->next + s] == CG_PARTIAL) cg_printf(b, " on%d &= p.w[%d] != 0 || i == 0;", s, wst + s * nd + d);
+      }
       cg_puts(b, " }\n");
     }
     cg_puts(b, "    }\n");
@@ -1148,7 +1200,7 @@ grace_status cg_fused_pack(grace_vm *vm, const cg_kernel *k, const cg_fused_spec
   for (int a = 0; a < k->narg; a++) w[nw++] = ptrs[a];
   int next = 0, nstore = 0;
   for (int a = 0; a < k->narg; a++) { if (k->args[a].value < 0) continue; if (k->args[a].output) nstore++; else next++; }
-  int need = k->narg + (spec->kind == CG_POINTWISE ? 1 + nd + next * nd : 3 + nd + (next + nstore) * nd);
+  int need = k->narg + (spec->kind == CG_POINTWISE ? 1 + nd + (next + nstore) * nd : 3 + nd + (next + nstore) * nd);
   if (need > CG_MAX_WORDS) return grace_set_error(vm, GRACE_EUNSUPPORTED, "fused kernel: %d parameter words", need);
   if (sms < 1) sms = 1;
   out->block[0] = (unsigned)spec->block;
@@ -1159,6 +1211,8 @@ grace_status cg_fused_pack(grace_vm *vm, const cg_kernel *k, const cg_fused_spec
     for (int d = 0; d < nd; d++) w[nw++] = (uint64_t)geom->sizes[d];
     for (int e = 0; e < next; e++)
       if (spec->layout[e] == CG_STRIDED) for (int d = 0; d < nd; d++) w[nw++] = (uint64_t)geom->ext_strides[e][d];
+    for (int s = 0; s < nstore; s++)
+      if (spec->layout[next + s] == CG_PARTIAL) for (int d = 0; d < nd; d++) w[nw++] = (uint64_t)geom->store_strides[s][d];
     int64_t per = (int64_t)spec->block * spec->vec;
     int64_t grid = (geom->n + per - 1) / per, cap = (int64_t)sms * 8;
     out->grid[0] = (unsigned)(grid < 1 ? 1 : grid > cap ? cap : grid);

@@ -6,10 +6,11 @@
  *
  * Kernel arguments (codegen/cg.h convention): tensor pointers a0.. = the externals in io order, then the stored
  * values in io order, then (a split row: cg_fused_split) the workspace; words:
- *   POINTWISE: n, sizes[ndim], then strides[ndim] of each STRIDED external (iteration order, coalesced).
+ *   POINTWISE: n, sizes[ndim], then strides[ndim] of each STRIDED external, then of each CG_PARTIAL stored
+ *        value (iteration order, coalesced).
  *   ROW: rows, inner, sizes[ndim] (kept dims then reduced dims), strides[ndim] of each external, then
  *        strides[ndim] of each stored value over the base shape (values of the reduced shape are stored at the
- *        row index), then (a split row) nchunk. */
+ *        row index; a stride 0 where a CG_PARTIAL value is broadcast), then (a split row) nchunk. */
 #ifndef GRACE_CG_FUSED_H
 #define GRACE_CG_FUSED_H
 
@@ -17,7 +18,10 @@
 #include "ir/ir.h"
 #include "ir/ir_fuse.h"
 
-enum { CG_LINEAR = 0, CG_SCALAR = 1, CG_STRIDED = 2 };   /* layout classes of external operands */
+/* Layout classes of external operands (and of stored values: CG_LINEAR, or CG_PARTIAL for a value smaller than the
+ * iteration shape, which the kernel computes on every element it is broadcast over and stores from those whose
+ * coordinates are 0 along the broadcast dims). */
+enum { CG_LINEAR = 0, CG_SCALAR = 1, CG_STRIDED = 2, CG_PARTIAL = 3 };
 /* ROW strategy: a warp per row, a block per row, or a row split over several blocks (few rows, long ones): each
  * block folds its chunk into a partial state in a workspace and the partials are combined in a fixed order, so
  * results do not depend on timing. CG_ROW_SPLIT (one level of reductions, nothing stored over the row): the last
@@ -47,7 +51,8 @@ typedef struct cg_fused_spec {
   int32_t vec;                   /* POINTWISE: elements per vector access (1: scalar path only) */
   int32_t strategy;              /* ROW: CG_ROW_WARP, CG_ROW_BLOCK, CG_ROW_SPLIT or CG_ROW_SYNC */
   int32_t block;                 /* threads per block */
-  uint8_t layout[CG_MAX_ARGS];   /* per external: CG_LINEAR / CG_SCALAR / CG_STRIDED (ROW: all strided) */
+  uint8_t layout[CG_MAX_ARGS];   /* per external: CG_LINEAR / CG_SCALAR / CG_STRIDED (ROW: all strided); then per
+                                    stored value (layout[next + s]): CG_LINEAR or CG_PARTIAL */
 } cg_fused_spec;
 
 /* The per-launch numbers cg_fused_pack needs. */
@@ -60,7 +65,8 @@ typedef struct cg_fused_geom {
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS];                     /* iteration order */
   int64_t ext_strides[CG_MAX_ARGS][GRACE_MAX_DIMS];   /* iteration order, 0 on broadcast dims */
-  int64_t store_strides[CG_MAX_ARGS][GRACE_MAX_DIMS]; /* ROW: base-shape stores, iteration order */
+  int64_t store_strides[CG_MAX_ARGS][GRACE_MAX_DIMS]; /* ROW: base-shape stores; POINTWISE: CG_PARTIAL stores;
+                                                         iteration order, 0 on broadcast dims */
 } cg_fused_geom;
 
 /* Whether a row group of `rows` rows of `inner` elements splits each row over blocks on a device of `sms` SMs

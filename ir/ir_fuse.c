@@ -4,9 +4,11 @@
  * pointwise producers as a prologue and its row-shaped pointwise consumers as an epilogue (one row kernel for a
  * decomposed softmax or layer_norm); a matmul takes its pointwise consumers as an epilogue, and matmuls sharing
  * a left input are grouped horizontally. Every join is refused when it would make the group graph cyclic (a
- * kernel that waits for itself). Groups never cross a break. A matmul epilogue's last pointwise op that only
- * one other kernel reads, its operands stored anyway, then moves into that kernel; a pointwise group read by only
- * one other group (a weight cast) moves into that group; and the groups are ordered topologically.
+ * kernel that waits for itself), and where a member would read a value of its own kernel as no kernel can (a view
+ * of it, a per-row value across rows: ir_fuse.h), so the generators lower every group. Groups never cross a
+ * break. A matmul epilogue's last pointwise op that only one other kernel reads, its operands stored anyway, then
+ * moves into that kernel; a pointwise group read by only one other group (a weight cast) moves into that group;
+ * and the groups are ordered topologically.
  * A value read by two groups is materialized (stored by the one kernel that computes it), never computed in
  * both: the report names stored values, so duplication cannot happen silently. Also grace_ir_fuse_report. */
 #include <stdarg.h>
@@ -34,6 +36,7 @@ typedef struct fctx {
   int32_t *mark;       /* DFS visit stamps, per group */
   int32_t *stack;
   int32_t stamp;
+  int trial;           /* a merge is being tried (find must not compress paths through it) */
 } fctx;
 
 static int is_free(int op) { return op >= GRACE_NOPS || grace_op_kind((grace_op)op) == GRACE_KIND_VIEW; }
@@ -59,6 +62,10 @@ static int base_inst(const grace_ir *ir, int32_t v) {
 }
 
 static int find(fctx *c, int g) {
+  if (c->trial) {   /* a merge being tried may be undone: leave the parents as they are */
+    while (c->g[g].parent != g) g = c->g[g].parent;
+    return g;
+  }
   while (c->g[g].parent != g) { c->g[g].parent = c->g[c->g[g].parent].parent; g = c->g[g].parent; }
   return g;
 }
@@ -79,6 +86,32 @@ static int bcast_into(const ir_type *a, const ir_type *b) {
     if (!(sa == 1 && ya == 0) && (sa != sb || ya != yb)) return 0;
   }
   return 1;
+}
+
+int ir_view_keeps_order(const grace_ir *ir, int32_t v) {
+  while (v >= 0) {
+    const ir_inst *k = &ir->insts[ir->vals[v].inst];
+    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW) return 1;
+    if (k->op != GRACE_OP_RESHAPE && k->op != GRACE_OP_VIEW && k->op != GRACE_OP_SQUEEZE && k->op != GRACE_OP_UNSQUEEZE)
+      return 0;
+    v = ir->args[k->first_arg];
+  }
+  return 1;
+}
+
+int ir_row_lines_up(const ir_type *t, const ir_type *dom, uint32_t dims) {
+  if (t->ndim > dom->ndim) return 0;
+  for (int d = 0; d < dom->ndim; d++) {
+    int td = d - (dom->ndim - t->ndim);
+    if ((td < 0 ? 1 : t->sizes[td]) != ((dims >> d & 1) ? 1 : dom->sizes[d])) return 0;
+  }
+  return 1;
+}
+
+static int64_t numel_of(const ir_type *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
 }
 
 /* Whether a pointwise computation over shape t can run inside group g's loop nest. */
@@ -143,6 +176,63 @@ static int feeds_matmul(fctx *c, int p, int m) {
   return 0;
 }
 
+/* Whether value v of row group g is a per-row value (a register per row, as codegen/cg_fused.c places it): a
+ * reduction's result, or a pointwise op of the reduced shape over such values and operands of that shape. -1:
+ * not known (more than 16 pointwise ops deep: the walk is not memoized, and shared operands would make it
+ * exponential), which read_ok takes as a no. */
+static int row_value(fctx *c, int g, int32_t v, int depth) {
+  const grace_ir *ir = c->ir;
+  const ir_inst *in = &ir->insts[ir->vals[v].inst];
+  if (in->op < GRACE_NOPS && grace_op_kind((grace_op)in->op) == GRACE_KIND_REDUCE) return 1;
+  if (!is_pointwise(in->op) || !same_shape(&ir->vals[v].type, c->g[g].red)) return 0;
+  if (depth > 16) return -1;
+  for (int j = 0; j < in->nin; j++) {
+    int32_t a = ir->args[in->first_arg + j];
+    if (a < 0) continue;
+    int b = base_inst(ir, a);
+    if (b >= 0 && group_of(c, b) == g) {
+      int r = row_value(c, g, ir_view_base(ir, a), depth + 1);
+      if (r != 1) return r;
+    } else if (!same_shape(&ir->vals[a].type, c->g[g].red) && numel_of(&ir->vals[a].type) > 1) return 0;
+  }
+  return 1;
+}
+
+/* Whether member m of group g can read a (a value of g itself, or a view of one) in registers: a pointwise kernel
+ * only directly; a row kernel also an order-keeping view of a per-row value, and a per-row value read over the base
+ * shape must line up with the kept dims. */
+static int read_ok(fctx *c, int g, int m, int32_t a) {
+  const grace_ir *ir = c->ir;
+  const gstate *K = &c->g[g];
+  int32_t b = ir_view_base(ir, a);
+  if (K->kind == IR_FUSE_POINTWISE) return a == b;
+  if (K->kind != IR_FUSE_ROW) return 1;
+  int rv = row_value(c, g, b, 0), rm = rv == 1 ? row_value(c, g, ir->insts[m].first_result, 0) : 0;
+  if (rv < 0 || rm < 0) return 0;
+  if (a != b && !(rv && ir_view_keeps_order(ir, a) && numel_of(&ir->vals[a].type) == numel_of(&ir->vals[b].type)))
+    return 0;
+  return !rv || rm || ir_row_lines_up(&ir->vals[a].type, K->dom, K->dims);
+}
+
+/* Whether instruction k, joining group g, reads g's values as g's kernel can. */
+static int reads_ok(fctx *c, int g, int k) {
+  const grace_ir *ir = c->ir;
+  const ir_inst *in = &ir->insts[k];
+  for (int j = 0; j < in->nin; j++) {
+    int32_t a = ir->args[in->first_arg + j];
+    int b = base_inst(ir, a);
+    if (b >= 0 && group_of(c, b) == g && !read_ok(c, g, k, a)) return 0;
+  }
+  return 1;
+}
+
+/* Whether every member of group g reads the group's own values as its kernel can (read_ok). */
+static int group_ok(fctx *c, int g) {
+  for (int m = c->g[g].head; m >= 0; m = c->next[m])
+    if (!reads_ok(c, g, m)) return 0;
+  return 1;
+}
+
 static int new_group(fctx *c, int k, ir_fuse_kind kind, int part, const ir_type *dom) {
   int g = c->ng++;
   c->g[g] = (gstate){.kind = kind, .part = part, .parent = g, .head = k, .tail = k, .last = k, .dom = dom, .red = dom};
@@ -174,8 +264,10 @@ static int try_merge(fctx *c, int g, int h) {
   if (gp && hp) keep = bcast_into(H->dom, G->dom) ? G : bcast_into(G->dom, H->dom) ? H : NULL;
   else if (hp) keep = fits(c, g, H->dom) && !(G->kind == IR_FUSE_MATMUL && feeds_matmul(c, h, g)) ? G : NULL;
   else if (gp) keep = fits(c, h, G->dom) && !(H->kind == IR_FUSE_MATMUL && feeds_matmul(c, g, h)) ? H : NULL;
-  else keep = G->kind == IR_FUSE_ROW && H->kind == IR_FUSE_ROW && same_shape(G->dom, H->dom) && G->dims == H->dims ? G : NULL;
+  else keep = G->kind == IR_FUSE_ROW && H->kind == IR_FUSE_ROW && same_shape(G->dom, H->dom) && G->dims == H->dims &&
+              same_shape(G->red, H->red) ? G : NULL;
   if (!keep || reaches(c, g, h, 1) || reaches(c, h, g, 1)) return 0;
+  const gstate g0 = *G, h0 = *H;
   gstate k = *keep;
   k.parent = g;
   k.part = G->part;
@@ -186,7 +278,14 @@ static int try_merge(fctx *c, int g, int h) {
   c->next[G->tail] = H->head;
   *G = k;
   H->parent = g;
-  return 1;
+  c->trial = 1;
+  int ok = group_ok(c, g);
+  c->trial = 0;
+  if (ok) return 1;
+  c->next[g0.tail] = -1;   /* one group reads the other's values as no kernel can: undone */
+  *G = g0;
+  *H = h0;
+  return 0;
 }
 
 /* The reduced dims of a reduction over a value of type t, as bits (no dims given: all). */
@@ -224,7 +323,7 @@ static void place(fctx *c, int k, int part) {
       }
     int g = -1;
     for (int i = 0; i < nc && g < 0; i++)
-      if (fits(c, cands[i], t) && join_ok(c, cands[i], prods, np)) g = cands[i];
+      if (fits(c, cands[i], t) && reads_ok(c, cands[i], k) && join_ok(c, cands[i], prods, np)) g = cands[i];
     if (g < 0) { new_group(c, k, IR_FUSE_POINTWISE, part, t); return; }
     add_pointwise(c, g, k);
     /* the other producer groups become part of this kernel where they can (sibling chains meeting here) */
@@ -240,17 +339,20 @@ static void place(fctx *c, int k, int part) {
     int b = base_inst(ir, ir->args[in->first_arg]);
     int h = b >= 0 ? group_of(c, b) : -1, isc = 0;
     for (int i = 0; i < nc; i++) isc |= cands[i] == h;
-    if (isc && same_shape(c->g[h].dom, x) && join_ok(c, h, prods, np)) {
+    if (isc && same_shape(c->g[h].dom, x) && reads_ok(c, h, k) && join_ok(c, h, prods, np)) {
       gstate *H = &c->g[h];
       if (H->kind == IR_FUSE_POINTWISE) {      /* the producers become the row kernel's prologue */
-        add(c, h, k);
+        const gstate h0 = *H;
         H->kind = IR_FUSE_ROW;
         H->dom = x;
         H->red = t;
         H->dims = dims;
-        return;
+        /* where a producer of the reduced shape is read over the base shape across rows, it stays apart */
+        if (group_ok(c, h)) { add(c, h, k); return; }
+        *H = h0;
       }
-      if (H->kind == IR_FUSE_ROW && H->dims == dims) { add(c, h, k); return; }
+      /* the same keepdim too: the kernel lays every per-row value out one way */
+      if (H->kind == IR_FUSE_ROW && H->dims == dims && same_shape(t, H->red)) { add(c, h, k); return; }
     }
     int g = new_group(c, k, IR_FUSE_ROW, part, x);
     c->g[g].red = t;
@@ -285,7 +387,7 @@ static void place(fctx *c, int k, int part) {
     int b = base_inst(ir, ir->args[in->first_arg + 1]);
     int h = b >= 0 && is_pointwise(ir->insts[b].op) ? group_of(c, b) : -1, isc = 0;
     for (int i = 0; i < nc; i++) isc |= cands[i] == h;
-    if (isc && c->g[h].kind != IR_FUSE_SINGLE && join_ok(c, h, prods, np)) { add(c, h, k); return; }
+    if (isc && c->g[h].kind != IR_FUSE_SINGLE && reads_ok(c, h, k) && join_ok(c, h, prods, np)) { add(c, h, k); return; }
   }
   new_group(c, k, IR_FUSE_SINGLE, part, t);
 }
@@ -372,6 +474,9 @@ static void sink_epilogue_tails(fctx *c) {
       int b = base_inst(ir, ir->args[in->first_arg + j]);
       movable = b < 0 || (group_of(c, b) == g && stored_anyway(c, b, p, g));
     }
+    c->group[p] = to;   /* its readers there must read it as that kernel can */
+    movable = movable && group_ok(c, to);
+    c->group[p] = g;
     if (!movable) continue;
     int prev = -1;   /* unlink p from g's member list, then append it to the reader's */
     for (int m = c->g[g].head; m >= 0 && m != p; m = c->next[m]) prev = m;

@@ -30,6 +30,16 @@ typedef struct ir_fusion {
   int ninst;
 } ir_fusion;
 
+/* What a fused kernel can read of a value it computes itself: a thread holds in registers only the elements it is
+ * at, so ir_fuse groups, and the generators lower, by these two rules. */
+/* Whether view v keeps its base's element order (only reshape, view, squeeze and unsqueeze on its chain): the
+ * element a thread holds of the base is then v's element of the same linear index. */
+int ir_view_keeps_order(const grace_ir *ir, int32_t v);
+/* Whether a per-row value of type t, broadcast over a row kernel's base shape dom whose dims `dims` (bits) are
+ * reduced, gives every element its own row's value: t's dims line up with the kept ones (a keepdim=1 result always
+ * does; a keepdim=0 one where the reduced dims lead, as a column mean of [n, c]). */
+int ir_row_lines_up(const ir_type *t, const ir_type *dom, uint32_t dims);
+
 /* Groups the instructions of ir (assumed verified). On failure nothing is left allocated. */
 grace_status ir_fuse(grace_ir *ir, ir_fusion *out);
 void ir_fuse_free(grace_ir *ir, ir_fusion *f);

@@ -498,8 +498,8 @@ static grace_status run_group(grace_ir *ir, gpu_plan *p, int g, grace_tensor *co
   const ir_fuse_group *gr = &p->f.groups[g];
   const int32_t *m = &p->f.members[gr->first];
   *at = m[0];
-  /* the values it reads from outside, views made (a view of a value the group computes itself waits for it:
-     no kernel runs such a group, and run_members makes the view once its base is there) */
+  /* the values it reads from outside, views made (a view of a value the group computes itself waits for it: where
+     no kernel runs the group, run_members makes the view once its base is there) */
   for (int j = 0; j < gr->n; j++) {
     const ir_inst *k = &ir->insts[m[j]];
     for (int a = 0; a < k->nin; a++) {

@@ -215,6 +215,42 @@ static void build_views(int64_t r, int64_t c) {
   output(op1(EXP, op2(MUL, op2(ADD, xt, yn), lit(0.01, 0))));
 }
 
+/* What a kernel reads and stores of the values it computes itself (ir_fuse.h's rules), by `which`:
+ * 0: a = exp(w[c]) returned beside x[r,c] * a: one pointwise kernel stores a from its first row only;
+ * 1: the same in a row kernel: y = x * exp(w), y - max(y) (keepdim), exp(w) returned;
+ * 2: x - mean(x, dim 1) (keepdim=0: [c] lines up with the kept dim, a column mean);
+ * 3: x - unsqueeze(mean(x, -1), -1) (keepdim=0 reshaped to [r,1]: a view of a per-row value);
+ * 4: (x - max(x, -1, keepdim)) + sum(x, -1) (r == c: the keepdim=0 sum broadcasts across rows);
+ * 5: exp(x) + transpose(exp(x)) (a transposed view of a value of the kernel). */
+static void build_own(int which, int64_t r, int64_t c) {
+  int64_t sx[2] = {r, c}, sw[1] = {c};
+  begin();
+  grace_value x = input(GRACE_FLOAT32, 2, sx);
+  grace_attrs last = {0}, first = {0}, keep = {0}, un = {0}, tr = {0};
+  last.ndims = 1; last.dims[0] = -1;
+  first.ndims = 1; first.dims[0] = 0;
+  keep = last; keep.keepdim = 1;
+  un.ndims = 1; un.dims[0] = -1;
+  tr.ndims = 2; tr.dims[0] = 0; tr.dims[1] = 1;
+  if (which <= 1) {
+    grace_value w = input(GRACE_FLOAT32, 1, sw), a = op1(EXP, w), y = op2(MUL, x, a);
+    if (which == 1) y = op2(SUB, y, opk(GRACE_OP_MAX, 1, y, -1, -1, &keep, 1, NULL));
+    output(y);
+    output(a);
+  } else if (which == 2) {
+    output(op2(SUB, x, opk(GRACE_OP_MEAN, 1, x, -1, -1, &first, 1, NULL)));
+  } else if (which == 3) {
+    grace_value m = opk(GRACE_OP_MEAN, 1, x, -1, -1, &last, 1, NULL);
+    output(op2(SUB, x, opk(GRACE_OP_UNSQUEEZE, 1, m, -1, -1, &un, 1, NULL)));
+  } else if (which == 4) {
+    grace_value m = opk(GRACE_OP_MAX, 1, x, -1, -1, &keep, 1, NULL), s = opk(GRACE_OP_SUM, 1, x, -1, -1, &last, 1, NULL);
+    output(op2(ADD, op2(SUB, x, m), s));
+  } else {
+    grace_value e = op1(EXP, x);
+    output(op2(ADD, e, opk(GRACE_OP_TRANSPOSE, 1, e, -1, -1, &tr, 1, NULL)));
+  }
+}
+
 /* ---- numeric checks on the device ---- */
 static uint64_t rng = 88172645463325252ull;
 static int nonzero_ints;   /* integer inputs avoid 0 (divisors: the CPU raises an error on integer division by 0) */
@@ -316,6 +352,8 @@ static void b_softmax(void *p) { sz_case *c = p; build_softmax(c->dt, c->a, c->b
 static void b_layer_norm(void *p) { sz_case *c = p; build_layer_norm(c->dt, c->a, c->b); }
 static void b_bcast(void *p) { sz_case *c = p; build_bcast(c->a, c->b); }
 static void b_views(void *p) { sz_case *c = p; build_views(c->a, c->b); }
+typedef struct own_case { int which; int64_t r, c; } own_case;
+static void b_own(void *p) { own_case *c = p; build_own(c->which, c->r, c->c); }
 static void b_where(void *p) { sz_case *c = p; build_where(c->dt, c->a); }
 static void b_masked_fill(void *p) { sz_case *c = p; build_masked_fill(c->dt, c->a); }
 
@@ -365,6 +403,22 @@ int main(void) {
   build_views(256, 96);
   lower_check("transposed + narrowed views", 0, &L);
   lowered_free(&L);
+  {
+    static const char *const own_what[] = {"exp(w) stored beside x * exp(w)", "exp(w) stored by a row kernel",
+      "x - column mean (keepdim=0)", "x - unsqueeze(row mean)", "mixed keepdim: (x - max) + sum",
+      "exp(x) + exp(x)^T"};
+    static const int own_groups[] = {1, 1, 1, 1, 2, 2};
+    for (int w = 0; w < 6; w++) {
+      build_own(w, 64, 64);
+      lower_check(own_what[w], 0, &L);
+      ok(L.ngroups == own_groups[w], "%s: %d kernel(s) (got %d)", own_what[w], own_groups[w], L.ngroups);
+      if (w == 0) ok(L.spec.layout[2 + 1] == CG_PARTIAL && has(L.src, "if ((p.w[5] != 0 || i0 == 0) && (p.w[6] != 0 || i1 == 0)) a3["),
+                     "%s: the [c] value stored from the elements at row 0 only", own_what[w]);
+      if (w == 1) ok(L.spec.kind == CG_ROW && L.spec.layout[2 + 1] == CG_PARTIAL && has(L.src, "on1 &="),
+                     "%s: the [c] value stored from row 0 only", own_what[w]);
+      lowered_free(&L);
+    }
+  }
   {
     int64_t t[1] = {2};   /* input 0 every other element of its storage */
     input_strides[0] = t;
@@ -521,6 +575,24 @@ int main(void) {
   sz_case bc = {GRACE_FLOAT32, 300, 77};
   gpu_compare("broadcast [300,1] * [1,77] + 0-d", b_bcast, &bc, -2, 2);
   gpu_compare("transposed + narrowed views", b_views, &bc, -2, 2);
+  {
+    static const char *const own_what[] = {"exp(w) stored beside x * exp(w)", "exp(w) stored by a row kernel",
+      "x - column mean (keepdim=0)", "x - unsqueeze(row mean)", "mixed keepdim: (x - max) + sum",
+      "exp(x) + exp(x)^T"};
+    for (int w = 0; w < 6; w++) {
+      /* absolute error: a row sum of c terms in [-2, 2] (3 sqrt(c) units, as the reductions above), or
+         x * exp(w) - max over terms up to 2 e^2 (15 units) */
+      own_case oc = {w, w >= 4 ? 96 : 300, w >= 4 ? 96 : 77};   /* 4 and 5 need a square x */
+      red_atol = w == 4 ? 3 * sqrt((double)oc.c) : w == 1 ? 15 : 0;
+      gpu_compare(own_what[w], b_own, &oc, -2, 2);
+      own_case big = {w, w >= 4 ? 2000 : 40, w >= 4 ? 2000 : 5000};   /* long rows: a block a row */
+      red_atol = w == 4 ? 3 * sqrt((double)big.c) : w == 1 ? 15 : 0;
+      char what[96];
+      snprintf(what, sizeof what, "%s, [%lld, %lld]", own_what[w], (long long)big.r, (long long)big.c);
+      gpu_compare(what, b_own, &big, -2, 2);
+    }
+    red_atol = 0;
+  }
   un_case empty = {GRACE_OP_EXP, GRACE_FLOAT32, 0, {0}};
   gpu_compare("exp of an empty tensor", b_unary, &empty, -2, 2);
   static const grace_op empty_reds[] = {GRACE_OP_SUM, GRACE_OP_MEAN, GRACE_OP_PROD, GRACE_OP_ALL, GRACE_OP_ANY};
