@@ -226,11 +226,40 @@ static int reads_ok(fctx *c, int g, int k) {
   return 1;
 }
 
-/* Whether every member of group g reads the group's own values as its kernel can (read_ok). */
+/* Adds the tensors instruction m reads from outside group g to seen[*n] (distinct); 0 past IR_FUSE_MAX_OPERANDS. */
+static int count_operands(fctx *c, int g, int m, int32_t *seen, int *n) {
+  const grace_ir *ir = c->ir;
+  const ir_inst *in = &ir->insts[m];
+  for (int j = 0; j < in->nin; j++) {
+    int32_t a = ir->args[in->first_arg + j];
+    if (a < 0 || ir->insts[ir->vals[a].inst].op == IR_OP_LITERAL) continue;
+    int b = base_inst(ir, a);
+    if (b >= 0 && group_of(c, b) == g) continue;
+    int dup = 0;
+    for (int i = 0; i < *n && !dup; i++) dup = seen[i] == a;
+    if (dup) continue;
+    if (*n == IR_FUSE_MAX_OPERANDS) return 0;
+    seen[(*n)++] = a;
+  }
+  return 1;
+}
+/* Whether the tensors that group g's kernel reads from outside (with instruction k's, k >= 0 joining it) are at
+ * most IR_FUSE_MAX_OPERANDS: views and tensors counted apart, literals not, as the generators pass them. */
+static int operands_fit(fctx *c, int g, int k) {
+  if (c->g[g].kind != IR_FUSE_POINTWISE && c->g[g].kind != IR_FUSE_ROW) return 1;
+  int32_t seen[IR_FUSE_MAX_OPERANDS];
+  int n = 0;
+  for (int m = c->g[g].head; m >= 0; m = c->next[m])
+    if (!count_operands(c, g, m, seen, &n)) return 0;
+  return k < 0 || count_operands(c, g, k, seen, &n);
+}
+
+/* Whether group g's kernel can be generated: every member reads the group's own values as it can (read_ok), and
+ * its operands fit. */
 static int group_ok(fctx *c, int g) {
   for (int m = c->g[g].head; m >= 0; m = c->next[m])
     if (!reads_ok(c, g, m)) return 0;
-  return 1;
+  return operands_fit(c, g, -1);
 }
 
 static int new_group(fctx *c, int k, ir_fuse_kind kind, int part, const ir_type *dom) {
@@ -323,7 +352,8 @@ static void place(fctx *c, int k, int part) {
       }
     int g = -1;
     for (int i = 0; i < nc && g < 0; i++)
-      if (fits(c, cands[i], t) && reads_ok(c, cands[i], k) && join_ok(c, cands[i], prods, np)) g = cands[i];
+      if (fits(c, cands[i], t) && reads_ok(c, cands[i], k) && operands_fit(c, cands[i], k) && join_ok(c, cands[i], prods, np))
+        g = cands[i];
     if (g < 0) { new_group(c, k, IR_FUSE_POINTWISE, part, t); return; }
     add_pointwise(c, g, k);
     /* the other producer groups become part of this kernel where they can (sibling chains meeting here) */
@@ -339,7 +369,7 @@ static void place(fctx *c, int k, int part) {
     int b = base_inst(ir, ir->args[in->first_arg]);
     int h = b >= 0 ? group_of(c, b) : -1, isc = 0;
     for (int i = 0; i < nc; i++) isc |= cands[i] == h;
-    if (isc && same_shape(c->g[h].dom, x) && reads_ok(c, h, k) && join_ok(c, h, prods, np)) {
+    if (isc && same_shape(c->g[h].dom, x) && reads_ok(c, h, k) && operands_fit(c, h, k) && join_ok(c, h, prods, np)) {
       gstate *H = &c->g[h];
       if (H->kind == IR_FUSE_POINTWISE) {      /* the producers become the row kernel's prologue */
         const gstate h0 = *H;
@@ -387,7 +417,10 @@ static void place(fctx *c, int k, int part) {
     int b = base_inst(ir, ir->args[in->first_arg + 1]);
     int h = b >= 0 && is_pointwise(ir->insts[b].op) ? group_of(c, b) : -1, isc = 0;
     for (int i = 0; i < nc; i++) isc |= cands[i] == h;
-    if (isc && c->g[h].kind != IR_FUSE_SINGLE && reads_ok(c, h, k) && join_ok(c, h, prods, np)) { add(c, h, k); return; }
+    if (isc && c->g[h].kind != IR_FUSE_SINGLE && reads_ok(c, h, k) && operands_fit(c, h, k) && join_ok(c, h, prods, np)) {
+      add(c, h, k);
+      return;
+    }
   }
   new_group(c, k, IR_FUSE_SINGLE, part, t);
 }
@@ -475,7 +508,7 @@ static void sink_epilogue_tails(fctx *c) {
       movable = b < 0 || (group_of(c, b) == g && stored_anyway(c, b, p, g));
     }
     c->group[p] = to;   /* its readers there must read it as that kernel can */
-    movable = movable && group_ok(c, to);
+    movable = movable && group_ok(c, to) && operands_fit(c, to, p);
     c->group[p] = g;
     if (!movable) continue;
     int prev = -1;   /* unlink p from g's member list, then append it to the reader's */

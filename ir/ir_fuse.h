@@ -40,6 +40,10 @@ int ir_view_keeps_order(const grace_ir *ir, int32_t v);
  * does; a keepdim=0 one where the reduced dims lead, as a column mean of [n, c]). */
 int ir_row_lines_up(const ir_type *t, const ir_type *dom, uint32_t dims);
 
+/* The most distinct tensors a pointwise or row group reads from outside: a generated kernel takes CG_MAX_ARGS (32)
+ * pointers, and what it stores needs some of them. */
+enum { IR_FUSE_MAX_OPERANDS = 24 };
+
 /* Groups the instructions of ir (assumed verified). On failure nothing is left allocated. */
 grace_status ir_fuse(grace_ir *ir, ir_fusion *out);
 void ir_fuse_free(grace_ir *ir, ir_fusion *f);
