@@ -418,6 +418,10 @@ int main(void) {
                      "%s: the [c] value stored from row 0 only", own_what[w]);
       lowered_free(&L);
     }
+    build_own(1, 4, 1 << 16);   /* few long rows: split over blocks that wait for each other */
+    lower_check("exp(w) stored by a split row kernel", 0, &L);
+    ok(L.spec.strategy == CG_ROW_SYNC && L.spec.layout[2 + 1] == CG_PARTIAL, "exp(w) stored by a split row kernel: CG_ROW_SYNC");
+    lowered_free(&L);
   }
   {
     int64_t t[1] = {2};   /* input 0 every other element of its storage */
@@ -591,6 +595,9 @@ int main(void) {
       snprintf(what, sizeof what, "%s, [%lld, %lld]", own_what[w], (long long)big.r, (long long)big.c);
       gpu_compare(what, b_own, &big, -2, 2);
     }
+    own_case split = {1, 4, 1 << 16};
+    red_atol = 15;
+    gpu_compare("exp(w) stored by a split row kernel, [4, 65536]", b_own, &split, -2, 2);
     red_atol = 0;
   }
   un_case empty = {GRACE_OP_EXP, GRACE_FLOAT32, 0, {0}};
