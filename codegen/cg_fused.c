@@ -41,11 +41,6 @@ static int is_member(const grp *G, int32_t v) {
   return G->f->inst_group[i] == G->g;
 }
 static int op_kind(int op) { return op < GRACE_NOPS ? (int)grace_op_kind((grace_op)op) : -1; }
-static int64_t numel(const ir_type *t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-  return n;
-}
 static int same_sizes(const ir_type *a, const ir_type *b) {
   if (a->ndim != b->ndim) return 0;
   for (int d = 0; d < a->ndim; d++) if (a->sizes[d] != b->sizes[d]) return 0;
@@ -132,8 +127,8 @@ static grace_status grp_init(grace_vm *vm, const grace_ir *ir, const ir_fusion *
       int32_t b = ir_view_base(ir, a);
       if (b != a && is_member(G, b)) {
         /* a view of a member: only reshapes of a reduction's per-row result can be read in registers */
-        if (!G->row || G->space[b] != SP_ROW || numel(&ir->vals[a].type) != numel(&ir->vals[b].type) ||
-            !ir_view_keeps_order(ir, a)) {
+        if (!G->row || G->space[b] != SP_ROW || !ir_view_keeps_order(ir, a) ||
+            ir_type_numel(&ir->vals[a].type) != ir_type_numel(&ir->vals[b].type)) {
           grp_free(G);
           return unsupported(vm, "a view of a value computed in the same kernel", a);
         }
@@ -144,7 +139,7 @@ static grace_status grp_init(grace_vm *vm, const grace_ir *ir, const ir_fusion *
         if (G->level[a] > lvl) lvl = G->level[a];
         if (G->space[a] == SP_FULL) full = 1;
       } else if (G->row && kind != GRACE_KIND_REDUCE && !same_sizes(&ir->vals[a].type, G->red) &&
-                 numel(&ir->vals[a].type) > 1) {
+                 ir_type_numel(&ir->vals[a].type) > 1) {
         full = 1;   /* an external over the base shape */
       }
     }
@@ -226,7 +221,8 @@ grace_status cg_fused_io(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, i
     const ir_type *t = &ir->vals[io->store[i]].type;
     int fits;
     if (!G.row) fits = bcast_fits(t, G.pnd, G.pdom);
-    else fits = G.space[io->store[i]] == SP_ROW ? numel(t) == numel(G.red) : bcast_fits(t, G.dom->ndim, G.dom->sizes);
+    else if (G.space[io->store[i]] == SP_ROW) fits = ir_type_numel(t) == ir_type_numel(G.red);
+    else fits = bcast_fits(t, G.dom->ndim, G.dom->sizes);
     if (!fits) { grp_free(&G); return unsupported(vm, "a stored value that does not broadcast to the kernel's shape", io->store[i]); }
   }
   grp_free(&G);
@@ -241,6 +237,14 @@ static void bcast_strides(int tnd, const int64_t *tsz, const int64_t *tst, int n
     int td = d - (nd - tnd);
     out[d] = td < 0 || tsz[td] == 1 || sizes[d] == 1 ? 0 : tst[td];
   }
+}
+
+/* Strides over sizes[nd] of a contiguous value of type t broadcast to it (0 where it is broadcast): where a stored
+ * value's elements go. */
+static void store_strides(const ir_type *t, int nd, const int64_t *sizes, int64_t *out) {
+  int64_t cst[GRACE_MAX_DIMS], c = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) { cst[d] = c; c *= t->sizes[d]; }
+  bcast_strides(t->ndim, t->sizes, cst, nd, sizes, out);
 }
 
 static int red_fields(const grp *G);
@@ -259,12 +263,7 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
     int64_t sizes[GRACE_MAX_DIMS], str[CG_MAX_ARGS][GRACE_MAX_DIMS];
     for (int d = 0; d < nd; d++) sizes[d] = G.pdom[d];
     for (int k = 0; k < io->next; k++) bcast_strides(ext[k].ndim, ext[k].sizes, ext[k].strides, nd, sizes, str[k]);
-    for (int s = 0; s < io->nstore; s++) {   /* stored values: contiguous, 0 where broadcast */
-      const ir_type *t = &ir->vals[io->store[s]].type;
-      int64_t cst[GRACE_MAX_DIMS], c = 1;
-      for (int d = t->ndim - 1; d >= 0; d--) { cst[d] = c; c *= t->sizes[d]; }
-      bcast_strides(t->ndim, t->sizes, cst, nd, sizes, str[io->next + s]);
-    }
+    for (int s = 0; s < io->nstore; s++) store_strides(&ir->vals[io->store[s]].type, nd, sizes, str[io->next + s]);
     /* coalesce: drop size-1 dims, merge neighbours every operand steps through as one */
     int m = 0;
     for (int d = 0; d < nd; d++) {
@@ -358,13 +357,10 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
       for (int i = 0; i < nd; i++) geom->ext_strides[k][i] = src[order[i]];
       spec->layout[k] = CG_STRIDED;
     }
-    for (int s = 0; s < io->nstore; s++) {   /* contiguous over the value's own shape, 0 where it is broadcast */
-      const ir_type *t = &ir->vals[io->store[s]].type;
-      int64_t cst[GRACE_MAX_DIMS], c = 1;
+    for (int s = 0; s < io->nstore; s++) {
+      /* a per-row value is stored at the row index: these strides go unused */
+      store_strides(G.space[io->store[s]] == SP_ROW ? dom : &ir->vals[io->store[s]].type, nd, dom->sizes, dst);
       int part = 0;
-      if (G.space[io->store[s]] == SP_ROW) t = dom;   /* stored at the row index: these strides go unused */
-      for (int d = t->ndim - 1; d >= 0; d--) { cst[d] = c; c *= t->sizes[d]; }
-      bcast_strides(t->ndim, t->sizes, cst, nd, dom->sizes, dst);
       for (int d = 0; d < nd; d++) part |= dst[d] == 0 && dom->sizes[d] > 1;
       spec->layout[io->next + s] = part ? CG_PARTIAL : CG_LINEAR;
       for (int i = 0; i < nd; i++) geom->store_strides[s][i] = dst[order[i]];
@@ -1200,7 +1196,7 @@ grace_status cg_fused_pack(grace_vm *vm, const cg_kernel *k, const cg_fused_spec
   for (int a = 0; a < k->narg; a++) w[nw++] = ptrs[a];
   int next = 0, nstore = 0;
   for (int a = 0; a < k->narg; a++) { if (k->args[a].value < 0) continue; if (k->args[a].output) nstore++; else next++; }
-  int need = k->narg + (spec->kind == CG_POINTWISE ? 1 + nd + (next + nstore) * nd : 3 + nd + (next + nstore) * nd);
+  int need = k->narg + (spec->kind == CG_POINTWISE ? 1 : 3) + nd + (next + nstore) * nd;
   if (need > CG_MAX_WORDS) return grace_set_error(vm, GRACE_EUNSUPPORTED, "fused kernel: %d parameter words", need);
   if (sms < 1) sms = 1;
   out->block[0] = (unsigned)spec->block;

@@ -51,6 +51,12 @@ int32_t ir_view_base(const grace_ir *ir, int32_t v) {
   return v;
 }
 
+int64_t ir_type_numel(const ir_type *t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
+}
+
 int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped) {
   if (a->dtype != b->dtype || a->ndim != b->ndim || a->device != b->device || (with_wrapped && a->wrapped != b->wrapped))
     return 0;

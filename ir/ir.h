@@ -107,6 +107,8 @@ int ir_op_results(int op, const grace_attrs *a);
 int ir_attrs_equal(const grace_attrs *x, const grace_attrs *y);
 /* Same dtype, device and sizes (and the wrapped-number tier when with_wrapped). */
 int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped);
+/* The elements of a value of type t (its static sizes). */
+int64_t ir_type_numel(const ir_type *t);
 /* The value that v is a chain of views of (v itself when it is no view; v when negative). */
 int32_t ir_view_base(const grace_ir *ir, int32_t v);
 

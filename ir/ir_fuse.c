@@ -108,12 +108,6 @@ int ir_row_lines_up(const ir_type *t, const ir_type *dom, uint32_t dims) {
   return 1;
 }
 
-static int64_t numel_of(const ir_type *t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-  return n;
-}
-
 /* Whether a pointwise computation over shape t can run inside group g's loop nest. */
 static int fits(fctx *c, int g, const ir_type *t) {
   const gstate *G = &c->g[g];
@@ -193,7 +187,7 @@ static int row_value(fctx *c, int g, int32_t v, int depth) {
     if (b >= 0 && group_of(c, b) == g) {
       int r = row_value(c, g, ir_view_base(ir, a), depth + 1);
       if (r != 1) return r;
-    } else if (!same_shape(&ir->vals[a].type, c->g[g].red) && numel_of(&ir->vals[a].type) > 1) return 0;
+    } else if (!same_shape(&ir->vals[a].type, c->g[g].red) && ir_type_numel(&ir->vals[a].type) > 1) return 0;
   }
   return 1;
 }
@@ -209,7 +203,7 @@ static int read_ok(fctx *c, int g, int m, int32_t a) {
   if (K->kind != IR_FUSE_ROW) return 1;
   int rv = row_value(c, g, b, 0), rm = rv == 1 ? row_value(c, g, ir->insts[m].first_result, 0) : 0;
   if (rv < 0 || rm < 0) return 0;
-  if (a != b && !(rv && ir_view_keeps_order(ir, a) && numel_of(&ir->vals[a].type) == numel_of(&ir->vals[b].type)))
+  if (a != b && !(rv && ir_view_keeps_order(ir, a) && ir_type_numel(&ir->vals[a].type) == ir_type_numel(&ir->vals[b].type)))
     return 0;
   return !rv || rm || ir_row_lines_up(&ir->vals[a].type, K->dom, K->dims);
 }
@@ -255,11 +249,11 @@ static int operands_fit(fctx *c, int g, int k) {
 }
 
 /* Whether group g's kernel can be generated: every member reads the group's own values as it can (read_ok), and
- * its operands fit. */
-static int group_ok(fctx *c, int g) {
+ * its operands (with instruction k's, k >= 0 joining it) fit. */
+static int group_ok(fctx *c, int g, int k) {
   for (int m = c->g[g].head; m >= 0; m = c->next[m])
     if (!reads_ok(c, g, m)) return 0;
-  return operands_fit(c, g, -1);
+  return operands_fit(c, g, k);
 }
 
 static int new_group(fctx *c, int k, ir_fuse_kind kind, int part, const ir_type *dom) {
@@ -308,7 +302,7 @@ static int try_merge(fctx *c, int g, int h) {
   *G = k;
   H->parent = g;
   c->trial = 1;
-  int ok = group_ok(c, g);
+  int ok = group_ok(c, g, -1);
   c->trial = 0;
   if (ok) return 1;
   c->next[g0.tail] = -1;   /* one group reads the other's values as no kernel can: undone */
@@ -378,7 +372,7 @@ static void place(fctx *c, int k, int part) {
         H->red = t;
         H->dims = dims;
         /* where a producer of the reduced shape is read over the base shape across rows, it stays apart */
-        if (group_ok(c, h)) { add(c, h, k); return; }
+        if (group_ok(c, h, -1)) { add(c, h, k); return; }
         *H = h0;
       }
       /* the same keepdim too: the kernel lays every per-row value out one way */
@@ -508,7 +502,7 @@ static void sink_epilogue_tails(fctx *c) {
       movable = b < 0 || (group_of(c, b) == g && stored_anyway(c, b, p, g));
     }
     c->group[p] = to;   /* its readers there must read it as that kernel can */
-    movable = movable && group_ok(c, to) && operands_fit(c, to, p);
+    movable = movable && group_ok(c, to, p);
     c->group[p] = g;
     if (!movable) continue;
     int prev = -1;   /* unlink p from g's member list, then append it to the reader's */

@@ -206,9 +206,7 @@ static int split_softmax(grace_vm *vm, grace_op op, int dtype, int nd, const int
   int dim = nd - 1;
   if (!c || a->ndims > 1 || (a->ndims == 1 && grace_norm_dim(vm, grace_op_name(op), a->dims[0], nd, &dim) != GRACE_OK))
     return 0;
-  int64_t n = 1;
-  for (int d = 0; d < nd; d++) n *= sizes[d];
-  return sizes[dim] > 0 && cg_fused_few_long_rows(n / sizes[dim], sizes[dim], cuda_properties(c)->sms);
+  return sizes[dim] > 0 && cg_fused_few_long_rows(vm_numel(nd, sizes) / sizes[dim], sizes[dim], cuda_properties(c)->sms);
 }
 
 /* The one-op program for op over in[]: CUDA inputs become tensor inputs, host 0-d tensors scalar inputs (a host

@@ -353,6 +353,8 @@ static void b_layer_norm(void *p) { sz_case *c = p; build_layer_norm(c->dt, c->a
 static void b_bcast(void *p) { sz_case *c = p; build_bcast(c->a, c->b); }
 static void b_views(void *p) { sz_case *c = p; build_views(c->a, c->b); }
 typedef struct own_case { int which; int64_t r, c; } own_case;
+static const char *const own_what[] = {"exp(w) stored beside x * exp(w)", "exp(w) stored by a row kernel",
+  "x - column mean (keepdim=0)", "x - unsqueeze(row mean)", "mixed keepdim: (x - max) + sum", "exp(x) + exp(x)^T"};
 static void b_own(void *p) { own_case *c = p; build_own(c->which, c->r, c->c); }
 static void b_where(void *p) { sz_case *c = p; build_where(c->dt, c->a); }
 static void b_masked_fill(void *p) { sz_case *c = p; build_masked_fill(c->dt, c->a); }
@@ -404,9 +406,6 @@ int main(void) {
   lower_check("transposed + narrowed views", 0, &L);
   lowered_free(&L);
   {
-    static const char *const own_what[] = {"exp(w) stored beside x * exp(w)", "exp(w) stored by a row kernel",
-      "x - column mean (keepdim=0)", "x - unsqueeze(row mean)", "mixed keepdim: (x - max) + sum",
-      "exp(x) + exp(x)^T"};
     static const int own_groups[] = {1, 1, 1, 1, 2, 2};
     for (int w = 0; w < 6; w++) {
       build_own(w, 64, 64);
@@ -580,9 +579,6 @@ int main(void) {
   gpu_compare("broadcast [300,1] * [1,77] + 0-d", b_bcast, &bc, -2, 2);
   gpu_compare("transposed + narrowed views", b_views, &bc, -2, 2);
   {
-    static const char *const own_what[] = {"exp(w) stored beside x * exp(w)", "exp(w) stored by a row kernel",
-      "x - column mean (keepdim=0)", "x - unsqueeze(row mean)", "mixed keepdim: (x - max) + sum",
-      "exp(x) + exp(x)^T"};
     for (int w = 0; w < 6; w++) {
       /* absolute error: a row sum of c terms in [-2, 2] (3 sqrt(c) units, as the reductions above), or
          x * exp(w) - max over terms up to 2 e^2 (15 units) */
