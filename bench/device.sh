@@ -6,13 +6,16 @@
 #   gpu     the GPU tests alone, verbose (tests/c/test_cuda, test_cg_*, test_fuse_random, tests/lua/test_gpu_*)
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
 #   memcheck  the GPU tests under compute-sanitizer memcheck
-#   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures)
+#   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures;
+#           KERNELS="lmhead decode attention gemm": only those sections of gpu_kernels)
 #   fused   bench/cg_fused_bench alone
 #   gemv    bench/gemv_explore.cu (nvcc): GEMV design variants beside grace's own kernels
 #   wgmma   bench/gemm_wgmma.cu (nvcc, sm_90a): a TMA + wgmma GEMM against cuBLAS
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
+#   profile    each kernel of a compiled call under Nsight Compute (bench/profile_step.lua, PROFILE=variants)
+#   ab         this tree against the one in $BASE: a compiled call as a graph, alternating (AB=variants)
 #   suite      issue 8: PyTorch and grace workloads on shared weights, alone on the device, and the report
 # With no stage: suite (the benchmark suite against PyTorch: report.md, bench.json, report.png under $OUT).
 set -u
@@ -84,7 +87,7 @@ for s in $stages; do
     if [ -f bench/gpu_kernels.c ]; then
       link_tool bench/gpu_kernels.c $B/gpu_kernels > "$OUT/bench_build.log" 2>&1 ||
         { echo "bench build failed"; tail -20 "$OUT/bench_build.log"; }
-      [ -x $B/gpu_kernels ] && timeout 120 $B/gpu_kernels 2>&1 | tee "$OUT/gpu_kernels.txt"
+      [ -x $B/gpu_kernels ] && timeout 120 $B/gpu_kernels ${KERNELS:-} 2>&1 | tee "$OUT/gpu_kernels.txt"
     fi
     if [ -f bench/cg_fused_bench.c ]; then
       link_tool bench/cg_fused_bench.c $B/cg_fused_bench >> "$OUT/bench_build.log" 2>&1 &&
@@ -137,6 +140,31 @@ for s in $stages; do
     python3 bench/report.py --grace "$OUT/grace.json" --torch "$OUT/torch.json" --md "$OUT/report.md" \
       --png "$OUT/report.png" --json "$OUT/bench.json" 2>&1 | tail -5
     cat "$OUT/report.md" 2>/dev/null | head -60 ;;
+  profile)     # each kernel of one compiled call under Nsight Compute (PROFILE: the variants; graphs off, kernels
+               # serialised: a kernel's time alone), summed by kernel beside the call's time as a graph
+    echo "== profile"
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for v in ${PROFILE:-gpt2_decode_bf16 gpt2_decode_fp32}; do
+      timeout ${PROFILE_TIMEOUT:-240} "$ncu" --clock-control none --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
+        $B/grace bench/profile_step.lua "$v" > "$OUT/profile_$v.csv" 2> "$OUT/profile_$v.err"
+      python3 bench/profile_summary.py "$OUT/profile_$v.csv" | tee "$OUT/profile_$v.txt"
+      $B/grace bench/profile_step.lua "$v" 3 graph | tee -a "$OUT/profile_$v.txt"
+    done ;;
+  ab)          # this tree against another one (BASE: a folder holding an earlier tree, e.g. `git archive` of a
+               # commit, carried along): each built here, the compiled call as a graph (bench/profile_step.lua) of
+               # each AB variant timed by both, alternating, AB_ROUNDS rounds
+    echo "== A/B against $BASE"
+    make -C "$BASE" DEPS_PREFIX="$root" -j"$jobs" build/grace > "$OUT/ab_build.log" 2>&1 || { echo "base build failed"; tail -5 "$OUT/ab_build.log"; }
+    for v in ${AB:-gpt2_decode_bf16 gpt2_decode_fp32}; do
+      for r in $(seq ${AB_ROUNDS:-3}); do
+        for side in base new; do
+          g=$B/grace; [ $side = base ] && g=$BASE/build/grace
+          GRACE_CACHE_DIR=$PWD/.grace-cache-$side timeout 120 $g bench/profile_step.lua "$v" 3 graph 2>&1 |
+            sed "s/^/$v $side round $r: /" | tee -a "$OUT/ab.txt"
+        done
+      done
+    done ;;
   graphs)      # CUDA graph replay: host time per call by strategy (alone on the device: it is a timing)
     echo "== graph replay"
     timeout 120 $B/grace bench/graph_replay.lua 2>&1 | tee "$OUT/graph_replay.txt" ;;

@@ -1,0 +1,56 @@
+-- profile_step.lua: one workload's compiled call launched kernel by kernel (graphs off), for a profiler
+-- (bench/device.sh profile runs it under Nsight Compute). Builds the variant with seeded random weights on the
+-- device, compiles its step, calls it `calls` times, and prints how many kernels the last call launched, so the
+-- profiler's last rows can be read as that call's kernels; then the same call's latency with graphs (auto).
+-- usage: grace bench/profile_step.lua VARIANT [calls] [graph]   (VARIANT: gpt2_decode_bf16, st, mlp, ...; with
+--        "graph" only the latency of a call as a graph is printed, for running outside the profiler)
+local HERE = (arg and arg[0] or "bench/profile_step.lua"):match("^(.*)/[^/]*$") or "."
+package.path = HERE .. "/workloads/?.lua;" .. package.path
+local want, calls, graph_only = arg[1] or "gpt2_decode_bf16", tonumber(arg[2] or "3"), arg[3] == "graph"
+local module, variant
+for _, name in ipairs({"mlp", "eos", "st", "gpt2_decode"}) do
+  local m = require(name)
+  for _, v in ipairs(m.variants or {{name = m.name, dtype = "float32"}}) do
+    if v.name == want then module, variant = m, v end
+  end
+end
+if not module then io.stderr:write("profile_step.lua: no variant named ", want, "\n"); os.exit(2) end
+
+grace.manual_seed(1)
+local ctx = {small = false, device = "cuda", dtype = variant.dtype, npool = 1, bytes = 0}
+function ctx.tensor(_, shape, init)
+  local t
+  if init[1] == "normal" then t = grace.randn(shape) * init[2] + (init[3] or 0)
+  elseif init[1] == "uniform" then t = grace.rand(shape) * (init[3] - init[2]) + init[2]
+  else t = grace.randint(init[2], init[3], shape) end
+  if t.dtype == "float32" and ctx.dtype ~= "float32" then t = t:to(ctx.dtype) end
+  return t:to("cuda")
+end
+local w = module.build(ctx)
+local args = w.pool[1]
+
+if not graph_only then
+  grace.graphs("off")
+  local step = grace.compile(w.fn)
+  local before
+  for _ = 1, calls do
+    grace.synchronize()
+    before = grace.device_stats().kernel_launches
+    step(table.unpack(args))
+  end
+  grace.synchronize()
+  print(("PROFILE_LAST_CALL_KERNELS %d"):format(grace.device_stats().kernel_launches - before))
+  return
+end
+
+-- the same program as graphs, for the time a call takes when launches cost nothing on the host
+grace.graphs("auto")
+local g = grace.compile(w.fn)
+for _ = 1, 12 do g(table.unpack(args)) end
+grace.synchronize()
+local t = {}
+for i = 1, 50 do
+  t[i] = grace.device_time(function() g(table.unpack(args)) end)
+end
+table.sort(t)
+print(("PROFILE_GRAPH_CALL_US %.1f"):format(t[25] * 1e3))
