@@ -252,12 +252,14 @@ static grace_status do_attn(void *p) {
   return st;
 }
 static void bench_attention(const graph_api *g) {
-  static const struct { const char *name; int64_t q[4], k[4]; } shapes[2] = {
+  static const struct { const char *name; int64_t q[4], k[4]; } shapes[4] = {
     {"decode [1,12,1,64] x 129 keys", {1, 12, 1, 64}, {1, 12, 129, 64}},
-    {"short [1,8,64,64] x 64 keys", {1, 8, 64, 64}, {1, 8, 64, 64}}};
+    {"short [1,8,64,64] x 64 keys", {1, 8, 64, 64}, {1, 8, 64, 64}},
+    {"decode [1,12,1,64] x 1025 keys", {1, 12, 1, 64}, {1, 12, 1025, 64}},
+    {"decode [1,12,1,64] x 4097 keys", {1, 12, 1, 64}, {1, 12, 4097, 64}}};
   grace_dtype dts[2] = {GRACE_FLOAT32, GRACE_BFLOAT16};
   for (int t = 0; t < 2; t++)
-    for (int sh = 0; sh < 2; sh++) {
+    for (int sh = 0; sh < 4; sh++) {
       grace_dtype dt = dts[t];
       grace_tensor *q = dev_rand(dt, 4, shapes[sh].q), *k = dev_rand(dt, 4, shapes[sh].k), *v = dev_rand(dt, 4, shapes[sh].k);
       grace_tensor *kt = NULL, *sc = NULL;
@@ -333,7 +335,17 @@ static void bench_gemm(gpu_slot *slot, grace_dtype dt, int64_t n, int wt, double
   if (wt) grace_tensor_release(wv);
 }
 
-int main(void) {
+/* usage: gpu_kernels [section ...]   (copy, lmhead, decode, attention, gemm; none: all) */
+static int argc_, want_all;
+static char **argv_;
+static int want(const char *section) {
+  if (want_all) return 1;
+  for (int i = 1; i < argc_; i++) if (!strcmp(argv_[i], section)) return 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  argc_ = argc; argv_ = argv; want_all = argc < 2;
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cuda"}, err, sizeof err);
   if (!vm) { printf("no VM: %s\n", err); return 1; }
@@ -341,20 +353,22 @@ int main(void) {
   printf("# %s\n", cuda_describe(vm));
   row("name", "value", "target", -1);
   gpu_slot slot = {0};
-  bench_copy();
-  bench_lm_head(&slot);
+  bench_copy();   /* the reference of every percentage */
+  if (want("lmhead")) bench_lm_head(&slot);
   graph_api g;
   void *lib = graph_api_load(&g);
   if (lib) {
-    bench_decode_graph(&slot, &g);
-    bench_attention(&g);
+    if (want("decode")) bench_decode_graph(&slot, &g);
+    if (want("attention")) bench_attention(&g);
     dlclose(lib);
   } else {
     row("decode graph, attention", "graph API missing", "-", 0);
   }
-  bench_gemm(&slot, GRACE_BFLOAT16, 4096, 0, 0.70);
-  bench_gemm(&slot, GRACE_BFLOAT16, 4096, 1, 0.70);
-  bench_gemm(&slot, GRACE_FLOAT32, 1024, 0, 0);
+  if (want("gemm")) {
+    bench_gemm(&slot, GRACE_BFLOAT16, 4096, 0, 0.70);
+    bench_gemm(&slot, GRACE_BFLOAT16, 4096, 1, 0.70);
+    bench_gemm(&slot, GRACE_FLOAT32, 1024, 0, 0);
+  }
   /* 5. the fused pointwise kernel at 64 MB is timed by bench/cg_fused_bench.c (same device.sh stage), which
    * drives the generator through its own API */
   row("fused pointwise 64 MB", "see cg_fused_bench", ">= 85%", -1);

@@ -8,7 +8,7 @@
 #include "codegen/cg_ops.h"
 
 static const char *tmpl_names[CGO_NTMPL] = {"copy", "fill", "tri", "icheck", "imove", "create", "cumsum",
-                                            "softmax", "norm", "sort", "attn"};
+                                            "softmax", "norm", "sort", "attn", "cat"};
 static const char *dt_short[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
 const char *cg_ops_tmpl_name(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? tmpl_names[t] : "?"; }
@@ -20,6 +20,7 @@ int cg_ops_nptr(cgo_tmpl t) {
   case CGO_IMOVE: case CGO_SORT: return 3;
   case CGO_NORM: return 4;
   case CGO_ATTN: return 6;
+  case CGO_CAT: return 1 + CGO_CAT_MAX;
   default: return 0;
   }
 }
@@ -125,8 +126,8 @@ static void emit_conv(cg_buf *b, grace_dtype ddt, grace_dtype sdt) {
 
 typedef struct tmpl_def {
   int nptr;
-  const char *roles[6];      /* role names of the pointers, in order */
-  const char *ptrs[6];       /* their names in the body */
+  const char *roles[1 + CGO_CAT_MAX];   /* role names of the pointers, in order */
+  const char *ptrs[1 + CGO_CAT_MAX];    /* their names in the body */
   const char *words;         /* the word fields */
   int nscalar;
   const char *scalars[2];
@@ -150,7 +151,11 @@ static const tmpl_def defs[CGO_NTMPL] = {
   [CGO_ATTN] = {6, {"O", "Q", "K", "V", "M", "C"}, {"out", "q", "kt", "v", "mask", "sc"},
                 "rows, M, N, D, Dv, nb, bs" W16 ", qb" W16 ", kb" W16 ", vb" W16 ", mb" W16
                 ", qm, qd, kd, kn, vn, vd, mm, mn, fill, R, C, kvec, vvec, scv, S", 0, {0}},
+  [CGO_CAT] = {1 + CGO_CAT_MAX, {"D", "S", "S", "S", "S", "S", "S", "S", "S"},
+               {"dst", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"},
+               "n, k, start[8], base[8], nd[8], size[8][8], ss[8][8], ds[8][8]", 0, {0}},
 };
+_Static_assert(CGO_CAT_MAX == 8 && CGO_CAT_MAXD == 8, "the CAT template's word fields spell out 8 pieces of 8 dims");
 
 int cg_ops_nscalar(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? defs[t].nscalar : 0; }
 
@@ -166,7 +171,7 @@ void cg_ops_attn_plan(int64_t rows, int64_t M, int64_t N, int64_t D, int64_t Dv,
   while (R > 1 && (R > M || batch * ((M + R - 1) / R) < sms)) R /= 2;
   int64_t tiles = batch * ((M + R - 1) / R), S = 1;
   if (!f64 && clusters && tiles > 0 && 2 * tiles <= sms && R * Dv <= CGO_ATTN_THREADS) {
-    S = sms / tiles < 8 ? sms / tiles : 8;
+    S = sms / tiles < CGO_ATTN_MAXS ? sms / tiles : CGO_ATTN_MAXS;
     if (S > N / 16) S = N / 16;   /* at least 16 keys a block */
     if (S < 2) S = 1;
   }
@@ -192,6 +197,18 @@ static void body_copy(cg_buf *b, const cgo_spec *s) {
   if (s->variant == 1) { cg_puts(b, "  CGO_LOOP(i, p.n) cgo_conv(dst + i, src + i);\n"); return; }
   cg_puts(b, "  CGO_LOOP(i, p.n) {\n    long long so = 0, dof = 0;\n");
   emit_unravel(b, "i", 2, (const char *[]){"ss", "ds"}, (const char *[]){"so", "dof"});
+  cg_puts(b, "    cgo_conv(dst + dof, src + so);\n  }\n");
+}
+
+/* A thread per element of the pieces' flat iteration: the piece is the last whose start it has reached. */
+static void body_cat(cg_buf *b) {
+  cg_printf(b, "  CGO_LOOP(i, p.n) {\n    int t = 0;\n"
+               "#pragma unroll\n    for (int u = 1; u < %d; u++) if (u < p.k && i >= p.start[u]) t = u;\n"
+               "    long long r = i - p.start[t], so = 0, dof = p.base[t];\n"
+               "    for (int d = (int)p.nd[t] - 1; d >= 0; d--) {\n"
+               "      long long c = r %% p.size[t][d]; r /= p.size[t][d];\n"
+               "      so += c * p.ss[t][d]; dof += c * p.ds[t][d];\n    }\n    const S_t *src = s0;\n", CGO_CAT_MAX);
+  for (int u = 1; u < CGO_CAT_MAX; u++) cg_printf(b, "    if (t == %d) src = s%d;\n", u, u);
   cg_puts(b, "    cgo_conv(dst + dof, src + so);\n  }\n");
 }
 
@@ -320,37 +337,56 @@ static void body_softmax(cg_buf *b, const cgo_spec *s) {
   cg_puts(b, "  }\n");
 }
 
+/* Norm rows, a block each. With CGO_NORM_REGS the row is read once into registers (CGO_NORM_REG elements a thread)
+ * and the mean, the variance and the output come from there; otherwise each of the three passes reads it again.
+ * Both visit the elements in the same order, so they give the same bits. */
 static void body_norm(cg_buf *b, const cgo_spec *s) {
-  int hw = s->variant & 1, hb = s->variant & 2, rms = s->variant & 4, dbl = s->variant & 8;
+  int hw = s->variant & 1, hb = s->variant & 2, rms = s->variant & 4, dbl = s->variant & 8, regs = s->variant & CGO_NORM_REGS;
+  const char *T = dbl ? "double" : "float", *LD = dbl ? "X_ld" : "X_ldf";
+  const char *WL = dbl ? "W_ld" : "W_ldf", *BL = dbl ? "B_ld" : "B_ldf";
+  char loop[160], xv[64], wv[64], bv[64];
+  if (regs) {
+    snprintf(loop, sizeof loop, "\n#pragma unroll\n    for (int t = 0; t < %d; t++) { const long long l = threadIdx.x + t * blockDim.x;"
+             " if (l >= p.D) break;\n", CGO_NORM_REG);
+    snprintf(xv, sizeof xv, "xv[t]");
+    snprintf(wv, sizeof wv, "wv[t]");
+    snprintf(bv, sizeof bv, "bv[t]");
+  } else {
+    snprintf(loop, sizeof loop, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n");
+    snprintf(xv, sizeof xv, "%s(x + xo + l * p.xl)", LD);
+    snprintf(wv, sizeof wv, "%s(w + l * p.wl)", WL);
+    snprintf(bv, sizeof bv, "%s(b + l * p.bl)", BL);
+  }
   cg_puts(b, "  __shared__ double sh[32];\n  const double eps = __longlong_as_double(p.eps);\n"
              "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n");
   emit_row_offsets(b, 0);
   cg_puts(b, "    Y_t *yr = y + row * p.D;\n");
+  if (regs) {   /* the weight and bias with the row: their loads overlap its (none waits for the statistics) */
+    cg_printf(b, "    %s xv[%d], wv[%d], bv[%d];%s      xv[t] = %s(x + xo + l * p.xl);\n", T, CGO_NORM_REG, CGO_NORM_REG,
+              CGO_NORM_REG, loop, LD);
+    if (hw) cg_printf(b, "      wv[t] = %s(w + l * p.wl);\n", WL);
+    if (hb) cg_printf(b, "      bv[t] = %s(b + l * p.bl);\n", BL);
+    cg_puts(b, "    }\n");
+  }
   if (dbl) {
     cg_puts(b, "    double mean = 0, q = 0;\n");
-    if (!rms)
-      cg_puts(b, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) mean += X_ld(x + xo + l * p.xl);\n"
-                 "    mean = cgo_block_sum(mean, sh) / (double)p.D;\n");
-    cg_puts(b, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) { double d = X_ld(x + xo + l * p.xl) - mean; q += d * d; }\n"
-               "    double rstd = 1.0 / sqrt(cgo_block_sum(q, sh) / (double)p.D + eps);\n"
-               "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n"
-               "      double v = __dmul_rn(X_ld(x + xo + l * p.xl) - mean, rstd);\n");
-    if (hw) cg_puts(b, "      v = __dmul_rn(v, W_ld(w + l * p.wl));\n");
-    if (hb) cg_puts(b, "      v = __dadd_rn(v, B_ld(b + l * p.bl));\n");
+    if (!rms) cg_printf(b, "%s      mean += %s;\n    }\n    mean = cgo_block_sum(mean, sh) / (double)p.D;\n", loop, xv);
+    cg_printf(b, "%s      double d = %s - mean; q += d * d;\n    }\n"
+                 "    double rstd = 1.0 / sqrt(cgo_block_sum(q, sh) / (double)p.D + eps);\n"
+                 "%s      double v = __dmul_rn(%s - mean, rstd);\n", loop, xv, loop, xv);
+    if (hw) cg_printf(b, "      v = __dmul_rn(v, %s);\n", wv);
+    if (hb) cg_printf(b, "      v = __dadd_rn(v, %s);\n", bv);
     cg_puts(b, "      Y_st(yr + l, v);\n    }\n");
   } else {
     cg_puts(b, "    float mean = 0;\n    double q = 0;\n");
     if (!rms)
-      cg_puts(b, "    double sm = 0;\n"
-                 "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) sm += (double)X_ldf(x + xo + l * p.xl);\n"
-                 "    mean = (float)(cgo_block_sum(sm, sh) / (double)p.D);\n");
-    cg_puts(b, "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n"
-               "      float d = __fsub_rn(X_ldf(x + xo + l * p.xl), mean); q += (double)__fmul_rn(d, d);\n    }\n"
-               "    float rstd = (float)(1.0 / sqrt(cgo_block_sum(q, sh) / (double)p.D + eps));\n"
-               "    for (long long l = threadIdx.x; l < p.D; l += blockDim.x) {\n"
-               "      float v = __fmul_rn(__fsub_rn(X_ldf(x + xo + l * p.xl), mean), rstd);\n");
-    if (hw) cg_puts(b, "      v = __fmul_rn(v, W_ldf(w + l * p.wl));\n");
-    if (hb) cg_puts(b, "      v = __fadd_rn(v, B_ldf(b + l * p.bl));\n");
+      cg_printf(b, "    double sm = 0;\n%s      sm += (double)%s;\n    }\n"
+                   "    mean = (float)(cgo_block_sum(sm, sh) / (double)p.D);\n", loop, xv);
+    cg_printf(b, "%s      float d = __fsub_rn(%s, mean); q += (double)__fmul_rn(d, d);\n    }\n"
+                 "    float rstd = (float)(1.0 / sqrt(cgo_block_sum(q, sh) / (double)p.D + eps));\n"
+                 "%s      float v = __fmul_rn(__fsub_rn(%s, mean), rstd);\n", loop, xv, loop, xv);
+    if (hw) cg_printf(b, "      v = __fmul_rn(v, %s);\n", wv);
+    if (hb) cg_printf(b, "      v = __fadd_rn(v, %s);\n", bv);
     cg_puts(b, "      Y_stf(yr + l, v);\n    }\n");
   }
   cg_puts(b, "  }\n");
@@ -481,7 +517,7 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
                "  float *ms = ps + nR * nC, *ls = ms + nR, *al = ls + nR, *red = al + nR;\n"
                "  const float fill = (float)__longlong_as_double(p.fill), ninf = __int_as_float((int)0xff800000u);\n"
                "  const long long tiles = (p.M + nR - 1) / nR, nblk = p.rows / p.M * tiles;\n"
-               "  enum { CGO_ATTN_ACC = %d };\n", CGO_ATTN_ACC);
+               "  enum { CGO_ATTN_ACC = %d, CGO_ATTN_MAXS = %d };\n", CGO_ATTN_ACC, CGO_ATTN_MAXS);
   emit_attn_scale(b, s, "float", "_ldf");
   cg_puts(b, "  const int nS = (int)p.S, rank = (int)(blockIdx.x % nS);\n"
              "  const long long per = (p.N + nS - 1) / nS, kbeg = rank * per, kend = kbeg + per < p.N ? kbeg + per : p.N;\n"
@@ -558,16 +594,103 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
                "    cgo_cluster_sync();\n"
                "    if (rank == 0 && grp == 0 && own < nO && i0 + own / nDv < p.M) {\n"
                "      const int r = own / nDv, d = own - r * nDv;\n"
-               "      float gm = ninf, gl = 0.0f, go = 0.0f;\n"
-               "      for (int q = 0; q < nS; q++) gm = fmaxf(gm, cgo_cluster_ld(ms + r, q));\n"
-               "      for (int q = 0; q < nS; q++) {\n"
-               "        const float mq = cgo_cluster_ld(ms + r, q), w = mq == ninf ? 0.0f : expf(mq - gm);\n"
-               "        gl += cgo_cluster_ld(ls + r, q) * w; go += cgo_cluster_ld(red + own, q) * w;\n      }\n"
+               /* every rank's three values loaded before any is used: the loads overlap (one round trip through
+                * the cluster, not 4 * S one after the other) */
+               "      float mq[CGO_ATTN_MAXS], lq[CGO_ATTN_MAXS], oq[CGO_ATTN_MAXS], gm = ninf, gl = 0.0f, go = 0.0f;\n"
+               "#pragma unroll\n"
+               "      for (int q = 0; q < CGO_ATTN_MAXS; q++)\n"
+               "        if (q < nS) { mq[q] = cgo_cluster_ld(ms + r, q); lq[q] = cgo_cluster_ld(ls + r, q);"
+               " oq[q] = cgo_cluster_ld(red + own, q); }\n"
+               "#pragma unroll\n"
+               "      for (int q = 0; q < CGO_ATTN_MAXS; q++) if (q < nS) gm = fmaxf(gm, mq[q]);\n"
+               "#pragma unroll\n"
+               "      for (int q = 0; q < CGO_ATTN_MAXS; q++)\n"
+               "        if (q < nS) { const float w = mq[q] == ninf ? 0.0f : expf(mq[q] - gm); gl += lq[q] * w; go += oq[q] * w; }\n"
                "      O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, go / gl);\n    }\n"
                "    cgo_cluster_sync();   /* rank 0 has read the others' shared memory */\n  }\n");
   else
     cg_puts(b, "        if (i0 + r < p.M) O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, acc[t] / ls[r]);\n      }\n    }\n"
                "    __syncthreads();\n  }\n");
+}
+
+/* One query row against at most CGO_ATTN_DECODE_MAXN keys (decode): a block per row, warp w over the chunks of 32
+ * keys w, w + nw, ... Each chunk's key and value rows are loaded first, all at once (16-byte vectors: LK lanes a
+ * key row, KPW keys a step; a row not 16-byte aligned is read element by element), then the chunk's scores (a
+ * lane per key after the LK lanes' sum), its running maximum and sum, and the values' products accumulated by LV
+ * lanes a row. The warps' states merge in shared memory as the tiled kernel's blocks do. */
+static void body_attn_decode(cg_buf *b, const cgo_spec *s) {
+  int lk = 1 << ((s->variant >> CGO_ATTN_LK_SHIFT) & 7), lv = 1 << ((s->variant >> CGO_ATTN_LV_SHIFT) & 7);
+  cg_printf(b, "  enum { LK = %d, KPW = 32 / LK, LV = %d, VPW = 32 / LV, KE = 16 / (int)sizeof(K_t), VE = 16 / (int)sizeof(V_t) };\n"
+               "  __shared__ float sm_m[%d], sm_l[%d];\n"
+               "  extern __shared__ __align__(16) unsigned char cgo_sh[];\n"
+               "  float *sacc = (float *)cgo_sh;\n"
+               "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+               "  const int kg = lane / LK, kc = lane %% LK, vg = lane / LV, vc = lane %% LV;\n"
+               "  const float fill = (float)__longlong_as_double(p.fill), ninf = __int_as_float((int)0xff800000u);\n",
+            lk, lv, CGO_ATTN_DECODE_WARPS, CGO_ATTN_DECODE_WARPS);
+  emit_attn_scale(b, s, "float", "_ldf");
+  cg_puts(b, "  for (long long bb = blockIdx.x; bb < p.rows; bb += gridDim.x) {\n"
+             "    long long bo = bb, qo = 0, ko = 0, vo = 0, mo = 0;\n"
+             "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
+             "      long long x = bo % p.bs[d]; bo /= p.bs[d];\n"
+             "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
+             "    const K_t *kb_ = kt + ko + kc * KE;\n    const V_t *vb_ = v + vo + vc * VE;\n"
+             "    const bool kal = ((unsigned long long)kb_ & 15) == 0, val = ((unsigned long long)vb_ & 15) == 0;\n"
+             "    float qv[KE], acc[VE], m = ninf, l = 0.0f;\n"
+             "#pragma unroll\n    for (int u = 0; u < KE; u++) qv[u] = Q_ldf(q + qo + (long long)(kc * KE + u) * p.qd);\n"
+             "#pragma unroll\n    for (int u = 0; u < VE; u++) acc[u] = 0.0f;\n"
+             "    for (long long j0 = (long long)warp * 32; j0 < p.N; j0 += (long long)nw * 32) {\n"
+             "      union { uint4 u; K_t x[KE]; } kr[32 / KPW];\n      union { uint4 u; V_t x[VE]; } vr[32 / VPW];\n"
+             "#pragma unroll\n      for (int st = 0; st < 32 / KPW; st++) {\n"
+             "        const long long j = j0 + st * KPW + kg;\n        kr[st].u.x = kr[st].u.y = kr[st].u.z = kr[st].u.w = 0u;\n"
+             "        if (j < p.N) {\n          const K_t *src = kb_ + j * p.kn;\n"
+             "          if (kal) kr[st].u = *(const uint4 *)src;\n"
+             "          else {\n#pragma unroll\n            for (int u = 0; u < KE; u++) kr[st].x[u] = src[u];\n          }\n"
+             "        }\n      }\n"
+             "#pragma unroll\n      for (int st = 0; st < 32 / VPW; st++) {\n"
+             "        const long long j = j0 + st * VPW + vg;\n        vr[st].u.x = vr[st].u.y = vr[st].u.z = vr[st].u.w = 0u;\n"
+             "        if (j < p.N) {\n          const V_t *src = vb_ + j * p.vn;\n"
+             "          if (val) vr[st].u = *(const uint4 *)src;\n"
+             "          else {\n#pragma unroll\n            for (int u = 0; u < VE; u++) vr[st].x[u] = src[u];\n          }\n"
+             "        }\n      }\n"
+             /* the score of key j0 + lane: LK lanes' partial dot products summed, then moved to the key's lane */
+             "      float sc = ninf;\n"
+             "#pragma unroll\n      for (int st = 0; st < 32 / KPW; st++) {\n        float part = 0.0f;\n"
+             "#pragma unroll\n        for (int u = 0; u < KE; u++) part += qv[u] * K_ldf(&kr[st].x[u]);\n"
+             "#pragma unroll\n        for (int o = 1; o < LK; o <<= 1) part += __shfl_xor_sync(0xffffffffu, part, o);\n"
+             "        const float got = __shfl_sync(0xffffffffu, part, (lane % KPW) * LK);\n"
+             "        if (lane / KPW == st) sc = got;\n      }\n"
+             "      const long long jl = j0 + lane;\n      if (jl < p.N) {\n");
+  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
+    cg_printf(b, "        sc = sc %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
+  if (s->variant & CGO_ATTN_MASK)
+    cg_printf(b, "        if (%s(mask[mo + jl * p.mn] != 0)) sc = fill;\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
+  cg_puts(b, "      } else sc = ninf;\n"
+             "      float cm = sc;\n"
+             "#pragma unroll\n      for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));\n"
+             "      if (cm == ninf) continue;   /* every key of the chunk masked out */\n"
+             "      const float mn = fmaxf(m, cm), a = mn == ninf ? 1.0f : expf(m - mn), e = sc == ninf ? 0.0f : expf(sc - mn);\n"
+             "      float es = e;\n"
+             "#pragma unroll\n      for (int o = 16; o; o >>= 1) es += __shfl_xor_sync(0xffffffffu, es, o);\n"
+             "      l = l * a + es;\n      m = mn;\n"
+             "#pragma unroll\n      for (int u = 0; u < VE; u++) acc[u] *= a;\n"
+             "#pragma unroll\n      for (int st = 0; st < 32 / VPW; st++) {\n"
+             "        const float pj = __shfl_sync(0xffffffffu, e, st * VPW + vg);\n"
+             "#pragma unroll\n        for (int u = 0; u < VE; u++) acc[u] += pj * V_ldf(&vr[st].x[u]);\n      }\n"
+             "    }\n"
+             /* the key slots of each lane group hold parts of the same dims: summed across them */
+             "#pragma unroll\n    for (int o = LV; o < 32; o <<= 1)\n"
+             "#pragma unroll\n      for (int u = 0; u < VE; u++) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);\n"
+             "    if (lane == 0) { sm_m[warp] = m; sm_l[warp] = l; }\n"
+             "    if (vg == 0) {\n#pragma unroll\n      for (int u = 0; u < VE; u++) sacc[warp * p.Dv + vc * VE + u] = acc[u];\n    }\n"
+             "    __syncthreads();\n"
+             "    float gm = ninf, gl = 0.0f;\n"
+             "    for (int w = 0; w < nw; w++) gm = fmaxf(gm, sm_m[w]);\n"
+             "    for (int w = 0; w < nw; w++) if (sm_m[w] != ninf) gl += sm_l[w] * expf(sm_m[w] - gm);\n"
+             "    for (long long d = threadIdx.x; d < p.Dv; d += blockDim.x) {\n      float o_ = 0.0f;\n"
+             "      for (int w = 0; w < nw; w++) if (sm_m[w] != ninf) o_ += sacc[w * p.Dv + d] * expf(sm_m[w] - gm);\n"
+             "      O_stf(out + bb * p.Dv + d, o_ / gl);\n    }\n"
+             "    __syncthreads();\n  }\n");
 }
 
 /* Online softmax per warp over chunks of 32 keys (chunk c of the row goes to warp c % nw): each lane scores one
@@ -629,18 +752,20 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   memset(k, 0, sizeof *k);
   if ((unsigned)s->tmpl >= CGO_NTMPL) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid template %d", (int)s->tmpl);
   const tmpl_def *td = &defs[s->tmpl];
-  grace_dtype dts[6];
+  grace_dtype dts[1 + CGO_CAT_MAX];
   for (int i = 0; i < td->nptr; i++) {
     grace_dtype dt = i < 3 ? s->dt[i] : s->dt[2];
     if (s->tmpl == CGO_ICHECK && i == 1) dt = GRACE_INT64;                 /* the flag */
     if (s->tmpl == CGO_SORT) dt = i == 1 ? GRACE_INT64 : s->dt[0];        /* values, indices, x */
     if (s->tmpl == CGO_NORM) dt = i <= 1 ? s->dt[0] : s->dt[i - 1];      /* y, x, w, b */
     if (s->tmpl == CGO_ATTN) dt = i == 0 ? s->dt[0] : i <= 3 ? s->dt[1] : i == 4 ? GRACE_BOOL : s->dt[2];
+    if (s->tmpl == CGO_CAT) dt = i == 0 ? s->dt[0] : s->dt[1];            /* dst, the sources */
     if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid dtype %d", (int)dt);
     dts[i] = dt;
   }
   int n = snprintf(k->name, sizeof k->name, "cgo_%s", tmpl_names[s->tmpl]);
-  for (int i = 0; i < td->nptr && n < (int)sizeof k->name; i++) n += snprintf(k->name + n, sizeof k->name - (size_t)n, "_%s", dt_short[dts[i]]);
+  for (int i = 0; i < td->nptr && n < (int)sizeof k->name; i++)   /* a role named again (CAT's sources) is one dtype */
+    if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) n += snprintf(k->name + n, sizeof k->name - (size_t)n, "_%s", dt_short[dts[i]]);
   if (n < (int)sizeof k->name) snprintf(k->name + n, sizeof k->name - (size_t)n, "_v%d%s", s->variant, s->indirect ? "_ind" : "");
   k->kind = CG_OP;
   k->indirect = s->indirect;
@@ -657,8 +782,8 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   cg_buf b;
   cg_buf_init(&b, vm);
   cg_puts(&b, common_src);
-  for (int i = 0; i < td->nptr; i++) emit_role(&b, td->roles[i], dts[i]);
-  if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE) emit_conv(&b, dts[0], dts[1]);
+  for (int i = 0; i < td->nptr; i++) if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) emit_role(&b, td->roles[i], dts[i]);
+  if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE || s->tmpl == CGO_CAT) emit_conv(&b, dts[0], dts[1]);
   if (s->tmpl == CGO_SORT) emit_sort_key(&b, dts[2]);
   if (s->tmpl == CGO_ATTN && (s->variant & CGO_ATTN_SPLIT))   /* a cluster's barrier and loads of a peer's shared memory */
     cg_puts(&b, "__device__ __forceinline__ void cgo_cluster_sync() {\n"
@@ -683,6 +808,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  const long long %s = %sp.S_%s;\n", td->scalars[i], ind, td->scalars[i]);
   switch (s->tmpl) {
   case CGO_COPY: body_copy(&b, s); break;
+  case CGO_CAT: body_cat(&b); break;
   case CGO_FILL: body_fill(&b); break;
   case CGO_TRI: body_tri(&b); break;
   case CGO_ICHECK: body_icheck(&b); break;
@@ -692,7 +818,11 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   case CGO_SOFTMAX: body_softmax(&b, s); break;
   case CGO_NORM: body_norm(&b, s); break;
   case CGO_SORT: body_sort(&b, s); break;
-  case CGO_ATTN: if (s->variant & CGO_ATTN_TILED) body_attn_tiled(&b, s); else body_attn(&b, s); break;
+  case CGO_ATTN:
+    if (s->variant & CGO_ATTN_DECODE) body_attn_decode(&b, s);
+    else if (s->variant & CGO_ATTN_TILED) body_attn_tiled(&b, s);
+    else body_attn(&b, s);
+    break;
   default: break;
   }
   cg_puts(&b, "}\n");

@@ -23,7 +23,9 @@
  *                                     left out of size/strides; xl/ol are the strides along it)
  *   SOFTMAX as CUMSUM; variant bit 1: log_softmax, bit 2: compute in double, bit 4: a block per row (else a warp)
  *   NORM    ptrs y (contiguous), x, w, b.  words rows, D, nd, size[16], xstride[16], xl, wl, bl, eps (double bits);
- *                                     variant bit 1: weight, 2: bias, 4: rms, 8: compute in double
+ *                                     variant bit 1: weight, 2: bias, 4: rms, 8: compute in double,
+ *                                     CGO_NORM_REGS: the row read once into registers (D at most
+ *                                     CGO_NORM_REG * blockDim)
  *   SORT    ptrs vals, idx, x.        words rows, L, P (power of two >= L), k, nd, size[16], xstride[16],
  *                                     ostride[16], xl, ol, base, has_idx; variant bit 1: descending. Shared memory
  *                                     P * 12 bytes; one block per row. Variant bit 2: selection (topk of rows
@@ -44,7 +46,15 @@
  *                                     S: blocks per row tile, each over a 1/S share of the keys (1 unless
  *                                     CGO_ATTN_SPLIT: launched in clusters of S blocks, sm_90; rank 0 merges the
  *                                     others' maxima, sums and outputs through distributed shared memory; R*Dv
- *                                     at most CGO_ATTN_THREADS). */
+ *                                     at most CGO_ATTN_THREADS). CGO_ATTN_DECODE (float compute, one query row,
+ *                                     M = 1): a block per row, warp w over key chunks w, w + nw, ... of 32, their
+ *                                     rows loaded as 16-byte vectors (keys and values contiguous along D and Dv,
+ *                                     kvec/vvec), the warps' states merged in shared memory (nw * Dv floats).
+ *   CAT     ptrs dst, s0 .. s7 (one source dtype).  words n, k, start[8], base[8], nd[8], size[8][8], ss[8][8],
+ *                                     ds[8][8]: k <= CGO_CAT_MAX strided copies in one launch (cat's and stack's
+ *                                     pieces): piece t copies elements start[t] .. start[t+1] (start[k] = n) of
+ *                                     the flat iteration from s_t over its own sizes and strides to dst + base[t]
+ *                                     with strides ds[t]; at most CGO_CAT_MAXD dims a piece. */
 #ifndef GRACE_CG_OPS_H
 #define GRACE_CG_OPS_H
 
@@ -57,12 +67,20 @@
 
 typedef enum cgo_tmpl {
   CGO_COPY, CGO_FILL, CGO_TRI, CGO_ICHECK, CGO_IMOVE, CGO_CREATE, CGO_CUMSUM, CGO_SOFTMAX, CGO_NORM, CGO_SORT,
-  CGO_ATTN, CGO_NTMPL
+  CGO_ATTN, CGO_CAT, CGO_NTMPL
 } cgo_tmpl;
 
 enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16,
-       CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64, CGO_ATTN_SPLIT = 128 };
-enum { CGO_ATTN_THREADS = 256, CGO_ATTN_ACC = 8 };   /* the tiled kernel: block size, outputs per thread */
+       CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64, CGO_ATTN_SPLIT = 128, CGO_ATTN_DECODE = 256 };
+/* The decode kernel (CGO_ATTN_DECODE): lanes a key row of K and of V (16-byte vectors, powers of two up to
+ * CGO_ATTN_LANES_MAX) in variant bits 9-11 and 12-14 as log2; warps a block at most CGO_ATTN_DECODE_WARPS; keys at
+ * most CGO_ATTN_DECODE_MAXN (longer rows split over a cluster with the tiled kernel). */
+enum { CGO_ATTN_LK_SHIFT = 9, CGO_ATTN_LV_SHIFT = 12, CGO_ATTN_LANES_MAX = 16, CGO_ATTN_DECODE_WARPS = 8,
+       CGO_ATTN_DECODE_MAXN = 512 };
+enum { CGO_ATTN_THREADS = 256, CGO_ATTN_ACC = 8, CGO_ATTN_MAXS = 8 };   /* the tiled kernel: block size, outputs per
+                                                                           * thread, blocks of a cluster split */
+enum { CGO_CAT_MAX = 8, CGO_CAT_MAXD = 8 };   /* a CAT launch: pieces, dims a piece */
+enum { CGO_NORM_REGS = 16, CGO_NORM_REG = 8 };   /* norm rows held in registers: variant bit, elements a thread */
 enum { CGO_ARANGE_F, CGO_ARANGE_I, CGO_LINSPACE, CGO_EYE, CGO_RAND, CGO_RANDN, CGO_RANDINT, CGO_NCREATE };
 
 /* Which kernel: dt[] are the dtypes of the template's pointers in order (COPY: dst, src; FILL/TRI/CREATE: the

@@ -129,12 +129,13 @@ static CUdeviceptr at(CUdeviceptr base, int64_t elems, grace_dtype dt) {
 }
 
 /* ---- the strided copy (cpu_shape.c's cp_run on the device) ---- */
-static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdeviceptr src, const int64_t *ss,
-                             grace_dtype sdt, CUdeviceptr dst, const int64_t *ds, grace_dtype ddt) {
-  int64_t sz[CGO_MAXD], a[CGO_MAXD], b[CGO_MAXD];
+/* A strided copy's iteration with size-1 dims dropped and runs contiguous in both source and destination merged:
+ * its dims (at least one), or 0 when it has no element. */
+static int copy_dims(int nd, const int64_t *sizes, const int64_t *ss, const int64_t *ds, int64_t *sz, int64_t *a,
+                     int64_t *b) {
   int k = 0;
-  for (int d = 0; d < nd; d++) {   /* drop size-1 dims, merge runs that are contiguous in both */
-    if (sizes[d] == 0) return GRACE_OK;
+  for (int d = 0; d < nd; d++) {
+    if (sizes[d] == 0) return 0;
     if (sizes[d] == 1) continue;
     if (k > 0 && a[k - 1] == ss[d] * sizes[d] && b[k - 1] == ds[d] * sizes[d]) {
       sz[k - 1] *= sizes[d]; a[k - 1] = ss[d]; b[k - 1] = ds[d];
@@ -144,8 +145,15 @@ static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdevic
     k++;
   }
   if (k == 0) { k = 1; sz[0] = 1; a[0] = b[0] = 1; }
-  int64_t n = 1;
-  for (int d = 0; d < k; d++) n *= sz[d];
+  return k;
+}
+
+static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdeviceptr src, const int64_t *ss,
+                             grace_dtype sdt, CUdeviceptr dst, const int64_t *ds, grace_dtype ddt) {
+  int64_t sz[CGO_MAXD], a[CGO_MAXD], b[CGO_MAXD];
+  int k = copy_dims(nd, sizes, ss, ds, sz, a, b);
+  if (k == 0) return GRACE_OK;
+  int64_t n = vm_numel(k, sz);
   words w = {0};
   wptr(&w, dst); wptr(&w, src);
   wput(&w, n); wput(&w, k); warr(&w, sz, k); warr(&w, a, k); warr(&w, b, k);
@@ -154,6 +162,48 @@ static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdevic
   if (flat && sdt == ddt && !cuda_capture_indirect(gpu_ctx(vm)))
     return cuda_copy_device(gpu_ctx(vm), dst, src, (size_t)n * grace_dtype_size(ddt));
   return launch(vm, CGO_COPY, ddt, sdt, ddt, flat, blocks_for(n, 256), 256, 0, &w);
+}
+
+/* One piece of a cat or stack: a strided source copied to dst + off (elements) with strides ds. */
+typedef struct copy_piece {
+  CUdeviceptr src;
+  grace_dtype sdt;
+  int nd;
+  const int64_t *sizes, *ss, *ds;
+  int64_t off;
+} copy_piece;
+
+/* The pieces (at most CGO_CAT_MAX, one source dtype) into one destination in one launch: a cat or stack of a few
+ * inputs is one kernel, not one per input. A piece alone goes as a plain copy. */
+_Static_assert(CGO_CAT_MAXD >= GRACE_MAX_DIMS, "a cat piece takes every dim a tensor has");
+static grace_status dev_copy_pieces(grace_vm *vm, CUdeviceptr dst, grace_dtype ddt, int np, const copy_piece *pc) {
+  int64_t sz[CGO_CAT_MAX][CGO_MAXD], a[CGO_CAT_MAX][CGO_MAXD], b[CGO_CAT_MAX][CGO_MAXD], start[CGO_CAT_MAX],
+          base[CGO_CAT_MAX], nds[CGO_CAT_MAX], n = 0;
+  CUdeviceptr src[CGO_CAT_MAX];
+  int k = 0;
+  for (int j = 0; j < np && j < CGO_CAT_MAX; j++) {
+    int d = copy_dims(pc[j].nd, pc[j].sizes, pc[j].ss, pc[j].ds, sz[k], a[k], b[k]);
+    if (d == 0) continue;   /* an empty piece */
+    start[k] = n; base[k] = pc[j].off; nds[k] = d; src[k] = pc[j].src;
+    n += vm_numel(d, sz[k]);
+    k++;
+  }
+  if (k == 0) return GRACE_OK;
+  if (k == 1)
+    return dev_copy(vm, (int)nds[0], sz[0], src[0], a[0], pc[0].sdt,
+                    dst + (CUdeviceptr)(base[0] * (int64_t)grace_dtype_size(ddt)), b[0], ddt);
+  words w = {0};
+  wptr(&w, dst);
+  for (int t = 0; t < CGO_CAT_MAX; t++) wptr(&w, t < k ? src[t] : 0);
+  wput(&w, n); wput(&w, k);
+  for (int t = 0; t < CGO_CAT_MAX; t++) wput(&w, t < k ? start[t] : n);
+  for (int t = 0; t < CGO_CAT_MAX; t++) wput(&w, t < k ? base[t] : 0);
+  for (int t = 0; t < CGO_CAT_MAX; t++) wput(&w, t < k ? nds[t] : 0);
+  int64_t *arr[3] = {&sz[0][0], &a[0][0], &b[0][0]};
+  for (int q = 0; q < 3; q++)
+    for (int t = 0; t < CGO_CAT_MAX; t++)
+      for (int d = 0; d < CGO_CAT_MAXD; d++) wput(&w, t < k && d < nds[t] ? arr[q][t * CGO_MAXD + d] : 0);
+  return launch(vm, CGO_CAT, ddt, pc[0].sdt, ddt, 0, blocks_for(n, 256), 256, 0, &w);
 }
 
 
@@ -294,14 +344,17 @@ static grace_status op_cat(grace_vm *vm, int nin, grace_tensor *const *in, const
   if (s != GRACE_OK) return s;
   grace_tensor *o = dev_new(vm, "cat", dt, nd, sz);
   if (!o) return vm->status;
+  copy_piece pc[CGO_CAT_MAX];
+  int np = 0;
   int64_t off = 0;
-  for (int i = 0; i < nin && s == GRACE_OK; i++) {
+  for (int i = 0; i < nin && s == GRACE_OK; i++) {   /* a launch for each run of one dtype, CGO_CAT_MAX inputs a launch */
     const grace_tensor *t = in[i];
     if (vm_cat_skips(t)) continue;
-    s = dev_copy(vm, t->ndim, t->sizes, gpu_ptr(t), t->strides, t->dtype, at(gpu_ptr(o), off * o->strides[dim], dt),
-                 o->strides, dt);
+    if (np && (np == CGO_CAT_MAX || pc[0].sdt != t->dtype)) { s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc); np = 0; }
+    pc[np++] = (copy_piece){gpu_ptr(t), t->dtype, t->ndim, t->sizes, t->strides, o->strides, off * o->strides[dim]};
     off += t->sizes[dim];
   }
+  if (s == GRACE_OK && np) s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc);
   if (s != GRACE_OK) { grace_tensor_release(o); return s; }
   *out = o;
   return GRACE_OK;
@@ -318,9 +371,13 @@ static grace_status op_stack(grace_vm *vm, int nin, grace_tensor *const *in, con
   if (!o) return vm->status;
   int64_t ds[GRACE_MAX_DIMS];
   for (int d = 0, k = 0; d <= nd; d++) if (d != dim) ds[k++] = o->strides[d];
-  for (int i = 0; i < nin && s == GRACE_OK; i++)
-    s = dev_copy(vm, nd, in[i]->sizes, gpu_ptr(in[i]), in[i]->strides, in[i]->dtype,
-                 at(gpu_ptr(o), i * o->strides[dim], dt), ds, dt);
+  copy_piece pc[CGO_CAT_MAX];
+  int np = 0;
+  for (int i = 0; i < nin && s == GRACE_OK; i++) {   /* as cat's */
+    if (np && (np == CGO_CAT_MAX || pc[0].sdt != in[i]->dtype)) { s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc); np = 0; }
+    pc[np++] = (copy_piece){gpu_ptr(in[i]), in[i]->dtype, nd, in[i]->sizes, in[i]->strides, ds, i * o->strides[dim]};
+  }
+  if (s == GRACE_OK && np) s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc);
   if (s != GRACE_OK) { grace_tensor_release(o); return s; }
   *out = o;
   return GRACE_OK;
@@ -583,8 +640,22 @@ static int attn_vec(const vm_attn *p, int64_t dims, int64_t sd, int64_t sj, cons
   return 1;
 }
 
-/* attention (cpu_attention.c on the CPU): the tiled kernel as cg_ops_attn_plan lays it out (rows a block, the keys
- * split over a cluster for decode), else (float64, rows too wide for shared memory) a block per query row, a warp
+/* Whether the decode kernel takes an attention: float compute, one query row (M = 1), at most
+ * CGO_ATTN_DECODE_MAXN keys, keys and values in 16-byte vectors along D and Dv with a power of two of them a row
+ * up to CGO_ATTN_LANES_MAX; *lk, *lv: log2 of the vectors a key row and a value row. */
+static int attn_decode_lanes(const vm_attn *p, grace_tensor *const *in, int dbl, int *lk, int *lv) {
+  if (dbl || p->M != 1 || p->N > CGO_ATTN_DECODE_MAXN || !attn_vec(p, p->D, p->kd, p->kn, p->kb, in[1]->dtype) ||
+      !attn_vec(p, p->Dv, p->vd, p->vn, p->vb, in[2]->dtype))
+    return 0;
+  int64_t nk = p->D * (int64_t)grace_dtype_size(in[1]->dtype) / 16, nv = p->Dv * (int64_t)grace_dtype_size(in[2]->dtype) / 16;
+  if (nk < 1 || nv < 1 || nk > CGO_ATTN_LANES_MAX || nv > CGO_ATTN_LANES_MAX || (nk & (nk - 1)) || (nv & (nv - 1))) return 0;
+  for (*lk = 0; (1 << *lk) < nk; (*lk)++) {}
+  for (*lv = 0; (1 << *lv) < nv; (*lv)++) {}
+  return 1;
+}
+
+/* attention (cpu_attention.c on the CPU): one query row against few keys (decode) in the decode kernel; the tiled
+ * kernel as cg_ops_attn_plan lays it out (rows a block, long key rows split over a cluster), else (float64, rows too wide for shared memory) a block per query row, a warp
  * per chunk of 32 keys up to 8 warps (4 when there are rows enough to fill the device). A scale that is a host
  * number goes by value (a device copy would synchronize); in a capture it is the graph table's word. */
 static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
@@ -624,7 +695,13 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
                 (a->flag & GRACE_ATTN_KEEP ? CGO_ATTN_KEEP : 0) | (dbl ? CGO_ATTN_F64 : 0) | (pl.tiled ? CGO_ATTN_TILED : 0) |
                 (pl.S > 1 ? CGO_ATTN_SPLIT : 0);
   grace_dtype sdt = sc && !sval ? sc->dtype : GRACE_FLOAT32;
-  if (pl.tiled) {
+  int lk = 0, lv = 0;
+  if (attn_decode_lanes(&p, in, dbl, &lk, &lv)) {   /* one query row against few keys */
+    unsigned nw = (unsigned)((p.N + 31) / 32 < CGO_ATTN_DECODE_WARPS ? (p.N + 31) / 32 : CGO_ATTN_DECODE_WARPS);
+    variant = (variant & ~(CGO_ATTN_TILED | CGO_ATTN_SPLIT)) | CGO_ATTN_DECODE | lk << CGO_ATTN_LK_SHIFT | lv << CGO_ATTN_LV_SHIFT;
+    st = launch(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(p.rows, 1), 32 * nw,
+                nw * (unsigned)p.Dv * 4, &w);
+  } else if (pl.tiled) {
     st = launch_own(vm, CGO_ATTN, p.odt, q->dtype, sdt, variant, blocks_for(pl.tiles, 1) * (unsigned)pl.S,
                     CGO_ATTN_THREADS, pl.smem, &w, 0, (unsigned)pl.S);
   } else {
@@ -733,8 +810,9 @@ static grace_status op_norm(grace_vm *vm, grace_op op, int nin, grace_tensor *co
   wptr(&w, gpu_ptr(out[0])); wptr(&w, gpu_ptr(x)); wptr(&w, wt ? gpu_ptr(wt) : 0); wptr(&w, bt ? gpu_ptr(bt) : 0);
   wput(&w, r.n); wput(&w, r.L); wput(&w, r.nd); warr(&w, r.sizes, r.nd); warr(&w, r.xs, r.nd); wput(&w, r.xl);
   wput(&w, wt ? wt->strides[0] : 0); wput(&w, bt ? bt->strides[0] : 0); wput(&w, dbits(eps));
-  int variant = (wt ? 1 : 0) | (bt ? 2 : 0) | (rms ? 4 : 0) | (x->dtype == GRACE_FLOAT64 ? 8 : 0);
   unsigned block = r.L >= 256 ? 256 : (unsigned)((r.L + 31) / 32 * 32);
+  int variant = (wt ? 1 : 0) | (bt ? 2 : 0) | (rms ? 4 : 0) | (x->dtype == GRACE_FLOAT64 ? 8 : 0) |
+                (r.L <= (int64_t)block * CGO_NORM_REG ? CGO_NORM_REGS : 0);
   return launch(vm, CGO_NORM, x->dtype, wt ? wt->dtype : x->dtype, bt ? bt->dtype : x->dtype, variant,
                 blocks_for(r.n, 1), block, 0, &w);
 }

@@ -3,8 +3,8 @@
  * (skipped when libnvrtc cannot load), and the sources carry the pieces the CPU's semantics depend on (the
  * index-check flag, Philox's constants, the stable tie break). With a GPU: every op on CUDA tensors against
  * the CPU backend on the same inputs (moves, index ops and integers exactly, floats within a tolerance),
- * strided inputs, odd and zero sizes, out-of-range indices (the CPU's status and message), and the random
- * ops equal to the CPU's numbers for a seed. */
+ * strided inputs, odd and zero sizes, out-of-range indices (the CPU's status and message), cat and stack of
+ * many inputs in few launches, and the random ops equal to the CPU's numbers for a seed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +51,7 @@ static void compile_all(void) {
       TRY({CGO_CUMSUM, {grace_dtype_is_float(all_dt[i]) ? all_dt[i] : GRACE_INT64, all_dt[i]}, 0, ind});
     }
     TRY({CGO_IMOVE, {GRACE_FLOAT16, GRACE_INT64, GRACE_INT32}, 0, ind});   /* scatter of a 0-d value */
+    for (int i = 0; i < 8; i++) TRY({CGO_CAT, {all_dt[i], all_dt[(i + ind) % 8], all_dt[i]}, 0, ind});   /* cat, stack */
     TRY({CGO_ICHECK, {GRACE_INT32}, 0, ind});
     TRY({CGO_ICHECK, {GRACE_INT64}, 0, ind});
     for (int v = 0; v < CGO_NCREATE; v++)
@@ -62,7 +63,7 @@ static void compile_all(void) {
       }
     for (int i = 0; i < 4; i++) {
       for (int v = 0; v < 8; v++) TRY({CGO_SOFTMAX, {float_dt[i], float_dt[(i + v) % 4]}, v, ind});
-      for (int v = 0; v < 16; v += 1 + ind) TRY({CGO_NORM, {float_dt[i], float_dt[(i + 1) % 4], float_dt[i]}, v, ind});
+      for (int v = 0; v < 32; v += 1 + ind) TRY({CGO_NORM, {float_dt[i], float_dt[(i + 1) % 4], float_dt[i]}, v, ind});
       /* attention per dtype (out, q/kt/v, scale): no flags, and every flag (scale divided, mask kept) */
       TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
            (ind ? 15 : 0) | (float_dt[i] == GRACE_FLOAT64 ? CGO_ATTN_F64 : 0), ind});
@@ -70,6 +71,11 @@ static void compile_all(void) {
       if (float_dt[i] != GRACE_FLOAT64)
         TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
              CGO_ATTN_TILED | (ind ? 15 : CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_DIV), ind});
+      if (float_dt[i] != GRACE_FLOAT64)   /* the decode kernel: 1, 8, 16 vectors a key row, 2, 16, 1 a value row */
+        for (int l = 0; l < 3; l++)
+          TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
+               CGO_ATTN_DECODE | (int[]){0, 3, 4}[l] << CGO_ATTN_LK_SHIFT | (int[]){1, 4, 0}[l] << CGO_ATTN_LV_SHIFT |
+               (ind ? 15 : l == 1 ? CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_KEEP : 0), ind});
       if (float_dt[i] != GRACE_FLOAT64)   /* keys split over a cluster's blocks (decode) */
         TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[i]},
              CGO_ATTN_TILED | CGO_ATTN_SPLIT | (ind ? CGO_ATTN_SCALE : CGO_ATTN_SVAL | CGO_ATTN_MASK), ind});
@@ -77,6 +83,12 @@ static void compile_all(void) {
   }
 #undef TRY
   is_int(fails, 0, "all %d template instances compile with NVRTC for sm_90 (plain and indirect)", count);
+}
+
+static int count_of(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+  return n;
 }
 
 static void source_checks(void) {
@@ -105,6 +117,12 @@ static void source_checks(void) {
   cg_kernel_free(vm, &k);
   ok(cg_ops_source(vm, &(cgo_spec){CGO_NTMPL, {GRACE_FLOAT32}, 0, 0}, &k) == GRACE_EARG, "an invalid template is an error");
   is_int(cg_ops_nptr(CGO_NORM), 4, "norm takes y, x, weight, bias");
+  for (int regs = 0; regs < 2; regs++) {   /* the row read once into registers, or once per pass */
+    ok(cg_ops_source(vm, &(cgo_spec){CGO_NORM, {GRACE_BFLOAT16, GRACE_FLOAT32, GRACE_BFLOAT16}, 3 | (regs ? CGO_NORM_REGS : 0), 0},
+                     &k) == GRACE_OK && count_of(k.src, "X_ldf(x + xo + l * p.xl)") == (regs ? 1 : 3),
+       "layer_norm %s reads x %d time(s)", regs ? "in registers" : "without registers", regs ? 1 : 3);
+    cg_kernel_free(vm, &k);
+  }
 }
 
 /* The attention launch plans of the benchmark shapes on an H200 (132 SMs, 100 KB of shared memory granted), each
@@ -323,6 +341,49 @@ static void gpu_moves(void) {
   check_op("fill_ -2.75 of f16", GRACE_OP_FILL_, 1, IN(cpu_rand(GRACE_FLOAT16, 2, SZ(4, 6), 0)), NULL, &a, 0, 0);
 }
 
+static int64_t launches(void) {
+  grace_device_stats st;
+  grace_device_stats_get(vm, &st);
+  return (int64_t)st.kernel_launches;
+}
+
+/* cat and stack of many inputs: CGO_CAT_MAX pieces a launch, a launch per run of one source dtype, views among
+ * them; the same values as the CPU's */
+static void gpu_cat_many(void) {
+  grace_tensor *cin[12], *cv[12], *gin[12], *co = NULL, *go = NULL;
+  grace_attrs a = dimattr(0);
+  for (int i = 0; i < 11; i++) {   /* [i + 1, 5] along dim 0: f32, with an f16 run at 4..5; odd ones transposed */
+    grace_dtype dt = i == 4 || i == 5 ? GRACE_FLOAT16 : GRACE_FLOAT32;
+    cin[i] = i % 2 ? cpu_rand(dt, 2, SZ(5, i + 1), 0) : cpu_rand(dt, 2, SZ(i + 1, 5), 0);
+    grace_tensor *g = to_dev(cin[i], GRACE_CUDA);
+    cv[i] = i % 2 ? transposed(cin[i]) : (grace_tensor_retain(cin[i]), cin[i]);
+    gin[i] = i % 2 ? transposed(g) : (grace_tensor_retain(g), g);
+    grace_tensor_release(g);
+  }
+  int64_t l0 = launches();
+  ok(grace_run(vm, GRACE_OP_CAT, 11, cv, &a, 1, &co) == GRACE_OK && grace_run(vm, GRACE_OP_CAT, 11, gin, &a, 1, &go) == GRACE_OK &&
+     same_tensor(go, co, 0, "cat of 11"), "cat of 11 inputs (f32, f16, transposed views) equals the CPU's");
+  /* runs: f32 0..3 (one launch), f16 4..5 (one), f32 6..10 (one) */
+  is_int((int)(launches() - l0), 3, "cat of 11 inputs in three runs of one dtype: 3 launches");
+  for (int i = 0; i < 11; i++) { grace_tensor_release(cin[i]); grace_tensor_release(cv[i]); grace_tensor_release(gin[i]); }
+  grace_tensor_release(co); grace_tensor_release(go);
+  co = go = NULL;
+  /* stack of 12 narrowed views (decode's new keys: each a [1, 4, 1, 8] slice of a bigger row) at dim 0 */
+  grace_tensor *big = cpu_rand(GRACE_BFLOAT16, 4, SZ(1, 4, 3, 8), 0), *gbig = to_dev(big, GRACE_CUDA);
+  for (int i = 0; i < 12; i++) {
+    grace_attrs n = {0};
+    n.ndims = 1; n.dims[0] = 2; n.i0 = i % 3; n.i1 = 1;
+    cv[i] = view(big, GRACE_OP_NARROW, &n);
+    gin[i] = view(gbig, GRACE_OP_NARROW, &n);
+  }
+  l0 = launches();
+  ok(grace_run(vm, GRACE_OP_STACK, 12, cv, &a, 1, &co) == GRACE_OK && grace_run(vm, GRACE_OP_STACK, 12, gin, &a, 1, &go) == GRACE_OK &&
+     same_tensor(go, co, 0, "stack of 12"), "stack of 12 narrowed bf16 views equals the CPU's");
+  is_int((int)(launches() - l0), 2, "stack of 12: two launches of up to 8 pieces");
+  for (int i = 0; i < 12; i++) { grace_tensor_release(cv[i]); grace_tensor_release(gin[i]); }
+  grace_tensor_release(big); grace_tensor_release(gbig); grace_tensor_release(co); grace_tensor_release(go);
+}
+
 static void gpu_index(void) {
   grace_attrs a = dimattr(1);
   check_op("index_select dim 1 (int32 ids, repeats) of a transposed [9, 5]", GRACE_OP_INDEX_SELECT, 2,
@@ -445,6 +506,11 @@ static void gpu_large(void) {
            IN(cpu_rand(GRACE_BFLOAT16, 2, SZ(3, 5000), 0)), T1, &(grace_attrs){.ndims = 1, .dims = {0}}, 1, 2e-2);
   check_op("softmax of f64 [2, 9000] (a block per row)", GRACE_OP_SOFTMAX, 1, IN(cpu_rand(GRACE_FLOAT64, 2, SZ(2, 9000), 0)), NULL, &a, 1, 1e-13);
   check_op("cumsum of f64 [1, 100000]", GRACE_OP_CUMSUM, 1, IN(cpu_rand(GRACE_FLOAT64, 2, SZ(1, 100000), 0)), NULL, &a, 1, 0);
+  /* 2500 > 8 elements a thread of 256: each pass reads the row again (the rows above sit in registers) */
+  check_op("layer_norm of f32 [3, 2500] (rows longer than the registers hold)", GRACE_OP_LAYER_NORM, 3,
+           IN(cpu_rand(GRACE_FLOAT32, 2, SZ(3, 2500), 0), cpu_rand(GRACE_FLOAT32, 1, SZ(2500), 0), cpu_rand(GRACE_FLOAT32, 1, SZ(2500), 0)),
+           NULL, NULL, 1, 2e-5);
+  check_op("rms_norm of f64 [2, 2049]", GRACE_OP_RMS_NORM, 1, IN(cpu_rand(GRACE_FLOAT64, 2, SZ(2, 2049), 0)), NULL, NULL, 1, 1e-12);
   check_op("layer_norm of f32 [64, 768]", GRACE_OP_LAYER_NORM, 3,
            IN(cpu_rand(GRACE_FLOAT32, 2, SZ(64, 768), 0), cpu_rand(GRACE_FLOAT32, 1, SZ(768), 0), cpu_rand(GRACE_FLOAT32, 1, SZ(768), 0)),
            NULL, NULL, 1, 2e-5);
@@ -551,6 +617,7 @@ int main(void) {
     skip("no CUDA device", "device vs CPU");
   } else {
     gpu_moves();
+    gpu_cat_many();
     gpu_index();
     gpu_scans();
     gpu_create();

@@ -758,7 +758,7 @@ end)
 -- attention (one kernel: scores, mask, softmax, product): decode (one query against 129 keys), short sequences,
 -- odd sizes, more keys than a warp's share, Dv over one 256-wide chunk, masks of both senses and broadcast
 -- batches, a divided 0-d scale, transposed and expanded operands, keys stored [D, N], 16 query rows a block,
--- a fully masked row (NaN on both)
+-- one query row against few keys (the decode kernel), a fully masked row (NaN on both)
 section("attention", function()
   local T = function(t) return t:transpose(-2, -1) end
   local function att(opts) return function(q, k, v, m, s)
@@ -796,6 +796,25 @@ section("attention", function()
     -- decode-like rows split their keys over a cluster of blocks: the later blocks see only masked keys
     case("attention split over keys, 5 of 300 keys kept " .. dt, att(),
          {arg({1, 3, 1, 16}, dt), arg({1, 3, 300, 16}, dt), arg({1, 3, 300, 24}, dt), grace.arange(300):lt(5)}, tol)
+    -- one query row against few keys (the decode kernel where keys and values go in 16-byte vectors): a mask and
+    -- a divided scale, D 128 with Dv 64, one key, the most keys it takes and one more, rows not 16-byte aligned
+    case("attention decode [2,4,1,32] x 37 keys, mask, scale " .. dt, att({scale = 0.7}),
+         {arg({2, 4, 1, 32}, dt), arg({2, 4, 37, 32}, dt), arg({2, 4, 37, 32}, dt), arg({2, 4, 1, 37}, "bool", "any")}, tol)
+    case("attention decode [1,2,1,128] x 300 keys, Dv 64 " .. dt, att(),
+         {arg({1, 2, 1, 128}, dt), arg({1, 2, 300, 128}, dt), arg({1, 2, 300, 64}, dt)}, tol)
+    case("attention decode one key " .. dt, att(), {arg({3, 1, 16}, dt), arg({3, 1, 16}, dt), arg({3, 1, 16}, dt)}, tol)
+    for _, n in ipairs({512, 513}) do
+      case(("attention decode [1,3,1,64] x %d keys "):format(n) .. dt, att(),
+           {arg({1, 3, 1, 64}, dt), arg({1, 3, n, 64}, dt), arg({1, 3, n, 64}, dt)}, tol)
+    end
+    local off1 = function(shape) return function(t)   -- a contiguous view one element into its storage
+      local n = 1
+      for _, d in ipairs(shape) do n = n * d end
+      return t:narrow(1, 2, n):reshape(shape)
+    end end
+    case("attention decode, keys and values one element off 16-byte alignment " .. dt, att(),
+         {arg({1, 2, 1, 32}, dt), arg({1 + 2 * 45 * 32}, dt, nil, off1({1, 2, 45, 32})),
+          arg({1 + 2 * 45 * 32}, dt, nil, off1({1, 2, 45, 32}))}, tol)
     case("unfused pattern (masked_fill, divided by a 0-d tensor) " .. dt, unfused,
          {arg({2, 3, 6, 8}, dt), arg({2, 3, 9, 8}, dt), arg({2, 3, 9, 5}, dt), grace.ones({6, 9}):triu(3):bool(),
           grace.tensor(2.5)}, tol)
