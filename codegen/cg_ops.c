@@ -458,6 +458,15 @@ static void emit_attn_scale(cg_buf *b, const cgo_spec *s, const char *T, const c
   else if (s->variant & CGO_ATTN_SCALE) cg_printf(b, "  const %s scale = (%s)C%s(sc);\n", T, T, L);
 }
 
+/* Score v scaled (multiplied, or divided with CGO_ATTN_DIV) and masked: the mask element at index expression midx
+ * replaces it with fill where false (CGO_ATTN_KEEP) or true. Each line begins with indent. */
+static void emit_attn_score_fix(cg_buf *b, const cgo_spec *s, const char *indent, const char *v, const char *midx) {
+  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
+    cg_printf(b, "%s%s = %s %s scale;\n", indent, v, v, s->variant & CGO_ATTN_DIV ? "/" : "*");
+  if (s->variant & CGO_ATTN_MASK)
+    cg_printf(b, "%sif (%s(mask[%s] != 0)) %s = fill;\n", indent, s->variant & CGO_ATTN_KEEP ? "!" : "", midx, v);
+}
+
 /* Loads keys j0 .. j0+nj of a [keys, dims] operand into shared rows of `ld` floats: 16-byte vectors along the
  * dims when they are contiguous and aligned and the shared rows are too (f4: row lengths multiples of 4 floats;
  * float32 goes by cp.async straight into shared memory, so every copy of the chunk is in flight at once), else
@@ -551,11 +560,7 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
              "            sc_ = (a0 + a1) + (a2 + a3);\n"
              "          } else {\n            sc_ = 0.0f;\n"
              "            for (int d = 0; d < nD; d++) sc_ += qr[d] * kr[d];\n          }\n");
-  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
-    cg_printf(b, "          sc_ = sc_ %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
-  if (s->variant & CGO_ATTN_MASK)
-    cg_printf(b, "          if (%s(mask[mo + (i0 + r) * p.mm + (j0 + j) * p.mn] != 0)) sc_ = fill;\n",
-              s->variant & CGO_ATTN_KEEP ? "!" : "");
+  emit_attn_score_fix(b, s, "          ", "sc_", "mo + (i0 + r) * p.mm + (j0 + j) * p.mn");
   cg_puts(b, "        }\n        ps[e] = sc_;\n      }\n      __syncthreads();\n"
              "      for (int r = warp; r < nR; r += nw) {\n"
              "        float cm = ninf;\n"
@@ -661,10 +666,7 @@ static void body_attn_decode(cg_buf *b, const cgo_spec *s) {
              "        const float got = __shfl_sync(0xffffffffu, part, (lane % KPW) * LK);\n"
              "        if (lane / KPW == st) sc = got;\n      }\n"
              "      const long long jl = j0 + lane;\n      if (jl < p.N) {\n");
-  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
-    cg_printf(b, "        sc = sc %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
-  if (s->variant & CGO_ATTN_MASK)
-    cg_printf(b, "        if (%s(mask[mo + jl * p.mn] != 0)) sc = fill;\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
+  emit_attn_score_fix(b, s, "        ", "sc", "mo + jl * p.mn");
   cg_puts(b, "      } else sc = ninf;\n"
              "      float cm = sc;\n"
              "#pragma unroll\n      for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));\n"
@@ -719,10 +721,7 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
   cg_printf(b, "#pragma unroll 8\n"
                "          for (long long d = 0; d < p.D; d++) s += Q%s(q + qo + d * p.qd) * K%s(kt + ko + d * p.kd + j * p.kn);\n",
             L, L);
-  if (s->variant & (CGO_ATTN_SCALE | CGO_ATTN_SVAL))
-    cg_printf(b, "          s = s %s scale;\n", s->variant & CGO_ATTN_DIV ? "/" : "*");
-  if (s->variant & CGO_ATTN_MASK)
-    cg_printf(b, "          { bool on = mask[mo + j * p.mn] != 0; if (%son) s = fill; }\n", s->variant & CGO_ATTN_KEEP ? "!" : "");
+  emit_attn_score_fix(b, s, "          ", "s", "mo + j * p.mn");
   cg_printf(b, "        }\n        T cm = s;\n"
                "        for (int o = 16; o; o >>= 1) { T x = __shfl_xor_sync(0xffffffffu, cm, o); if (x > cm) cm = x; }\n"
                "        if (cm == ninf) continue;\n"
