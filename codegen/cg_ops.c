@@ -670,7 +670,8 @@ static void body_attn_decode(cg_buf *b, const cgo_spec *s) {
   cg_puts(b, "      } else sc = ninf;\n"
              "      float cm = sc;\n"
              "#pragma unroll\n      for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));\n"
-             "      if (cm == ninf) continue;   /* every key of the chunk masked out */\n"
+             /* a chunk of masked keys only adds nothing; one with a NaN score goes on, so the row is NaN as on the CPU */
+             "      if (cm == ninf && !__any_sync(0xffffffffu, sc != sc)) continue;\n"
              "      const float mn = fmaxf(m, cm), a = mn == ninf ? 1.0f : expf(m - mn), e = sc == ninf ? 0.0f : expf(sc - mn);\n"
              "      float es = e;\n"
              "#pragma unroll\n      for (int o = 16; o; o >>= 1) es += __shfl_xor_sync(0xffffffffu, es, o);\n"
@@ -688,9 +689,10 @@ static void body_attn_decode(cg_buf *b, const cgo_spec *s) {
              "    __syncthreads();\n"
              "    float gm = ninf, gl = 0.0f;\n"
              "    for (int w = 0; w < nw; w++) gm = fmaxf(gm, sm_m[w]);\n"
-             "    for (int w = 0; w < nw; w++) if (sm_m[w] != ninf) gl += sm_l[w] * expf(sm_m[w] - gm);\n"
+             /* a warp that saw no key weighs 0 (times its sum: NaN stays NaN) */
+             "    for (int w = 0; w < nw; w++) gl += sm_l[w] * (sm_m[w] == ninf ? 0.0f : expf(sm_m[w] - gm));\n"
              "    for (long long d = threadIdx.x; d < p.Dv; d += blockDim.x) {\n      float o_ = 0.0f;\n"
-             "      for (int w = 0; w < nw; w++) if (sm_m[w] != ninf) o_ += sacc[w * p.Dv + d] * expf(sm_m[w] - gm);\n"
+             "      for (int w = 0; w < nw; w++) o_ += sacc[w * p.Dv + d] * (sm_m[w] == ninf ? 0.0f : expf(sm_m[w] - gm));\n"
              "      O_stf(out + bb * p.Dv + d, o_ / gl);\n    }\n"
              "    __syncthreads();\n  }\n");
 }
@@ -723,8 +725,9 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
             L, L);
   emit_attn_score_fix(b, s, "          ", "s", "mo + j * p.mn");
   cg_printf(b, "        }\n        T cm = s;\n"
-               "        for (int o = 16; o; o >>= 1) { T x = __shfl_xor_sync(0xffffffffu, cm, o); if (x > cm) cm = x; }\n"
-               "        if (cm == ninf) continue;\n"
+               /* the lanes' maximum ignores NaN, so every lane has the same one and takes the same branch below */
+               "        for (int o = 16; o; o >>= 1) { T x = __shfl_xor_sync(0xffffffffu, cm, o); if (x > cm || cm != cm) cm = x; }\n"
+               "        if (cm == ninf && !__any_sync(0xffffffffu, s != s)) continue;\n"
                "        T nm = cm > m ? cm : m, r = %s(m - nm), e = s == ninf ? (T)0 : %s(s - nm), cs = e;\n"
                "        for (int o = 16; o; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);\n"
                "        l = l * r + cs;\n        for (int t = 0; t < 8; t++) acc[t] *= r;\n"
@@ -740,9 +743,9 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
                "      for (int t = 0; t < 8; t++) mine[2 + lane + 32 * t] = acc[t];\n      __syncthreads();\n"
                "      T gm = ninf, gl = 0;\n"
                "      for (int w = 0; w < nw; w++) if (sw[w * W] > gm) gm = sw[w * W];\n"
-               "      for (int w = 0; w < nw; w++) if (sw[w * W] != ninf) gl += sw[w * W + 1] * %s(sw[w * W] - gm);\n"
+               "      for (int w = 0; w < nw; w++) gl += sw[w * W + 1] * (sw[w * W] == ninf ? (T)0 : %s(sw[w * W] - gm));\n"
                "      for (long long t = threadIdx.x; t < 256 && d0 + t < p.Dv; t += blockDim.x) {\n        T o = 0;\n"
-               "        for (int w = 0; w < nw; w++) if (sw[w * W] != ninf) o += sw[w * W + 2 + t] * %s(sw[w * W] - gm);\n"
+               "        for (int w = 0; w < nw; w++) o += sw[w * W + 2 + t] * (sw[w * W] == ninf ? (T)0 : %s(sw[w * W] - gm));\n"
                "        O_st%s(out + row * p.Dv + d0 + t, o / gl);\n      }\n      __syncthreads();\n    }\n  }\n",
             E, E, dbl ? "" : "f");
 }

@@ -129,8 +129,10 @@ static void source_checks(void) {
  * worked out by hand from the rules in cg_ops.h. */
 static void attn_plans(void) {
   cgo_attn_plan p;
-  /* GPT-2 decode: 12 heads of one query row against 129 keys. R: 16, 8, 4, 2 exceed M = 1, so 1; 12 tiles; a
-   * cluster of min(132 / 12, 8) = 8 blocks, 129 / 16 = 8 allows it; ceil(129 / 8) = 17 keys a block -> C 24;
+  /* GPT-2 decode's shape as the tiled kernel lays it out (op_attention runs the decode kernel there; rows of more
+   * than CGO_ATTN_DECODE_MAXN keys take this plan): 12 heads of one query row against 129 keys. R: 16, 8, 4, 2
+   * exceed M = 1, so 1; 12 tiles; a cluster of min(132 / 12, 8) = 8 blocks, 129 / 16 = 8 allows it;
+   * ceil(129 / 8) = 17 keys a block -> C 24;
    * KP 68: 4 * (24*68 + 24*64 + 64 + 24 + 3 + 256) = 14060 bytes */
   cg_ops_attn_plan(12, 1, 129, 64, 64, 0, 132, 100 * 1024, 1, &p);
   ok(p.R == 1 && p.tiles == 12 && p.S == 8 && p.C == 24 && p.smem == 14060 && p.tiled,

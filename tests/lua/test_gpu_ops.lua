@@ -825,6 +825,17 @@ section("attention", function()
   local none = grace.arange(2 * 200):reshape({2, 1, 200}):lt(200)   -- head 2 keeps no key: NaN on both sides
   case("attention split over keys with a fully masked row gives NaN there", att(),
        {arg({2, 1, 16}, "float32"), arg({2, 200, 16}, "float32"), arg({2, 200, 8}, "float32"), none}, 1e-5)
+  -- the same with more keys than the decode kernel takes: the tiled kernel split over a cluster
+  local none600 = grace.arange(2 * 600):reshape({2, 1, 600}):lt(600)
+  case("attention split over 600 keys with a fully masked row gives NaN there", att(),
+       {arg({2, 1, 16}, "float32"), arg({2, 600, 16}, "float32"), arg({2, 600, 8}, "float32"), none600}, 1e-5)
+  -- a NaN key alone in its warp's chunk of 32 (the others past the last key): NaN everywhere, as on the CPU (the
+  -- decode kernel in float32, the per-row kernel in float64)
+  local nan_last = function(t) return grace.cat({t:narrow(2, 1, 32), t:narrow(2, 33, 1) * (0 / 0)}, 2) end
+  for _, dt in ipairs({"float32", "float64"}) do
+    case("attention with a NaN key alone in its chunk gives NaN " .. dt, att(),
+         {arg({1, 1, 16}, dt), arg({1, 33, 16}, dt, nil, nan_last), arg({1, 33, 16}, dt)}, 1e-5)
+  end
   case("attention with no keys gives zeros", att(), {arg({3, 8}, "float32"), arg({0, 8}, "float32"),
        arg({0, 5}, "float32")}, 0)
 end)
