@@ -335,7 +335,8 @@ static void bench_gemm(gpu_slot *slot, grace_dtype dt, int64_t n, int wt, double
   if (wt) grace_tensor_release(wv);
 }
 
-/* usage: gpu_kernels [section ...]   (copy, lmhead, decode, attention, gemm; none: all) */
+/* usage: gpu_kernels [section ...]   (lmhead, decode, attention, gemm; none: all; the copy, every percentage's
+ * reference, always runs) */
 static int argc_, want_all;
 static char **argv_;
 static int want(const char *section) {
