@@ -190,8 +190,7 @@ static grace_status dev_copy_pieces(grace_vm *vm, CUdeviceptr dst, grace_dtype d
   }
   if (k == 0) return GRACE_OK;
   if (k == 1)
-    return dev_copy(vm, (int)nds[0], sz[0], src[0], a[0], pc[0].sdt,
-                    dst + (CUdeviceptr)(base[0] * (int64_t)grace_dtype_size(ddt)), b[0], ddt);
+    return dev_copy(vm, (int)nds[0], sz[0], src[0], a[0], pc[0].sdt, at(dst, base[0], ddt), b[0], ddt);
   words w = {0};
   wptr(&w, dst);
   for (int t = 0; t < CGO_CAT_MAX; t++) wptr(&w, t < k ? src[t] : 0);
@@ -204,6 +203,26 @@ static grace_status dev_copy_pieces(grace_vm *vm, CUdeviceptr dst, grace_dtype d
     for (int t = 0; t < CGO_CAT_MAX; t++)
       for (int d = 0; d < CGO_CAT_MAXD; d++) wput(&w, t < k && d < nds[t] ? arr[q][t * CGO_MAXD + d] : 0);
   return launch(vm, CGO_CAT, ddt, pc[0].sdt, ddt, 0, blocks_for(n, 256), 256, 0, &w);
+}
+
+/* The pieces of one cat or stack as they come: a launch for each run of one source dtype, CGO_CAT_MAX pieces a
+ * launch. batch_add copies what it holds when the piece would not join it; batch_end copies the rest. */
+typedef struct copy_batch {
+  CUdeviceptr dst;
+  grace_dtype ddt;
+  int np;
+  copy_piece pc[CGO_CAT_MAX];
+} copy_batch;
+
+static grace_status batch_end(grace_vm *vm, copy_batch *b) {
+  grace_status s = b->np ? dev_copy_pieces(vm, b->dst, b->ddt, b->np, b->pc) : GRACE_OK;
+  b->np = 0;
+  return s;
+}
+static grace_status batch_add(grace_vm *vm, copy_batch *b, copy_piece p) {
+  grace_status s = b->np == CGO_CAT_MAX || (b->np && b->pc[0].sdt != p.sdt) ? batch_end(vm, b) : GRACE_OK;
+  b->pc[b->np++] = p;
+  return s;
 }
 
 
@@ -344,17 +363,15 @@ static grace_status op_cat(grace_vm *vm, int nin, grace_tensor *const *in, const
   if (s != GRACE_OK) return s;
   grace_tensor *o = dev_new(vm, "cat", dt, nd, sz);
   if (!o) return vm->status;
-  copy_piece pc[CGO_CAT_MAX];
-  int np = 0;
+  copy_batch b = {.dst = gpu_ptr(o), .ddt = dt};
   int64_t off = 0;
-  for (int i = 0; i < nin && s == GRACE_OK; i++) {   /* a launch for each run of one dtype, CGO_CAT_MAX inputs a launch */
+  for (int i = 0; i < nin && s == GRACE_OK; i++) {
     const grace_tensor *t = in[i];
     if (vm_cat_skips(t)) continue;
-    if (np && (np == CGO_CAT_MAX || pc[0].sdt != t->dtype)) { s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc); np = 0; }
-    pc[np++] = (copy_piece){gpu_ptr(t), t->dtype, t->ndim, t->sizes, t->strides, o->strides, off * o->strides[dim]};
+    s = batch_add(vm, &b, (copy_piece){gpu_ptr(t), t->dtype, t->ndim, t->sizes, t->strides, o->strides, off * o->strides[dim]});
     off += t->sizes[dim];
   }
-  if (s == GRACE_OK && np) s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc);
+  if (s == GRACE_OK) s = batch_end(vm, &b);
   if (s != GRACE_OK) { grace_tensor_release(o); return s; }
   *out = o;
   return GRACE_OK;
@@ -371,13 +388,10 @@ static grace_status op_stack(grace_vm *vm, int nin, grace_tensor *const *in, con
   if (!o) return vm->status;
   int64_t ds[GRACE_MAX_DIMS];
   for (int d = 0, k = 0; d <= nd; d++) if (d != dim) ds[k++] = o->strides[d];
-  copy_piece pc[CGO_CAT_MAX];
-  int np = 0;
-  for (int i = 0; i < nin && s == GRACE_OK; i++) {   /* as cat's */
-    if (np && (np == CGO_CAT_MAX || pc[0].sdt != in[i]->dtype)) { s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc); np = 0; }
-    pc[np++] = (copy_piece){gpu_ptr(in[i]), in[i]->dtype, nd, in[i]->sizes, in[i]->strides, ds, i * o->strides[dim]};
-  }
-  if (s == GRACE_OK && np) s = dev_copy_pieces(vm, gpu_ptr(o), dt, np, pc);
+  copy_batch b = {.dst = gpu_ptr(o), .ddt = dt};
+  for (int i = 0; i < nin && s == GRACE_OK; i++)
+    s = batch_add(vm, &b, (copy_piece){gpu_ptr(in[i]), in[i]->dtype, nd, in[i]->sizes, in[i]->strides, ds, i * o->strides[dim]});
+  if (s == GRACE_OK) s = batch_end(vm, &b);
   if (s != GRACE_OK) { grace_tensor_release(o); return s; }
   *out = o;
   return GRACE_OK;
@@ -655,8 +669,9 @@ static int attn_decode_lanes(const vm_attn *p, grace_tensor *const *in, int dbl,
 }
 
 /* attention (cpu_attention.c on the CPU): one query row against few keys (decode) in the decode kernel; the tiled
- * kernel as cg_ops_attn_plan lays it out (rows a block, long key rows split over a cluster), else (float64, rows too wide for shared memory) a block per query row, a warp
- * per chunk of 32 keys up to 8 warps (4 when there are rows enough to fill the device). A scale that is a host
+ * kernel as cg_ops_attn_plan lays it out (rows a block, long key rows split over a cluster), else (float64, rows
+ * too wide for shared memory) a block per query row, a warp per chunk of 32 keys up to 8 warps (4 when there are
+ * rows enough to fill the device). A scale that is a host
  * number goes by value (a device copy would synchronize); in a capture it is the graph table's word. */
 static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, grace_tensor **out) {
   vm_attn p;
