@@ -35,27 +35,28 @@ ifneq ($(READLINE_H),)
 endif
 
 WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
-CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(RL_DEF) $(SAN) $(CFLAGS)
+# -fvisibility=hidden: libgrace.so exports only what include/grace.h declares (it marks those default).
+# -MMD -MP: each object depends on the headers it includes (the .d files included at the end).
+CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -fvisibility=hidden -MMD -MP -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(RL_DEF) $(SAN) $(CFLAGS)
 LDLIBS_ALL := $(DEP_LIB) -lmimalloc -lm -ldl -lpthread $(SAN) $(LDFLAGS)
 
-CORE_SRC := $(wildcard ir/*.c codegen/*.c cuda/*.c vm/*.c)
+CORE_SRC := $(wildcard base/*.c ir/*.c codegen/*.c cuda/*.c cpu/*.c gpu/*.c vm/*.c)
 LUA_SRC  := $(filter-out lua/main.c,$(wildcard lua/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
 LUA_OBJ  := $(LUA_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/stdlib_embed.o
 STDLIB   := $(sort $(wildcard stdlib/grace/*.lua))
 CTEST_SRC := $(wildcard tests/c/*.c)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
-HEADERS  := $(wildcard include/*.h ir/*.h ir/*.def codegen/*.h cuda/*.h vm/*.h lua/*.h)
 
 .PHONY: all test asan clean install demo bench-cpu
 all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so
 
-$(BUILD)/obj/%.o: %.c $(HEADERS)
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 # Pointwise and reduction kernels are the CPU backend's hot loops: let the compiler vectorize them.
-$(BUILD)/obj/vm/cpu_%.o: vm/cpu_%.c $(HEADERS)
+$(BUILD)/obj/cpu/cpu_%.o: cpu/cpu_%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -O3 -fno-math-errno -fno-trapping-math -c $< -o $@
 
@@ -85,7 +86,7 @@ $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
 
-TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py))
+TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py)) tools/layers.sh
 
 test: all $(CTEST_BIN)
 	GRACE=$(abspath $(BUILD)/grace) prove --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS) $(TESTS)
@@ -110,3 +111,5 @@ install: all
 
 clean:
 	rm -rf build build-asan
+
+-include $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(BUILD)/obj/lua/main.d $(CTEST_BIN:=.d)

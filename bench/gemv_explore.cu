@@ -675,7 +675,7 @@ static Gemv grace_kernel(const void *fn, int wpr) {
   };
 }
 
-// grace's GEMV_RW (4-warp blocks, rc columns a warp, as vm/gpu_matmul.c launches it)
+// grace's GEMV_RW (4-warp blocks, rc columns a warp, as gpu/gpu_matmul.c launches it)
 template <typename T> static Gemv grace_rw() {
   return [](cudaStream_t s, const void *x, const void *W, void *y, int N, int K) {
     const bool f32 = sizeof(T) == 4;

@@ -35,7 +35,7 @@ int main(void) {
       memset(&d, 0, sizeof d);
       d.form = CG_MM_GEMV_RW; d.dt = d.out_dt = dts[t]; d.a_kmajor = d.b_kmajor = 1;
       d.vec = t ? 8 : 4; d.mtile = 1; d.a_vec = 1;
-      d.rl = kk / (32 * d.vec); d.rc = 2 * d.rl <= 12 ? 2 : 1;   /* as vm/gpu_matmul.c picks them */
+      d.rl = kk / (32 * d.vec); d.rc = 2 * d.rl <= 12 ? 2 : 1;   /* as gpu/gpu_matmul.c picks them */
       cg_kernel k;
       if (cg_matmul_source(vm, &d, &k)) { fprintf(stderr, "%s\n", grace_last_error(vm)); return 1; }
       fputs(strstr(k.src, "/* gmm_"), stdout);

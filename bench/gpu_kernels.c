@@ -14,8 +14,8 @@
 #include <string.h>
 #include "grace.h"
 #include "cuda/cuda_api.h"
-#include "vm/gpu_matmul.h"
-#include "vm/vm.h"
+#include "gpu/gpu_matmul.h"
+#include "base/base.h"
 
 #define REPS 21
 

@@ -88,7 +88,7 @@ const char *cg_calc_type(grace_dtype dt) {
   }
 }
 
-/* The conversions give vm/vm.h's vm_float_to_half / vm_float_to_bf16 bit for bit (NaN payloads included), so a
+/* The conversions give base/base.h's vm_float_to_half / vm_float_to_bf16 bit for bit (NaN payloads included), so a
  * value stored on the device reads back as the CPU would have stored it. */
 static const char prelude[] =
   "/* grace prelude */\n"
@@ -112,7 +112,7 @@ static const char prelude[] =
   "  return v != v ? 0LL : v >= 9.2233720368547758e18 ? 0x7fffffffffffffffLL\n"
   "       : v <= -9.2233720368547758e18 ? (long long)(-0x7fffffffffffffffLL - 1) : (long long)v;\n"
   "}\n"
-  "/* Philox4x32-10 as vm/vm_rng.c's vm_philox */\n"
+  "/* Philox4x32-10 as base/base_rng.c's vm_philox */\n"
   "__device__ __forceinline__ void grace_philox(grace_u64 seed, grace_u64 offset, grace_u64 index, unsigned out[4]) {\n"
   "  unsigned c0 = (unsigned)index, c1 = (unsigned)(index >> 32), c2 = (unsigned)offset, c3 = (unsigned)(offset >> 32);\n"
   "  unsigned k0 = (unsigned)seed, k1 = (unsigned)(seed >> 32);\n"

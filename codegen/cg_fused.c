@@ -1,5 +1,5 @@
 /* cg_fused.c: CUDA source for fused POINTWISE and ROW groups (see cg_fused.h). Every member op is emitted as
- * one C expression with the CPU backend's semantics (vm/cpu_pointwise.c, vm/cpu_reduce.c): each op computes in
+ * one C expression with the CPU backend's semantics (cpu/cpu_pointwise.c, cpu/cpu_reduce.c): each op computes in
  * its compute dtype (inputs converted and narrowed to it: integers wrap, float16/bfloat16 round), its result is
  * narrowed to its own dtype, so a fused chain gives what the op-by-op CPU run gives. Registers: float for
  * f32/f16/bf16, double for f64, long long for every integer dtype and bool (0/1).

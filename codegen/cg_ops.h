@@ -1,6 +1,6 @@
 /* cg_ops.h: CUDA source templates for the ops that are not fused groups (data movement, scans, row
  * normalisations, creation, in-place writes). Each template is instantiated by dtype names and a variant into
- * one kernel following codegen/cg.h's calling convention; vm/gpu_ops.c packs the parameter words documented
+ * one kernel following codegen/cg.h's calling convention; gpu/gpu_ops.c packs the parameter words documented
  * below and launches it.
  *
  * Word layouts (after the tensor pointers, in this order; "[16]" is an array of 16 words, unused entries 0;
@@ -59,11 +59,10 @@
 #define GRACE_CG_OPS_H
 
 #include "codegen/cg.h"
-#include "ir/ir_place.h"
 
 #define CGO_MAXD 16          /* dims of a template's iteration (repeat views its result with 2 per input dim) */
-#define CGO_SORT_MAX IR_DEVICE_SORT_MAX   /* longest row the shared-memory sort takes (ir/ir_place.h) */
-#define CGO_SELECT_MAXK IR_DEVICE_SELECT_MAXK   /* largest k of a topk over longer rows (k passes over the row) */
+#define CGO_SORT_MAX 8192      /* longest row the shared-memory sort takes; the backend runs longer ones on the host */
+#define CGO_SELECT_MAXK 1024   /* largest k of a topk over longer rows (k selection passes over the row) */
 
 typedef enum cgo_tmpl {
   CGO_COPY, CGO_FILL, CGO_TRI, CGO_ICHECK, CGO_IMOVE, CGO_CREATE, CGO_CUMSUM, CGO_SOFTMAX, CGO_NORM, CGO_SORT,

@@ -5,7 +5,7 @@
 #ifndef GRACE_CUDA_INTERNAL_H
 #define GRACE_CUDA_INTERNAL_H
 
-#include "vm/vm.h"
+#include "base/base.h"
 #include "cuda/cuda_api.h"
 
 enum {

@@ -11,6 +11,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Everything declared here is the shared library's interface; the rest of grace is built hidden. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 #define GRACE_VERSION "0.1.0"
 #define GRACE_MAX_DIMS 8
@@ -278,7 +282,7 @@ grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out);
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
  * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
 grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
-/* How a program that runs on the CUDA device is launched (vm/gpu_graph.c). Its first call runs eagerly (kernel
+/* How a program that runs on the CUDA device is launched (gpu/gpu_graph.c). Its first call runs eagerly (kernel
  * by kernel) and proves it stable; the next calls measure, each on a real call with its own inputs, the
  * strategies below; the fastest is kept. GRACE_GRAPHS=off|eager|copy|indirect forces one (default: auto);
  * GRACE_GRAPH_LIMIT bounds the graphs kept per program (default 8; a new input layout records another). */
@@ -377,6 +381,9 @@ grace_status grace_ir_fuse_report(grace_ir *ir, char *buf, size_t n, int *nkerne
  * partitions (...); ...". *npartitions gets the count; buf and n as for grace_ir_fuse_report. ---- */
 grace_status grace_ir_place_report(grace_ir *ir, char *buf, size_t n, int *npartitions);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

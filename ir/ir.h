@@ -87,7 +87,7 @@ struct grace_ir {
   int ninputs, nscalars;
   int nsyms;
   char *text; size_t text_len;                    /* last printed form */
-  /* the interpreter's plan (vm_interp.c), made on the first run: per instruction, -1 runs alone; >= 0 is
+  /* the interpreter's plan (cpu/cpu_interp.c), made on the first run: per instruction, -1 runs alone; >= 0 is
    * part of the fused group run at that instruction; <= -2 runs the group whose member list starts at
    * plan_members[-2 - plan[k]] (a count, then the members) */
   int32_t *plan, *plan_members;

@@ -184,9 +184,9 @@ static int fold_eval(grace_ir *s, int k, folded *val) {
   snprintf(err, sizeof err, "%s", grace_last_error(s->vm));
   for (int j = 0; j < in->nin && st == GRACE_OK; j++) st = fold_arg(s, s->args[in->first_arg + j], val, &args[j]);
   if (st == GRACE_OK) {
-    grace_trace_pause(s->vm);   /* the pass's own arithmetic is not part of any trace being recorded */
-    st = grace_run(s->vm, (grace_op)in->op, in->nin, args, &in->attrs, 1, &res);
-    grace_trace_resume(s->vm);
+    vm_trace_hold(s->vm, 1);   /* the pass's own arithmetic is not part of any trace being recorded */
+    st = vm_route(s->vm, (grace_op)in->op, in->nin, args, &in->attrs, 1, &res);
+    vm_trace_hold(s->vm, -1);
   }
   grace_dtype dt = s->vals[in->first_result].type.dtype;
   int okv = st == GRACE_OK && grace_tensor_ndim(res) == 0 && grace_tensor_dtype(res) == dt;

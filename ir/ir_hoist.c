@@ -21,7 +21,7 @@ grace_status ir_pass_hoist(grace_ir *src, grace_ir **out) {
   ir_rewriter rw;
   grace_status st = ir_rw_begin(&rw, src);
   if (st != GRACE_OK) { grace_realloc(vm, val, sizeof *val * nv, 0); return st; }
-  grace_trace_pause(vm);   /* computing here is not part of any trace */
+  vm_trace_hold(vm, 1);   /* computing here is not part of any trace */
   for (int k = 0; k < src->ninst && st == GRACE_OK; k++) {
     const ir_inst *in = &src->insts[k];
     const ir_type *ty = &src->vals[in->first_result].type;
@@ -47,11 +47,11 @@ grace_status ir_pass_hoist(grace_ir *src, grace_ir **out) {
     }
     grace_op op = (grace_op)in->op;
     if (grace_op_kind(op) == GRACE_KIND_INPLACE) {   /* functional: update a copy */
-      st = grace_run(vm, GRACE_OP_CLONE, 1, &args[0], NULL, 1, &res);
+      st = vm_route(vm, GRACE_OP_CLONE, 1, &args[0], NULL, 1, &res);
       args[0] = res;
-      if (st == GRACE_OK) st = grace_run(vm, op, in->nin, args, &in->attrs, 0, NULL);
+      if (st == GRACE_OK) st = vm_route(vm, op, in->nin, args, &in->attrs, 0, NULL);
     } else
-      st = grace_run(vm, op, in->nin, args, &in->attrs, 1, &res);
+      st = vm_route(vm, op, in->nin, args, &in->attrs, 1, &res);
     if (st != GRACE_OK) {   /* eager would fail here too: leave the op to fail at run time as it would */
       grace_tensor_release(res);
       st = ir_rw_copy(&rw, k);
@@ -67,7 +67,7 @@ grace_status ir_pass_hoist(grace_ir *src, grace_ir **out) {
       ir_rw_set(&rw, in->first_result, c);
     }
   }
-  grace_trace_resume(vm);
+  vm_trace_hold(vm, -1);
   /* a constant returned is a fresh tensor on every eager call: it is copied */
   for (int i = 0; i < src->nout && st == GRACE_OK; i++) {
     int32_t v = ir_rw_value(&rw, src->outputs[i]), c;

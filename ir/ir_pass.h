@@ -5,6 +5,7 @@
 #define GRACE_IR_PASS_H
 
 #include "ir/ir.h"
+#include "base/base.h"
 
 typedef struct ir_rewriter {
   grace_ir *src, *dst;

@@ -1,6 +1,6 @@
 /* ir_place.c: CUDA-Graph-aware placement (see ir_place.h): which host values a device partition reads and how,
  * which device ops need the host and where they split the partition, and the partition count. An analysis, not a
- * rewrite: the device executor (vm/gpu_exec.c, vm/gpu_graph.c) already lifts host numbers into the graph's argument
+ * rewrite: the device executor (gpu/gpu_exec.c, gpu/gpu_graph.c) already lifts host numbers into the graph's argument
  * table while capturing, so the IR needs no change for them; what this adds is the decision made visible and
  * explained per value (GRACE_LOG=placement, grace.explain), and the cases that still keep a partition from being a
  * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. */
@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ir/ir_place.h"
+#include "base/base.h"
+
+enum { IR_PLACE_MAXIN = 64 };
 
 /* What an instruction is, for placement. */
 enum { C_FREE, C_HOST, C_HOST_VIEW, C_DEV_VIEW, C_KERNEL, C_NO_KERNEL, C_TO_HOST };
@@ -16,31 +19,28 @@ enum { C_FREE, C_HOST, C_HOST_VIEW, C_DEV_VIEW, C_KERNEL, C_NO_KERNEL, C_TO_HOST
 static const ir_type *vtype(const grace_ir *ir, int32_t v) { return &ir->vals[v].type; }
 static int32_t arg(const grace_ir *ir, const ir_inst *k, int j) { return ir->args[k->first_arg + j]; }
 
-/* Why the device back end has no kernel for device instruction k (it then runs the op on the host through copies
- * and a synchronize, vm/gpu_exec.c on_host and vm/gpu_ops.c sort_on_host), or NULL when it has one. */
+/* Why the device back end has no kernel for device instruction k (vm_route then runs the op on the host through
+ * copies and a synchronize), asked of the CUDA backend's table; NULL when it has one. */
 static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, size_t n) {
-  if (k->op == GRACE_OP_MATMUL && k->nin == 2 && arg(ir, k, 0) >= 0 && arg(ir, k, 1) >= 0) {
-    grace_dtype a = vtype(ir, arg(ir, k, 0))->dtype, b = vtype(ir, arg(ir, k, 1))->dtype;
-    if (ir_device_matmul_on_host(a, b)) {
-      snprintf(buf, n, "matmul of %s has no device kernel: it runs on the host through two copies and a synchronize",
-               grace_dtype_name(a));
-      return buf;
-    }
+  vm_meta m[IR_PLACE_MAXIN];
+  if (k->nin > IR_PLACE_MAXIN) return NULL;
+  for (int j = 0; j < k->nin; j++) {
+    memset(&m[j], 0, sizeof m[j]);
+    int32_t v = arg(ir, k, j);
+    if (v < 0) { m[j].ndim = -1; continue; }
+    const ir_type *t = vtype(ir, v);
+    m[j].dtype = t->dtype;
+    m[j].device = t->device;
+    m[j].ndim = t->ndim;
+    memcpy(m[j].sizes, t->sizes, sizeof m[j].sizes);
   }
-  if ((k->op == GRACE_OP_SORT || k->op == GRACE_OP_TOPK) && k->nin >= 1 && arg(ir, k, 0) >= 0) {
-    const ir_type *x = vtype(ir, arg(ir, k, 0));
-    int d = k->attrs.ndims ? (int)k->attrs.dims[0] : -1;
-    if (d < 0) d += x->ndim;
-    int64_t len = x->ndim && d >= 0 && d < x->ndim ? x->sizes[d] : 1, numel = 1;
-    for (int i = 0; i < x->ndim; i++) numel *= x->sizes[i];
-    int64_t kk = k->op == GRACE_OP_TOPK ? k->attrs.i0 : len;
-    if (ir_device_sort_on_host((grace_op)k->op, len, kk, numel)) {
-      snprintf(buf, n, "%s over rows of %lld (more than %d) has no device kernel: it runs on the host through two "
-               "copies and a synchronize", grace_op_name((grace_op)k->op), (long long)len, IR_DEVICE_SORT_MAX);
-      return buf;
-    }
-  }
-  return NULL;
+  char why[200];
+  const vm_backend *be = vm_backend_of(ir->vm, GRACE_CUDA);
+  if (!be->supports || be->supports(ir->vm, (grace_op)k->op, k->nin, m, &k->attrs, why, sizeof why))
+    return NULL;
+  size_t w = strlen(why);
+  snprintf(buf, n, "%.*s: it runs on the host through two copies and a synchronize", (int)(w < 140 ? w : 140), why);
+  return buf;
 }
 
 static int classify(const grace_ir *ir, const ir_inst *k) {
@@ -157,7 +157,7 @@ static void partitions(const grace_ir *ir, ir_placement *p, scratch *s) {
   }
 }
 
-/* Why no partition of ir can be a CUDA graph today, as vm/gpu_graph.c would find it (eligibility, and captures that
+/* Why no partition of ir can be a CUDA graph today, as gpu/gpu_graph.c would find it (eligibility, and captures that
  * fail); "" when each is a candidate. */
 static void graph_status(const grace_ir *ir, ir_placement *p) {
   char *w = p->no_graph;
@@ -254,7 +254,7 @@ grace_status ir_place(grace_ir *ir, ir_placement *p) {
                                           i, -1, splits, p->partition[i]});
     }
   }
-  /* a per-call host tensor with dims keeps any capture from starting (vm/gpu_graph.c takes device tensors and host
+  /* a per-call host tensor with dims keeps any capture from starting (gpu/gpu_graph.c takes device tensors and host
    * numbers), whoever reads it */
   for (int i = 0; i < ir->ninst && st == GRACE_OK && p->on_device; i++) {
     const ir_inst *k = &ir->insts[i];

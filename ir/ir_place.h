@@ -3,10 +3,10 @@
  * no host work; for every value the host hands to device ops, and every device op that would need the host, this
  * says how it runs and why, with the script line:
  *   - a host number (0-d CPU input, dynamic scalar, captured 0-d CPU tensor) read by device ops becomes a
- *     device-resident scalar: a word of the graph's argument table, rewritten per call (vm/gpu_graph.c lifts it);
+ *     device-resident scalar: a word of the graph's argument table, rewritten per call (gpu/gpu_graph.c lifts it);
  *   - a CPU tensor with dims read by device ops is a synchronous host-to-device copy inside the partition, which
  *     ends a capture: the partition cannot be a CUDA graph (it runs eagerly today);
- *   - a device op with no device kernel (vm/gpu_exec.c runs it on the host through copies) or a copy back to the
+ *   - a device op with no device kernel (gpu/gpu_exec.c runs it on the host through copies) or a copy back to the
  *     host splits the partition where device work depends on it;
  * and counts the device partitions that result. grace_ir_place_report (grace.h) is the public, text form. */
 #ifndef GRACE_IR_PLACE_H
@@ -41,7 +41,7 @@ typedef struct ir_placement {
   int npartitions;       /* device partitions: maximal device work between breaks and splitting host work */
   int nsplits;           /* decisions with splits set */
   int break_bounds;      /* partitions after the first that a graph break starts (the others follow host work) */
-  int on_device;         /* a CUDA input or capture: the program goes to the device executor (vm_interp.c) */
+  int on_device;         /* a CUDA input or capture: the program goes to the device executor (vm/vm_interp.c) */
   int kernels;           /* device instructions that launch work */
   char no_graph[200];    /* why no partition can be a CUDA graph today ("" when they are candidates) */
 } ir_placement;
@@ -54,23 +54,7 @@ void ir_place_free(grace_vm *vm, ir_placement *p);
  * (terminated when n > 0) and returns the length the whole report needs, without the terminator. */
 size_t ir_place_report(const grace_ir *ir, const ir_placement *p, char *buf, size_t n);
 /* Why ir as a whole is never run as a CUDA graph (it writes into its arguments, returns a host tensor), into why
- * (n bytes); "" when it may be. The device executor (vm/gpu_graph.c) and the report above share this rule. */
+ * (n bytes); "" when it may be. The device executor (gpu/gpu_graph.c) and the report above share this rule. */
 void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n);
-
-/* Where the device back end has no kernel, so the op runs on the host through copies and a synchronize (vm/gpu_exec.c
- * on_host, vm/gpu_ops.c sort_on_host). The device executor routes by these and the placement report explains by
- * them; codegen/cg_ops.h sizes its kernels from the limits. */
-enum {
-  IR_DEVICE_SORT_MAX = 8192,    /* longest row the shared-memory sort takes */
-  IR_DEVICE_SELECT_MAXK = 1024  /* largest k of a topk over longer rows (k selection passes over the row) */
-};
-/* A matmul of operands of dtypes a and b: a float64 or integer product (one dtype, not bool). */
-static inline int ir_device_matmul_on_host(grace_dtype a, grace_dtype b) {
-  return a == b && a != GRACE_BOOL && a != GRACE_FLOAT32 && a != GRACE_FLOAT16 && a != GRACE_BFLOAT16;
-}
-/* sort (op SORT) or topk of k over rows of len, numel elements in all. */
-static inline int ir_device_sort_on_host(grace_op op, int64_t len, int64_t k, int64_t numel) {
-  return len > IR_DEVICE_SORT_MAX && k > 0 && numel > 0 && (op == GRACE_OP_SORT || k > IR_DEVICE_SELECT_MAXK);
-}
 
 #endif

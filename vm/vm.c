@@ -1,51 +1,36 @@
-/* vm.c: the VM handle (configuration, allocator, errors, default device) and dtype facts. */
-#include <stdarg.h>
-#include <time.h>
+/* vm.c: the VM's life: configuration, the backends it registers, the default device, and the backend
+ * description. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <mimalloc.h>
-#include "vm/vm.h"
+#include "base/base.h"
 #include "cuda/cuda_api.h"
-#include "vm/gpu_exec.h"
+#include "cpu/cpu_kernels.h"
+#include "gpu/gpu_exec.h"
+#include "vm/vm_trace.h"
+
+/* ---- the hooks base/ calls into tracing and replay (base.h's vm_hooks) ---- */
+static grace_status hook_created(grace_vm *vm, grace_tensor *t) {
+  return vm_tracing(vm) ? vm_trace_created(vm, t) : GRACE_OK;
+}
+static void hook_read(grace_vm *vm, const grace_tensor *t, const char *how) {
+  if (vm_tracing(vm)) vm_trace_read(vm, t, how);
+}
+static void hook_materialize(grace_vm *vm, const grace_tensor *t) {
+  if (t->pending || vm_trace_replaying(vm)) vm_replay_flush(vm);
+}
+static void hook_hold(grace_vm *vm, int delta) {
+  if (delta > 0) grace_trace_pause(vm);
+  else grace_trace_resume(vm);
+}
+static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold};
 
 static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
   (void)ud; (void)osize;
   if (nsize == 0) { mi_free(ptr); return NULL; }
   return mi_realloc_aligned(ptr, nsize, align);
 }
-
-static const char *status_names[] = {
-  "ok", "bad argument", "shape mismatch", "dtype mismatch", "index out of range", "out of memory",
-  "device error", "unsupported", "internal error"
-};
-
-const char *grace_status_name(grace_status st) {
-  return (unsigned)st < sizeof status_names / sizeof *status_names ? status_names[st] : "unknown status";
-}
-
-grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(vm->err, sizeof vm->err, fmt, ap);
-  va_end(ap);
-  vm->status = st;
-  return st;
-}
-
-void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize) {
-  return vm->alloc(vm->alloc_ud, ptr, osize, nsize, VM_ALIGN);
-}
-
-const char *grace_last_error(const grace_vm *vm) { return vm ? vm->err : "no VM"; }
-
-void *vm_alloc(grace_vm *vm, size_t n) { return vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN); }
-void *vm_calloc(grace_vm *vm, size_t n) {
-  void *p = vm_alloc(vm, n);
-  if (p) memset(p, 0, n);
-  return p;
-}
-void vm_free(grace_vm *vm, void *p, size_t n) { if (p) vm->alloc(vm->alloc_ud, p, n, 0, VM_ALIGN); }
 
 grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
   grace_config def = {0};
@@ -57,6 +42,9 @@ grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
     return NULL;
   }
   memset(vm, 0, sizeof *vm);
+  vm->backend[GRACE_CPU] = &cpu_backend;
+  vm->backend[GRACE_CUDA] = &gpu_backend;
+  vm->hooks = &trace_hooks;
   vm->alloc = alloc;
   vm->alloc_ud = cfg->alloc_ud;
   vm->index_base = cfg->index_base ? 1 : 0;
@@ -76,10 +64,8 @@ grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
 
 void grace_vm_free(grace_vm *vm) {
   if (!vm) return;
-  vm_pool_free(vm);
-  gpu_state_free(vm);
-  gpu_ops_free(vm);
-  cuda_free_all(vm);
+  vm->backend[GRACE_CUDA]->release(vm);
+  vm->backend[GRACE_CPU]->release(vm);
   vm->alloc(vm->alloc_ud, vm, sizeof *vm, 0, VM_ALIGN);
 }
 
@@ -100,28 +86,6 @@ grace_status grace_set_default_device(grace_vm *vm, const char *name) {
   return GRACE_OK;
 }
 
-grace_device grace_default_device(const grace_vm *vm) { return vm->default_device; }
-int grace_index_base(const grace_vm *vm) { return vm->index_base; }
-void grace_manual_seed(grace_vm *vm, uint64_t seed) { vm->seed = seed; vm->rng_offset = 0; }
-
-double grace_clock(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-void grace_set_progress(grace_vm *vm, grace_progress_fn fn, void *ud) { vm->progress = fn; vm->progress_ud = ud; }
-
-void vm_progress(grace_vm *vm, const char *fmt, ...) {
-  if (!vm->progress) return;
-  char line[200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  vm->progress(vm->progress_ud, line);
-}
-
 const char *grace_backend_info(grace_vm *vm) {
   if (vm->default_device == GRACE_CUDA)
     snprintf(vm->info, sizeof vm->info, "cuda: %s", cuda_describe(vm));
@@ -132,83 +96,3 @@ const char *grace_backend_info(grace_vm *vm) {
   return vm->info;
 }
 
-/* ---- dtypes ---- */
-static const struct { const char *name; size_t size; int cat; } dtype_info[] = {
-#define CAT_BOOL 0
-#define CAT_INT 1
-#define CAT_FLOAT 2
-#define DT_INFO(e, name, bytes, cat) {name, bytes, CAT_##cat},
-  GRACE_DTYPES(DT_INFO)
-#undef DT_INFO
-};
-
-const char *grace_dtype_name(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES ? dtype_info[dt].name : "?"; }
-size_t grace_dtype_size(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES ? dtype_info[dt].size : 0; }
-int vm_dtype_category(grace_dtype dt) { return dtype_info[dt].cat; }
-int grace_dtype_is_float(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES && dtype_info[dt].cat == CAT_FLOAT; }
-int grace_dtype_is_int(grace_dtype dt) { return (unsigned)dt < GRACE_NDTYPES && dtype_info[dt].cat != CAT_FLOAT; }
-const char *grace_device_name(grace_device dev) { return dev == GRACE_CUDA ? "cuda" : "cpu"; }
-
-grace_status grace_dtype_from_name(const char *name, grace_dtype *out) {
-  static const struct { const char *alias; grace_dtype dt; } aliases[] = {
-    {"float", GRACE_FLOAT32}, {"double", GRACE_FLOAT64}, {"half", GRACE_FLOAT16}, {"long", GRACE_INT64},
-    {"int", GRACE_INT32}, {"byte", GRACE_UINT8},
-  };
-  for (int i = 0; i < GRACE_NDTYPES; i++)
-    if (!strcmp(name, dtype_info[i].name)) { *out = (grace_dtype)i; return GRACE_OK; }
-  for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
-    if (!strcmp(name, aliases[i].alias)) { *out = aliases[i].dt; return GRACE_OK; }
-  return GRACE_EARG;
-}
-
-grace_dtype vm_promote_types(grace_dtype a, grace_dtype b) {
-  if (a == b) return a;
-  int ca = dtype_info[a].cat, cb = dtype_info[b].cat;
-  if (ca != cb) return ca > cb ? a : b;
-  if (ca == CAT_FLOAT) {
-    if (a == GRACE_FLOAT64 || b == GRACE_FLOAT64) return GRACE_FLOAT64;
-    return GRACE_FLOAT32;   /* f16 with bf16, or either with f32 */
-  }
-  /* integers: uint8 < int32 < int64 */
-  return dtype_info[a].size >= dtype_info[b].size ? a : b;
-}
-
-/* PyTorch's rule (c10 ResultTypeState): three tiers, a higher tier's category wins, a lower tier only
- * raises the category. A wrapped float counts as the default dtype, float32. */
-static grace_dtype combine_categories(int has_hi, grace_dtype hi, int has_lo, grace_dtype lo) {
-  if (!has_hi) return lo;
-  if (!has_lo) return hi;
-  if (dtype_info[hi].cat == CAT_FLOAT) return hi;
-  if (hi == GRACE_BOOL || dtype_info[lo].cat == CAT_FLOAT) {
-    if (dtype_info[lo].cat > dtype_info[hi].cat) return lo;   /* category raises to lo's type */
-    return vm_promote_types(hi, lo);
-  }
-  return hi;
-}
-
-grace_dtype grace_promote_types(grace_dtype a, grace_dtype b) { return vm_promote_types(a, b); }
-
-grace_dtype grace_result_type(int n, const grace_dtype *dtypes, const int *tiers) {
-  grace_dtype tier[3] = {GRACE_BOOL, GRACE_BOOL, GRACE_BOOL};
-  int has[3] = {0, 0, 0};
-  for (int i = 0; i < n; i++) {
-    int k = tiers[i] < 0 ? 0 : tiers[i] > 2 ? 2 : tiers[i];
-    grace_dtype dt = dtypes[i];
-    if (k == 2 && dtype_info[dt].cat == CAT_FLOAT) dt = GRACE_FLOAT32;
-    tier[k] = has[k] ? vm_promote_types(tier[k], dt) : dt;
-    has[k] = 1;
-  }
-  grace_dtype lo = combine_categories(has[1], tier[1], has[2], tier[2]);
-  return combine_categories(has[0], tier[0], has[1] || has[2], lo);
-}
-
-grace_dtype vm_result_type(int n, grace_tensor *const *ts) {
-  grace_dtype dts[8];
-  int tiers[8], k = 0;
-  for (int i = 0; i < n && k < 8; i++) {
-    if (!ts[i]) continue;
-    dts[k] = ts[i]->dtype;
-    tiers[k++] = ts[i]->wrapped ? 2 : ts[i]->ndim == 0 ? 1 : 0;
-  }
-  return grace_result_type(k, dts, tiers);
-}

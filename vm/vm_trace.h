@@ -4,7 +4,7 @@
 #define GRACE_VM_TRACE_H
 
 #include "ir/ir.h"
-#include "vm/vm.h"
+#include "base/base.h"
 
 /* v: the tensor's current value; STALE: a view whose storage was written since it was made, remade from
  * its parent when next used. parent/vop/va: how a view was made, to turn a write through it into an
@@ -48,6 +48,14 @@ struct vm_trace {
   double replay_ns;             /* host time spent matching, for the report */
   long replayed_ops;
 };
+
+static inline int vm_tracing(const grace_vm *vm) { return vm->trace && grace_trace_active(vm); }
+grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
+                             int nout, grace_tensor **out);
+/* The hooks base/ calls (vm_hooks): a host read of a traced tensor, a tensor made from host data. */
+void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how);
+grace_status vm_trace_created(grace_vm *vm, grace_tensor *t);
+int vm_trace_replaying(const grace_vm *vm);
 
 trace_slot *tr_find(vm_trace *tr, const grace_tensor *t);
 grace_status tr_map_put(grace_vm *vm, grace_tensor *t, grace_value v);

@@ -1,5 +1,5 @@
 /* test_cg_fused.c: CUDA code generation for fused POINTWISE and ROW groups (codegen/cg_fused.c) and its runner
- * (vm/gpu_fused.c). Without a GPU: programs are built with the IR builder and fused (ir_fuse), every group is
+ * (gpu/gpu_fused.c). Without a GPU: programs are built with the IR builder and fused (ir_fuse), every group is
  * lowered with fixed layouts, key fragments of the sources are checked (the vector path, the strided and scalar
  * loads, the row reductions, the indirect parameters), sources are deterministic, and every source compiles with
  * NVRTC for sm_90 (SKIP when libnvrtc cannot load). With a GPU: the same programs run on CUDA tensors through

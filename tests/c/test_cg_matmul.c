@@ -1,5 +1,5 @@
 /* test_cg_matmul.c: the matrix-product kernels (codegen/cg_matmul.c), cuBLASLt loading (cuda/cuda_blas.c) and
- * the MATMUL group runner (vm/gpu_matmul.c).
+ * the MATMUL group runner (gpu/gpu_matmul.c).
  * Without a GPU: the generated sources hold what they must (mma.sync, cp.async, ldmatrix, the epilogue's ops,
  * the indirect dereference), are deterministic, and every variant compiles with NVRTC for sm_90 and sm_80;
  * cuBLASLt loads, and a missing library is a clean error.
@@ -15,9 +15,9 @@
 #include "cuda/cuda_blas.h"
 #include "ir/ir.h"
 #include "ir/ir_fuse.h"
-#include "vm/gpu_exec.h"
-#include "vm/gpu_matmul.h"
-#include "vm/vm.h"
+#include "gpu/gpu_exec.h"
+#include "gpu/gpu_matmul.h"
+#include "base/base.h"
 #include "tap.h"
 
 static grace_vm *vm;

@@ -1,4 +1,4 @@
-/* test_cg_ops.c: the single-op CUDA kernels (codegen/cg_ops.c) and their eager runner (vm/gpu_ops.c).
+/* test_cg_ops.c: the single-op CUDA kernels (codegen/cg_ops.c) and their eager runner (gpu/gpu_ops.c).
  * Without a GPU: every template for every dtype it takes, plain and indirect, compiles with NVRTC for sm_90
  * (skipped when libnvrtc cannot load), and the sources carry the pieces the CPU's semantics depend on (the
  * index-check flag, Philox's constants, the stable tie break). With a GPU: every op on CUDA tensors against

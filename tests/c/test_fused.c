@@ -1,4 +1,4 @@
-/* test_fused.c: the fused CPU executor (vm/cpu_fused.c). Programs are built with the IR builder; the group
+/* test_fused.c: the fused CPU executor (cpu/cpu_fused.c). Programs are built with the IR builder; the group
  * of all their pointwise instructions runs through cpu_fused_run and must give bit for bit what grace_ir_run
  * (one grace_run per op) gives: a 40-op equation-of-state chain over three 1M-element inputs (sqrt, div, exp
  * of a clamped value, tanh, erf, gelu, where), broadcasting ([1024,1] with [1,1024] and a 0-d tensor), a
@@ -11,7 +11,7 @@
 #include "grace.h"
 #include "ir/ir.h"
 #include "ir/ir_fuse.h"
-#include "vm/cpu_fused.h"
+#include "cpu/cpu_fused.h"
 #include "tap.h"
 #include "c/ir_build.h"
 

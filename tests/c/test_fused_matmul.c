@@ -1,5 +1,5 @@
-/* test_fused_matmul.c: matmul groups on the CPU (vm/cpu_fused.c, the packed GEMM of vm/cpu_matmul.c, the plan
- * of vm/vm_interp.c). Each program is a linear layer (x @ W^T + b, a captured weight) with a pointwise epilogue,
+/* test_fused_matmul.c: matmul groups on the CPU (cpu/cpu_fused.c, the packed GEMM of cpu/cpu_matmul.c, the plan
+ * of cpu/cpu_interp.c). Each program is a linear layer (x @ W^T + b, a captured weight) with a pointwise epilogue,
  * run by grace_ir_run (which fuses it) and by cpu_fused_matmul_run directly (right operand packed per call);
  * the reference is eager: the same ops one by one through grace_run, written out here, never the code under
  * test. Results must be bit for bit the reference. Covered: sizes that end in partial row and column panels,
@@ -14,7 +14,7 @@
 #include <string.h>
 #include "grace.h"
 #include "ir/ir.h"
-#include "vm/cpu_fused.h"
+#include "cpu/cpu_fused.h"
 #include "tap.h"
 #include "c/ir_build.h"
 

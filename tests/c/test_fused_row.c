@@ -1,4 +1,4 @@
-/* test_fused_row.c: row groups on the CPU (cpu_fused_row_run in vm/cpu_fused.c, planned by vm/vm_interp.c):
+/* test_fused_row.c: row groups on the CPU (cpu_fused_row_run in cpu/cpu_fused.c, planned by cpu/cpu_interp.c):
  * reductions over the last dim with their pointwise producers and broadcast consumers, one pass per row. The
  * programs are the decomposed softmax, layer_norm (captured weight and bias), rms_norm and a row norm with a
  * reduced-shape output (no keepdim); each runs through grace_ir_run (which must plan it as one fused group)
@@ -11,7 +11,7 @@
 #include <string.h>
 #include "grace.h"
 #include "ir/ir.h"
-#include "vm/cpu_fused.h"
+#include "cpu/cpu_fused.h"
 #include "tap.h"
 
 static grace_vm *vm;

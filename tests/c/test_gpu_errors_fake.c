@@ -3,8 +3,8 @@
  * rank, dtype and dim errors of the device's own ops (cat, stack, index_select, gather, scatter, repeat,
  * embedding, triu, softmax, cumsum, topk, layer_norm). These checks happen on the host before any kernel, so the
  * fake's do-nothing kernels do not matter; out-of-range index values, found by a kernel, are left to the GPU
- * tests. The two sides' checks are separate code today (vm/gpu_ops.c and vm/cpu_shape.c, partly shared through
- * vm/vm_check.c): this is what keeps them saying the same. */
+ * tests. The two sides' checks are separate code today (gpu/gpu_ops.c and cpu/cpu_shape.c, partly shared through
+ * ir/ir_check.c): this is what keeps them saying the same. */
 #include "grace.h"
 #include "tap.h"
 #include "c/fake_cuda.h"

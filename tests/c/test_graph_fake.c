@@ -1,4 +1,4 @@
-/* test_graph_fake.c: the bookkeeping of CUDA graphs for device programs (vm/gpu_graph.c) on a fake driver, so it
+/* test_graph_fake.c: the bookkeeping of CUDA graphs for device programs (gpu/gpu_graph.c) on a fake driver, so it
  * runs without a GPU. Device memory is host memory and kernels do nothing, so no value is checked here (the GPU
  * tests do that: tests/lua/test_gpu_graphs.lua); what is checked is what grace decides and records: the first
  * call eager, the forced strategies capturing once per input layout and replaying after, the bytes copied per

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include "grace.h"
 #include "tap.h"
-#include "vm/vm.h"
+#include "base/base.h"
 
 static grace_tensor *make_f32(grace_vm *vm, int ndim, const int64_t *sizes, const float *v) {
   grace_tensor *t = NULL;

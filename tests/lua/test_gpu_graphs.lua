@@ -1,4 +1,4 @@
--- test_gpu_graphs.lua: compiled device programs run as CUDA graphs (vm/gpu_graph.c), under each launch strategy
+-- test_gpu_graphs.lua: compiled device programs run as CUDA graphs (gpu/gpu_graph.c), under each launch strategy
 -- forced ("copy": inputs copied into placeholders; "indirect": pointers through the argument table) and chosen
 -- by measurement ("auto"). The safety list of issue 7: fresh inputs every call; the same input mutated in place
 -- between calls; outputs held across 100 calls and compared with eager at the end; two compiled functions

@@ -1,0 +1,324 @@
+/* base_tensor.c: tensors and their reference-counted storage, shape and broadcast helpers, element access. */
+#include <stdio.h>
+#include "base/base.h"
+
+const char *vm_fmt_shape(char *buf, size_t n, int ndim, const int64_t *sizes) {
+  size_t k = 0;
+  k += (size_t)snprintf(buf + k, n - k, "[");
+  for (int d = 0; d < ndim && k < n; d++)
+    k += (size_t)snprintf(buf + k, n - k, d ? ", %lld" : "%lld", (long long)sizes[d]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+int64_t vm_numel(int ndim, const int64_t *sizes) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= sizes[d];
+  return n;
+}
+
+void vm_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides) {
+  int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; d--) { strides[d] = s; s *= sizes[d] > 1 ? sizes[d] : 1; }
+}
+
+int vm_is_contiguous(const grace_tensor *t) {
+  int64_t s = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->sizes[d] == 0) return 1;
+    if (t->sizes[d] != 1 && t->strides[d] != s) return 0;
+    s *= t->sizes[d];
+  }
+  return 1;
+}
+
+static grace_status check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes, size_t elsize,
+                                size_t *bytes) {
+  if (ndim < 0 || ndim > GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_EARG, "%s: %d dims requested, at most %d are supported", op, ndim, GRACE_MAX_DIMS);
+  uint64_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0)
+      return vm_err(vm, GRACE_EARG, "%s: negative size %lld in shape %s", op, (long long)sizes[d],
+                    vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
+    if (sizes[d] && n > (UINT64_C(1) << 48) / (uint64_t)sizes[d])
+      return vm_err(vm, GRACE_ENOMEM, "%s: shape %s is too large", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
+    n *= (uint64_t)sizes[d];
+  }
+  *bytes = (size_t)n * elsize;
+  return GRACE_OK;
+}
+
+grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_device dev, int ndim,
+                            const int64_t *sizes) {
+  size_t bytes = 0;
+  if ((unsigned)dt >= GRACE_NDTYPES) { vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", op, (int)dt); return NULL; }
+  if (check_shape(vm, op, ndim, sizes, grace_dtype_size(dt), &bytes) != GRACE_OK) return NULL;
+  vm_storage *s = vm_alloc(vm, sizeof *s);
+  grace_tensor *t = vm_alloc(vm, sizeof *t);
+  void *data = NULL;
+  if (s && t) {
+    grace_status st = vm->backend[dev]->storage_alloc(vm, bytes, &data);
+    if (st != GRACE_OK) {
+      char msg[VM_ERRLEN];
+      snprintf(msg, sizeof msg, "%s", vm->err);
+      vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t);
+      vm_err(vm, st, "%s: %s for shape %s", op, msg, vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
+      return NULL;
+    }
+  }
+  if (!s || !t) {
+    vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t);
+    vm_err(vm, GRACE_ENOMEM, "%s: out of host memory allocating shape %s", op,
+           vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
+    return NULL;
+  }
+  *s = (vm_storage){.refcount = 1, .device = dev, .data = data, .nbytes = bytes, .version = 0};
+  vm->tensor_bytes += bytes;
+  memset(t, 0, sizeof *t);
+  t->refcount = 1; t->vm = vm; t->storage = s; t->dtype = dt; t->ndim = ndim;
+  for (int d = 0; d < ndim; d++) t->sizes[d] = sizes[d];
+  vm_contiguous_strides(ndim, sizes, t->strides);
+  return t;
+}
+
+grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim, const int64_t *sizes,
+                             const int64_t *strides, int64_t offset) {
+  grace_tensor *t = vm_alloc(vm, sizeof *t);
+  if (!t) { vm_err(vm, GRACE_ENOMEM, "%s: out of host memory", op); return NULL; }
+  memset(t, 0, sizeof *t);
+  t->refcount = 1; t->vm = vm; t->storage = base->storage; t->dtype = base->dtype; t->ndim = ndim;
+  t->offset = offset;
+  for (int d = 0; d < ndim; d++) { t->sizes[d] = sizes[d]; t->strides[d] = strides[d]; }
+  base->storage->refcount++;
+  return t;
+}
+
+void grace_tensor_retain(grace_tensor *t) { if (t) t->refcount++; }
+
+size_t grace_tensor_bytes(const grace_vm *vm) { return vm->tensor_bytes; }
+
+void grace_tensor_release(grace_tensor *t) {
+  if (!t || --t->refcount > 0) return;
+  grace_vm *vm = t->vm;
+  vm_storage *s = t->storage;
+  if (--s->refcount == 0) {
+    vm->tensor_bytes -= s->nbytes;
+    vm->backend[s->device]->storage_free(vm, s->data, s->nbytes);
+    vm_free(vm, s, sizeof *s);
+  }
+  vm_free(vm, t, sizeof *t);
+}
+
+grace_status grace_tensor_empty(grace_vm *vm, grace_dtype dt, grace_device dev, int ndim, const int64_t *sizes,
+                                grace_tensor **out) {
+  *out = vm_tensor_new(vm, "empty", dt, dev, ndim, sizes);
+  if (!*out) return vm->status;
+  return vm->trace && vm->hooks ? vm->hooks->created(vm, *out) : GRACE_OK;
+}
+
+grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, const int64_t *sizes, grace_dtype src_dt,
+                                    const void *data, grace_tensor **out) {
+  *out = NULL;
+  if ((unsigned)src_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "tensor: invalid source dtype");
+  grace_tensor *t = vm_tensor_new(vm, "tensor", dt, GRACE_CPU, ndim, sizes);
+  if (!t) return vm->status;
+  int64_t n = vm_numel(ndim, sizes);
+  size_t ss = grace_dtype_size(src_dt), ds = grace_dtype_size(dt);
+  char *dst = vm_ptr(t);
+  const char *src = data;
+  if (src_dt == dt) memcpy(dst, src, (size_t)n * ds);
+  else if (grace_dtype_is_int(src_dt))
+    for (int64_t i = 0; i < n; i++) vm_store_i64(dt, dst + i * ds, vm_load_i64(src_dt, src + i * ss));
+  else
+    for (int64_t i = 0; i < n; i++) vm_store_f64(dt, dst + i * ds, vm_load_f64(src_dt, src + i * ss));
+  *out = t;
+  return vm->trace && vm->hooks ? vm->hooks->created(vm, t) : GRACE_OK;
+}
+
+grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out) {
+  grace_tensor *t = vm_tensor_new(vm, "scalar", is_integer ? GRACE_INT64 : GRACE_FLOAT64, GRACE_CPU, 0, NULL);
+  if (!t) { *out = NULL; return vm->status; }
+  if (is_integer) *(int64_t *)vm_ptr(t) = (int64_t)v;
+  else *(double *)vm_ptr(t) = v;
+  t->wrapped = 1;
+  *out = t;
+  return GRACE_OK;
+}
+
+grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out) {
+  grace_tensor *t = vm_tensor_new(vm, "scalar", GRACE_INT64, GRACE_CPU, 0, NULL);
+  if (!t) { *out = NULL; return vm->status; }
+  *(int64_t *)vm_ptr(t) = v;
+  t->wrapped = 1;
+  *out = t;
+  return GRACE_OK;
+}
+
+int grace_tensor_ndim(const grace_tensor *t) { return t->ndim; }
+const int64_t *grace_tensor_sizes(const grace_tensor *t) { return t->sizes; }
+const int64_t *grace_tensor_strides(const grace_tensor *t) { vm_materialize(t); return t->strides; }
+int64_t grace_tensor_offset(const grace_tensor *t) { vm_materialize(t); return t->offset; }
+int64_t grace_tensor_numel(const grace_tensor *t) { return vm_numel(t->ndim, t->sizes); }
+grace_dtype grace_tensor_dtype(const grace_tensor *t) { return t->dtype; }
+grace_device grace_tensor_device(const grace_tensor *t) { return t->storage->device; }
+int grace_tensor_is_contiguous(const grace_tensor *t) { vm_materialize(t); return vm_is_contiguous(t); }
+int grace_tensor_is_scalar(const grace_tensor *t) { return t->wrapped; }
+uint64_t grace_tensor_version(const grace_tensor *t) {
+  vm_materialize(t);
+  vm_note_read(t, "reading its version counter");
+  return t->storage->version;
+}
+const void *grace_tensor_storage_id(const grace_tensor *t) { vm_materialize(t); return t->storage; }
+void *grace_tensor_data(grace_tensor *t) {
+  vm_note_read(t, "taking its data pointer");
+  return t->storage->device == GRACE_CPU ? vm_ptr(t) : NULL;
+}
+
+/* Elements [0, span) of a device tensor's view copied into a new host storage: a view with t's layout there. */
+grace_status vm_to_host(grace_vm *vm, const grace_tensor *t, grace_tensor **out) {
+  *out = NULL;
+  int64_t span = 1;   /* elements from the view's first to its last, inclusive */
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) { span = 0; break; }
+    span += (t->sizes[d] - 1) * t->strides[d];
+  }
+  grace_tensor *flat = vm_tensor_new(vm, "cpu", t->dtype, GRACE_CPU, 1, &span);
+  if (!flat) return vm->status;
+  grace_status st = span ? vm->backend[t->storage->device]->to_host(vm, vm_ptr(flat), vm_ptr(t),
+                                                                    (size_t)span * grace_dtype_size(t->dtype))
+                         : GRACE_OK;
+  if (st == GRACE_OK) {
+    *out = vm_tensor_view(vm, "cpu", flat, t->ndim, t->sizes, t->strides, 0);
+    if (!*out) st = vm->status;
+  }
+  grace_tensor_release(flat);
+  return st;
+}
+
+grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
+  vm_note_read(t, "reading its elements (item, tolist, print)");
+  if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
+  if (t->storage->device != GRACE_CPU) {   /* through a host copy of the span it covers */
+    grace_tensor *h = NULL;
+    grace_status st = vm_to_host(vm, t, &h);
+    if (st == GRACE_OK) st = grace_tensor_read(vm, h, dst_dt, dst);
+    grace_tensor_release(h);
+    return st;
+  }
+  int64_t n = vm_numel(t->ndim, t->sizes);
+  if (n == 0) return GRACE_OK;
+  size_t ss = grace_dtype_size(t->dtype), ds = grace_dtype_size(dst_dt);
+  const char *base = vm_ptr(t);
+  char *out = dst;
+  vm_counter c;
+  vm_counter_init(&c, t->ndim, t->sizes);
+  int src_int = grace_dtype_is_int(t->dtype);
+  for (int64_t i = 0;; i++) {
+    const char *p = base + vm_offset(t->ndim, c.idx, t->strides) * (int64_t)ss;
+    if (src_int) vm_store_i64(dst_dt, out + i * ds, vm_load_i64(t->dtype, p));
+    else vm_store_f64(dst_dt, out + i * ds, vm_load_f64(t->dtype, p));
+    if (!vm_counter_next(&c)) break;
+  }
+  return GRACE_OK;
+}
+
+/* The element at index: its address, or for a device tensor a copy of it in buf. */
+static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64_t *index, const char **p,
+                                char buf[8]) {
+  vm_note_read(t, "reading an element (item, tolist, print)");
+  int64_t off = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (index[d] < 0 || index[d] >= t->sizes[d])
+      return vm_err(vm, GRACE_EINDEX, "get: index %lld out of range for dim %d of size %lld",
+                    (long long)(index[d] + vm->index_base), d + vm->index_base, (long long)t->sizes[d]);
+    off += index[d] * t->strides[d];
+  }
+  size_t es = grace_dtype_size(t->dtype);
+  *p = vm_ptr(t) + off * (int64_t)es;
+  if (t->storage->device == GRACE_CPU) return GRACE_OK;
+  grace_status st = vm->backend[t->storage->device]->to_host(vm, buf, *p, es);
+  *p = buf;
+  return st;
+}
+
+grace_status grace_tensor_get(grace_vm *vm, const grace_tensor *t, const int64_t *index, double *out) {
+  const char *p;
+  char buf[8];
+  grace_status st = element_ptr(vm, t, index, &p, buf);
+  if (st == GRACE_OK) *out = vm_load_f64(t->dtype, p);
+  return st;
+}
+
+grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int64_t *index, int64_t *out) {
+  const char *p;
+  char buf[8];
+  grace_status st = element_ptr(vm, t, index, &p, buf);
+  if (st == GRACE_OK) *out = vm_load_i64(t->dtype, p);
+  return st;
+}
+
+/* ---- shape helpers ---- */
+grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out) {
+  int n = ndim > 0 ? ndim : 1;   /* a 0-d tensor accepts dim 0 / -1, as PyTorch */
+  int64_t d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n) {
+    int b = vm->index_base;
+    return vm_err(vm, GRACE_EINDEX, "%s: dim %lld out of range for a %d-d tensor (expected %d to %d, or -%d to -1)",
+                  op, (long long)(dim < 0 ? dim : dim + b), ndim, b, n - 1 + b, n);
+  }
+  *out = (int)d;
+  return GRACE_OK;
+}
+
+grace_status grace_broadcast_shapes(grace_vm *vm, const char *op, int n, const int *ndims, const int64_t *const *sizes,
+                                    int *ndim, int64_t *out) {
+  int nd = 0;
+  for (int i = 0; i < n; i++) if (ndims[i] > nd) nd = ndims[i];
+  if (nd > GRACE_MAX_DIMS) return vm_err(vm, GRACE_EARG, "%s: more than %d dims", op, GRACE_MAX_DIMS);
+  for (int d = 0; d < nd; d++) out[d] = 1;
+  for (int i = 0; i < n; i++) {
+    for (int d = 0; d < ndims[i]; d++) {
+      int od = nd - ndims[i] + d;
+      int64_t s = sizes[i][d];
+      if (s == out[od] || s == 1) continue;
+      if (out[od] == 1) { out[od] = s; continue; }
+      char msg[VM_ERRLEN] = "", *p = msg;
+      for (int j = 0; j < n; j++)
+        p += snprintf(p, (size_t)(msg + sizeof msg - p), "%s%s", j ? " and " : "",
+                      vm_fmt_shape((char[128]){0}, 128, ndims[j], sizes[j]));
+      return vm_err(vm, GRACE_ESHAPE, "%s: shapes %s do not broadcast (size %lld against %lld in dim %d)", op, msg,
+                    (long long)s, (long long)out[od], od + vm->index_base);
+    }
+  }
+  *ndim = nd;
+  return GRACE_OK;
+}
+
+grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim, int64_t *sizes) {
+  int nds[8], k = 0;
+  const int64_t *szs[8];
+  for (int i = 0; i < n && k < 8; i++) {
+    if (!ts[i]) continue;
+    nds[k] = ts[i]->ndim;
+    szs[k++] = ts[i]->sizes;
+  }
+  return grace_broadcast_shapes(vm, op, k, nds, szs, ndim, sizes);
+}
+
+void vm_broadcast_dims(int own, const int64_t *tsizes, const int64_t *tstrides, int ndim, const int64_t *sizes,
+                       int64_t *strides) {
+  for (int d = 0; d < ndim; d++) {
+    int td = d - (ndim - own);
+    strides[d] = td < 0 || (tsizes[td] == 1 && sizes[d] != 1) ? 0 : tstrides[td];
+  }
+}
+
+void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides) {
+  vm_broadcast_dims(t->ndim, t->sizes, t->strides, ndim, sizes, strides);
+}
+
+void vm_counter_init(vm_counter *c, int ndim, const int64_t *sizes) {
+  c->ndim = ndim;
+  for (int d = 0; d < ndim; d++) { c->sizes[d] = sizes[d]; c->idx[d] = 0; }
+}

@@ -1,0 +1,68 @@
+/* gpu_exec.h: running ops and IR programs on the CUDA device. grace_run on CUDA tensors and the IR executor
+ * meet here: an IR program runs group by group (ir/ir_fuse.h), each group by the runner of its kind:
+ *   IR_FUSE_POINTWISE, IR_FUSE_ROW  -> gpu_fused_run  (gpu/gpu_fused.c,  kernels from codegen/cg_pointwise.c, cg_row.c)
+ *   IR_FUSE_MATMUL                  -> gpu_matmul_run (gpu/gpu_matmul.c, kernels from codegen/cg_matmul.c, cuBLASLt)
+ *   IR_FUSE_SINGLE                  -> grace_run per instruction, which for CUDA tensors reaches
+ *                                      gpu_op_run (gpu/gpu_ops.c, kernels from codegen/cg_ops.c) or a one-op program.
+ * Views run on the host (they only make tensor headers). A runner that cannot lower a group returns
+ * GRACE_EUNSUPPORTED having launched and allocated nothing; the executor then runs the group's instructions one
+ * at a time through grace_run. */
+#ifndef GRACE_GPU_EXEC_H
+#define GRACE_GPU_EXEC_H
+
+#include "ir/ir.h"
+#include "ir/ir_fuse.h"
+#include "base/base.h"
+#include "cuda/cuda_api.h"
+
+/* A runner's per-group memory (compiled kernels keyed by the layouts seen, launch plans): kept by the executor
+ * for as long as the IR lives, released with free(vm, p). */
+typedef struct gpu_slot {
+  void *p;
+  void (*free)(grace_vm *vm, void *p);
+  int unfused;        /* the group ran an op at a time: no kernel of the generators could run it whole */
+} gpu_slot;
+
+/* Runs group g of f (kind POINTWISE or ROW) over ir. Values the group reads from outside are vals[v] (CUDA
+ * tensors, any strides, broadcast as eager broadcasts); every member value that is read outside the group,
+ * returned, or written back (ir->outputs, ir->writes) is stored: a new contiguous CUDA tensor put in vals[v]. */
+grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, gpu_slot *slot, grace_tensor **vals);
+
+/* The same for a group of kind MATMUL (a matmul, or several sharing the left input, with a pointwise epilogue). */
+grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, gpu_slot *slot, grace_tensor **vals);
+
+/* One op on CUDA tensors with a hand-written kernel template, with grace_run's contract (new references in out,
+ * errors as the CPU backend gives them): MOVE ops (contiguous, clone, cat, stack, index_select, gather, scatter,
+ * triu, tril, repeat, embedding, slice_scatter), SCAN ops (cumsum, softmax, log_softmax, topk, sort), NORM ops
+ * (layer_norm, rms_norm), CREATE ops (full, arange, linspace, eye, rand, randn, randint: same numbers as the CPU
+ * for the same seed) and INPLACE ops (copy_, fill_, index_copy_). GRACE_EUNSUPPORTED for any other op. */
+grace_status gpu_op_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
+                        int nout, grace_tensor **out);
+
+/* The device context of a CUDA tensor's VM (probed already: a CUDA tensor exists). */
+cuda_ctx *gpu_ctx(grace_vm *vm);
+/* A CUDA tensor's element 0 (offset applied) as a device address. */
+static inline CUdeviceptr gpu_ptr(const grace_tensor *t) { return (CUdeviceptr)(uintptr_t)vm_ptr(t); }
+
+/* The backend's table, registered by grace_vm_new. */
+extern const vm_backend gpu_backend;
+/* Frees the VM's device-side caches (one-op programs); called before the device context goes. */
+void gpu_state_free(grace_vm *vm);
+/* Frees gpu_ops.c's table of loaded kernels (at VM teardown, before the device context goes). */
+void gpu_ops_free(grace_vm *vm);
+
+/* Runs op on CUDA tensors (grace_run's device branch); 0-d CPU tensors (host numbers) may take part. */
+grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs, int nout,
+                     grace_tensor **out);
+/* A device copy of host number t (a 0-d CPU tensor) for a kernel to read. */
+grace_status gpu_host_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+/* The launch strategy state of a program run on the device (gpu/gpu_graph.c), or NULL. */
+struct gpu_part;
+const struct gpu_part *gpu_ir_part(const grace_ir *ir);
+/* How many fused groups of a program run on the device went an op at a time (no generated kernel runs them
+ * whole), and why the first did ("" when none); 0 for a program not run on the device. */
+int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n);
+/* Runs an IR program on the device (grace_ir_run's device branch). */
+grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+
+#endif

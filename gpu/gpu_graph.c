@@ -1,0 +1,693 @@
+/* gpu_graph.c: CUDA graphs for device programs, chosen by measurement (grace_graph_info in grace.h).
+ *
+ * A program's first call runs eagerly and proves it stable (its kernels compiled, its matmuls tuned). Then
+ * each strategy is measured on real calls, GG_ROUNDS times each in turn, launch to completion (the median
+ * decides: what a caller sees over many calls, steadier than the best of a few): eager launches; a graph
+ * fed by copying the inputs into placeholders and the outputs out of its arena (what PyTorch's reduce-overhead
+ * does); a graph whose kernels read their pointers through a device argument table (parameter indirection).
+ * The fastest is kept. A graph is recorded per input layout (sizes, strides, 16-byte alignment), up to a limit,
+ * least recently used first out; a new layout records again from the same compiled kernels.
+ *
+ * Recording: the group executor runs under stream capture with placeholder inputs, allocations coming from the
+ * VM's graph arena (cuda/cuda_graph.h): intermediates and outputs get addresses that stay graph memory while
+ * graphs live, shared with other graphs (replays are ordered on the one stream). With indirection the runners pass table slots instead of pointers. Host numbers (0-d CPU inputs,
+ * dynamic scalars, captured 0-d CPU tensors) become 0-d device views into the table, rewritten per replay.
+ * Afterwards every word handed to the device directly (a non-indirect kernel, a copy, cuBLASLt) is checked
+ * against the placeholders and the outputs: an input read directly is copied into its placeholder before each
+ * replay, an output written directly is copied out after it. So each replay gives fresh output tensors: a
+ * result the caller keeps is never overwritten by a later call, whatever the strategy. The per-call words are
+ * renumbered to the front of the table, so a replay copies only them. Nothing in a capture may synchronize:
+ * index checks are read after each replay (the call still fails on a bad index), matmul tuning happens in an
+ * eager run of each new layout before its capture. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda/cuda_graph.h"
+#include "ir/ir_place.h"
+#include "gpu/gpu_exec.h"
+#include "gpu/gpu_graph.h"
+
+enum {
+  GG_SCALARS = 64,        /* host numbers per graph: the table's first words, number k at word GG_SCALARS - 1 - k */
+  GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
+  GG_WORDS = GG_SCALARS + GG_SLOTS,
+  GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
+  GG_ROUNDS = 7,          /* measured calls per strategy (a median of 3 moved by 3-8% between runs) */
+  GG_CHECKS = 32,         /* deferred index checks per graph */
+  GG_MAX_LIMIT = 64
+};
+
+typedef enum { SRC_INPUT, SRC_OUTPUT, SRC_SEED, SRC_RNG } gg_src;
+typedef enum { SC_FIXED, SC_INPUT, SC_SCALAR, SC_CONST } gg_sc_kind;
+
+typedef struct gg_dyn { int32_t word, kind, index; int64_t delta; } gg_dyn;   /* a table word rewritten per replay */
+typedef struct gg_scalar { gg_sc_kind kind; int32_t inst; grace_dtype dt; uint64_t bits; } gg_scalar;
+typedef struct gg_in {
+  int host;               /* a host number: read into the table */
+  int copy;               /* read directly by some node: copied into the placeholder before each replay */
+  CUdeviceptr ph;         /* the placeholder's first element */
+  size_t bytes;
+} gg_in;
+/* an output storage; per call all of them are one fresh allocation, this one at offset `at` */
+typedef struct gg_grp { CUdeviceptr base; size_t bytes, at; int direct; } gg_grp;
+typedef struct gg_out {
+  int grp;
+  grace_dtype dt;
+  int ndim;
+  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
+} gg_out;
+typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim; char op[24]; } gg_check;
+typedef struct gg_sig {
+  int present, device, dtype, ndim, aligned;
+  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
+} gg_sig;
+
+typedef struct gg_graph {
+  const grace_ir *ir;     /* the program captured (nested one-op programs run inside it) */
+  grace_launch_strategy strat;
+  int nin, nout, ngrp, ndyn, nsc, lo, hi, nkernels, nslots;
+  gg_sig *sig;
+  gg_in *in;
+  gg_out *out;
+  gg_grp *grp;
+  gg_dyn *dyn;
+  gg_scalar sc[GG_SCALARS];
+  CUgraph g;
+  CUgraphExec x;
+  cuda_capture *cap;
+  grace_tensor *table;
+  uint64_t *host[GG_RING];
+  CUevent ev[GG_RING];
+  int evused[GG_RING], ring;
+  size_t copy_bytes, out_bytes;
+  uint64_t used;
+  double replay_us_sum, replay_us_min;   /* host time of replay() (the table, its copy, the launch) */
+  long nreplay;
+  uint64_t rng0, rng_total;   /* the VM's generator offset when capture began, and how far one call advances it */
+  int ncheck;
+  gg_check chk[GG_CHECKS];
+  int64_t *chk_host;      /* page-locked: the flags read back after a replay */
+} gg_graph;
+
+/* The launch cache's entry for a program (cuda_graph_decision_load/store). */
+enum { GG_DECISION_MAGIC = 0x47524c31 };   /* "GRL1" */
+typedef struct gg_decision { int32_t magic, chosen; double us[GRACE_LAUNCH_NSTRATEGIES]; } gg_decision;
+
+struct gpu_part {
+  long calls, captures;
+  int mode;               /* -1 auto, -2 off, else a forced grace_launch_strategy */
+  int decided, limit;
+  grace_launch_strategy chosen;
+  double best[GRACE_LAUNCH_NSTRATEGIES];   /* the median of the samples once all are in (or the cached figure) */
+  double samp[GRACE_LAUNCH_NSTRATEGIES][GG_ROUNDS];
+  int samples[GRACE_LAUNCH_NSTRATEGIES];
+  char why[GRACE_LAUNCH_NSTRATEGIES][160];
+  char inel[160];
+  gg_graph *gr[GG_MAX_LIMIT];
+  int ngr;
+  uint64_t tick;
+  int from_cache;         /* the decision was read from the launch cache (measured by an earlier process) */
+  int nwarm;              /* inputs of the last layout run eagerly: a new layout runs so once before capture */
+  gg_sig *warm;
+};
+
+/* The median of v[0..n) (n <= GG_ROUNDS), v left as it was. */
+static double median(const double *v, int n) {
+  double t[GG_ROUNDS];
+  memcpy(t, v, sizeof *t * (size_t)n);
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection"};
+
+static double now_us(void) { return grace_clock() * 1e6; }
+
+/* ---- one graph ---- */
+static void graph_free(grace_vm *vm, gg_graph *gg) {
+  if (!gg) return;
+  cuda_ctx *c = vm->cuda;
+  if (c && (gg->x || gg->cap)) cuda_sync(c);   /* staging buffers and the table may still be in use */
+  if (c) {
+    cuda_graph_destroy(c, gg->g, gg->x);
+    for (int r = 0; r < GG_RING; r++) { cuda_host_free(c, gg->host[r]); cuda_event_free(c, gg->ev[r]); }
+    cuda_host_free(c, gg->chk_host);
+  }
+  grace_tensor_release(gg->table);
+  for (int k = 0; c && k < gg->ncheck; k++) cuda_release(c, gg->chk[k].flag, sizeof(int64_t));
+  if (c) cuda_capture_free(c, gg->cap);
+  vm_free(vm, gg->sig, sizeof *gg->sig * (size_t)(gg->nin ? gg->nin : 1));
+  vm_free(vm, gg->in, sizeof *gg->in * (size_t)(gg->nin ? gg->nin : 1));
+  vm_free(vm, gg->out, sizeof *gg->out * (size_t)(gg->nout ? gg->nout : 1));
+  vm_free(vm, gg->grp, sizeof *gg->grp * (size_t)(gg->nout ? gg->nout : 1));
+  vm_free(vm, gg->dyn, sizeof *gg->dyn * (size_t)GG_WORDS);
+  vm_free(vm, gg, sizeof *gg);
+}
+
+static void make_sig(int nin, grace_tensor *const *in, gg_sig *s) {
+  for (int i = 0; i < nin; i++) {
+    memset(&s[i], 0, sizeof s[i]);
+    const grace_tensor *t = in[i];
+    if (!t) continue;
+    s[i].present = 1;
+    s[i].device = t->storage->device;
+    s[i].dtype = t->dtype;
+    s[i].ndim = t->ndim;
+    s[i].aligned = t->storage->device == GRACE_CUDA && gpu_ptr(t) % 16 == 0;
+    for (int d = 0; d < t->ndim; d++) { s[i].sizes[d] = t->sizes[d]; s[i].strides[d] = t->strides[d]; }
+  }
+}
+
+static int sig_matches(const gg_graph *gg, int nin, grace_tensor *const *in) {
+  if (gg->nin != nin) return 0;
+  gg_sig s;
+  for (int i = 0; i < nin; i++) {
+    make_sig(1, &in[i], &s);
+    const gg_sig *g = &gg->sig[i];
+    if (s.present != g->present || s.device != g->device || s.dtype != g->dtype || s.ndim != g->ndim ||
+        s.aligned != g->aligned || memcmp(s.sizes, g->sizes, sizeof(int64_t) * (size_t)s.ndim) ||
+        memcmp(s.strides, g->strides, sizeof(int64_t) * (size_t)s.ndim))
+      return 0;
+  }
+  return 1;
+}
+
+/* A 0-d view of table word k holding a value of host's dtype. */
+static grace_status table_scalar(grace_vm *vm, gg_graph *gg, const grace_tensor *host, gg_sc_kind kind, int inst,
+                                 grace_tensor **out) {
+  *out = NULL;
+  if (gg->nsc >= GG_SCALARS)
+    return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d host numbers in one program", GG_SCALARS);
+  int k = gg->nsc;
+  size_t es = grace_dtype_size(host->dtype);
+  /* host number k is word GG_SCALARS - 1 - k: the per-call ones (lifted first) end where the slots begin, so
+   * that they and the compacted per-call slots make one short range to copy */
+  grace_tensor *v = vm_tensor_view(vm, "graph", gg->table, 0, NULL, NULL, (int64_t)((size_t)(GG_SCALARS - 1 - k) * 8 / es));
+  if (!v) return vm->status;
+  v->dtype = host->dtype;
+  v->wrapped = host->wrapped;
+  gg_scalar *s = &gg->sc[k];
+  *s = (gg_scalar){kind, inst, host->dtype, 0};
+  grace_status st = grace_tensor_read(vm, host, host->dtype, &s->bits);   /* the value now (kept if fixed) */
+  if (st != GRACE_OK) { grace_tensor_release(v); return st; }
+  gg->nsc++;
+  *out = v;
+  return GRACE_OK;
+}
+
+int gpu_graph_capturing(grace_vm *vm) { return vm->graph_cap != NULL; }
+
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim) {
+  gg_graph *gg = vm->graph_cap;
+  if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
+  gg_check *k = &gg->chk[gg->ncheck++];
+  *k = (gg_check){flag, n, size, dim, {0}};
+  snprintf(k->op, sizeof k->op, "%s", op);
+  return GRACE_OK;
+}
+
+/* The table word of slot address a. */
+static int32_t slot_word(const gg_graph *gg, uint64_t a) {
+  return (int32_t)(GG_SCALARS + (a - (gpu_ptr(gg->table) + 8 * GG_SCALARS)) / 8);
+}
+
+grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, uint64_t *offset_slot) {
+  gg_graph *gg = vm->graph_cap;
+  cuda_capture *cap = cuda_capture_indirect(gpu_ctx(vm));
+  if (!cap || gg->strat != GRACE_LAUNCH_INDIRECT)
+    return vm_err(vm, GRACE_EUNSUPPORTED, "graph: random numbers need parameter indirection (the generator's offset "
+                  "changes every call)");
+  *seed_slot = cuda_capture_slot_own(cap, vm->seed);
+  *offset_slot = cuda_capture_slot_own(cap, offset);
+  if (!*seed_slot || !*offset_slot) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: the argument table is full");
+  gg->dyn[gg->ndyn++] = (gg_dyn){slot_word(gg, *seed_slot), SRC_SEED, 0, 0};
+  gg->dyn[gg->ndyn++] = (gg_dyn){slot_word(gg, *offset_slot), SRC_RNG, 0, (int64_t)(offset - gg->rng0)};
+  return GRACE_OK;
+}
+
+grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out) {
+  return table_scalar(vm, vm->graph_cap, t, SC_FIXED, -1, out);
+}
+
+grace_status gpu_graph_lift(grace_ir *ir, int inst, grace_tensor **val) {
+  grace_vm *vm = ir->vm;
+  gg_graph *gg = vm->graph_cap;
+  if (!gg) return GRACE_OK;
+  const ir_inst *k = &ir->insts[inst];
+  grace_tensor **slot = &val[k->first_result];
+  grace_tensor *t = *slot;
+  if (!t || t->storage->device != GRACE_CPU || t->ndim != 0) return GRACE_OK;
+  /* a nested one-op program's inputs are only numbers the captured program fixed (its own are lifted first) */
+  gg_sc_kind kind = ir != gg->ir ? SC_FIXED : k->op == IR_OP_INPUT ? SC_INPUT : k->op == IR_OP_SCALAR ? SC_SCALAR : SC_CONST;
+  grace_tensor *v = NULL;
+  grace_status st = table_scalar(vm, gg, t, kind, inst, &v);
+  if (st != GRACE_OK) return st;
+  grace_tensor_release(t);
+  *slot = v;
+  return GRACE_OK;
+}
+
+/* The value of host number s for this call, as its table word. */
+static grace_status scalar_word(grace_ir *ir, const gg_scalar *s, grace_tensor *const *in, uint64_t *w) {
+  if (s->kind == SC_FIXED) { *w = s->bits; return GRACE_OK; }
+  const ir_inst *k = &ir->insts[s->inst];
+  const grace_tensor *t = s->kind == SC_INPUT ? in[k->input_index]
+                          : s->kind == SC_SCALAR ? in[ir->ninputs + k->input_index] : ir->consts[k->input_index].t;
+  *w = 0;
+  return grace_tensor_read(ir->vm, t, s->dt, w);
+}
+
+/* Records exec's launches for these inputs into a graph of strategy strat. On failure *why says why. */
+static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strategy strat, int nin,
+                            grace_tensor *const *in, int nout, gg_graph **out) {
+  grace_vm *vm = ir->vm;
+  cuda_ctx *c = gpu_ctx(vm);
+  *out = NULL;
+  if (!c) return vm->status;
+  vm_progress(vm, "recording a CUDA graph (%s) of %s", strategy_names[strat], ir->name);
+  if (nin > 256 || nout > 256) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 256 inputs or outputs");
+  gg_graph *gg = vm_calloc(vm, sizeof *gg);
+  if (!gg) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
+  gg->ir = ir;
+  gg->strat = strat;
+  gg->nin = nin;
+  gg->nout = nout;
+  gg->sig = vm_calloc(vm, sizeof *gg->sig * (size_t)(nin ? nin : 1));
+  gg->in = vm_calloc(vm, sizeof *gg->in * (size_t)(nin ? nin : 1));
+  gg->out = vm_calloc(vm, sizeof *gg->out * (size_t)(nout ? nout : 1));
+  gg->grp = vm_calloc(vm, sizeof *gg->grp * (size_t)(nout ? nout : 1));
+  gg->dyn = vm_calloc(vm, sizeof *gg->dyn * (size_t)GG_WORDS);
+  grace_tensor *args[256] = {0}, *res[256] = {0};
+  grace_status st = gg->sig && gg->in && gg->out && gg->grp && gg->dyn ? GRACE_OK
+                    : vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
+  if (st == GRACE_OK) make_sig(nin, in, gg->sig);
+  for (int r = 0; r < GG_RING && st == GRACE_OK; r++) {
+    if ((st = cuda_host_alloc(c, sizeof(uint64_t) * GG_WORDS, (void **)&gg->host[r])) == GRACE_OK)
+      st = cuda_event_new(c, &gg->ev[r]);
+  }
+  /* The table keeps its fixed words from one replay to the next, so it must not be arena memory, which another
+   * graph may use as scratch: it is allocated before the capture opens. */
+  if (st == GRACE_OK && !(gg->table = vm_tensor_new(vm, "graph", GRACE_INT64, GRACE_CUDA, 1, (int64_t[]){GG_WORDS})))
+    st = vm->status;
+  if (st == GRACE_OK) st = cuda_capture_open(c, strat == GRACE_LAUNCH_INDIRECT, &gg->cap);
+  if (st == GRACE_OK) st = cuda_capture_set_table(c, gg->cap, gpu_ptr(gg->table) + 8 * GG_SCALARS, GG_SLOTS);
+  /* placeholders: the inputs' layouts over memory of the graph's own */
+  for (int i = 0; i < nin && st == GRACE_OK; i++) {
+    grace_tensor *t = in[i];
+    if (!t) continue;
+    if (t->storage->device == GRACE_CPU && t->ndim == 0) { gg->in[i].host = 1; args[i] = t; grace_tensor_retain(t); continue; }
+    if (t->storage->device != GRACE_CUDA) { st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: input %d is a host tensor", i + 1); break; }
+    int64_t span = 1;
+    for (int d = 0; d < t->ndim; d++) {
+      if (t->strides[d] < 0) { st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: input %d has a negative stride", i + 1); break; }
+      if (t->sizes[d] > 1) span += (t->sizes[d] - 1) * t->strides[d];
+    }
+    if (st != GRACE_OK) break;
+    grace_tensor *ph = vm_tensor_new(vm, "graph", t->dtype, GRACE_CUDA, 1, &span);
+    if (!ph) { st = vm->status; break; }
+    args[i] = vm_tensor_view(vm, "graph", ph, t->ndim, t->sizes, t->strides, 0);
+    grace_tensor_release(ph);
+    if (!args[i]) { st = vm->status; break; }
+    args[i]->wrapped = t->wrapped;
+    gg->in[i].ph = gpu_ptr(args[i]);
+    gg->in[i].bytes = (size_t)span * grace_dtype_size(t->dtype);
+  }
+  CUgraph graph = NULL;
+  if (st == GRACE_OK) {
+    if ((st = cuda_capture_begin(c)) == GRACE_OK) {
+      /* nothing runs in a capture: the generator's offset goes back, and each replay advances it as eager would */
+      gg->rng0 = vm->rng_offset;
+      vm->graph_cap = gg;
+      st = exec(ir, nin, args, nout, res);
+      vm->graph_cap = NULL;
+      gg->rng_total = vm->rng_offset - gg->rng0;
+      vm->rng_offset = gg->rng0;
+    }
+  }
+  if (gg->cap) st = cuda_capture_close(c, st, &graph);
+  gg->g = graph;
+  for (int i = 0; i < nin; i++) grace_tensor_release(args[i]);
+  /* the outputs: storages the capture made in the arena, each to be made fresh per replay */
+  for (int j = 0; j < nout && st == GRACE_OK; j++) {
+    const grace_tensor *o = res[j];
+    CUdeviceptr base = 0;
+    size_t bsize = 0;   /* the whole block: an intermediate that used it earlier in the capture stays in range */
+    if (!o || o->storage->device != GRACE_CUDA ||
+        !cuda_capture_owns(gg->cap, (CUdeviceptr)(uintptr_t)o->storage->data, &base, &bsize) ||
+        base != (CUdeviceptr)(uintptr_t)o->storage->data || o->storage == gg->table->storage) {
+      st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: output %d is not a device tensor the program makes", j + 1);
+      break;
+    }
+    for (int i = 0; i < nin && st == GRACE_OK; i++)   /* a view of an input: no fresh memory can stand for it */
+      if (!gg->in[i].host && gg->in[i].bytes && base == gg->in[i].ph)
+        st = vm_err(vm, GRACE_EUNSUPPORTED, "graph: output %d is a view of input %d", j + 1, i + 1);
+    if (st != GRACE_OK) break;
+    int g = 0;
+    while (g < gg->ngrp && gg->grp[g].base != base) g++;
+    if (g == gg->ngrp) {
+      gg->grp[gg->ngrp++] = (gg_grp){base, bsize, gg->out_bytes, 0};
+      gg->out_bytes += (bsize + 255) / 256 * 256;
+    }
+    gg_out *d = &gg->out[j];
+    d->grp = g; d->dt = o->dtype; d->ndim = o->ndim; d->offset = o->offset;
+    for (int k = 0; k < o->ndim; k++) { d->sizes[k] = o->sizes[k]; d->strides[k] = o->strides[k]; }
+  }
+  for (int j = 0; j < nout; j++) grace_tensor_release(res[j]);
+  if (st == GRACE_OK) {
+    /* words given to the device directly pin their input or output to its fixed address */
+    size_t nraw;
+    const uint64_t *raw = cuda_capture_raw(gg->cap, &nraw);
+    for (size_t r = 0; r < nraw; r++) {
+      for (int i = 0; i < nin; i++)
+        if (!gg->in[i].host && gg->in[i].bytes && raw[r] >= gg->in[i].ph && raw[r] < gg->in[i].ph + gg->in[i].bytes)
+          gg->in[i].copy = 1;
+      for (int g = 0; g < gg->ngrp; g++)
+        if (raw[r] >= gg->grp[g].base && raw[r] < gg->grp[g].base + gg->grp[g].bytes) gg->grp[g].direct = 1;
+    }
+    /* table slots pointing into a redirectable input or output are rewritten per replay */
+    const uint64_t *sl = cuda_capture_slots(gg->cap, &gg->nslots);   /* becomes the renumbered copy below */
+    gg->lo = GG_WORDS;
+    gg->hi = 0;
+    for (int k = 0; k < gg->nslots; k++) {
+      int word = GG_SCALARS + k;
+      for (int i = 0; i < nin; i++)
+        if (!gg->in[i].host && !gg->in[i].copy && sl[k] >= gg->in[i].ph && sl[k] < gg->in[i].ph + gg->in[i].bytes)
+          gg->dyn[gg->ndyn++] = (gg_dyn){word, SRC_INPUT, i, (int64_t)(sl[k] - gg->in[i].ph)};
+      for (int g = 0; g < gg->ngrp; g++)
+        if (!gg->grp[g].direct && sl[k] >= gg->grp[g].base && sl[k] < gg->grp[g].base + gg->grp[g].bytes)
+          gg->dyn[gg->ndyn++] = (gg_dyn){word, SRC_OUTPUT, g, (int64_t)(sl[k] - gg->grp[g].base)};
+    }
+    /* the per-call slots first: the kernels' slot addresses are renumbered in the graph */
+    int *map = vm_alloc(vm, sizeof *map * (size_t)(gg->nslots ? gg->nslots : 1));
+    uint64_t *perm = vm_alloc(vm, sizeof *perm * (size_t)(gg->nslots ? gg->nslots : 1));
+    if (!map || !perm) st = vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
+    if (st == GRACE_OK && gg->ndyn && gg->strat == GRACE_LAUNCH_INDIRECT) {
+      int next = 0;
+      for (int k = 0; k < gg->nslots; k++) map[k] = -1;
+      for (int d = 0; d < gg->ndyn; d++) if (map[gg->dyn[d].word - GG_SCALARS] < 0) map[gg->dyn[d].word - GG_SCALARS] = next++;
+      for (int k = 0; k < gg->nslots; k++) if (map[k] < 0) map[k] = next++;
+      grace_status rs = cuda_graph_remap_slots(c, gg->cap, gg->g, map);
+      if (rs == GRACE_OK) {
+        for (int d = 0; d < gg->ndyn; d++) gg->dyn[d].word = GG_SCALARS + map[gg->dyn[d].word - GG_SCALARS];
+        for (int k = 0; k < gg->nslots; k++) perm[map[k]] = sl[k];
+        sl = perm;
+      } else if (rs != GRACE_EUNSUPPORTED)
+        st = rs;   /* the graph may be half rewritten: not used */
+    }
+    for (int d = 0; d < gg->ndyn; d++) {
+      if (gg->dyn[d].word < gg->lo) gg->lo = gg->dyn[d].word;
+      if (gg->dyn[d].word + 1 > gg->hi) gg->hi = gg->dyn[d].word + 1;
+    }
+    for (int k = 0; k < gg->nsc; k++)
+      if (gg->sc[k].kind != SC_FIXED) {
+        int w = GG_SCALARS - 1 - k;
+        if (w < gg->lo) gg->lo = w;
+        if (w + 1 > gg->hi) gg->hi = w + 1;
+      }
+    if (gg->hi < gg->lo) gg->lo = gg->hi = 0;
+    /* every staging buffer starts as the whole table; the device copy is made once now */
+    for (int r = 0; r < GG_RING && st == GRACE_OK; r++) {
+      memset(gg->host[r], 0, sizeof(uint64_t) * GG_WORDS);
+      for (int k = 0; k < gg->nsc; k++) gg->host[r][GG_SCALARS - 1 - k] = gg->sc[k].bits;
+      memcpy(gg->host[r] + GG_SCALARS, sl, sizeof(uint64_t) * (size_t)gg->nslots);
+    }
+    vm_free(vm, map, sizeof *map * (size_t)(gg->nslots ? gg->nslots : 1));
+    vm_free(vm, perm, sizeof *perm * (size_t)(gg->nslots ? gg->nslots : 1));
+    if (st == GRACE_OK)
+      st = cuda_copy_to_device_async(c, gpu_ptr(gg->table), gg->host[0], sizeof(uint64_t) * (size_t)(GG_SCALARS + gg->nslots));
+    if (st == GRACE_OK) st = cuda_sync(c);
+    if (st == GRACE_OK && gg->ncheck) st = cuda_host_alloc(c, sizeof(int64_t) * GG_CHECKS, (void **)&gg->chk_host);
+    if (st == GRACE_OK) st = cuda_graph_instantiate(c, gg->g, &gg->x, &gg->nkernels);
+    /* placeholders and outputs that every replay redirects are never touched again: their memory goes back */
+    for (int i = 0; i < nin && st == GRACE_OK; i++)
+      if (!gg->in[i].host && !gg->in[i].copy && gg->in[i].bytes) cuda_capture_drop(c, gg->cap, gg->in[i].ph);
+    for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
+      if (!gg->grp[g].direct) cuda_capture_drop(c, gg->cap, gg->grp[g].base);
+    gg->copy_bytes = sizeof(uint64_t) * (size_t)(gg->hi - gg->lo);
+    for (int i = 0; i < nin; i++) if (gg->in[i].copy) gg->copy_bytes += gg->in[i].bytes;
+    for (int g = 0; g < gg->ngrp; g++) if (gg->grp[g].direct) gg->copy_bytes += gg->grp[g].bytes;
+  }
+  if (st != GRACE_OK) {
+    char msg[VM_ERRLEN];
+    snprintf(msg, sizeof msg, "%s", vm->err);
+    graph_free(vm, gg);
+    return vm_err(vm, st, "%s", msg);
+  }
+  *out = gg;
+  return GRACE_OK;
+}
+
+/* One call through graph gg: fresh outputs, the table's per-call words, one copy, one launch. */
+static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, int nout, grace_tensor **out) {
+  grace_vm *vm = ir->vm;
+  cuda_ctx *c = gpu_ctx(vm);
+  grace_status st = GRACE_OK;
+  double t0 = now_us();
+  int r = gg->ring;
+  gg->ring = (r + 1) % GG_RING;
+  if (gg->evused[r] && (st = cuda_event_sync(c, gg->ev[r])) != GRACE_OK) return st;
+  uint64_t *h = gg->host[r];
+  /* the outputs: one allocation (one allocator call per replay); the caller's views keep it alive */
+  grace_tensor *fresh = vm_tensor_new(vm, "graph", GRACE_BOOL, GRACE_CUDA, 1, (int64_t[]){(int64_t)gg->out_bytes});
+  if (!fresh) return vm->status;
+  CUdeviceptr fb = gpu_ptr(fresh);
+  for (int d = 0; d < gg->ndyn; d++) {
+    const gg_dyn *y = &gg->dyn[d];
+    h[y->word] = y->kind == SRC_INPUT ? gpu_ptr(in[y->index]) + (uint64_t)y->delta
+                 : y->kind == SRC_OUTPUT ? fb + gg->grp[y->index].at + (uint64_t)y->delta
+                 : y->kind == SRC_SEED ? vm->seed : vm->rng_offset + (uint64_t)y->delta;
+  }
+  for (int k = 0; k < gg->nsc && st == GRACE_OK; k++)
+    if (gg->sc[k].kind != SC_FIXED) st = scalar_word(ir, &gg->sc[k], in, &h[GG_SCALARS - 1 - k]);
+  for (int i = 0; i < gg->nin && st == GRACE_OK; i++)
+    if (gg->in[i].copy) st = cuda_copy_device(c, gg->in[i].ph, gpu_ptr(in[i]), gg->in[i].bytes);
+  if (st == GRACE_OK && gg->hi > gg->lo) {
+    st = cuda_copy_to_device_async(c, gpu_ptr(gg->table) + 8u * (unsigned)gg->lo, h + gg->lo,
+                                   sizeof(uint64_t) * (size_t)(gg->hi - gg->lo));
+    if (st == GRACE_OK && (st = cuda_event_record(c, gg->ev[r])) == GRACE_OK) gg->evused[r] = 1;
+  }
+  if (st == GRACE_OK && (st = cuda_graph_launch(c, gg->x)) == GRACE_OK) vm->rng_offset += gg->rng_total;
+  double dt = now_us() - t0;
+  gg->replay_us_sum += dt;
+  if (!gg->nreplay++ || dt < gg->replay_us_min) gg->replay_us_min = dt;
+  for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
+    if (gg->grp[g].direct) st = cuda_copy_device(c, fb + gg->grp[g].at, gg->grp[g].base, gg->grp[g].bytes);
+  /* index checks: as eager, the call waits for them (so a bad index fails this call, not a later one) */
+  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
+    st = cuda_copy_to_host_async(c, &gg->chk_host[k], gg->chk[k].flag, sizeof(int64_t));
+  if (st == GRACE_OK && gg->ncheck) st = cuda_sync(c);
+  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++) {
+    const gg_check *q = &gg->chk[k];
+    if (gg->chk_host[k] >= q->n) continue;
+    st = q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows", q->op, (long long)q->size)
+                    : vm_err(vm, GRACE_EINDEX, "%s: an index is out of range for dim %d of size %lld", q->op,
+                             q->dim + vm->index_base, (long long)q->size);
+  }
+  for (int j = 0; j < nout; j++) out[j] = NULL;
+  for (int j = 0; j < nout && st == GRACE_OK; j++) {
+    const gg_out *o = &gg->out[j];
+    out[j] = vm_tensor_view(vm, "graph", fresh, o->ndim, o->sizes, o->strides, 0);
+    if (!out[j]) { st = vm->status; break; }
+    out[j]->dtype = o->dt;
+    out[j]->offset = (int64_t)(gg->grp[o->grp].at / grace_dtype_size(o->dt)) + o->offset;
+  }
+  if (st != GRACE_OK)
+    for (int j = 0; j < nout; j++) { grace_tensor_release(out[j]); out[j] = NULL; }
+  grace_tensor_release(fresh);
+  return st;
+}
+
+/* ---- per program ---- */
+
+/* -1 auto, -2 off, a strategy, or -3 for a name that is none of these */
+static int parse_mode(const char *e) {
+  if (!e || !*e || !strcmp(e, "auto")) return -1;
+  if (!strcmp(e, "off") || !strcmp(e, "0")) return -2;
+  for (int s = 0; s < GRACE_LAUNCH_NSTRATEGIES; s++)
+    if (!strcmp(e, strategy_names[s]) || (s == GRACE_LAUNCH_COPY && !strcmp(e, "copy")) ||
+        (s == GRACE_LAUNCH_INDIRECT && !strcmp(e, "indirect")))
+      return s;
+  return -3;
+}
+
+grace_status grace_set_graphs(grace_vm *vm, const char *mode) {
+  if (!mode) { vm->launch_mode = 0; return GRACE_OK; }
+  int m = parse_mode(mode);
+  if (m == -3)
+    return vm_err(vm, GRACE_EARG, "graphs: unknown mode '%s' (auto, off, eager, copy or indirect)", mode);
+  vm->launch_mode = m + 3;
+  return GRACE_OK;
+}
+
+static int vm_mode(grace_vm *vm) {
+  if (vm->launch_mode) return vm->launch_mode - 3;
+  int m = parse_mode(getenv("GRACE_GRAPHS"));
+  return m == -3 ? -1 : m;
+}
+
+void gpu_part_free(grace_vm *vm, gpu_part *p) {
+  if (!p) return;
+  vm_free(vm, p->warm, sizeof *p->warm * (size_t)(p->nwarm ? p->nwarm : 1));
+  for (int i = 0; i < p->ngr; i++) graph_free(vm, p->gr[i]);
+  vm_free(vm, p, sizeof *p);
+}
+
+static void drop_graphs(grace_vm *vm, gpu_part *p, int keep_strategy) {
+  int k = 0;
+  for (int i = 0; i < p->ngr; i++)
+    if ((int)p->gr[i]->strat == keep_strategy) p->gr[k++] = p->gr[i];
+    else graph_free(vm, p->gr[i]);
+  p->ngr = k;
+}
+
+/* The graph of strategy s for these inputs: found, or recorded now (*fresh set). */
+static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, grace_launch_strategy s, int nin,
+                               grace_tensor *const *in, int nout, gg_graph **out, int *fresh) {
+  *fresh = 0;
+  for (int i = 0; i < p->ngr; i++)
+    if (p->gr[i]->strat == s && sig_matches(p->gr[i], nin, in)) { *out = p->gr[i]; p->gr[i]->used = ++p->tick; return GRACE_OK; }
+  /* a layout not run before runs eagerly once (its kernels compiled and matmuls tuned outside any capture) */
+  gg_graph probe = {.nin = p->nwarm, .sig = p->warm};
+  if (!p->warm || !sig_matches(&probe, nin, in)) {
+    vm_free(ir->vm, p->warm, sizeof *p->warm * (size_t)(p->nwarm ? p->nwarm : 1));
+    p->nwarm = nin;
+    p->warm = vm_alloc(ir->vm, sizeof *p->warm * (size_t)(nin ? nin : 1));
+    if (p->warm) make_sig(nin, in, p->warm);
+    *out = NULL;
+    return GRACE_OK;
+  }
+  gg_graph *gg = NULL;
+  grace_status st = capture(ir, exec, s, nin, in, nout, &gg);
+  if (st != GRACE_OK) return st;
+  p->captures++;
+  if (p->ngr >= p->limit) {   /* the least recently used goes */
+    int lru = 0;
+    for (int i = 1; i < p->ngr; i++) if (p->gr[i]->used < p->gr[lru]->used) lru = i;
+    graph_free(ir->vm, p->gr[lru]);
+    p->gr[lru] = p->gr[--p->ngr];
+  }
+  gg->used = ++p->tick;
+  p->gr[p->ngr++] = gg;
+  *out = gg;
+  *fresh = 1;
+  return GRACE_OK;
+}
+
+grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int nin, grace_tensor *const *in,
+                            int nout, grace_tensor **out) {
+  grace_vm *vm = ir->vm;
+  gpu_part *p = *pp;
+  if (!p) {
+    if (!(p = vm_calloc(vm, sizeof *p))) return vm_err(vm, GRACE_ENOMEM, "run: out of host memory");
+    p->mode = vm_mode(vm);
+    const char *l = getenv("GRACE_GRAPH_LIMIT");
+    p->limit = l && atoi(l) > 0 ? atoi(l) : 8;
+    if (p->limit > GG_MAX_LIMIT) p->limit = GG_MAX_LIMIT;
+    ir_graph_eligibility(ir, p->inel, sizeof p->inel);
+    if (p->mode == -2) snprintf(p->inel, sizeof p->inel, "graphs are off (GRACE_GRAPHS or grace.graphs)");
+    cuda_ctx *c = gpu_ctx(vm);
+    if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
+    if (p->mode >= 0) p->decided = 1, p->chosen = (grace_launch_strategy)p->mode;   /* forced: nothing to measure */
+    gg_decision dc;
+    if (p->mode == -1 && !p->inel[0] && c && cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) &&
+        dc.magic == GG_DECISION_MAGIC && dc.chosen >= 0 && dc.chosen < GRACE_LAUNCH_NSTRATEGIES) {
+      p->decided = p->from_cache = 1;
+      p->chosen = (grace_launch_strategy)dc.chosen;
+      for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) p->best[k] = dc.us[k], p->samples[k] = dc.us[k] > 0;
+    }
+    *pp = p;
+  }
+  p->calls++;
+  if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
+  grace_launch_strategy s;
+  int measure = 0;
+  if (p->decided) s = p->chosen;
+  else {   /* the strategy with the fewest measurements among those that can run */
+    int best = -1;
+    for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
+      if (!p->why[k][0] && p->samples[k] < GG_ROUNDS && (best < 0 || p->samples[k] < p->samples[best])) best = k;
+    s = (grace_launch_strategy)best;
+    measure = 1;
+    vm_progress(vm, "measuring %s for %s (call %d of %d)", strategy_names[s], ir->name, p->samples[s] + 1, GG_ROUNDS);
+  }
+  cuda_ctx *c = gpu_ctx(vm);
+  if (!c) return vm->status;
+  double t0 = 0;
+  grace_status st = GRACE_OK;
+  if (measure) {
+    if ((st = cuda_sync(c)) != GRACE_OK) return st;
+    t0 = now_us();
+  }
+  int fresh = 0;
+  if (s == GRACE_LAUNCH_EAGER) st = exec(ir, nin, in, nout, out);
+  else {
+    gg_graph *gg = NULL;
+    st = find_graph(ir, p, exec, s, nin, in, nout, &gg, &fresh);
+    if (st == GRACE_OK && !gg) { fresh = 1; st = exec(ir, nin, in, nout, out); }   /* a new layout's first run */
+    else if (st == GRACE_OK) st = replay(ir, gg, in, nout, out);
+    else {   /* this strategy cannot run here: said in the report; this call, and the next once decided, eager */
+      snprintf(p->why[s], sizeof p->why[s], "%.159s", vm->err);
+      if (p->decided) p->chosen = GRACE_LAUNCH_EAGER;
+      measure = 0;
+      st = exec(ir, nin, in, nout, out);
+    }
+  }
+  if (measure && st == GRACE_OK && (st = cuda_sync(c)) == GRACE_OK && !fresh) {
+    double us = now_us() - t0;
+    p->samp[s][p->samples[s]++] = us;
+    p->best[s] = median(p->samp[s], p->samples[s]);
+  }
+  if (!p->decided) {
+    int done = 1, best = -1;
+    for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
+      if (p->why[k][0]) continue;
+      if (p->samples[k] < GG_ROUNDS) done = 0;
+      else if (best < 0 || p->best[k] < p->best[best]) best = k;
+    }
+    if (done && best >= 0) {
+      p->decided = 1;
+      p->chosen = (grace_launch_strategy)best;
+      drop_graphs(vm, p, best);
+      gg_decision dc = {GG_DECISION_MAGIC, best, {0}};
+      for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) dc.us[k] = p->samples[k] ? p->best[k] : 0;
+      cuda_graph_decision_store(c, grace_ir_text(ir), &dc, sizeof dc);
+    }
+  }
+  return st;
+}
+
+void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
+  memset(out, 0, sizeof *out);
+  out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
+  const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
+  if (!p) return;
+  out->managed = 1;
+  out->calls = p->calls;
+  out->captures = p->captures;
+  out->decided = p->decided;
+  out->from_cache = p->from_cache;
+  out->chosen = p->chosen;
+  memcpy(out->ineligible, p->inel, sizeof out->ineligible);
+  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
+    out->us[k] = p->samples[k] ? p->best[k] : 0;
+    memcpy(out->why[k], p->why[k], sizeof out->why[k]);
+  }
+  out->graphs = p->ngr;
+  if (ir->vm->cuda) out->arena_bytes = cuda_graph_arena_bytes(ir->vm->cuda);
+  const gg_graph *last = NULL;
+  for (int i = 0; i < p->ngr; i++) {
+    out->table_bytes += sizeof(uint64_t) * GG_WORDS;
+    out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap);
+    if ((!p->decided || p->gr[i]->strat == p->chosen) && (!last || p->gr[i]->used > last->used)) last = p->gr[i];
+  }
+  out->graph_bytes += out->table_bytes;
+  if (last) {
+    out->kernels = last->nkernels;
+    out->indirect_words = last->ndyn;
+    out->copy_bytes = last->copy_bytes;
+    out->replays = last->nreplay;
+    out->replay_host_us_min = last->replay_us_min;
+    out->replay_host_us_mean = last->nreplay ? last->replay_us_sum / (double)last->nreplay : 0;
+  }
+}

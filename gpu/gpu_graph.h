@@ -1,0 +1,33 @@
+/* gpu_graph.h: running a device program (a compiled partition) as a CUDA graph, chosen per program by measuring
+ * on the device (see grace_graph_info in grace.h for the strategies). gpu_ir_run hands every program that is
+ * not an eager one-op program to gpu_graph_call, which runs it through exec (the group executor) eagerly, or
+ * captures exec's launches into a graph and replays that. */
+#ifndef GRACE_GPU_GRAPH_H
+#define GRACE_GPU_GRAPH_H
+#include "ir/ir.h"
+#include "base/base.h"
+
+typedef grace_status (*gpu_exec_fn)(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+typedef struct gpu_part gpu_part;
+
+/* One call of ir with *part (made on first use) holding its graphs and measurements. */
+grace_status gpu_graph_call(grace_ir *ir, gpu_part **part, gpu_exec_fn exec, int nin, grace_tensor *const *in,
+                            int nout, grace_tensor **out);
+void gpu_part_free(grace_vm *vm, gpu_part *part);
+/* While a graph is being captured: the value of instruction inst (an input, scalar input or capture that is a
+ * host number) moves into the graph's argument table, rewritten before each replay. No-op otherwise. */
+grace_status gpu_graph_lift(grace_ir *ir, int inst, grace_tensor **val);
+/* Whether a graph is being captured on vm; then gpu_graph_number gives a device copy of host number t that
+ * lives in the argument table (its value fixed at capture: only constants reach here). */
+int gpu_graph_capturing(grace_vm *vm);
+grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+/* While capturing: the generator's seed and offset words of a random op (offset: the one it took) as slots of the
+ * argument table, rewritten per replay with the VM's seed and the offset that op takes then. An error unless the
+ * capture uses indirection (a baked offset would repeat the same numbers every call). */
+grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, uint64_t *offset_slot);
+/* While capturing: an index check whose device flag (the first bad position, or more than n) is read after
+ * each replay instead of now; a bad index then fails that call as the eager check would. On success the graph
+ * owns the flag (8 bytes from cuda_malloc) and releases it. */
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim);
+
+#endif

@@ -1,0 +1,277 @@
+/* ir_check.c: argument checks and layout helpers shared by the CPU ops (cpu/cpu_shape.c, cpu_pointwise.c) and the
+ * device ops (gpu/gpu_ops.c), next to shape inference (ir_infer.c), which some of them use. */
+#include <math.h>
+#include <string.h>
+#include "ir/ir_check.h"
+#include "ir/ir.h"
+
+grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what) {
+  if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
+    return vm_err(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", op, what,
+                  grace_dtype_name(idx->dtype), VM_SHAPE(idx));
+  return GRACE_OK;
+}
+
+grace_status vm_check_gather_shapes(grace_vm *vm, const char *op, const grace_tensor *x, const grace_tensor *idx,
+                                    const grace_tensor *src, int dim) {
+  if (idx->ndim != x->ndim || (src && src->ndim != idx->ndim))
+    return vm_err(vm, GRACE_ESHAPE, "%s: index (shape %s) must have the same number of dims as the input (shape %s)%s%s",
+                  op, VM_SHAPE(idx), VM_SHAPE(x), src ? " and src " : "", src ? VM_SHAPE(src) : "");
+  for (int d = 0; d < x->ndim; d++) {
+    if (d != dim && idx->sizes[d] > x->sizes[d])
+      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than input shape %s in dim %d", op, VM_SHAPE(idx),
+                    VM_SHAPE(x), d + vm->index_base);
+    if (src && idx->sizes[d] > src->sizes[d])
+      return vm_err(vm, GRACE_ESHAPE, "%s: index shape %s is larger than src shape %s in dim %d", op, VM_SHAPE(idx),
+                    VM_SHAPE(src), d + vm->index_base);
+  }
+  return GRACE_OK;
+}
+
+grace_status vm_check_writable(grace_vm *vm, const char *name, const grace_tensor *dst) {
+  for (int d = 0; d < dst->ndim; d++)
+    if (dst->strides[d] == 0 && dst->sizes[d] > 1)
+      return vm_err(vm, GRACE_EARG, "%s: destination has overlapping (expanded) elements: shape %s, strides %s; "
+                    "clone it first", name, VM_SHAPE(dst), vm_fmt_shape((char[128]){0}, 128, dst->ndim, dst->strides));
+  return GRACE_OK;
+}
+
+/* Element range [lo, hi] of t within its storage. */
+static void storage_span(const grace_tensor *t, int64_t *lo, int64_t *hi) {
+  *lo = *hi = t->offset;
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t ext = (t->sizes[d] - 1) * t->strides[d];
+    if (ext < 0) *lo += ext; else *hi += ext;
+  }
+}
+
+grace_status vm_check_copy(grace_vm *vm, const char *op, const grace_tensor *dst, const grace_tensor *src, int *empty,
+                           int *overlap) {
+  *empty = *overlap = 0;
+  grace_status st = vm_check_writable(vm, op, dst);
+  if (st != GRACE_OK) return st;
+  int fits = src->ndim <= dst->ndim;
+  for (int d = 0; fits && d < src->ndim; d++) {
+    int64_t s = src->sizes[d], t = dst->sizes[dst->ndim - src->ndim + d];
+    fits = s == t || s == 1;
+  }
+  if (!fits)
+    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s cannot be broadcast to the destination's shape %s", op,
+                  VM_SHAPE(src), VM_SHAPE(dst));
+  if (vm_numel(dst->ndim, dst->sizes) == 0) { *empty = 1; return GRACE_OK; }
+  if (src->storage == dst->storage && vm_numel(src->ndim, src->sizes) > 0) {
+    int64_t slo, shi, dlo, dhi;
+    storage_span(src, &slo, &shi);
+    storage_span(dst, &dlo, &dhi);
+    *overlap = slo <= dhi && dlo <= shi;
+  }
+  return GRACE_OK;
+}
+
+
+grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, const grace_tensor *base) {
+  int perm[GRACE_MAX_DIMS], nd = base->ndim;
+  for (int d = 0; d < nd; d++) perm[d] = d;
+  for (int i = 1; i < nd; i++)   /* insertion sort by stride, largest first, stable */
+    for (int j = i; j > 0 && base->strides[perm[j]] > base->strides[perm[j - 1]]; j--) {
+      int t = perm[j]; perm[j] = perm[j - 1]; perm[j - 1] = t;
+    }
+  int64_t psz[GRACE_MAX_DIMS] = {0}, pst[GRACE_MAX_DIMS], st[GRACE_MAX_DIMS];
+  for (int d = 0; d < nd; d++) psz[d] = base->sizes[perm[d]];
+  grace_tensor *dense = vm_tensor_new(vm, op, base->dtype, dev, nd, psz);
+  if (!dense) return NULL;
+  vm_contiguous_strides(nd, psz, pst);
+  for (int d = 0; d < nd; d++) st[perm[d]] = pst[d];
+  grace_tensor *t = vm_tensor_view(vm, op, dense, nd, base->sizes, st, 0);
+  grace_tensor_release(dense);
+  return t;
+}
+
+grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, grace_dtype *dtype, int *ndim,
+                             int64_t *shape) {
+  const char *name = grace_op_name(op);
+  grace_dtype dt = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
+  int nd = a->nshape;
+  memcpy(shape, a->shape, sizeof a->shape);
+  if (op == GRACE_OP_ARANGE) {
+    double start = a->a, end = a->b, step = a->c;
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
+      return vm_err(vm, GRACE_EARG, "arange: step must be nonzero and the bounds finite");
+    if ((end - start) * step < 0)
+      return vm_err(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", start, end, step);
+    nd = 1;
+    if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {   /* exact integer range */
+      int64_t s = a->ia, e = a->ib, k = a->ic;
+      shape[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
+    } else
+      shape[0] = (int64_t)ceil((end - start) / step);
+  } else if (op == GRACE_OP_LINSPACE) {
+    if (a->i0 < 0) return vm_err(vm, GRACE_EARG, "linspace: number of steps must be non-negative, got %lld", (long long)a->i0);
+    nd = 1;
+    shape[0] = a->i0;
+  } else if (op == GRACE_OP_EYE) {
+    if (nd < 1 || nd > 2) return vm_err(vm, GRACE_EARG, "eye: expected n or n, m");
+    if (nd == 1) shape[1] = shape[0];
+    nd = 2;
+  } else if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN) {
+    if (!grace_dtype_is_float(dt)) return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(dt));
+  } else if (op == GRACE_OP_RANDINT) {
+    if (a->i1 <= a->i0) return vm_err(vm, GRACE_EARG, "randint: empty range [%lld, %lld)", (long long)a->i0, (long long)a->i1);
+  }
+  *dtype = dt;
+  *ndim = nd;
+  return GRACE_OK;
+}
+
+grace_status vm_check_cat(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
+                          int *ndim, int64_t *sizes, int *dim) {
+  int ref = -1;
+  for (int i = 0; i < nin; i++)
+    if (in[i]->ndim == 0)
+      return vm_err(vm, GRACE_ESHAPE, "cat: a 0-d tensor (input %d) cannot be concatenated", i + 1);
+  for (int i = 0; i < nin && ref < 0; i++) if (!vm_cat_skips(in[i])) ref = i;
+  *dt = vm_result_type(nin, in);
+  if (ref < 0) {   /* only [0]-shaped inputs: PyTorch's legacy rule skips them, leaving an empty [0] */
+    *ndim = 1;
+    sizes[0] = 0;
+    return vm_norm_dim(vm, "cat", dim_attr, 1, dim);
+  }
+  const grace_tensor *r = in[ref];
+  grace_status s = vm_norm_dim(vm, "cat", dim_attr, r->ndim, dim);
+  if (s != GRACE_OK) return s;
+  *ndim = r->ndim;
+  memcpy(sizes, r->sizes, sizeof(int64_t) * (size_t)r->ndim);
+  sizes[*dim] = 0;
+  for (int i = 0; i < nin; i++) {
+    const grace_tensor *t = in[i];
+    if (vm_cat_skips(t)) continue;
+    if (t->ndim != r->ndim)
+      return vm_err(vm, GRACE_ESHAPE, "cat: tensors must have the same number of dims: got shapes %s and %s (input %d)",
+                    VM_SHAPE(r), VM_SHAPE(t), i + 1);
+    for (int d = 0; d < r->ndim; d++)
+      if (d != *dim && t->sizes[d] != r->sizes[d])
+        return vm_err(vm, GRACE_ESHAPE, "cat: sizes must match except in dim %d: got shapes %s and %s (input %d)",
+                      *dim + vm->index_base, VM_SHAPE(r), VM_SHAPE(t), i + 1);
+    sizes[*dim] += t->sizes[*dim];
+  }
+  return GRACE_OK;
+}
+
+grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
+                            int *ndim, int64_t *sizes, int *dim) {
+  const grace_tensor *r = in[0];
+  int nd = r->ndim;
+  if (nd >= GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "stack: inputs of shape %s already have %d dims, the most supported", VM_SHAPE(r),
+                  GRACE_MAX_DIMS);
+  if (dim_attr < -nd - 1 || dim_attr > nd)   /* the new dim may go anywhere from before the first to after the last */
+    return vm_err(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, or %d to -1)",
+                  (long long)(dim_attr < 0 ? dim_attr : dim_attr + vm->index_base), nd, vm->index_base,
+                  nd + vm->index_base, -nd - 1);
+  *dim = (int)(dim_attr < 0 ? dim_attr + nd + 1 : dim_attr);
+  for (int i = 1; i < nin; i++) {
+    int same = in[i]->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = in[i]->sizes[d] == r->sizes[d];
+    if (!same)
+      return vm_err(vm, GRACE_ESHAPE, "stack: expects each tensor to be the same shape, got %s and %s (input %d)",
+                    VM_SHAPE(r), VM_SHAPE(in[i]), i + 1);
+  }
+  *dt = vm_result_type(nin, in);
+  *ndim = nd + 1;
+  for (int d = 0, k = 0; d <= nd; d++) sizes[d] = d == *dim ? nin : r->sizes[k++];
+  return GRACE_OK;
+}
+
+grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, int64_t *xs, int64_t *xst,
+                             int64_t *osz) {
+  int nr = a->nshape, nd = x->ndim;
+  if (nr < nd || nr > GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_ESHAPE, "repeat: %d repeat counts given for a tensor of shape %s (need at least %d)", nr,
+                  VM_SHAPE(x), nd);
+  for (int d = 0; d < nr; d++) {
+    int xd = d - (nr - nd);
+    if (a->shape[d] < 0)
+      return vm_err(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d", (long long)a->shape[d],
+                    d + vm->index_base);
+    xs[d] = xd < 0 ? 1 : x->sizes[xd];
+    xst[d] = xd < 0 ? 0 : x->strides[xd];
+    osz[d] = xs[d] * a->shape[d];
+  }
+  return GRACE_OK;
+}
+
+grace_status vm_check_index_select(grace_vm *vm, const grace_tensor *x, const grace_tensor *idx, int64_t dim_attr,
+                                   int *dim, int64_t *n) {
+  const char *op = "index_select";
+  grace_status s = vm_norm_dim(vm, op, dim_attr, x->ndim, dim);
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (idx->ndim > 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
+  *n = vm_numel(idx->ndim, idx->sizes);
+  if (x->ndim == 0 && *n != 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: indexing a 0-d tensor takes exactly one index, got %lld", op, (long long)*n);
+  return GRACE_OK;
+}
+
+grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const grace_tensor *idx,
+                                 const grace_tensor *src, int64_t dim_attr, int *dim, int64_t *n) {
+  const char *op = "index_copy_";
+  grace_status s = vm_norm_dim(vm, op, dim_attr, dst->ndim, dim);
+  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
+  if (idx->ndim > 1)
+    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
+  *n = vm_numel(idx->ndim, idx->sizes);
+  /* src is dst's shape with dim resized to the index count; 0-d tensors count as [1] */
+  int dn = dst->ndim ? dst->ndim : 1, sn = src->ndim ? src->ndim : 1;
+  const int64_t one = 1, *ds = dst->ndim ? dst->sizes : &one, *ss = src->ndim ? src->sizes : &one;
+  int fits = dn == sn && ss[*dim] == *n;
+  for (int d = 0; fits && d < dn; d++) fits = d == *dim || ds[d] == ss[d];
+  if (!fits)
+    return vm_err(vm, GRACE_ESHAPE, "%s: source of shape %s does not fit destination %s with %lld indices in dim %d", op,
+                  VM_SHAPE(src), VM_SHAPE(dst), (long long)*n, *dim + vm->index_base);
+  return GRACE_OK;
+}
+
+grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {
+  ir_type ty[5];
+  const ir_type *tp[5];
+  for (int i = 0; i < 5; i++) {
+    tp[i] = NULL;
+    if (!in[i]) continue;
+    memset(&ty[i], 0, sizeof ty[i]);
+    ty[i].dtype = in[i]->dtype;
+    ty[i].device = in[i]->storage->device;
+    ty[i].ndim = in[i]->ndim;
+    for (int d = 0; d < in[i]->ndim; d++) ty[i].sizes[d] = in[i]->sizes[d];
+    tp[i] = &ty[i];
+  }
+  ir_type o;
+  grace_status st = ir_infer(vm, GRACE_OP_ATTENTION, 5, tp, a, 1, &o);
+  if (st != GRACE_OK) return st;   /* the message is set */
+  memset(p, 0, sizeof *p);
+  const grace_tensor *q = in[0], *k = in[1], *v = in[2], *m = in[4];
+  p->odt = o.dtype;
+  p->ndim = o.ndim;
+  for (int d = 0; d < o.ndim; d++) p->osizes[d] = o.sizes[d];
+  p->nb = o.ndim - 2;
+  p->M = q->sizes[q->ndim - 2]; p->D = q->sizes[q->ndim - 1];
+  p->N = k->sizes[k->ndim - 1]; p->Dv = v->sizes[v->ndim - 1];
+  p->qm = q->strides[q->ndim - 2]; p->qd = q->strides[q->ndim - 1];
+  p->kd = k->strides[k->ndim - 2]; p->kn = k->strides[k->ndim - 1];
+  p->vn = v->strides[v->ndim - 2]; p->vd = v->strides[v->ndim - 1];
+  p->rows = p->M;
+  for (int d = 0; d < p->nb; d++) { p->bsize[d] = o.sizes[d]; p->rows *= o.sizes[d]; }
+  /* the batch dims: each operand's all but its two matrix dims */
+  vm_broadcast_dims(q->ndim - 2, q->sizes, q->strides, p->nb, p->bsize, p->qb);
+  vm_broadcast_dims(k->ndim - 2, k->sizes, k->strides, p->nb, p->bsize, p->kb);
+  vm_broadcast_dims(v->ndim - 2, v->sizes, v->strides, p->nb, p->bsize, p->vb);
+  if (m) {   /* over the scores [batch..., M, N] */
+    int64_t ms[GRACE_MAX_DIMS], ss[GRACE_MAX_DIMS];
+    memcpy(ss, p->bsize, sizeof(int64_t) * (size_t)p->nb);
+    ss[p->nb] = p->M; ss[p->nb + 1] = p->N;
+    vm_broadcast_strides(m, p->nb + 2, ss, ms);
+    for (int d = 0; d < p->nb; d++) p->mb[d] = ms[d];
+    p->mm = ms[p->nb]; p->mn = ms[p->nb + 1];
+  }
+  return GRACE_OK;
+}

@@ -1,0 +1,115 @@
+/* ir_exec.c: what every executor of an IR program shares: checking a call (argument counts, captured tensors'
+ * versions), running one instruction alone (inputs, scalars, captures and literals bound; ops computed through
+ * vm_route, in-place ops on a copy since the IR is functional), and writing in-place updates back. */
+#include <stdio.h>
+#include <string.h>
+#include "ir/ir_exec.h"
+
+static int type_matches(const ir_type *t, const grace_tensor *x) {
+  if (t->dtype != x->dtype || t->ndim != x->ndim || t->device != x->storage->device) return 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] != x->sizes[d]) return 0;
+  return 1;
+}
+
+static grace_status input_error(grace_vm *vm, const char *what, int index, const ir_type *t, const grace_tensor *x) {
+  char want[160];
+  return vm_err(vm, GRACE_ESHAPE, "run: %s %d must be %s, got %s %s", what, index + vm->index_base,
+                ir_type_str(t, want, sizeof want), grace_dtype_name(x->dtype), VM_SHAPE(x));
+}
+
+/* Runs instruction k alone into val[]. */
+grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_tensor **val) {
+  grace_vm *vm = ir->vm;
+  const ir_inst *k = &ir->insts[i];
+  const ir_type *t0 = &ir->vals[k->first_result].type;
+  grace_tensor **res = &val[k->first_result];
+  grace_status st = GRACE_OK;
+  switch (k->op) {
+  case IR_OP_INPUT: {
+    grace_tensor *x = in[k->input_index];
+    if (!x || !type_matches(t0, x))
+      return x ? input_error(vm, "input", k->input_index, t0, x)
+               : vm_err(vm, GRACE_EARG, "run: input %d is missing", k->input_index + vm->index_base);
+    grace_tensor_retain(x);
+    *res = x;
+    return GRACE_OK;
+  }
+  case IR_OP_SCALAR: {
+    grace_tensor *x = in[ir->ninputs + k->input_index];
+    if (!x || x->ndim != 0) return vm_err(vm, GRACE_EARG, "run: scalar input %d must be a 0-d tensor", k->input_index + vm->index_base);
+    if (x->dtype == t0->dtype) { grace_tensor_retain(x); *res = x; return GRACE_OK; }
+    grace_attrs a = {.has_dtype = 1, .dtype = t0->dtype};
+    return vm_route(vm, GRACE_OP_CAST, 1, &x, &a, 1, res);
+  }
+  case IR_OP_CONST:
+    grace_tensor_retain(ir->consts[k->input_index].t);
+    *res = ir->consts[k->input_index].t;
+    return GRACE_OK;
+  case IR_OP_LITERAL:
+    return t0->dtype == GRACE_INT64 ? grace_tensor_scalar_int(vm, k->iliteral, res) : grace_tensor_scalar(vm, k->literal, 0, res);
+  default: {
+    grace_tensor *args[64];
+    for (int j = 0; j < k->nin && j < 64; j++) {
+      int32_t v = ir->args[k->first_arg + j];
+      args[j] = v < 0 ? NULL : val[v];
+    }
+    if (grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE) {
+      /* functional form: the result is an updated copy; the caller writes it back where it belongs */
+      grace_tensor *copy = NULL;
+      st = vm_route(vm, GRACE_OP_CLONE, 1, &args[0], NULL, 1, &copy);
+      if (st != GRACE_OK) return st;
+      args[0] = copy;
+      st = vm_route(vm, (grace_op)k->op, k->nin, args, &k->attrs, 0, NULL);
+      if (st == GRACE_OK) *res = copy;
+      else grace_tensor_release(copy);
+      return st;
+    }
+    return vm_route(vm, (grace_op)k->op, k->nin, args, &k->attrs, k->nout, res);
+  }
+  }
+}
+
+grace_status ir_exec_check_call(grace_ir *ir, int nin, int nout) {
+  grace_vm *vm = ir->vm;
+  if (nin != ir->ninputs + ir->nscalars)
+    return vm_err(vm, GRACE_EARG, "run: '%s' takes %d tensor inputs and %d scalars, got %d values", ir->name, ir->ninputs,
+                  ir->nscalars, nin);
+  if (nout > ir->nout) return vm_err(vm, GRACE_EARG, "run: '%s' has %d outputs, %d requested", ir->name, ir->nout, nout);
+  for (int i = 0; i < ir->nconst; i++) {
+    const ir_const *c = &ir->consts[i];
+    if (!c->t) return vm_err(vm, GRACE_EARG, "run: captured tensor %d of '%s' is not bound", i, ir->name);
+    if (c->t->storage->version != c->version)
+      return vm_err(vm, GRACE_EARG, "run: captured tensor %d of '%s' was modified since it was captured (stale: version %llu, "
+                    "now %llu)", i, ir->name, (unsigned long long)c->version, (unsigned long long)c->t->storage->version);
+  }
+  return GRACE_OK;
+}
+
+/* Writes back in-place updates; a captured tensor's new version is the one the IR expects next time. A run
+ * that failed part way (st) writes what eager execution would have written before the failing op. */
+grace_status ir_exec_write_back(grace_ir *ir, grace_tensor **val, grace_status st) {
+  grace_vm *vm = ir->vm;
+  grace_status failed = st;
+  char msg[VM_ERRLEN];
+  if (failed != GRACE_OK) snprintf(msg, sizeof msg, "%s", vm->err);
+  for (int i = 0; i < ir->nwrite; i++) {
+    int32_t target = ir->writes[i].target, value = ir->writes[i].value, bumps = ir->writes[i].bumps;
+    if (failed != GRACE_OK) {   /* the latest version of target computed before the failure */
+      value = -1;
+      for (int v = 0; v < ir->nval; v++)
+        if (ir->vals[v].root == target && val[v] && (value < 0 || v > value)) value = v;
+      if (value < 0) continue;
+      bumps = ir->vals[value].nwrites;
+    }
+    grace_tensor *dst = val[target], *src = val[value];
+    if (!dst || !src || dst == src) continue;
+    grace_status ws = vm_route(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, NULL, 0, NULL);
+    if (ws == GRACE_OK) dst->storage->version += (uint64_t)(bumps > 0 ? bumps - 1 : 0);   /* as many as eager made */
+    const ir_inst *k = &ir->insts[ir->vals[target].inst];
+    if (ws == GRACE_OK && k->op == IR_OP_CONST) ir->consts[k->input_index].version = dst->storage->version;
+    if (st == GRACE_OK) st = ws;
+  }
+  if (failed != GRACE_OK) vm_err(vm, failed, "%s", msg);
+  return st;
+}

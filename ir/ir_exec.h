@@ -1,0 +1,18 @@
+/* ir_exec.h: what every executor of an IR program shares (ir_exec.c): checking a call, running one instruction
+ * alone through vm_route, writing in-place updates back. */
+#ifndef GRACE_IR_EXEC_H
+#define GRACE_IR_EXEC_H
+
+#include "ir/ir.h"
+#include "base/base.h"
+
+/* The argument counts of a call and the versions of captured tensors (stale: an error). */
+grace_status ir_exec_check_call(grace_ir *ir, int nin, int nout);
+/* Instruction i alone: inputs, scalars, captures and literals are bound, ops run through vm_route (in-place
+ * ops on a copy, as the IR is functional); its results go to val[]. */
+grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_tensor **val);
+/* After a run whose status is st: in-place updates written back to inputs and captures (on failure, what eager
+ * would have written before the failing op). Returns st, or the first write-back error. */
+grace_status ir_exec_write_back(grace_ir *ir, grace_tensor **val, grace_status st);
+
+#endif
