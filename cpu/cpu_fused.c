@@ -470,7 +470,7 @@ grace_status cpu_fused_matmul_run(grace_vm *vm, grace_ir *ir, const int32_t *ins
       vals[mv] = c;   /* the epilogue reads the result from where the GEMM writes it */
       st = cpu_fx_prepare(vm, ir, insts + 1, ninst - 1, vals, out_value, mv, &fx);
       vals[mv] = NULL;
-      const int64_t *fs;
+      const int64_t *fs = NULL;
       int fnd = fx ? cpu_fx_shape(fx, &fs) : 0;
       if (st == GRACE_OK && (fnd != c->ndim || memcmp(fs, c->sizes, sizeof(int64_t) * (size_t)fnd)))
         st = vm_err(vm, GRACE_EUNSUPPORTED, "fused: the epilogue's shape is not the matmul's");
