@@ -42,7 +42,7 @@ LDLIBS_ALL := $(DEP_LIB) -lmimalloc -lm -ldl -lpthread $(SAN) $(LDFLAGS)
 
 CORE_SRC := $(wildcard base/*.c ir/*.c codegen/*.c cuda/*.c cpu/*.c gpu/*.c vm/*.c)
 LUA_SRC  := $(filter-out lua/main.c,$(wildcard lua/*.c))
-CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o)
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/cg_templates.o
 LUA_OBJ  := $(LUA_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/stdlib_embed.o
 STDLIB   := $(sort $(wildcard stdlib/grace/*.lua))
 CTEST_SRC := $(wildcard tests/c/*.c)
@@ -77,6 +77,15 @@ $(BUILD)/obj/stdlib_embed.c: $(BUILD)/bin2c $(STDLIB)
 	$(BUILD)/bin2c $@ $(STDLIB)
 
 $(BUILD)/obj/stdlib_embed.o: $(BUILD)/obj/stdlib_embed.c
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+# The CUDA kernel templates (codegen/*.cuh) are embedded in libgrace as strings (codegen/cg_templates.h).
+CG_CUH := $(sort $(wildcard codegen/*.cuh))
+$(BUILD)/obj/cg_templates.c: $(BUILD)/bin2c $(CG_CUH)
+	@mkdir -p $(dir $@)
+	$(BUILD)/bin2c -s $@ $(CG_CUH)
+
+$(BUILD)/obj/cg_templates.o: $(BUILD)/obj/cg_templates.c
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/grace: $(BUILD)/obj/lua/main.o $(LUA_OBJ) $(BUILD)/libgrace.a

@@ -4,11 +4,13 @@
  * narrowed to its own dtype, so a fused chain gives what the op-by-op CPU run gives. Registers: float for
  * f32/f16/bf16, double for f64, long long for every integer dtype and bool (0/1).
  * Loops evaluate every member they can and leave dead code to the compiler (unused loads are removed), which
- * keeps the emitter simple: a ROW kernel's passes re-evaluate the prologue instead of holding it. */
+ * keeps the emitter simple: a ROW kernel's passes re-evaluate the prologue instead of holding it. The device
+ * helpers (cgf_*) are in cg_fused.cuh. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "codegen/cg_fused.h"
+#include "codegen/cg_templates.h"
 
 /* Expressions are built from register names and constants into fixed buffers far larger than any of them;
  * gcc cannot see that bound. */
@@ -579,35 +581,6 @@ static grace_status emit_pointwise(cg_buf *b, const grp *G, const ir_inst *in, c
   return GRACE_OK;
 }
 
-/* Device helpers of this generator, templated over the register types. */
-static const char helpers[] =
-  "template <typename T> __device__ __forceinline__ T cgf_relu(T x) { return x < (T)0 ? (T)0 : x; }\n"
-  "__device__ __forceinline__ long long cgf_iabs(long long x) { return x < 0 ? (long long)(0ULL - (grace_u64)x) : x; }\n"
-  "template <typename T> __device__ __forceinline__ T cgf_sign(T x) { return x != x ? x : (T)((x > (T)0) - (x < (T)0)); }\n"
-  "template <typename T> __device__ __forceinline__ T cgf_clamp(T x, T lo, T hi) { T t = x < lo ? lo : x; return t > hi ? hi : t; }\n"
-  "template <typename T> __device__ __forceinline__ T cgf_maximum(T a, T b) { return (a > b || a != a) ? a : b; }\n"
-  "template <typename T> __device__ __forceinline__ T cgf_minimum(T a, T b) { return (a < b || a != a) ? a : b; }\n"
-  "__device__ __forceinline__ float cgf_rem(float a, float b) { float r = fmodf(a, b); return r != 0 && ((r < 0) != (b < 0)) ? r + b : r; }\n"
-  "__device__ __forceinline__ double cgf_rem(double a, double b) { double r = fmod(a, b); return r != 0 && ((r < 0) != (b < 0)) ? r + b : r; }\n"
-  "/* integer remainder: the CPU raises an error on a zero divisor; the device gives 0 */\n"
-  "__device__ __forceinline__ long long cgf_rem(long long a, long long b) {\n"
-  "  if (b == 0 || b == -1) return 0; long long r = a % b; return r != 0 && ((r < 0) != (b < 0)) ? r + b : r; }\n"
-  "__device__ __forceinline__ long long cgf_ipow(long long a, long long b) {\n"
-  "  if (b < 0) return 0; grace_u64 r = 1, x = (grace_u64)a; while (b) { if (b & 1) r *= x; x *= x; b >>= 1; } return (long long)r; }\n"
-  "__device__ __forceinline__ float cgf_sigmoid(float x) { float e = expf(x < 0 ? x : -x), s = 1.0f / (1.0f + e); return x < 0 ? e * s : s; }\n"
-  "__device__ __forceinline__ double cgf_sigmoid(double x) { return x < 0 ? exp(x) / (1.0 + exp(x)) : 1.0 / (1.0 + exp(-x)); }\n"
-  "__device__ __forceinline__ float cgf_silu(float x) { return x * cgf_sigmoid(x); }\n"
-  "__device__ __forceinline__ double cgf_silu(double x) { return x / (1.0 + exp(-x)); }\n"
-  "__device__ __forceinline__ float cgf_gelu(float x) { return 0.5f * x * erfcf(-x * 0.70710678118654752f); }\n"
-  "__device__ __forceinline__ double cgf_gelu(double x) { return 0.5 * x * erfc(-x * 0.70710678118654752); }\n"
-  "__device__ __forceinline__ float cgf_gelu_tanh(float x) { return x * cgf_sigmoid(1.5957691216057308f * (x + 0.044715f * x * x * x)); }\n"
-  "__device__ __forceinline__ double cgf_gelu_tanh(double x) { return x / (1.0 + exp(-1.5957691216057308 * (x + 0.044715 * x * x * x))); }\n"
-  "/* max/min with positions: NaN wins, ties keep the first position; m < 0 position: empty */\n"
-  "template <typename T> __device__ __forceinline__ bool cgf_better(T v, long long i, T m, long long mi, bool wmax) {\n"
-  "  if (i < 0) return false; if (mi < 0) return true;\n"
-  "  bool vn = v != v, mn = m != m;\n"
-  "  if (vn || mn) return vn && (!mn || i < mi);\n"
-  "  return wmax ? (v > m || (v == m && i < mi)) : (v < m || (v == m && i < mi)); }\n";
 
 /* ---- kernels ---- */
 static const char *vec_type(int bytes) {
@@ -1162,7 +1135,7 @@ grace_status cg_fused_generate(grace_vm *vm, const grace_ir *ir, const ir_fusion
   cg_buf src;
   cg_buf_init(&src, vm);
   cg_prelude(&src);
-  cg_puts(&src, helpers);
+  cg_puts(&src, cg_src_fused_helpers);
   cg_printf(&src, "#define GRACE_KNAME %s\n", k->name);
   cg_puts(&src, body.s ? body.s : "");
   cg_buf_free(&body);

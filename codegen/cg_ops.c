@@ -1,11 +1,13 @@
 /* cg_ops.c: the CUDA source of the single-op kernels (see cg_ops.h for each template's parameter words).
  * Every dtype difference lives in a few "role" helpers emitted per kernel (R_t, R_ld, R_st, ...) that load
- * and store exactly as vm.h's vm_load_* / vm_store_* do, so one body text serves every dtype. Float sums
+ * and store exactly as base/base.h's vm_load_* / vm_store_* do, so one body text serves every dtype. Float sums
  * that the CPU rounds step by step use __fadd_rn-style intrinsics so NVRTC cannot contract them into FMAs
- * the CPU does not use (random normals, linspace, norms would otherwise differ in the last bit). */
+ * the CPU does not use (random normals, linspace, norms would otherwise differ in the last bit). The larger
+ * fixed pieces of text are in cg_ops.cuh and cg_ops_attn.cuh. */
 #include <stdio.h>
 #include <string.h>
 #include "codegen/cg_ops.h"
+#include "codegen/cg_templates.h"
 
 static const char *tmpl_names[CGO_NTMPL] = {"copy", "fill", "tri", "icheck", "imove", "create", "cumsum",
                                             "softmax", "norm", "sort", "attn", "cat"};
@@ -25,54 +27,6 @@ int cg_ops_nptr(cgo_tmpl t) {
   }
 }
 
-/* Bit conversions (the same arithmetic as vm.h's), saturating float -> int64, Philox4x32-10 (vm_rng.c). */
-static const char *common_src =
-  "typedef unsigned long long cgo_u64;\n"
-  "__device__ __forceinline__ unsigned cgo_saddr(const void *p) {\n"
-  "  unsigned r; asm(\"{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }\" : \"=r\"(r) : \"l\"(p)); return r;\n"
-  "}\n"
-  "#define CGO_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
-  "i += (long long)gridDim.x * blockDim.x)\n"
-  "__device__ __forceinline__ float cgo_h2f(unsigned short h) {\n"
-  "  unsigned int sign = (unsigned int)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;\n"
-  "  if (ex == 0) {\n"
-  "    if (man == 0) bits = sign;\n"
-  "    else { ex = 127 - 15 + 1; while (!(man & 0x400u)) { man <<= 1; ex--; } man &= 0x3ffu;"
-  " bits = sign | (ex << 23) | (man << 13); }\n"
-  "  } else if (ex == 31) bits = sign | 0x7f800000u | (man << 13);\n"
-  "  else bits = sign | ((ex + 127 - 15) << 23) | (man << 13);\n"
-  "  return __uint_as_float(bits);\n"
-  "}\n"
-  "__device__ __forceinline__ unsigned short cgo_f2h(float f) {\n"
-  "  unsigned int x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;\n"
-  "  if (ax >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));\n"
-  "  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);\n"
-  "  if (ax < 0x38800000u) return (unsigned short)(sign | __float2uint_rn(__fmul_rn(__uint_as_float(ax), 16777216.0f)));\n"
-  "  unsigned int r = ax + 0xfffu + ((ax >> 13) & 1u);\n"
-  "  return (unsigned short)(sign | ((r - 0x38000000u) >> 13));\n"
-  "}\n"
-  "__device__ __forceinline__ float cgo_b2f(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }\n"
-  "__device__ __forceinline__ unsigned short cgo_f2b(float f) {\n"
-  "  unsigned int x = __float_as_uint(f);\n"
-  "  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);\n"
-  "  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);\n"
-  "}\n"
-  "__device__ __forceinline__ long long cgo_d2ll(double v) {\n"
-  "  return v != v ? 0LL : v >= 9.2233720368547758e18 ? 0x7fffffffffffffffLL"
-  " : v <= -9.2233720368547758e18 ? (-0x7fffffffffffffffLL - 1) : (long long)v;\n"
-  "}\n"
-  "__device__ __forceinline__ void cgo_philox(cgo_u64 seed, cgo_u64 offset, cgo_u64 index, unsigned int out[4]) {\n"
-  "  unsigned int c0 = (unsigned int)index, c1 = (unsigned int)(index >> 32), c2 = (unsigned int)offset,"
-  " c3 = (unsigned int)(offset >> 32);\n"
-  "  unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);\n"
-  "  for (int r = 0; r < 10; r++) {\n"
-  "    cgo_u64 p0 = (cgo_u64)0xD2511F53u * c0, p1 = (cgo_u64)0xCD9E8D57u * c2;\n"
-  "    unsigned int n0 = (unsigned int)(p1 >> 32) ^ c1 ^ k0, n2 = (unsigned int)(p0 >> 32) ^ c3 ^ k1;\n"
-  "    c1 = (unsigned int)p1; c3 = (unsigned int)p0; c0 = n0; c2 = n2;\n"
-  "    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;\n"
-  "  }\n"
-  "  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;\n"
-  "}\n";
 
 static int is_float_dt(grace_dtype dt) {
   return dt == GRACE_FLOAT32 || dt == GRACE_FLOAT64 || dt == GRACE_FLOAT16 || dt == GRACE_BFLOAT16;
@@ -235,13 +189,7 @@ static void body_icheck(cg_buf *b) {
 static void body_imove(cg_buf *b) {
   cg_puts(b, "  CGO_LOOP(i, p.n) {\n    long long so = 0, dof = 0, io = 0;\n");
   emit_unravel(b, "i", 3, (const char *[]){"ss", "ds", "is"}, (const char *[]){"so", "dof", "io"});
-  cg_puts(b, "    for (long long l = 0; l < p.len; l++) {\n"
-             "      long long q = I_ldi(idx + io + l * p.lis) - p.base;\n"
-             /* checked before the launch, or (in a CUDA graph) by a check node whose flag is read after it: a
-              * bad index is skipped here so that it never reads or writes out of bounds */
-             "      if ((unsigned long long)q >= (unsigned long long)p.bound) continue;\n"
-             "      cgo_conv(dst + dof + l * p.lds + q * p.dq, src + so + l * p.lss + q * p.sq);\n"
-             "    }\n  }\n");
+  cg_puts(b, cg_src_ops_imove_loop);
 }
 
 static void body_create(cg_buf *b, const cgo_spec *s) {
@@ -289,11 +237,9 @@ static void body_cumsum(cg_buf *b, const cgo_spec *s) {
   cg_puts(b, "  CGO_LOOP(row, p.rows) {\n");
   emit_row_offsets(b, 1);
   if (!is_float_dt(s->dt[0]))   /* wraps as the CPU's uint64 accumulator */
-    cg_puts(b, "    cgo_u64 acc = 0;\n    for (long long l = 0; l < p.L; l++) {\n"
-               "      acc += (cgo_u64)S_ldi(x + xo + l * p.xl);\n      D_sti(out + oo + l * p.ol, (long long)acc);\n    }\n");
+    cg_puts(b, cg_src_ops_cumsum_int);
   else
-    cg_puts(b, "    double acc = 0;\n    for (long long l = 0; l < p.L; l++) {\n"
-               "      acc = __dadd_rn(acc, S_ld(x + xo + l * p.xl));\n      D_st(out + oo + l * p.ol, acc);\n    }\n");
+    cg_puts(b, cg_src_ops_cumsum_float);
   cg_puts(b, "  }\n");
 }
 
@@ -395,10 +341,7 @@ static void body_norm(cg_buf *b, const cgo_spec *s) {
 /* The CPU's sort keys (cpu_reduce_scan.c): unsigned order = value order, -0 == +0, NaN largest. */
 static void emit_sort_key(cg_buf *b, grace_dtype dt) {
   if (is_float_dt(dt))
-    cg_puts(b, "__device__ __forceinline__ cgo_u64 cgo_key(const X_t *p) {\n"
-               "  double d = X_ld(p);\n  if (d != d) return ~0ULL;\n  if (d == 0) d = 0;\n"
-               "  cgo_u64 u = (cgo_u64)__double_as_longlong(d);\n"
-               "  return (u >> 63) ? ~u : u | 0x8000000000000000ULL;\n}\n");
+    cg_puts(b, cg_src_ops_sort_key_float);
   else
     cg_puts(b, "__device__ __forceinline__ cgo_u64 cgo_key(const X_t *p) { return (cgo_u64)X_ldi(p) ^ 0x8000000000000000ULL; }\n");
 }
@@ -410,24 +353,7 @@ static void body_select(cg_buf *b, const cgo_spec *s) {
             (s->variant & 1) ? "~0ULL" : "0ULL");
   cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n");
   emit_row_offsets(b, 1);
-  cg_puts(b, "    cgo_u64 lk = 0;\n    long long li = -1;\n"
-             "    for (long long j = 0; j < p.k; j++) {\n"
-             "      cgo_u64 bk = ~0ULL;\n      long long bi = 0x7fffffffffffffffLL;\n"
-             "      for (long long i = threadIdx.x; i < p.L; i += blockDim.x) {\n"
-             "        cgo_u64 kk = cgo_key(x + xo + i * p.xl) ^ flip;\n"
-             "        bool after = li < 0 || kk > lk || (kk == lk && i > li);\n"
-             "        if (after && (kk < bk || (kk == bk && i < bi))) { bk = kk; bi = i; }\n      }\n"
-             "      for (int o = 16; o; o >>= 1) {\n"
-             "        cgo_u64 ok = __shfl_xor_sync(0xffffffffu, bk, o);\n"
-             "        long long oi = __shfl_xor_sync(0xffffffffu, bi, o);\n"
-             "        if (ok < bk || (ok == bk && oi < bi)) { bk = ok; bi = oi; }\n      }\n"
-             "      if ((threadIdx.x & 31) == 0) { sk[threadIdx.x >> 5] = bk; si[threadIdx.x >> 5] = bi; }\n"
-             "      __syncthreads();\n"
-             "      for (unsigned w = 0; w < (blockDim.x >> 5); w++)\n"
-             "        if (sk[w] < bk || (sk[w] == bk && si[w] < bi)) { bk = sk[w]; bi = si[w]; }\n"
-             "      __syncthreads();\n      lk = bk; li = bi;\n"
-             "      if (threadIdx.x == 0) {\n        vals[oo + j * p.ol] = x[xo + bi * p.xl];\n"
-             "        if (p.has_idx) idx[oo + j * p.ol] = bi + p.base;\n      }\n    }\n  }\n");
+  cg_puts(b, cg_src_ops_select_row);
 }
 
 /* Bitonic sort of (key, index) pairs: the index breaks ties, so the order is the stable one. */
@@ -437,19 +363,7 @@ static void body_sort(cg_buf *b, const cgo_spec *s) {
                "  const cgo_u64 flip = %s;\n", (s->variant & 1) ? "~0ULL" : "0ULL");
   cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n");
   emit_row_offsets(b, 1);
-  cg_puts(b, "    for (long long i = threadIdx.x; i < p.P; i += blockDim.x) {\n"
-             "      if (i < p.L) { keys[i] = cgo_key(x + xo + i * p.xl) ^ flip; ids[i] = (int)i; }\n"
-             "      else { keys[i] = ~0ULL; ids[i] = 0x7fffffff; }\n    }\n    __syncthreads();\n"
-             "    for (long long k = 2; k <= p.P; k <<= 1)\n      for (long long j = k >> 1; j > 0; j >>= 1) {\n"
-             "        for (long long i = threadIdx.x; i < p.P; i += blockDim.x) {\n"
-             "          long long l = i ^ j;\n          if (l <= i) continue;\n"
-             "          cgo_u64 ka = keys[i], kb = keys[l];\n          int ia = ids[i], ib = ids[l];\n"
-             "          bool gt = ka > kb || (ka == kb && ia > ib);\n"
-             "          if (gt == ((i & k) == 0)) { keys[i] = kb; keys[l] = ka; ids[i] = ib; ids[l] = ia; }\n"
-             "        }\n        __syncthreads();\n      }\n"
-             "    for (long long j = threadIdx.x; j < p.k; j += blockDim.x) {\n"
-             "      int src = ids[j];\n      vals[oo + j * p.ol] = x[xo + (long long)src * p.xl];\n"
-             "      if (p.has_idx) idx[oo + j * p.ol] = (long long)src + p.base;\n    }\n    __syncthreads();\n  }\n");
+  cg_puts(b, cg_src_ops_sort_row);
 }
 
 /* The scale: read through the 0-d tensor's pointer, or the word scv (a host number passed by value). */
@@ -528,94 +442,18 @@ static void body_attn_tiled(cg_buf *b, const cgo_spec *s) {
                "  const long long tiles = (p.M + nR - 1) / nR, nblk = p.rows / p.M * tiles;\n"
                "  enum { CGO_ATTN_ACC = %d, CGO_ATTN_MAXS = %d };\n", CGO_ATTN_ACC, CGO_ATTN_MAXS);
   emit_attn_scale(b, s, "float", "_ldf");
-  cg_puts(b, "  const int nS = (int)p.S, rank = (int)(blockIdx.x % nS);\n"
-             "  const long long per = (p.N + nS - 1) / nS, kbeg = rank * per, kend = kbeg + per < p.N ? kbeg + per : p.N;\n"
-             "  for (long long blk = blockIdx.x / nS; blk < nblk; blk += gridDim.x / nS) {\n"
-             "    long long bb = blk / tiles, i0 = (blk % tiles) * nR, bo = bb, qo = 0, ko = 0, vo = 0, mo = 0;\n"
-             "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
-             "      long long x = bo % p.bs[d]; bo /= p.bs[d];\n"
-             "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
-             "    for (int e = tid; e < nR * nD; e += nt) { const int r = e / nD, d = e - r * nD;\n"
-             "      qs[e] = i0 + r < p.M ? Q_ldf(q + qo + (i0 + r) * p.qm + (long long)d * p.qd) : 0.0f; }\n"
-             "    if (tid < nR) { ms[tid] = ninf; ls[tid] = 0.0f; }\n"
-             "    float acc[CGO_ATTN_ACC];\n"
-             "#pragma unroll\n"
-             "    for (int t = 0; t < CGO_ATTN_ACC; t++) acc[t] = 0.0f;\n"
-             "    for (long long j0 = kbeg; j0 < kend; j0 += nC) {\n"
-             "      const int nj = kend - j0 < nC ? (int)(kend - j0) : nC;\n");
+  cg_puts(b, cg_src_ops_attn_tiled_rows);
   emit_attn_stage(b, s->dt[1], "K", "kt", "ko", "nD", "p.kd", "p.kn", "p.kvec", "ks", "KP");
   emit_attn_stage(b, s->dt[1], "V", "v", "vo", "nDv", "p.vd", "p.vn", "p.vvec", "vs", "nDv");
   if (s->dt[1] == GRACE_FLOAT32)
     cg_puts(b, "#if __CUDA_ARCH__ >= 800\n      asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n#endif\n");
-  cg_puts(b, "      __syncthreads();\n"
-             "      for (int e = tid; e < nR * nC; e += nt) {\n"
-             "        const int r = e / nC, j = e - r * nC;\n        float sc_ = ninf;\n"
-             "        if (j < nj && i0 + r < p.M) {\n          const float *qr = qs + r * nD, *kr = ks + j * KP;\n"
-             "          if (f4) {\n"
-             "            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;\n"
-             "#pragma unroll 4\n"
-             "            for (int d = 0; d < nD; d += 4) {\n"
-             "              const float4 x = *(const float4 *)(qr + d), y = *(const float4 *)(kr + d);\n"
-             "              a0 += x.x * y.x; a1 += x.y * y.y; a2 += x.z * y.z; a3 += x.w * y.w;\n            }\n"
-             "            sc_ = (a0 + a1) + (a2 + a3);\n"
-             "          } else {\n            sc_ = 0.0f;\n"
-             "            for (int d = 0; d < nD; d++) sc_ += qr[d] * kr[d];\n          }\n");
+  cg_puts(b, cg_src_ops_attn_tiled_scores);
   emit_attn_score_fix(b, s, "          ", "sc_", "mo + (i0 + r) * p.mm + (j0 + j) * p.mn");
-  cg_puts(b, "        }\n        ps[e] = sc_;\n      }\n      __syncthreads();\n"
-             "      for (int r = warp; r < nR; r += nw) {\n"
-             "        float cm = ninf;\n"
-             "        for (int j = lane; j < nj; j += 32) cm = fmaxf(cm, ps[r * nC + j]);\n"
-             "        for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));\n"
-             "        const float mold = ms[r], mnew = fmaxf(mold, cm), a = mnew == ninf ? 1.0f : expf(mold - mnew);\n"
-             "        float sum = 0.0f;\n"
-             "        for (int j = lane; j < nj; j += 32) {\n"
-             "          const float x = ps[r * nC + j], e = x == ninf ? 0.0f : expf(x - mnew);\n"
-             "          ps[r * nC + j] = e; sum += e;\n        }\n"
-             "        for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);\n"
-             "        if (lane == 0) { ms[r] = mnew; ls[r] = ls[r] * a + sum; al[r] = a; }\n      }\n"
-             "      __syncthreads();\n"
-             "      if (grp < G) {\n"
-             "#pragma unroll\n"
-             "        for (int t = 0; t < CGO_ATTN_ACC; t++) {\n"
-             "          const int e = own + t * nt;\n          if (e >= nO) break;\n"
-             "          const int r = e / nDv, d = e - r * nDv;\n"
-             "          const float *pr = ps + r * nC;\n          float s0 = acc[t] * al[r], s1 = 0.0f;\n"
-             "          int j = grp;\n"
-             "          for (; j + G < nj; j += 2 * G) { s0 += pr[j] * vs[j * nDv + d]; s1 += pr[j + G] * vs[(j + G) * nDv + d]; }\n"
-             "          if (j < nj) s0 += pr[j] * vs[j * nDv + d];\n"
-             "          acc[t] = s0 + s1;\n        }\n      }\n"
-             "      __syncthreads();\n    }\n"
-             "    if (G > 1) {   /* the key groups' partial sums meet in shared memory */\n"
-             "      if (grp < G) red[grp * nO + own] = acc[0];\n      __syncthreads();\n"
-             "      if (grp == 0) { float t_ = 0.0f; for (int g = 0; g < G; g++) t_ += red[g * nO + own]; acc[0] = t_; }\n"
-             "    }\n"
-             "    if (grp == 0) {\n"
-             "#pragma unroll\n"
-             "      for (int t = 0; t < CGO_ATTN_ACC; t++) {\n"
-             "        const int e = own + t * nt;\n        if (e >= nO) break;\n"
-             "        const int r = e / nDv, d = e - r * nDv;\n");
+  cg_puts(b, cg_src_ops_attn_tiled_softmax);
   if (s->variant & CGO_ATTN_SPLIT)   /* each block's maxima, sums and unnormalised outputs; rank 0 merges them */
-    cg_puts(b, "        red[e] = acc[t];\n      }\n    }\n"
-               "    cgo_cluster_sync();\n"
-               "    if (rank == 0 && grp == 0 && own < nO && i0 + own / nDv < p.M) {\n"
-               "      const int r = own / nDv, d = own - r * nDv;\n"
-               /* every rank's three values loaded before any is used: the loads overlap (one round trip through
-                * the cluster, not 4 * S one after the other) */
-               "      float mq[CGO_ATTN_MAXS], lq[CGO_ATTN_MAXS], oq[CGO_ATTN_MAXS], gm = ninf, gl = 0.0f, go = 0.0f;\n"
-               "#pragma unroll\n"
-               "      for (int q = 0; q < CGO_ATTN_MAXS; q++)\n"
-               "        if (q < nS) { mq[q] = cgo_cluster_ld(ms + r, q); lq[q] = cgo_cluster_ld(ls + r, q);"
-               " oq[q] = cgo_cluster_ld(red + own, q); }\n"
-               "#pragma unroll\n"
-               "      for (int q = 0; q < CGO_ATTN_MAXS; q++) if (q < nS) gm = fmaxf(gm, mq[q]);\n"
-               "#pragma unroll\n"
-               "      for (int q = 0; q < CGO_ATTN_MAXS; q++)\n"
-               "        if (q < nS) { const float w = mq[q] == ninf ? 0.0f : expf(mq[q] - gm); gl += lq[q] * w; go += oq[q] * w; }\n"
-               "      O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, go / gl);\n    }\n"
-               "    cgo_cluster_sync();   /* rank 0 has read the others' shared memory */\n  }\n");
+    cg_puts(b, cg_src_ops_attn_tiled_split_end);
   else
-    cg_puts(b, "        if (i0 + r < p.M) O_stf(out + (bb * p.M + i0 + r) * p.Dv + d, acc[t] / ls[r]);\n      }\n    }\n"
-               "    __syncthreads();\n  }\n");
+    cg_puts(b, cg_src_ops_attn_tiled_end);
 }
 
 /* One query row against at most CGO_ATTN_DECODE_MAXN keys (decode): a block per row, warp w over the chunks of 32
@@ -634,67 +472,9 @@ static void body_attn_decode(cg_buf *b, const cgo_spec *s) {
                "  const float fill = (float)__longlong_as_double(p.fill), ninf = __int_as_float((int)0xff800000u);\n",
             lk, lv, CGO_ATTN_DECODE_WARPS, CGO_ATTN_DECODE_WARPS);
   emit_attn_scale(b, s, "float", "_ldf");
-  cg_puts(b, "  for (long long bb = blockIdx.x; bb < p.rows; bb += gridDim.x) {\n"
-             "    long long bo = bb, qo = 0, ko = 0, vo = 0, mo = 0;\n"
-             "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
-             "      long long x = bo % p.bs[d]; bo /= p.bs[d];\n"
-             "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
-             "    const K_t *kb_ = kt + ko + kc * KE;\n    const V_t *vb_ = v + vo + vc * VE;\n"
-             "    const bool kal = ((unsigned long long)kb_ & 15) == 0, val = ((unsigned long long)vb_ & 15) == 0;\n"
-             "    float qv[KE], acc[VE], m = ninf, l = 0.0f;\n"
-             "#pragma unroll\n    for (int u = 0; u < KE; u++) qv[u] = Q_ldf(q + qo + (long long)(kc * KE + u) * p.qd);\n"
-             "#pragma unroll\n    for (int u = 0; u < VE; u++) acc[u] = 0.0f;\n"
-             "    for (long long j0 = (long long)warp * 32; j0 < p.N; j0 += (long long)nw * 32) {\n"
-             "      union { uint4 u; K_t x[KE]; } kr[32 / KPW];\n      union { uint4 u; V_t x[VE]; } vr[32 / VPW];\n"
-             "#pragma unroll\n      for (int st = 0; st < 32 / KPW; st++) {\n"
-             "        const long long j = j0 + st * KPW + kg;\n        kr[st].u.x = kr[st].u.y = kr[st].u.z = kr[st].u.w = 0u;\n"
-             "        if (j < p.N) {\n          const K_t *src = kb_ + j * p.kn;\n"
-             "          if (kal) kr[st].u = *(const uint4 *)src;\n"
-             "          else {\n#pragma unroll\n            for (int u = 0; u < KE; u++) kr[st].x[u] = src[u];\n          }\n"
-             "        }\n      }\n"
-             "#pragma unroll\n      for (int st = 0; st < 32 / VPW; st++) {\n"
-             "        const long long j = j0 + st * VPW + vg;\n        vr[st].u.x = vr[st].u.y = vr[st].u.z = vr[st].u.w = 0u;\n"
-             "        if (j < p.N) {\n          const V_t *src = vb_ + j * p.vn;\n"
-             "          if (val) vr[st].u = *(const uint4 *)src;\n"
-             "          else {\n#pragma unroll\n            for (int u = 0; u < VE; u++) vr[st].x[u] = src[u];\n          }\n"
-             "        }\n      }\n"
-             /* the score of key j0 + lane: LK lanes' partial dot products summed, then moved to the key's lane */
-             "      float sc = ninf;\n"
-             "#pragma unroll\n      for (int st = 0; st < 32 / KPW; st++) {\n        float part = 0.0f;\n"
-             "#pragma unroll\n        for (int u = 0; u < KE; u++) part += qv[u] * K_ldf(&kr[st].x[u]);\n"
-             "#pragma unroll\n        for (int o = 1; o < LK; o <<= 1) part += __shfl_xor_sync(0xffffffffu, part, o);\n"
-             "        const float got = __shfl_sync(0xffffffffu, part, (lane % KPW) * LK);\n"
-             "        if (lane / KPW == st) sc = got;\n      }\n"
-             "      const long long jl = j0 + lane;\n      if (jl < p.N) {\n");
+  cg_puts(b, cg_src_ops_attn_decode_rows);
   emit_attn_score_fix(b, s, "        ", "sc", "mo + jl * p.mn");
-  cg_puts(b, "      } else sc = ninf;\n"
-             "      float cm = sc;\n"
-             "#pragma unroll\n      for (int o = 16; o; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));\n"
-             /* a chunk of masked keys only adds nothing; one with a NaN score goes on, so the row is NaN as on the CPU */
-             "      if (cm == ninf && !__any_sync(0xffffffffu, sc != sc)) continue;\n"
-             "      const float mn = fmaxf(m, cm), a = mn == ninf ? 1.0f : expf(m - mn), e = sc == ninf ? 0.0f : expf(sc - mn);\n"
-             "      float es = e;\n"
-             "#pragma unroll\n      for (int o = 16; o; o >>= 1) es += __shfl_xor_sync(0xffffffffu, es, o);\n"
-             "      l = l * a + es;\n      m = mn;\n"
-             "#pragma unroll\n      for (int u = 0; u < VE; u++) acc[u] *= a;\n"
-             "#pragma unroll\n      for (int st = 0; st < 32 / VPW; st++) {\n"
-             "        const float pj = __shfl_sync(0xffffffffu, e, st * VPW + vg);\n"
-             "#pragma unroll\n        for (int u = 0; u < VE; u++) acc[u] += pj * V_ldf(&vr[st].x[u]);\n      }\n"
-             "    }\n"
-             /* the key slots of each lane group hold parts of the same dims: summed across them */
-             "#pragma unroll\n    for (int o = LV; o < 32; o <<= 1)\n"
-             "#pragma unroll\n      for (int u = 0; u < VE; u++) acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);\n"
-             "    if (lane == 0) { sm_m[warp] = m; sm_l[warp] = l; }\n"
-             "    if (vg == 0) {\n#pragma unroll\n      for (int u = 0; u < VE; u++) sacc[warp * p.Dv + vc * VE + u] = acc[u];\n    }\n"
-             "    __syncthreads();\n"
-             "    float gm = ninf, gl = 0.0f;\n"
-             "    for (int w = 0; w < nw; w++) gm = fmaxf(gm, sm_m[w]);\n"
-             /* a warp that saw no key weighs 0 (times its sum: NaN stays NaN) */
-             "    for (int w = 0; w < nw; w++) gl += sm_l[w] * (sm_m[w] == ninf ? 0.0f : expf(sm_m[w] - gm));\n"
-             "    for (long long d = threadIdx.x; d < p.Dv; d += blockDim.x) {\n      float o_ = 0.0f;\n"
-             "      for (int w = 0; w < nw; w++) o_ += sacc[w * p.Dv + d] * (sm_m[w] == ninf ? 0.0f : expf(sm_m[w] - gm));\n"
-             "      O_stf(out + bb * p.Dv + d, o_ / gl);\n    }\n"
-             "    __syncthreads();\n  }\n");
+  cg_puts(b, cg_src_ops_attn_decode_end);
 }
 
 /* Online softmax per warp over chunks of 32 keys (chunk c of the row goes to warp c % nw): each lane scores one
@@ -711,15 +491,7 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
                "  const T fill = (T)__longlong_as_double(p.fill), ninf = (T)__int_as_float((int)0xff800000u);\n",
             dbl ? "double" : "float");
   emit_attn_scale(b, s, "T", L);
-  cg_puts(b, "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {\n"
-             "    long long bb = row / p.M, i = row % p.M, qo = i * p.qm, ko = 0, vo = 0, mo = i * p.mm;\n"
-             "    for (int d = (int)p.nb - 1; d >= 0; d--) {\n"
-             "      long long x = bb % p.bs[d]; bb /= p.bs[d];\n"
-             "      qo += x * p.qb[d]; ko += x * p.kb[d]; vo += x * p.vb[d]; mo += x * p.mb[d];\n    }\n"
-             "    for (long long d0 = 0; d0 < p.Dv; d0 += 256) {\n"
-             "      T m = ninf, l = 0, acc[8];\n      for (int t = 0; t < 8; t++) acc[t] = 0;\n"
-             "      for (long long j0 = (long long)warp * 32; j0 < p.N; j0 += (long long)nw * 32) {\n"
-             "        long long j = j0 + lane;\n        T s = ninf;\n        if (j < p.N) {\n          s = 0;\n");
+  cg_puts(b, cg_src_ops_attn_rows);
   cg_printf(b, "#pragma unroll 8\n"
                "          for (long long d = 0; d < p.D; d++) s += Q%s(q + qo + d * p.qd) * K%s(kt + ko + d * p.kd + j * p.kn);\n",
             L, L);
@@ -783,23 +555,14 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
 
   cg_buf b;
   cg_buf_init(&b, vm);
-  cg_puts(&b, common_src);
+  cg_puts(&b, cg_src_ops_common);
   for (int i = 0; i < td->nptr; i++) if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) emit_role(&b, td->roles[i], dts[i]);
   if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE || s->tmpl == CGO_CAT) emit_conv(&b, dts[0], dts[1]);
   if (s->tmpl == CGO_SORT) emit_sort_key(&b, dts[2]);
   if (s->tmpl == CGO_ATTN && (s->variant & CGO_ATTN_SPLIT))   /* a cluster's barrier and loads of a peer's shared memory */
-    cg_puts(&b, "__device__ __forceinline__ void cgo_cluster_sync() {\n"
-                "  asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n}\n"
-                "__device__ __forceinline__ float cgo_cluster_ld(const float *p, int rank) {\n"
-                "  unsigned a = cgo_saddr(p), r; float v;\n"
-                "  asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(r) : \"r\"(a), \"r\"(rank));\n"
-                "  asm volatile(\"ld.shared::cluster.f32 %0, [%1];\" : \"=f\"(v) : \"r\"(r) : \"memory\");\n"
-                "  return v;\n}\n");
+    cg_puts(&b, cg_src_ops_cluster);
   if (s->tmpl == CGO_NORM)   /* every thread returns the same total: the partials are added in one order */
-    cg_puts(&b, "__device__ double cgo_block_sum(double v, double *sh) {\n"
-                "  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
-                "  __syncthreads();\n  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;\n  __syncthreads();\n"
-                "  double t = 0;\n  for (unsigned w = 0; w < (blockDim.x >> 5); w++) t += sh[w];\n  return t;\n}\n");
+    cg_puts(&b, cg_src_ops_block_sum);
   const char *ind = s->indirect ? "*" : "";
   cg_printf(&b, "struct %s_p {\n", k->name);
   for (int i = 0; i < td->nptr; i++) cg_printf(&b, "  %s_t *%sP_%s;\n", td->roles[i], ind, td->ptrs[i]);

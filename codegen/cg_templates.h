@@ -1,0 +1,42 @@
+/* cg_templates.h: the CUDA template texts of the codegen/ .cuh files, one string a section (`//@ name` gives
+ * cg_src_name), generated into $(BUILD)/obj/cg_templates.c by tools/bin2c.c -s and linked into libgrace. */
+#ifndef GRACE_CG_TEMPLATES_H
+#define GRACE_CG_TEMPLATES_H
+
+/* cg_prelude.cuh */
+extern const char cg_src_prelude[];
+/* cg_fused.cuh */
+extern const char cg_src_fused_helpers[];
+/* cg_matmul.cuh, cg_matmul_gemm.cuh */
+extern const char cg_src_matmul_helpers[];
+extern const char cg_src_matmul_helpers_wg[];
+extern const char cg_src_matmul_dot_avec[];
+extern const char cg_src_matmul_dot[];
+extern const char cg_src_matmul_gemv_nt[];
+extern const char cg_src_matmul_gemv_nn[];
+extern const char cg_src_matmul_gemv_rw[];
+extern const char cg_src_matmul_splitk[];
+extern const char cg_src_matmul_end[];
+extern const char cg_src_matmul_gemm_wg[];
+extern const char cg_src_matmul_gemm_simt[];
+extern const char cg_src_matmul_gemm_tc[];
+/* cg_ops.cuh, cg_ops_attn.cuh */
+extern const char cg_src_ops_common[];
+extern const char cg_src_ops_cluster[];
+extern const char cg_src_ops_block_sum[];
+extern const char cg_src_ops_sort_key_float[];
+extern const char cg_src_ops_imove_loop[];
+extern const char cg_src_ops_cumsum_int[];
+extern const char cg_src_ops_cumsum_float[];
+extern const char cg_src_ops_select_row[];
+extern const char cg_src_ops_sort_row[];
+extern const char cg_src_ops_attn_tiled_rows[];
+extern const char cg_src_ops_attn_tiled_scores[];
+extern const char cg_src_ops_attn_tiled_softmax[];
+extern const char cg_src_ops_attn_tiled_split_end[];
+extern const char cg_src_ops_attn_tiled_end[];
+extern const char cg_src_ops_attn_decode_rows[];
+extern const char cg_src_ops_attn_decode_end[];
+extern const char cg_src_ops_attn_rows[];
+
+#endif
