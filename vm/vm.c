@@ -17,7 +17,7 @@ static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, s
 
 static const char *status_names[] = {
   "ok", "bad argument", "shape mismatch", "dtype mismatch", "index out of range", "out of memory",
-  "device error", "unsupported", "internal error"
+  "device error", "unsupported", "internal error", "error in host code"
 };
 
 const char *grace_status_name(grace_status st) {
