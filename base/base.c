@@ -8,7 +8,7 @@
 
 static const char *status_names[] = {
   "ok", "bad argument", "shape mismatch", "dtype mismatch", "index out of range", "out of memory",
-  "device error", "unsupported", "internal error"
+  "device error", "unsupported", "internal error", "error in host code"
 };
 
 const char *grace_status_name(grace_status st) {

@@ -28,7 +28,8 @@ typedef enum grace_status {
   GRACE_ENOMEM,       /* host or device memory exhausted */
   GRACE_EDEVICE,      /* a device error, or a device that is not there */
   GRACE_EUNSUPPORTED, /* valid, but not supported by this backend */
-  GRACE_EINTERNAL     /* a bug in grace */
+  GRACE_EINTERNAL,    /* a bug in grace */
+  GRACE_EHOST         /* the host's code failed (a Lua error): the host keeps its error and raises it */
 } grace_status;
 
 /* _(ENUM, name, bytes, category): category orders type promotion, BOOL < INT < FLOAT. */
@@ -359,6 +360,89 @@ grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded);
  * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
  * it broke or touched something it cannot express. */
 grace_status grace_trace_end(grace_vm *vm);
+
+/* ---- compiled functions: a host function (a Lua function, a C callback) compiled into cached programs. A call
+ * checks the guards of the cached entries in order (tensor arguments by dtype, device, sizes, contiguity and strides
+ * when strided; numbers, booleans and nil by value; host values by identity; the aliasing of tensor arguments; the
+ * host's own guards on what the function reads) and runs the first that passes without calling the host function.
+ * A miss traces the host function once (every grace_run it makes is recorded) into a new entry, up to cache_limit
+ * entries; then the function runs eagerly for good. A function whose trace breaks (a host read of a tensor) is
+ * replayed: the host function runs and its ops are matched against the recorded paths. With `dynamic`, a number
+ * argument that changes value becomes a dynamic scalar input when two traces differ only in literals equal to it.
+ * Nothing here prints, except what $GRACE_LOG asks for (ir, placement) on stderr. ---- */
+#define GRACE_FN_MAXARGS 32          /* more arguments run eagerly; a trace with more results runs eagerly */
+typedef struct grace_fn grace_fn;
+typedef enum grace_arg_kind {
+  GRACE_ARG_NIL, GRACE_ARG_BOOL, GRACE_ARG_INT, GRACE_ARG_FLOAT, GRACE_ARG_TENSOR, GRACE_ARG_HOST
+} grace_arg_kind;
+/* An argument or a result. host: an opaque handle of a host value (0: none), compared by identity through
+ * grace_host.same; a TENSOR may carry one too (the host's object for it), which a result that is that argument
+ * keeps. is_mutable: a HOST result that cannot be replayed as a constant (a Lua table): the entry runs eagerly. */
+typedef struct grace_arg {
+  grace_arg_kind kind;
+  int64_t i;                  /* BOOL (0 or 1), INT */
+  double f;                   /* FLOAT */
+  grace_tensor *t;            /* TENSOR */
+  uint64_t host;
+  int is_mutable;
+} grace_arg;
+/* The host's side. Handles given to the core (arguments, results of call) are borrowed for the duration of the
+ * grace_fn_call; the core calls keep to hold one longer (a guard, a constant result) and release when done. */
+typedef struct grace_host {
+  /* Runs the host function. *nres gets the number of results (even past maxres; only maxres are written); TENSOR
+   * results are new references handed to the core. Any failure of the host code: GRACE_EHOST (the host keeps its
+   * error), nothing to release. Required. */
+  grace_status (*call)(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres);
+  /* Before a trace: note what the function may read (optional). */
+  void (*trace_begin)(void *ud);
+  /* After a trace: undo what trace_begin set up; with ir (NULL when the entry runs eagerly anyway) also find what
+   * the program depends on: *guard a handle checked by guard_check (0: none), *nguarded how many values it checks,
+   * and why (n bytes) a reason the function must run eagerly ("" when it can compile). Optional. */
+  void (*trace_end)(void *ud, grace_ir *ir, uint64_t *guard, int *nguarded, char *why, size_t n);
+  /* Whether guard still holds for this call; 0 and the reason in why when it does not. */
+  int (*guard_check)(void *ud, uint64_t guard, int nargs, const grace_arg *args, char *why, size_t n);
+  /* Whether two guards check the same values with the same expectations (for promotion; optional: never). */
+  int (*guard_same)(void *ud, uint64_t a, uint64_t b);
+  uint64_t (*keep)(void *ud, uint64_t handle);   /* a handle the core owns, for the same value */
+  void (*release)(void *ud, uint64_t handle);    /* a kept handle or a guard */
+  int (*same)(void *ud, uint64_t a, uint64_t b); /* identity of two host values (required for HOST arguments) */
+  grace_where_fn where;                          /* "file:line" of the host code running now (optional) */
+  void (*eager)(void *ud, const char *why);      /* once, when the function starts to run eagerly (optional) */
+} grace_host;
+typedef struct grace_fn_options {
+  int cache_limit;            /* entries before the function runs eagerly for good; at least 1 */
+  int dynamic;                /* numbers that change may become dynamic scalars */
+  int nallow;                 /* > 0: only the arguments allow[0..nallow) (0-based) may */
+  const int *allow;
+  const char *ir_name;        /* an identifier for the IR's text form (NULL: made from the name) */
+} grace_fn_options;
+/* opts NULL: cache_limit 8, numbers static. host and ud must outlive fn. */
+grace_status grace_fn_new(grace_vm *vm, const char *name, const grace_host *host, void *ud,
+                          const grace_fn_options *opts, grace_fn **out);
+void grace_fn_free(grace_fn *fn);
+/* Calls fn: res receives the results (*nres of them, at most maxres: more is GRACE_EARG). TENSOR results are new
+ * references; a returned argument comes back as that argument (its host handle too); other results are those
+ * recorded at trace time, their host handles valid until the next call of fn. GRACE_EHOST: the host code failed. */
+grace_status grace_fn_call(grace_fn *fn, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres);
+typedef struct grace_fn_stats {
+  long calls, hits, traces, eager_calls, recaptures, replays;
+  int entries;
+  int eager;                              /* runs eagerly for good (the cache limit) */
+  const char *name;
+  const char *last_miss;                  /* the last guard failure ("" none) */
+  const char *eager_reason;               /* why it runs eagerly ("" when it does not) */
+  unsigned char dynamic[GRACE_FN_MAXARGS];   /* 1: argument k became a dynamic scalar */
+} grace_fn_stats;
+void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out);
+int grace_fn_entry_count(const grace_fn *fn);
+/* Entry k (0-based): its program (NULL: it has recorded paths, or runs eagerly, *why then says why), and the
+ * paths of a function with breaks (*npaths of them; paths may be NULL). NULL with no such entry. */
+grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_ir *const **paths, int *npaths);
+long grace_fn_entry_hits(const grace_fn *fn, int k);
+/* Traces the host function once on args, without caching or counting it, and writes into buf (n bytes) what grace
+ * does with it: partitions, ops by kind, graph breaks, placement, dynamic scalars of fn, guards. The results are
+ * dropped. GRACE_EHOST: the host code failed. */
+grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, char *buf, size_t n);
 
 /* ---- static memory plan: every intermediate (not a view, not returned, not an input) gets a fixed offset in
  * one arena of 256-byte aligned slots, lifetimes permitting reuse. offsets (one entry per value of ir, bytes;

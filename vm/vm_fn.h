@@ -1,0 +1,87 @@
+/* vm_fn.h: internals of compiled functions (grace_fn, include/grace.h), shared by vm_fn.c (the cache of entries,
+ * argument guards, tracing, replay and promotion of numbers to dynamic scalars) and vm_fn_explain.c (the text of
+ * grace_fn_explain and the $GRACE_LOG reports). */
+#ifndef GRACE_VM_FN_H
+#define GRACE_VM_FN_H
+
+#include "grace.h"
+
+#define FN_MAXARGS GRACE_FN_MAXARGS
+#define FN_MAXPATHS 16
+/* The whole-program passes: the canonical ones keep results bit for bit as eager; attention (a fusion, whose
+ * kernel is judged by tolerance) goes first, before anything could split the softmax it looks for. */
+#define FN_CANON_PASSES "fold,simplify,cse,views,hoist,dce"
+#define FN_COMPILE_PASSES "attention," FN_CANON_PASSES
+
+/* What an entry requires of one argument. SCALAR: a number promoted to a dynamic scalar (only its subtype). */
+typedef enum { FG_NIL, FG_BOOL, FG_INT, FG_FLOAT, FG_HOST, FG_TENSOR, FG_SCALAR } fn_gkind;
+
+typedef struct fn_guard {
+  fn_gkind kind;
+  grace_dtype dt;
+  grace_device dev;
+  int ndim, contiguous;
+  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
+  int64_t i;
+  double f;
+  uint64_t host;                        /* FG_HOST: a kept handle */
+  int scalar_int;                       /* FG_SCALAR: the number's subtype */
+} fn_guard;
+
+/* An entry runs in one of three ways: ir (the whole function as one program; the host function does not run),
+ * tree (a function with graph breaks: the host function runs and is replayed against these recorded paths), or
+ * neither (eagerly; why says why). */
+typedef struct fn_entry {
+  grace_ir *ir;
+  grace_ir *tree[FN_MAXPATHS];
+  int ntree;
+  int nargs;
+  fn_guard args[FN_MAXARGS];
+  int input_arg[FN_MAXARGS], ninput;    /* IR tensor input k is argument input_arg[k] */
+  int scalar_arg[FN_MAXARGS], nscalar;  /* IR scalar input k is argument scalar_arg[k] */
+  int nret;
+  int ret_output[FN_MAXARGS];           /* >= 0: IR output index; -1: constant ret_const[j];
+                                           <= -2: argument -2 - k itself (the same object, as eager) */
+  grace_arg ret_const[FN_MAXARGS];      /* HOST handles kept */
+  int alias[FN_MAXARGS];                /* tensor argument i shares storage with argument alias[i] (-1: none) */
+  uint64_t guard;                       /* the host's guard (0: none) */
+  int nguarded;                         /* values the host's guard checks */
+  long hits;
+  char why[1024];                       /* why it runs eagerly ("" when it does not) */
+} fn_entry;
+
+struct grace_fn {
+  grace_vm *vm;
+  grace_host host;
+  void *ud;
+  int cache_limit, dynamic;
+  unsigned char allow_arg[FN_MAXARGS];  /* with allow_listed: only these may be promoted */
+  int allow_listed;
+  unsigned char dynamic_arg[FN_MAXARGS];
+  int eager_forever, warned;
+  long calls, hits, traces, eager_calls, recaptures, replays;
+  char name[96];
+  char irname[64];
+  char last_miss[400];
+  char eager_reason[1100];
+  fn_entry **entries;
+  int nentries, capentries;
+};
+
+/* vm_fn.c: traces the host function once into a new entry (*out; not cached, not counted). Results as for
+ * grace_fn_call (at most maxres written, *nres the count); on failure nothing is left to release. */
+grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres,
+                      fn_entry **out);
+void fn_entry_free(grace_fn *fn, fn_entry *e);
+void fn_release_results(grace_fn *fn, int nres, grace_arg *res);
+/* "float32 [2, 3]" (and " (strided)") */
+const char *fn_tensor_desc(const fn_guard *g, char *buf, size_t n);
+
+/* vm_fn_explain.c */
+int fn_log_topic(const char *topic);
+/* For GRACE_LOG=ir: how the program would run once fused, and its memory plan (stderr). */
+void fn_log_plan(grace_vm *vm, grace_ir *ir);
+/* ir's placement report, each line after prefix, to stderr (for GRACE_LOG=placement). */
+void fn_log_placement(grace_vm *vm, grace_ir *ir, const char *prefix);
+
+#endif

@@ -1,0 +1,149 @@
+/* vm_fn_explain.c: what grace does with a compiled function, in words: grace_fn_explain's text (partitions, ops by
+ * kind, graph breaks, placement, dynamic scalars, guards) and the reports $GRACE_LOG asks for on stderr (ir: the
+ * fused kernels and memory plan; placement). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "vm/vm_fn.h"
+
+/* Whether $GRACE_LOG (a comma-separated list) names topic. */
+int fn_log_topic(const char *topic) {
+  const char *v = getenv("GRACE_LOG");
+  size_t n = strlen(topic);
+  for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, topic, n) && (p[n] == ',' || p[n] == 0)) return 1;
+  return 0;
+}
+
+void fn_log_plan(grace_vm *vm, grace_ir *ir) {
+  grace_ir *dec = NULL;
+  if (grace_ir_pass(ir, "attention,decompose," FN_CANON_PASSES, &dec) != GRACE_OK) {
+    fprintf(stderr, "grace: no fusion report: %s\n", grace_last_error(vm));
+    return;
+  }
+  const size_t n = 1 << 16;
+  char *buf = grace_realloc(vm, NULL, 0, n);
+  if (buf) {
+    int nk = 0;
+    grace_status st = grace_ir_fuse_report(dec, buf, n, &nk);
+    fprintf(stderr, "grace: fused, %d kernel%s%s:\n%s", nk, nk == 1 ? "" : "s", st == GRACE_OK ? "" : " (report cut)", buf);
+    int64_t arena = 0, peak = 0;
+    if (grace_ir_memplan(dec, NULL, &arena, &peak, buf, n) == GRACE_OK) fprintf(stderr, "grace: memory plan: %s\n", buf);
+    grace_realloc(vm, buf, n, 0);
+  }
+  grace_ir_free(dec);
+}
+
+/* A bounded text: what does not fit is cut (the buffer always ends in a NUL). */
+typedef struct sbuf {
+  char *p;
+  size_t n, len;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_add(sbuf *b, const char *fmt, ...) {
+  if (b->len + 1 >= b->n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(b->p + b->len, b->n - b->len, fmt, ap);
+  va_end(ap);
+  if (k > 0) b->len = b->len + (size_t)k < b->n ? b->len + (size_t)k : b->n - 1;
+}
+
+/* ir's placement report, each line after prefix: to stderr (b NULL) or into b. A report longer than the buffer is
+ * shown as far as it fits. */
+static void place_lines(grace_vm *vm, grace_ir *ir, const char *prefix, sbuf *b) {
+  const size_t n = 1 << 16;
+  char *buf = grace_realloc(vm, NULL, 0, n);
+  grace_status st = buf ? grace_ir_place_report(ir, buf, n, NULL) : GRACE_ENOMEM;
+  if (buf && (st == GRACE_OK || (st == GRACE_EARG && buf[0]))) {
+    for (const char *p = buf, *e; *p; p = *e ? e + 1 : e) {
+      if (!(e = strchr(p, '\n'))) e = p + strlen(p);
+      if (!b) fprintf(stderr, "%s%.*s\n", prefix, (int)(e - p), p);
+      else sb_add(b, "%s%.*s\n", prefix, (int)(e - p), p);
+    }
+  } else if (b)
+    sb_add(b, "%s(no placement report: %s)\n", prefix, grace_last_error(vm));
+  else
+    fprintf(stderr, "%s(no placement report: %s)\n", prefix, grace_last_error(vm));
+  grace_realloc(vm, buf, n, 0);
+}
+
+void fn_log_placement(grace_vm *vm, grace_ir *ir, const char *prefix) { place_lines(vm, ir, prefix, NULL); }
+
+/* The program's partitions, ops by kind, breaks and placement. */
+static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
+  const char *text = grace_ir_text(prog);
+  int counts[GRACE_NOPKINDS] = {0}, total = 0, nb = grace_ir_count(prog, "breaks");
+  for (const char *p = text; p && (p = strstr(p, " = ")); p += 3) {
+    char name[32];
+    if (sscanf(p + 3, "%31[a-z_0-9]", name) != 1) continue;
+    grace_op op;
+    if (grace_op_from_name(name, &op) == GRACE_OK) { counts[grace_op_kind(op)]++; total++; }
+  }
+  sb_add(b, "  %s %d partition%s of %d ops in all (%d inputs, %d captured tensors, %d writes back)\n",
+         nb ? "replays" : "compiles to", nb + 1, nb ? "s" : "", total, grace_ir_count(prog, "inputs"),
+         grace_ir_count(prog, "consts"), grace_ir_count(prog, "writes"));
+  static const char *kinds[] = {
+#define KIND_NAME(k) #k,
+    GRACE_OPKINDS(KIND_NAME)
+#undef KIND_NAME
+  };
+  sb_add(b, "  ops by kind:");
+  for (int k = 0; k < GRACE_NOPKINDS; k++) if (counts[k]) sb_add(b, " %s %d", kinds[k], counts[k]);
+  sb_add(b, "%s", nb ? "\n  graph breaks (the host reads a value there; its Lua code runs on every call, and the ops "
+                       "between breaks are matched and run as one partition):\n" : "\n  graph breaks: none\n");
+  for (int k = 0; k < nb; k++) {
+    int after;
+    const char *where;
+    grace_ir_break(prog, k, &after, &where);
+    sb_add(b, "    %s: a tensor's value is read on the host (item, tolist, tostring, print); keep it a tensor "
+           "(grace.where instead of if) to remove the break\n", where ? where : "(unknown place)");
+  }
+  sb_add(b, "  placement:\n");
+  place_lines(vm, prog, "    ", b);
+}
+
+static void explain_guards(grace_fn *fn, const fn_entry *e, sbuf *b) {
+  int any = 0;
+  for (int i = 0; i < FN_MAXARGS; i++)
+    if (fn->dynamic_arg[i]) sb_add(b, "%s %d", any++ ? "," : "  dynamic scalars (numbers that change, passed per call): argument", i + 1);
+  if (any) sb_add(b, "\n");
+  sb_add(b, "  guards:\n");
+  for (int i = 0; i < e->nargs; i++) {
+    const fn_guard *g = &e->args[i];
+    char d[200];
+    switch (g->kind) {
+    case FG_NIL: sb_add(b, "    argument %d is nil\n", i + 1); break;
+    case FG_BOOL: sb_add(b, "    argument %d == %s\n", i + 1, g->i ? "true" : "false"); break;
+    case FG_INT: sb_add(b, "    argument %d == %lld (becomes a dynamic scalar if it changes)\n", i + 1, (long long)g->i); break;
+    case FG_FLOAT: sb_add(b, "    argument %d == %.17g (becomes a dynamic scalar if it changes)\n", i + 1, g->f); break;
+    case FG_SCALAR: sb_add(b, "    argument %d is a dynamic scalar\n", i + 1); break;
+    case FG_HOST: sb_add(b, "    argument %d is the same %s\n", i + 1, "value (identity)"); break;
+    case FG_TENSOR: sb_add(b, "    argument %d is a tensor %s\n", i + 1, fn_tensor_desc(g, d, sizeof d)); break;
+    }
+  }
+  sb_add(b, "    %d captured values (tensors by identity and version, upvalue and global numbers by value)\n", e->nguarded);
+}
+
+grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, char *buf, size_t n) {
+  if (!fn) return GRACE_EARG;
+  if (!buf || !n || nargs < 0 || (nargs && !args) || nargs > FN_MAXARGS)
+    return grace_set_error(fn->vm, GRACE_EARG, "grace_fn_explain: bad arguments (nargs %d of at most %d, buf %s)", nargs,
+                           FN_MAXARGS, buf && n ? "given" : "missing");
+  buf[0] = 0;
+  grace_arg res[FN_MAXARGS];
+  int nres = 0;
+  fn_entry *e = NULL;
+  grace_status st = fn_trace(fn, nargs, args, &nres, res, FN_MAXARGS, &e);
+  if (st != GRACE_OK) return st;
+  fn_release_results(fn, nres < FN_MAXARGS ? nres : FN_MAXARGS, res);
+  sbuf b = {buf, n, 0};
+  grace_ir *prog = e->ir ? e->ir : e->ntree ? e->tree[0] : NULL;
+  if (prog) explain_program(fn->vm, prog, &b);
+  else sb_add(&b, "  runs eagerly (no compiled partition):\n    %s\n", e->why);
+  explain_guards(fn, e, &b);
+  fn_entry_free(fn, e);
+  return GRACE_OK;
+}
