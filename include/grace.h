@@ -360,10 +360,11 @@ grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded);
  * it broke or touched something it cannot express. */
 grace_status grace_trace_end(grace_vm *vm);
 
-/* ---- static memory plan: every intermediate (not a view, not returned, not an input) gets a fixed offset in
- * one arena of 256-byte aligned slots, lifetimes permitting reuse. offsets (one entry per value of ir, bytes;
- * -1: not in the arena), arena_bytes (what the placement needs), peak_live_bytes (max over instructions of the live slot
- * bytes: the lower bound) and report (a few lines, n bytes at most) may each be NULL. ---- */
+/* ---- removed: the static memory plan. No executor placed values by it (the CUDA executor takes each value from
+ * its caching allocator when its kernel runs and gives it back after the last kernel reading it; a graph capture
+ * takes the same sizes from the graphs' arena), so it described a program that never ran. Declared only until the
+ * last caller (the GRACE_LOG=ir log of lua/lgrace_compile.c) stops calling it: always GRACE_EUNSUPPORTED, nothing
+ * written. ---- */
 grace_status grace_ir_memplan(grace_ir *ir, int64_t *offsets, int64_t *arena_bytes, int64_t *peak_live_bytes,
                               char *report, size_t n);
 

@@ -10,7 +10,8 @@
  * moves into that kernel; a pointwise group read by only one other group (a weight cast) moves into that group;
  * and the groups are ordered topologically.
  * A value read by two groups is materialized (stored by the one kernel that computes it), never computed in
- * both: the report names stored values, so duplication cannot happen silently. Also grace_ir_fuse_report. */
+ * both: the report names stored values, so duplication cannot happen silently. Also grace_ir_fuse_report, and the
+ * stub left of the removed grace_ir_memplan. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -697,4 +698,14 @@ grace_status grace_ir_fuse_report(grace_ir *ir, char *buf, size_t n, int *nkerne
     return grace_set_error(ir->vm, GRACE_EARG, "fuse report: %zu bytes of buffer, the report of '%s' needs %zu", n, ir->name,
                            b.len + 1);
   return GRACE_OK;
+}
+
+/* The memory plan's former entry point (see grace.h): nothing runs by a static plan, so there is none to give. */
+grace_status grace_ir_memplan(grace_ir *ir, int64_t *offsets, int64_t *arena_bytes, int64_t *peak_live_bytes,
+                              char *report, size_t n) {
+  (void)offsets; (void)arena_bytes; (void)peak_live_bytes;
+  if (report && n) report[0] = 0;
+  if (!ir) return GRACE_EARG;
+  return grace_set_error(ir->vm, GRACE_EUNSUPPORTED,
+                         "memplan: removed; the executor allocates as each kernel runs");
 }

@@ -353,6 +353,21 @@ static void test_block(grace_dtype dt) {
   grace_ir_free(ir);
 }
 
+/* The removed memory plan answers that it is gone and writes nothing, so the GRACE_LOG=ir line that still calls it
+ * stays silent rather than printing a plan no executor follows. */
+static void test_memplan_removed(void) {
+  grace_ir *ir = NULL;
+  if (!ok(grace_ir_parse(vm, "func @f {\n  %0 = input #0 : f32[4]\n  %1 = exp %0 : f32[4]\n  %2 = neg %1 : f32[4]\n"
+                         "  return %2\n}\n", &ir) == GRACE_OK, "memplan: parses"))
+    return;
+  char buf[64] = "unchanged";
+  int64_t arena = 7;
+  is_int(grace_ir_memplan(ir, NULL, &arena, NULL, buf, sizeof buf), GRACE_EUNSUPPORTED, "memplan: unsupported now");
+  ok(buf[0] == 0 && arena == 7, "memplan: no report and no figures written");
+  ok(strstr(grace_last_error(vm), "removed") != NULL, "memplan: the error says it was removed (%s)", grace_last_error(vm));
+  grace_ir_free(ir);
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
@@ -366,6 +381,7 @@ int main(void) {
   test_store();
   test_block(GRACE_FLOAT32);
   test_block(GRACE_BFLOAT16);
+  test_memplan_removed();
   grace_vm_free(vm);
   return tap_done();
 }
