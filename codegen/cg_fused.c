@@ -966,7 +966,7 @@ static grace_status emit_row_step(cg_buf *b, const grp *G, const cg_group_io *io
 
 /* A loop over the thread's positions of [jb, je): CG_ROW_UNROLL steps at once (their loads issued together;
  * the same positions in the same order as one at a time), the tail one by one. A warp's row (<= 1024 elements)
- * keeps the plain loop: unrolled, softmax [4096, 1024] float32 went 16.3 -> 18.8 us (H200, 2026-11-25). */
+ * keeps the plain loop: unrolled, its softmax ran slower (bench/RESULTS.md, softmax [4096, 1024]). */
 static grace_status emit_row_loop(cg_buf *b, const grp *G, const cg_group_io *io, const cg_fused_spec *spec, int L,
                                   int nr, const int *ids, const red_state *rs) {
   grace_status st;

@@ -38,8 +38,8 @@ void cpu_mm_pack_free(grace_vm *vm, cpu_mm_pack *pk);
 typedef void (*cpu_mm_epi_fn)(void *ctx, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 /* Below this many multiply-adds (M N K) a packed product runs on the calling thread: waking the pool costs
- * more than it saves. Measured on the 2-vCPU machine (bench/RESULTS.md): 16x256x1024 (4M) ran faster alone,
- * 16x1024x1024 (16M) 1.45x faster on two threads. */
+ * more than it saves. Set between the largest product measured faster alone and the smallest measured faster on
+ * two threads (bench/RESULTS.md, the CPU matmul groups' threshold). */
 #define CPU_MM_PACKED_PAR_WORK 8388608.0
 
 /* C ([rows of a, N] contiguous, rows = a's leading dims folded) = a @ B, bit for bit what grace_run's matmul

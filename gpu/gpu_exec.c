@@ -203,7 +203,7 @@ static grace_status build_prog(grace_vm *vm, const prog_key *k, grace_ir **out) 
   if (st != GRACE_OK) { grace_ir_free(ir); return st; }
   if (split_softmax(vm, k->op, k->in[0].dtype, k->in[0].ndim, k->in[0].sizes, &k->attrs)) {
     /* few long rows: written out they become one row kernel split over blocks, where the softmax kernel takes a
-       block a row (H200, [1, 16M] float32: see bench/RESULTS.md, session 8) */
+       block a row and leaves the device idle (bench/RESULTS.md, softmax [1, 16M]) */
     grace_ir *dec = NULL;
     st = grace_ir_pass(ir, "decompose", &dec);
     grace_ir_free(ir);

@@ -1,6 +1,6 @@
 /* gpu_exec.h: running ops and IR programs on the CUDA device. grace_run on CUDA tensors and the IR executor
  * meet here: an IR program runs group by group (ir/ir_fuse.h), each group by the runner of its kind:
- *   IR_FUSE_POINTWISE, IR_FUSE_ROW  -> gpu_fused_run  (gpu/gpu_fused.c,  kernels from codegen/cg_pointwise.c, cg_row.c)
+ *   IR_FUSE_POINTWISE, IR_FUSE_ROW  -> gpu_fused_run  (gpu/gpu_fused.c,  kernels from codegen/cg_fused.c)
  *   IR_FUSE_MATMUL                  -> gpu_matmul_run (gpu/gpu_matmul.c, kernels from codegen/cg_matmul.c, cuBLASLt)
  *   IR_FUSE_SINGLE                  -> grace_run per instruction, which for CUDA tensors reaches
  *                                      gpu_op_run (gpu/gpu_ops.c, kernels from codegen/cg_ops.c) or a one-op program.

@@ -32,7 +32,8 @@ enum {
   GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
-  GG_ROUNDS = 7,          /* measured calls per strategy (a median of 3 moved by 3-8% between runs) */
+  GG_ROUNDS = 7,          /* measured calls per strategy (a median of 3 was not steady enough between runs to
+                             choose by: bench/RESULTS.md) */
   GG_CHECKS = 32,         /* deferred index checks per graph */
   GG_MAX_LIMIT = 64
 };

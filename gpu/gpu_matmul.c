@@ -328,7 +328,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     int64_t cols = p->N * p->nb, full = (int64_t)sms * 64;
     /* a settled weight of short rows goes into registers before the kernel waits on the one before it; any weight
      * of short rows and many columns (the LM head: a full device) after the wait, for the layout's loads in flight
-     * (H200, bf16 768x50257: 92% of copy bandwidth against GEMV_NT's 85%) */
+     * (faster than GEMV_NT for the bf16 LM head: bench/RESULTS.md) */
     int64_t rl = (p->K + 32LL * vec - 1) / (32LL * vec);
     if (b_vec && (p->b_settled || cols >= full) && rl <= CG_MM_RW_MAX_VECS) {
       d.form = CG_MM_GEMV_RW;
@@ -336,7 +336,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
       d.vec = vec;
       d.mtile = mt;   /* M <= MM_GEMV_ROWS: a power of two up to 16 */
       d.rl = (int)rl;
-      d.rc = 2 * rl <= 12 ? 2 : 1;   /* H200: 2 columns a warp at K 768, 1 at 3072 (bench/gemv_explore.cu) */
+      d.rc = 2 * rl <= 12 ? 2 : 1;   /* 2 columns a warp at K 768, 1 at 3072: bench/gemv_explore.cu's choice */
       d.a_vec = p->a_sk == 1 && aligned(p->A, p->a_b, p->a_sm, 0, vec, es);
       pack(p, C, 0, 1, p->K, &l);
       snprintf(s->last, sizeof s->last, "gemv_rw");
@@ -344,8 +344,7 @@ static grace_status run_own(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, 
     }
     if (nt) {
       /* few columns: two warps per column so enough loads are in flight, when each lane keeps >= ~1.5 loads
-       * of its row (H200, 2026-11-23: GPT-2's decode GEMVs in a graph 149 / 162 / 225 us at 2 / 4 / 1 warps in
-       * fp32, 124 / 156 / 129 us in bf16) */
+       * of its row (one and four warps ran GPT-2's decode GEMVs slower: bench/RESULTS.md) */
       d.vec = b_vec ? vec : 1;
       int64_t loads = p->K / d.vec;
       int by_cols = cols >= full ? 1 : 2, by_len = loads >= 96 ? 2 : 1;

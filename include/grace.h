@@ -444,13 +444,6 @@ long grace_fn_entry_hits(const grace_fn *fn, int k);
  * dropped. GRACE_EHOST: the host code failed. */
 grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, char *buf, size_t n);
 
-/* ---- static memory plan: every intermediate (not a view, not returned, not an input) gets a fixed offset in
- * one arena of 256-byte aligned slots, lifetimes permitting reuse. offsets (one entry per value of ir, bytes;
- * -1: not in the arena), arena_bytes (what the placement needs), peak_live_bytes (max over instructions of the live slot
- * bytes: the lower bound) and report (a few lines, n bytes at most) may each be NULL. ---- */
-grace_status grace_ir_memplan(grace_ir *ir, int64_t *offsets, int64_t *arena_bytes, int64_t *peak_live_bytes,
-                              char *report, size_t n);
-
 /* ---- fusion grouping: groups the instructions of a verified IR into kernels (views, inputs and literals are
  * free; pointwise chains, reductions with their prologue/epilogue, matmuls with their epilogue; never across a
  * break) and writes one line per kernel, in topological order: "kernel <i> <kind>: %a %b = <ops>; stores %v"

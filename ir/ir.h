@@ -1,7 +1,7 @@
 /* ir.h: grace's SSA IR: typed values (dtype, shape with optional symbolic sizes, device), instructions
  * drawn from the op table (include/grace_ops.h) plus a few IR-only ops, function inputs of several kinds,
  * outputs, and source locations. Builder in ir.c, type inference in ir_infer.c, verifier in ir_verify.c,
- * text form in ir_print.c / ir_parse.c. The IR knows nothing of Lua or of how it is executed. */
+ * text form (printed and parsed) in ir_text.c. The IR knows nothing of Lua or of how it is executed. */
 #ifndef GRACE_IR_H
 #define GRACE_IR_H
 

@@ -41,7 +41,7 @@ typedef struct ir_placement {
   int npartitions;       /* device partitions: maximal device work between breaks and splitting host work */
   int nsplits;           /* decisions with splits set */
   int break_bounds;      /* partitions after the first that a graph break starts (the others follow host work) */
-  int on_device;         /* a CUDA input or capture: the program goes to the device executor (vm/vm_interp.c) */
+  int on_device;         /* a CUDA input or capture: grace_ir_run (vm/vm_interp.c) hands it to gpu/gpu_exec.c */
   int kernels;           /* device instructions that launch work */
   char no_graph[200];    /* why no partition can be a CUDA graph today ("" when they are candidates) */
 } ir_placement;

@@ -107,10 +107,10 @@ grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op) {
 }
 
 /* A userdata of 8 bytes may own megabytes, host or device, that Lua's collector cannot see: untold, it lets garbage
- * tensors pile up (a loop making 4 MB results grew by 1.2 GB). Told per tensor, it runs most of a cycle for each
- * large one (358 us per 4 MB tensor with 10 000 objects in the heap). So the bytes go to it in batches, as one step
- * once the bytes made since the last batch reach the larger of LG_GC_MIN and the bytes live tensors hold after it:
- * garbage tensors stay within about that much, and a cycle is paid per batch, not per tensor. */
+ * tensors pile up (a loop making large results grew far past what it held live). Told per tensor, it runs most of a
+ * cycle for each large one (bench/RESULTS.md, Lua's collector and tensor bytes). So the bytes go to it in batches,
+ * as one step once the bytes made since the last batch reach the larger of LG_GC_MIN and the bytes live tensors
+ * hold after it: garbage tensors stay within about that much, and a cycle is paid per batch, not per tensor. */
 #define LG_GC_MIN ((size_t)64 << 20)
 void lg_account(lua_State *L, lg_ctx *c, const grace_tensor *t) {
   c->gc_pending += (size_t)grace_tensor_numel(t) * grace_dtype_size(grace_tensor_dtype(t));

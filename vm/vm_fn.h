@@ -79,7 +79,7 @@ const char *fn_tensor_desc(const fn_guard *g, char *buf, size_t n);
 
 /* vm_fn_explain.c */
 int fn_log_topic(const char *topic);
-/* For GRACE_LOG=ir: how the program would run once fused, and its memory plan (stderr). */
+/* For GRACE_LOG=ir: the kernels the program runs as, from the fusion grouping the executors use (stderr). */
 void fn_log_plan(grace_vm *vm, grace_ir *ir);
 /* ir's placement report, each line after prefix, to stderr (for GRACE_LOG=placement). */
 void fn_log_placement(grace_vm *vm, grace_ir *ir, const char *prefix);

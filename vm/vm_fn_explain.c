@@ -1,6 +1,6 @@
 /* vm_fn_explain.c: what grace does with a compiled function, in words: grace_fn_explain's text (partitions, ops by
  * kind, graph breaks, placement, dynamic scalars, guards) and the reports $GRACE_LOG asks for on stderr (ir: the
- * fused kernels and memory plan; placement). */
+ * the kernels it runs as; placement). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,22 +17,13 @@ int fn_log_topic(const char *topic) {
 }
 
 void fn_log_plan(grace_vm *vm, grace_ir *ir) {
-  grace_ir *dec = NULL;
-  if (grace_ir_pass(ir, "attention,decompose," FN_CANON_PASSES, &dec) != GRACE_OK) {
-    fprintf(stderr, "grace: no fusion report: %s\n", grace_last_error(vm));
-    return;
-  }
   const size_t n = 1 << 16;
   char *buf = grace_realloc(vm, NULL, 0, n);
-  if (buf) {
-    int nk = 0;
-    grace_status st = grace_ir_fuse_report(dec, buf, n, &nk);
-    fprintf(stderr, "grace: fused, %d kernel%s%s:\n%s", nk, nk == 1 ? "" : "s", st == GRACE_OK ? "" : " (report cut)", buf);
-    int64_t arena = 0, peak = 0;
-    if (grace_ir_memplan(dec, NULL, &arena, &peak, buf, n) == GRACE_OK) fprintf(stderr, "grace: memory plan: %s\n", buf);
-    grace_realloc(vm, buf, n, 0);
-  }
-  grace_ir_free(dec);
+  if (!buf) return;
+  int nk = 0;   /* the grouping the executors run the program by */
+  grace_status st = grace_ir_fuse_report(ir, buf, n, &nk);
+  fprintf(stderr, "grace: runs as %d kernel%s%s:\n%s", nk, nk == 1 ? "" : "s", st == GRACE_OK ? "" : " (report cut)", buf);
+  grace_realloc(vm, buf, n, 0);
 }
 
 /* A bounded text: what does not fit is cut (the buffer always ends in a NUL). */

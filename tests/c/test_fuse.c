@@ -311,7 +311,7 @@ static void test_block(grace_dtype dt) {
   int nk = -1;
   st = grace_ir_fuse_report(dec, buf, sizeof buf, &nk);
   ok(st == GRACE_OK, "%s: report", what);
-  ok(nk <= 8, "%s: at most 8 kernels, issue 5's bound (got %d)", what, nk);
+  ok(nk <= 8, "%s: at most 8 kernels, the bound fusion must meet (got %d)", what, nk);
   is_int(nk, 7, "%s: 7 kernels, as listed in the comment", what);
   static const char *kinds[] = {"reduction:", "matmul horizontal:", "scan:", "matmul:", "reduction:", "matmul:",
                                 "matmul:"};

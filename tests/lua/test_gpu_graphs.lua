@@ -1,6 +1,6 @@
 -- test_gpu_graphs.lua: compiled device programs run as CUDA graphs (gpu/gpu_graph.c), under each launch strategy
 -- forced ("copy": inputs copied into placeholders; "indirect": pointers through the argument table) and chosen
--- by measurement ("auto"). The safety list of issue 7: fresh inputs every call; the same input mutated in place
+-- by measurement ("auto"). What a graph must survive: fresh inputs every call; the same input mutated in place
 -- between calls; outputs held across 100 calls and compared with eager at the end; two compiled functions
 -- interleaved; a function with a break taking both branches; a Lua error between calls; a captured weight
 -- updated in place; a host number (0-d CPU tensor) and a dynamic scalar changing every call; a new input
