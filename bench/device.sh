@@ -39,7 +39,7 @@ fi
 echo "build ok"
 status=0
 gpu_tests=""   # GPU_TESTS="name ...": only the GPU test files whose name holds one of them (gpu, memcheck, parallel)
-for t in $(ls $B/tests/test_cuda $B/tests/test_cg_* $B/tests/test_fuse_random 2>/dev/null) $(ls tests/lua/test_gpu_*.lua 2>/dev/null); do
+for t in $(ls $B/tests/test_cuda $B/tests/test_cg_* $B/tests/test_fuse_random 2>/dev/null | grep -v "\.d$") $(ls tests/lua/test_gpu_*.lua 2>/dev/null); do
   for pat in ${GPU_TESTS:-""}; do
     case "$(basename "$t")" in *$pat*) gpu_tests="$gpu_tests $t"; break ;; esac
   done
