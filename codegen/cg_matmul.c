@@ -203,7 +203,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   for (int i = 0; i < CG_MM_NWORDS; i++) cg_printf(&b, "  const long long %s = p.w[%d]; (void)%s;\n", wnames[i], i, wnames[i]);
   /* the batch index's coordinates: no divisions for the first (or only) matrix. Every thread runs this before
    * its first load, and a bf16 GEMV thread has only a few loads, so three divisions are a large share of its life
-   * (suspected cause of the bf16 LM head's 74% against 88% for a kernel without them; not measured yet) */
+   * (a suspected cause of the bf16 LM head's gap to a kernel without them) */
   cg_puts(&b, "  const long long bi = blockIdx.z;\n  long long i0 = 0, i1 = 0, i2 = 0;\n"
               "  if (bi) { i0 = bi / (BD1 * BD2); i1 = bi / BD2 % BD1; i2 = bi % BD2; }\n");
   cg_puts(&b, "  const long long offA = i0 * A_B0 + i1 * A_B1 + i2 * A_B2, offB = i0 * B_B0 + i1 * B_B1 + i2 * B_B2;\n");

@@ -36,7 +36,7 @@ __device__ __forceinline__ void mm_mma_f16(float c[4], const unsigned a[4], unsi
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 /* 16 bytes of a weight that is read once: the read-only path, not kept in L1 (volatile: stays after
-   griddepcontrol.wait). On the H200 the fp32 LM head went from 97% to 102% of copy bandwidth; bf16 stayed at 75%. */
+   griddepcontrol.wait); it makes the fp32 LM head faster (bench/RESULTS.md). */
 __device__ __forceinline__ mm_u4 mm_ld_stream(const void *p) {
   mm_u4 r;
 #if __CUDA_ARCH__ >= 800
@@ -87,8 +87,8 @@ __device__ __forceinline__ void mm_tma_load(void *dst, const mm_tmap *map, int x
 }
 /* a shared-memory matrix descriptor of a tile with the 128-byte swizzle: 8-row atoms of 1024 bytes (the stride byte
    offset); `lead` the leading byte offset, unused by k-major tiles (16), and for an n-major tile (wgmma's transposed
-   B) the 8192 bytes between its 64-column boxes. H200, session 6: the other reading of the two fields for n-major
-   tiles gives wrong products; this one matches cuBLAS (bench/gemm_wgmma.cu) */
+   B) the 8192 bytes between its 64-column boxes. The other reading of the two fields for n-major tiles gives wrong
+   products; this one matches cuBLAS (bench/gemm_wgmma.cu) */
 __device__ __forceinline__ unsigned long long mm_sdesc(const void *p, unsigned lead) {
   const unsigned long long a = mm_smem_addr(p);
   return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lead >> 4) << 16) | ((unsigned long long)(1024 >> 4) << 32) |
@@ -148,7 +148,7 @@ __device__ __forceinline__ void mm_store2_f16(unsigned short *p, float a, float 
   const MM_T *a = A_ + offA;
   /* launched as a programmatic dependent: let the next kernel start, pull this column of the weight into L2
      while the kernel before finishes (a one-wave grid only: in a longer one most blocks start after it, and
-     the prefetches cost the LM head 8% of its bandwidth), and only then read what it wrote (no-ops in a plain
+     the prefetches slow the LM head), and only then read what it wrote (no-ops in a plain
      launch) */
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -270,13 +270,11 @@ __device__ __forceinline__ void mm_store2_f16(unsigned short *p, float a, float 
 // Few rows, B[n, k] rows contiguous and short: a warp owns MM_RC adjacent columns and each lane MM_RL 16-byte
 // vectors of each, all loaded into registers before griddepcontrol.wait, so the weight streams while the kernels
 // before this one finish. The next kernel is let in only after the loads are issued: ptxas hoists the wait above
-// loads that precede it, but not above launch_dependents (seen in the SASS on sm_90, 2026-11-25). H200, GPT-2's
-// 48 decode GEMVs in a graph (bench/gemv_explore.cu): fp32 199 -> 108 us against the same kernel loading after the
-// wait. Few warps holding many weights each let the next kernels' blocks fit beside this one's. Each lane's loads
+// loads that precede it, but not above launch_dependents (seen in the SASS on sm_90). In a graph of decode GEMVs
+// this is much faster than the same kernel loading after the wait (bench/RESULTS.md). Few warps holding many weights each let the next kernels' blocks fit beside this one's. Each lane's loads
 // are constant offsets from one pointer a column; rows up to MM_MT (desc mtile, a power of two >= M). With
 // MM_RWLATE (a weight some kernel still running may write) the loads follow the wait: the layout alone, every
-// load of a warp in flight at once, is what makes it the faster LM head (H200: bf16 768x50257 19.1-19.3 us against
-// GEMV_NT's 21.2-21.5, bench/gemv_explore.cu).
+// load of a warp in flight at once, is what makes it the faster LM head (bench/RESULTS.md).
 //@ matmul_gemv_rw
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kl = lane * MM_VEC;
   const long long n0 = ((long long)blockIdx.x * (blockDim.x >> 5) + warp) * MM_RC;

@@ -3,9 +3,9 @@
 // MM_* #defines. Format: see cg_prelude.cuh.
 
 // Hopper tensor-core GEMM (sm_90a): A k-major, B k-major or n-major, fp32 accumulators in registers. First written
-// and checked in bench/gemm_wgmma.cu. H200, 4096^3 bf16 (bench/gpu_kernels.c, 2026-11-25): 597 / 594 TFLOP/s for B
-// n- / k-major, 77-78% of cuBLASLt; building the descriptors and barrier addresses once, outside the k loop, was
-// worth 14% of that (nothing but the offsets' additions stands between a stage's arrival and its wgmma).
+// and checked in bench/gemm_wgmma.cu; its rate against cuBLASLt is in bench/RESULTS.md. The descriptors and barrier
+// addresses are built once, outside the k loop: nothing but the offsets' additions stands between a stage's arrival
+// and its wgmma.
 //@ matmul_gemm_wg
   /* 128x128 tile of C per block: warpgroups 0 and 1 compute 64 rows each (wgmma m64n128k16 from shared memory),
      warpgroup 2's first thread feeds a MM_WGS-stage ring of 128x64 tiles of A and B through TMA (128-byte swizzle,
@@ -57,7 +57,7 @@
     for (int kk = 0; kk < 4; kk++)
       mm_wgmma<1 - MM_BK>(d, da + s * 1024 + kk * 2, db + s * 1024 + kk * dbk);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    /* all of this stage's wgmma done before it goes back (keeping one group in flight measured 10% slower) */
+    /* all of this stage's wgmma done before it goes back (keeping one group in flight was slower) */
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     if (lane == 0) mm_mbar_arrive(empty_a + 8 * s);
   }
