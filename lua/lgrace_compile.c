@@ -636,6 +636,12 @@ static compiled *check_compiled(lua_State *L, int idx) {
   return cp;
 }
 
+grace_fn *lg_compiled_fn(lua_State *L, int idx, const char **name) {
+  compiled *cp = check_compiled(L, idx);
+  if (name) *name = cp->name;
+  return cp->fn;
+}
+
 static int compiled_gc(lua_State *L) {
   compiled *cp = luaL_checkudata(L, 1, LG_COMPILED);
   cp->L = L;   /* the core releases its handles through it */
@@ -870,144 +876,6 @@ static int l_explain(lua_State *L) {
   if (lua_isfunction(L, -1)) { lua_insert(L, -2); lua_call(L, 1, 0); } else lua_pop(L, 2);
   return 1;
 }
-/* ---- launch report: how each device program of a compiled function runs (vm/gpu_graph.c) ---- */
-static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection"};
-
-/* Pushes one program's launch figures as a table. */
-static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path) {
-  lua_createtable(L, 0, 16);
-  lua_pushinteger(L, entry); lua_setfield(L, -2, "entry");
-  if (path) { lua_pushinteger(L, path); lua_setfield(L, -2, "path"); }
-  lua_pushboolean(L, gi->managed); lua_setfield(L, -2, "on_device");
-  lua_pushinteger(L, gi->calls); lua_setfield(L, -2, "calls");
-  lua_pushinteger(L, gi->captures); lua_setfield(L, -2, "captures");
-  lua_pushboolean(L, gi->decided); lua_setfield(L, -2, "decided");
-  lua_pushboolean(L, gi->from_cache); lua_setfield(L, -2, "from_cache");
-  lua_pushstring(L, gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring");
-  lua_setfield(L, -2, "strategy");
-  if (gi->ineligible[0]) { lua_pushstring(L, gi->ineligible); lua_setfield(L, -2, "no_graph"); }
-  lua_pushinteger(L, gi->unfused); lua_setfield(L, -2, "unfused");
-  if (gi->unfused) { lua_pushstring(L, gi->unfused_why); lua_setfield(L, -2, "unfused_why"); }
-  lua_createtable(L, 0, 3);
-  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
-    if (gi->us[k] > 0) { lua_pushnumber(L, gi->us[k]); lua_setfield(L, -2, launch_names[k]); }
-  lua_setfield(L, -2, "us");
-  lua_createtable(L, 0, 3);
-  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
-    if (gi->why[k][0]) { lua_pushstring(L, gi->why[k]); lua_setfield(L, -2, launch_names[k]); }
-  lua_setfield(L, -2, "unavailable");
-  lua_pushinteger(L, gi->graphs); lua_setfield(L, -2, "graphs");
-  lua_pushinteger(L, gi->kernels); lua_setfield(L, -2, "kernels");
-  lua_pushinteger(L, gi->indirect_words); lua_setfield(L, -2, "indirect_words");
-  lua_pushinteger(L, (lua_Integer)gi->graph_bytes); lua_setfield(L, -2, "graph_bytes");
-  lua_pushinteger(L, (lua_Integer)gi->table_bytes); lua_setfield(L, -2, "table_bytes");
-  lua_pushinteger(L, (lua_Integer)gi->arena_bytes); lua_setfield(L, -2, "arena_bytes");
-  lua_pushinteger(L, (lua_Integer)gi->copy_bytes); lua_setfield(L, -2, "copy_bytes");
-  lua_pushinteger(L, gi->replays); lua_setfield(L, -2, "replays");
-  lua_pushnumber(L, gi->replay_host_us_min); lua_setfield(L, -2, "replay_host_us_min");
-  lua_pushnumber(L, gi->replay_host_us_mean); lua_setfield(L, -2, "replay_host_us_mean");
-}
-
-/* A device program of a compiled function: its launch figures, its entry and path (0: not a path). */
-typedef struct program_info {
-  grace_graph_info gi;
-  int entry, path;
-} program_info;
-
-/* The device programs of the compiled function at index 1 (entries, and paths of functions with breaks), in a
- * userdata pushed on the stack (collected with it); *n of them. */
-static program_info *collect_programs(lua_State *L, int *n) {
-  compiled *cp = check_compiled(L, 1);
-  *n = 0;
-  int ne = grace_fn_entry_count(cp->fn), cap = 0;
-  for (int k = 0; k < ne; k++) {
-    int np;
-    grace_fn_entry_ir(cp->fn, k, NULL, NULL, &np);
-    cap += 1 + np;
-  }
-  program_info *p = lua_newuserdatauv(L, sizeof *p * (size_t)(cap ? cap : 1), 0);
-  for (int k = 0; k < ne; k++) {
-    grace_ir *const *paths;
-    int np;
-    grace_ir *ir0 = grace_fn_entry_ir(cp->fn, k, NULL, &paths, &np);
-    for (int j = -1; j < np; j++) {
-      grace_ir *ir = j < 0 ? ir0 : paths[j];
-      if (!ir) continue;
-      grace_ir_graph_info(ir, &p[*n].gi);
-      if (!p[*n].gi.managed) continue;
-      p[*n].entry = k + 1;
-      p[(*n)++].path = j + 1;
-    }
-  }
-  return p;
-}
-
-/* Pushes the list of f:report() for programs p[0..n). */
-static void push_programs(lua_State *L, const program_info *p, int n) {
-  lua_createtable(L, n, 0);
-  for (int i = 0; i < n; i++) {
-    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path);
-    lua_rawseti(L, -2, i + 1);
-  }
-}
-
-/* f:report(): a list with one table per device program of f (entries, and paths of functions with breaks). */
-static int compiled_report(lua_State *L) {
-  check_compiled(L, 1);
-  lua_settop(L, 1);
-  int n;
-  const program_info *p = collect_programs(L, &n);
-  push_programs(L, p, n);
-  return 1;
-}
-
-/* grace.report(f): prints, per device program of compiled function f, the launch strategy chosen, what each
- * strategy measured, kernels, bytes copied per call and the graphs' memory; returns f:report()'s table. */
-static int l_report(lua_State *L) {
-  compiled *cp = check_compiled(L, 1);
-  lua_settop(L, 1);
-  int n;
-  const program_info *p = collect_programs(L, &n);
-  push_programs(L, p, n);   /* the result, at index 3 */
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  char line[512];
-  snprintf(line, sizeof line, "grace.report: %s\n", cp->name);
-  luaL_addstring(&b, line);
-  if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
-  for (int i = 0; i < n; i++) {
-    const grace_graph_info *gi = &p[i].gi;
-    char path[32] = "";
-    if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
-    const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";
-    snprintf(line, sizeof line, "  program %d%s: %s%s after %ld calls; %d kernels per graph, %zu bytes copied per call, "
-             "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy,
-             gi->from_cache ? " (measured by an earlier process: from the launch cache)" : "", gi->calls, gi->kernels,
-             gi->copy_bytes, gi->graphs, (double)gi->graph_bytes / 1024.0);
-    luaL_addstring(&b, line);
-    if (gi->ineligible[0]) {
-      snprintf(line, sizeof line, "    no graph: %s\n", gi->ineligible);
-      luaL_addstring(&b, line);
-    }
-    if (gi->unfused) {
-      snprintf(line, sizeof line, "    %d fused group%s ran an op at a time (%s)\n", gi->unfused, gi->unfused > 1 ? "s" : "",
-               gi->unfused_why);
-      luaL_addstring(&b, line);
-    }
-    for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
-      if (gi->why[k][0]) snprintf(line, sizeof line, "    %-18s unavailable: %s\n", launch_names[k], gi->why[k]);
-      else if (gi->us[k] > 0) snprintf(line, sizeof line, "    %-18s %9.1f us per call (median measured)\n", launch_names[k], gi->us[k]);
-      else continue;
-      luaL_addstring(&b, line);
-    }
-  }
-  luaL_pushresult(&b);
-  lua_getglobal(L, "print");
-  if (lua_isfunction(L, -1)) { lua_insert(L, -2); lua_call(L, 1, 0); } else lua_pop(L, 2);
-  lua_settop(L, 3);
-  return 1;
-}
-
 /* grace.eager(fn, ...): runs fn as plain Lua and eager ops. Inside a traced function it is a graph break. */
 static int l_eager(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -1031,13 +899,13 @@ static const luaL_Reg compiled_meta[] = {
 static const luaL_Reg compiled_methods[] = {
   {"stats", compiled_stats},
   {"ir", compiled_ir},
-  {"report", compiled_report},
+  {"report", lg_compiled_report},
   {NULL, NULL}
 };
 static const luaL_Reg compile_funcs[] = {
   {"compile", l_compile},
   {"explain", l_explain},
-  {"report", l_report},
+  {"report", lg_report},
   {"clock", l_clock},
   {"eager", l_eager},
   {NULL, NULL}

@@ -83,4 +83,10 @@ int lg_inplace(lua_State *L);                        /* lgrace_methods.c: NAME_ 
 extern const luaL_Reg lg_view_methods[];             /* lgrace_shape.c */
 extern const luaL_Reg lg_module_shape[];             /* lgrace_shape.c: cat, stack, where, ... */
 
+/* ---- compiled functions (lgrace_compile.c) and their launch report (lgrace_report.c) ---- */
+/* The core object of the compiled function at idx (a Lua error if it is not one); *name its name, if asked. */
+grace_fn *lg_compiled_fn(lua_State *L, int idx, const char **name);
+int lg_compiled_report(lua_State *L);   /* f:report() */
+int lg_report(lua_State *L);            /* grace.report(f) */
+
 #endif
