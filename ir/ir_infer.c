@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "ir/ir_pointwise.h"
 
 static const char *short_names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
@@ -65,20 +66,10 @@ static grace_status broadcast(grace_vm *vm, const char *op, int n, const ir_type
   return GRACE_OK;
 }
 
-static int float_math(grace_op op) {
-  switch (op) {
-  case GRACE_OP_EXP: case GRACE_OP_LOG: case GRACE_OP_LOG1P: case GRACE_OP_SQRT: case GRACE_OP_RSQRT:
-  case GRACE_OP_SIN: case GRACE_OP_COS: case GRACE_OP_TANH: case GRACE_OP_SIGMOID: case GRACE_OP_GELU:
-  case GRACE_OP_SILU: case GRACE_OP_ERF:
-    return 1;
-  default: return 0;
-  }
-}
-
 static grace_status infer_unary(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o) {
   *o = *x;
   o->wrapped = 0;
-  if (float_math(op) && !grace_dtype_is_float(x->dtype)) o->dtype = GRACE_FLOAT32;
+  if (ir_pw_rule_of(op) == IR_PW_FLOAT && !grace_dtype_is_float(x->dtype)) o->dtype = GRACE_FLOAT32;
   else if (op == GRACE_OP_LOGICAL_NOT) o->dtype = GRACE_BOOL;
   else if (op == GRACE_OP_CAST) o->dtype = a->dtype;
   else if (op == GRACE_OP_NEG && x->dtype == GRACE_BOOL)
