@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include "cpu/cpu_fused.h"
 #include "cpu/cpu_kernels.h"
+#include "ir/ir.h"
 #include "ir/ir_check.h"
 #include "cpu/cpu_pointwise_math.h"
 #include "ir/ir_pointwise.h"
@@ -581,82 +582,52 @@ static pw_kind kind_of(grace_dtype dt) {
   return dt == GRACE_FLOAT64 ? K_F64 : grace_dtype_is_float(dt) ? K_F32 : K_I64;
 }
 
-static int is_float_op(grace_op op) { return ir_pw_rule_of(op) == IR_PW_FLOAT; }
-
-/* Clamp bounds into the kernels' arguments; the result dtype goes to float32 for an integer input
- * with a fractional bound, as PyTorch's type promotion does. */
-static grace_status clamp_setup(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, pw_args *args,
-                                grace_dtype *cdt) {
-  if (!a->has_a && !a->has_b) return vm_err(vm, GRACE_EARG, "clamp: at least one of min and max must be given");
-  *cdt = x->dtype;
-  if (grace_dtype_is_int(x->dtype) && ((a->has_a && a->a != floor(a->a)) || (a->has_b && a->b != floor(a->b))))
-    *cdt = GRACE_FLOAT32;
+/* Clamp bounds into the kernels' arguments (the checks and the result dtype are ir_infer's). */
+static void clamp_setup(const grace_attrs *a, pw_args *args) {
   args->lo = a->has_a ? a->a : -INFINITY;
   args->hi = a->has_b ? a->b : INFINITY;
   args->ilo = !a->has_a ? INT64_MIN : (a->exact & 1) ? a->ia : pw_f2i(a->a);
   args->ihi = !a->has_b ? INT64_MAX : (a->exact & 2) ? a->ib : pw_f2i(a->b);
-  return GRACE_OK;
 }
 
+/* The argument checks, result dtype and shape are inference's (vm_infer_tensors), as on the device and in the
+ * IR; what is left here is the compute dtype and the kinds of the buffers. */
 static grace_status pointwise(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                               grace_tensor **out) {
   const char *name = grace_op_name(op);
-  grace_opkind kind = grace_op_kind(op);
+  ir_pw_rule rule = ir_pw_rule_of(op);
   pw_args args = {0};
   pw_kind kin[3], kout;
-  grace_dtype cdt = GRACE_FLOAT32, odt;
-  grace_status st;
+  ir_type ty;
+  grace_status st = vm_infer_tensors(vm, op, nin, in, a, 1, &ty);
+  if (st != GRACE_OK) return st;
+  grace_dtype odt = ty.dtype, cdt = odt;
   args.flag = a->flag;
-  if (kind == GRACE_KIND_UNARY) {
-    grace_dtype xdt = in[0]->dtype;
-    if (op == GRACE_OP_LOGICAL_NOT) { cdt = odt = GRACE_BOOL; kin[0] = kout = K_B8; }
-    else {
-      if (is_float_op(op)) cdt = grace_dtype_is_float(xdt) ? xdt : GRACE_FLOAT32;
-      else if (op == GRACE_OP_CLAMP) { if ((st = clamp_setup(vm, in[0], a, &args, &cdt)) != GRACE_OK) return st; }
-      else if (op == GRACE_OP_NEG && xdt == GRACE_BOOL)
-        return vm_err(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not() instead");
-      else cdt = xdt;
-      odt = cdt;
-      kin[0] = kout = kind_of(cdt);
-    }
-  } else if (op == GRACE_OP_WHERE) {
-    cdt = odt = vm_result_type(2, in + 1);
-    kin[0] = K_B8;
-    kin[1] = kin[2] = kout = kind_of(cdt);
-  } else if (op == GRACE_OP_MASKED_FILL) {
-    if (in[1]->dtype != GRACE_BOOL)
-      return vm_err(vm, GRACE_EDTYPE, "masked_fill: expected a bool mask, got %s", grace_dtype_name(in[1]->dtype));
-    if (in[2]->ndim != 0)
-      return vm_err(vm, GRACE_ESHAPE, "masked_fill: the value must be a 0-d tensor (or a number), got shape %s",
-                    VM_SHAPE(in[2]));
-    cdt = odt = in[0]->dtype;
-    kin[0] = kin[2] = kout = kind_of(cdt);
-    kin[1] = K_B8;
-  } else if (op == GRACE_OP_LOGICAL_AND || op == GRACE_OP_LOGICAL_OR) {
-    cdt = odt = GRACE_BOOL;
+  if (op == GRACE_OP_CLAMP) clamp_setup(a, &args);
+  switch (rule) {
+  case IR_PW_SAME: case IR_PW_FLOAT: case IR_PW_PROMOTE: case IR_PW_DIV:
+    kin[0] = kin[1] = kout = kind_of(cdt);
+    break;
+  case IR_PW_LOGIC:
     kin[0] = kin[1] = kout = K_B8;
-  } else {   /* BINARY, comparisons */
-    cdt = vm_result_type(2, in);
-    if (op == GRACE_OP_SUB && (in[0]->dtype == GRACE_BOOL || in[1]->dtype == GRACE_BOOL))
-      return vm_err(vm, GRACE_EDTYPE, "sub: subtraction with a bool tensor is not supported (%s - %s); "
-                    "to invert a mask, use logical_not()", grace_dtype_name(in[0]->dtype), grace_dtype_name(in[1]->dtype));
-    if (op == GRACE_OP_DIV && !grace_dtype_is_float(cdt)) cdt = GRACE_FLOAT32;
+    break;
+  case IR_PW_COMPARE:
+    cdt = vm_result_type(2, in);   /* the operands compare in their promoted dtype */
     kin[0] = kin[1] = kind_of(cdt);
-    if (kind == GRACE_KIND_COMPARE) { odt = GRACE_BOOL; kout = K_B8; }
-    else { odt = cdt; kout = kind_of(cdt); }
+    kout = K_B8;
+    break;
+  case IR_PW_SELECT:   /* the truth operand: where's first, masked_fill's second */
+    kin[0] = kin[1] = kin[2] = kout = kind_of(cdt);
+    kin[op == GRACE_OP_WHERE ? 0 : 1] = K_B8;
+    break;
+  default:
+    return vm_err(vm, GRACE_EINTERNAL, "%s: not a pointwise op", name);
   }
   pw_kernel fn = pw_kernels[op][nin == 3 ? kin[2] : kin[0]];   /* by the kind of the values */
   if (!fn) return vm_err(vm, GRACE_EINTERNAL, "%s: no CPU kernel for %s", name, grace_dtype_name(cdt));
-
-  int nd;
-  int64_t sizes[GRACE_MAX_DIMS];
-  if ((st = vm_broadcast(vm, name, nin, in, &nd, sizes)) != GRACE_OK) return st;
-  if (op == GRACE_OP_MASKED_FILL && (nd != in[0]->ndim || memcmp(sizes, in[0]->sizes, sizeof(int64_t) * (size_t)nd)))
-    return vm_err(vm, GRACE_ESHAPE, "masked_fill: mask of shape %s does not broadcast to the input's shape %s",
-                  VM_SHAPE(in[1]), VM_SHAPE(in[0]));
-  grace_tensor *o = vm_tensor_new(vm, name, odt, GRACE_CPU, nd, sizes);
+  grace_tensor *o = vm_tensor_new(vm, name, odt, GRACE_CPU, ty.ndim, ty.sizes);
   if (!o) return vm->status;
-  if (vm_numel(nd, sizes) > 0 && (st = pw_run(vm, name, o, nin, in, kin, kout, cdt, fn, &args)) != GRACE_OK) {
+  if (vm_numel(ty.ndim, ty.sizes) > 0 && (st = pw_run(vm, name, o, nin, in, kin, kout, cdt, fn, &args)) != GRACE_OK) {
     grace_tensor_release(o);
     return st;
   }
@@ -703,10 +674,9 @@ grace_status cpu_pw_block_f32(grace_op op, const grace_attrs *attrs, int64_t n, 
   if (!fn) return GRACE_EUNSUPPORTED;
   pw_args args = {0};
   if (attrs) args.flag = attrs->flag;
-  if (op == GRACE_OP_CLAMP) {   /* the float bounds exactly as clamp_setup gives them to pw_run */
+  if (op == GRACE_OP_CLAMP) {   /* the bounds as eager clamp has them */
     if (!attrs || (!attrs->has_a && !attrs->has_b)) return GRACE_EARG;
-    args.lo = attrs->has_a ? attrs->a : -INFINITY;
-    args.hi = attrs->has_b ? attrs->b : INFINITY;
+    clamp_setup(attrs, &args);
   }
   if (n > 0) fn(n, in, out, &args);
   return GRACE_OK;
