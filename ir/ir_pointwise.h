@@ -55,6 +55,7 @@
   _(RSQRT,   FLOAT, 1.0f / sqrtf(x),      1.0 / sqrt(x),       PW_NONE,                "($T)1 / sqrt$f($0)", NULL, NULL) \
   _(SIN,     FLOAT, sinf(x),              sin(x),              PW_NONE,                "sin$f($0)", NULL, NULL) \
   _(COS,     FLOAT, cosf(x),              cos(x),              PW_NONE,                "cos$f($0)", NULL, NULL) \
+  _(TAN,     FLOAT, tanf(x),              tan(x),              PW_NONE,                "tan$f($0)", NULL, NULL) \
   _(TANH,    FLOAT, pw_tanhf(x),          tanh(x),             PW_NONE,                "tanh$f($0)", NULL, "tanhf($0)") \
   _(SIGMOID, FLOAT, pw_sigmoidf(x),       x < 0 ? exp(x) / (1.0 + exp(x)) : 1.0 / (1.0 + exp(-x)), PW_NONE, \
     "cgf_sigmoid($0)", NULL, "1.0f / (1.0f + expf(-$0))") \
