@@ -92,6 +92,25 @@ const char *cg_calc_type(grace_dtype dt) {
 
 void cg_prelude(cg_buf *b) { cg_puts(b, cg_src_prelude); }
 
+int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T) {
+  size_t k = 0;
+  for (const char *p = tmpl; *p; p++) {
+    const char *ins = NULL;
+    char one[2] = {*p, 0};
+    if (p[0] == '$' && p[1] >= '0' && p[1] - '0' < nargs) ins = args[p[1] - '0'];
+    else if (p[0] == '$' && p[1] == 'f') ins = f32 ? "f" : "";
+    else if (p[0] == '$' && p[1] == 'T') ins = T;
+    if (ins) p++;
+    else ins = one;
+    size_t l = strlen(ins);
+    if (k + l >= n) return 0;
+    memcpy(out + k, ins, l);
+    k += l;
+  }
+  out[k] = 0;
+  return 1;
+}
+
 void cg_kernel_free(grace_vm *vm, cg_kernel *k) {
   if (!k) return;
   if (k->src) grace_realloc(vm, k->src, k->src_len + 1, 0);

@@ -44,6 +44,9 @@ const char *cg_calc_type(grace_dtype dt);
 /* Emits the helpers every source starts with (f16/bf16 <-> float bit conversions, round-half-even, the Philox
  * generator, warp/block reduction helpers), once per source. */
 void cg_prelude(cg_buf *b);
+/* Expands a CUDA template of the pointwise table (ir/ir_pointwise.h) into out (n bytes): $0..$2 become args[0..2],
+ * $f "f" when f32 (a float register; "" for a double one), $T the register type T. 0 when it does not fit. */
+int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T);
 
 /* ---- a generated kernel and how to launch it ---- */
 typedef enum cg_kind {

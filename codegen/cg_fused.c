@@ -11,6 +11,7 @@
 #include <string.h>
 #include "codegen/cg_fused.h"
 #include "codegen/cg_templates.h"
+#include "ir/ir_pointwise.h"
 
 /* Expressions are built from register names and constants into fixed buffers far larger than any of them;
  * gcc cannot see that bound. */
@@ -508,68 +509,27 @@ static grace_status emit_pointwise(cg_buf *b, const grp *G, const ir_inst *in, c
     if (truth) snprintf(x[j], sizeof x[j], "((%s) != 0)", raw);
     else conv(x[j], dts[j], cdt, raw);
   }
-  const char *a = x[0], *c = in->nin > 1 ? x[1] : "", *d = in->nin > 2 ? x[2] : "";
-  int fl = is_fl(cdt), f32 = is_f(cdt);
-  const char *sf = f32 ? "f" : "";
-  const char *F = f32 ? "float" : "double";
+  int fl = is_fl(cdt);
   const grace_attrs *at = &in->attrs;
-  switch (op) {
-  case GRACE_OP_NEG: if (fl) snprintf(e, sizeof e, "-(%s)", a); else snprintf(e, sizeof e, "(long long)(0ULL - (grace_u64)(%s))", a); break;
-  case GRACE_OP_ABS: if (fl) snprintf(e, sizeof e, "fabs%s(%s)", sf, a); else snprintf(e, sizeof e, "cgf_iabs(%s)", a); break;
-  case GRACE_OP_RELU: snprintf(e, sizeof e, "cgf_relu(%s)", a); break;
-  case GRACE_OP_FLOOR: if (fl) snprintf(e, sizeof e, "floor%s(%s)", sf, a); else snprintf(e, sizeof e, "%s", a); break;
-  case GRACE_OP_CEIL: if (fl) snprintf(e, sizeof e, "ceil%s(%s)", sf, a); else snprintf(e, sizeof e, "%s", a); break;
-  case GRACE_OP_ROUND: if (fl) snprintf(e, sizeof e, "rint%s(%s)", sf, a); else snprintf(e, sizeof e, "%s", a); break;
-  case GRACE_OP_SIGN: snprintf(e, sizeof e, "cgf_sign(%s)", a); break;
-  case GRACE_OP_CLAMP: {
-    cg_expr lo, hi;
+  const char *args[3] = {x[0], in->nin > 1 ? x[1] : "", in->nin > 2 ? x[2] : ""};
+  cg_expr lo, hi;
+  if (op == GRACE_OP_CLAMP) {   /* the bounds as clamp_setup (cpu_pointwise.c) gives them to the CPU kernels */
     if (fl) {
       if (at->has_a) dconst(lo, at->a); else snprintf(lo, sizeof lo, "-__longlong_as_double(0x7ff0000000000000LL)");
       if (at->has_b) dconst(hi, at->b); else snprintf(hi, sizeof hi, "__longlong_as_double(0x7ff0000000000000LL)");
-      snprintf(e, sizeof e, "cgf_clamp(%s, (%s)%s, (%s)%s)", a, F, lo, F, hi);
     } else {
-      cg_expr lo, hi;
       illit(lo, !at->has_a ? INT64_MIN : (at->exact & 1) ? at->ia : f2i(at->a));
       illit(hi, !at->has_b ? INT64_MAX : (at->exact & 2) ? at->ib : f2i(at->b));
-      snprintf(e, sizeof e, "cgf_clamp(%s, %s, %s)", a, lo, hi);
     }
-    break;
+    args[1] = lo;
+    args[2] = hi;
   }
-  case GRACE_OP_CAST: conv(e, cdt, at->dtype, a); break;
-  case GRACE_OP_EXP: snprintf(e, sizeof e, "exp%s(%s)", sf, a); break;
-  case GRACE_OP_LOG: snprintf(e, sizeof e, "log%s(%s)", sf, a); break;
-  case GRACE_OP_LOG1P: snprintf(e, sizeof e, "log1p%s(%s)", sf, a); break;
-  case GRACE_OP_SQRT: snprintf(e, sizeof e, "sqrt%s(%s)", sf, a); break;
-  case GRACE_OP_RSQRT: snprintf(e, sizeof e, "(%s)1 / sqrt%s(%s)", F, sf, a); break;
-  case GRACE_OP_SIN: snprintf(e, sizeof e, "sin%s(%s)", sf, a); break;
-  case GRACE_OP_COS: snprintf(e, sizeof e, "cos%s(%s)", sf, a); break;
-  case GRACE_OP_TANH: snprintf(e, sizeof e, "tanh%s(%s)", sf, a); break;
-  case GRACE_OP_SIGMOID: snprintf(e, sizeof e, "cgf_sigmoid(%s)", a); break;
-  case GRACE_OP_GELU: snprintf(e, sizeof e, at->flag ? "cgf_gelu_tanh(%s)" : "cgf_gelu(%s)", a); break;
-  case GRACE_OP_SILU: snprintf(e, sizeof e, "cgf_silu(%s)", a); break;
-  case GRACE_OP_ERF: snprintf(e, sizeof e, "erf%s(%s)", sf, a); break;
-  case GRACE_OP_ADD: if (fl) snprintf(e, sizeof e, "%s + %s", a, c); else snprintf(e, sizeof e, "(long long)((grace_u64)(%s) + (grace_u64)(%s))", a, c); break;
-  case GRACE_OP_SUB: if (fl) snprintf(e, sizeof e, "%s - %s", a, c); else snprintf(e, sizeof e, "(long long)((grace_u64)(%s) - (grace_u64)(%s))", a, c); break;
-  case GRACE_OP_MUL: if (fl) snprintf(e, sizeof e, "%s * %s", a, c); else snprintf(e, sizeof e, "(long long)((grace_u64)(%s) * (grace_u64)(%s))", a, c); break;
-  case GRACE_OP_DIV: snprintf(e, sizeof e, "%s / %s", a, c); break;
-  case GRACE_OP_REM: snprintf(e, sizeof e, "cgf_rem(%s, %s)", a, c); break;
-  case GRACE_OP_POW: if (fl) snprintf(e, sizeof e, "pow%s(%s, %s)", sf, a, c); else snprintf(e, sizeof e, "cgf_ipow(%s, %s)", a, c); break;
-  case GRACE_OP_MAXIMUM: snprintf(e, sizeof e, "cgf_maximum(%s, %s)", a, c); break;
-  case GRACE_OP_MINIMUM: snprintf(e, sizeof e, "cgf_minimum(%s, %s)", a, c); break;
-  case GRACE_OP_LOGICAL_AND: snprintf(e, sizeof e, "(long long)((%s) & (%s))", a, c); break;
-  case GRACE_OP_LOGICAL_OR: snprintf(e, sizeof e, "(long long)((%s) | (%s))", a, c); break;
-  case GRACE_OP_LOGICAL_NOT: snprintf(e, sizeof e, "(long long)!(%s)", a); break;
-  case GRACE_OP_EQ: snprintf(e, sizeof e, "(long long)(%s == %s)", a, c); break;
-  case GRACE_OP_NE: snprintf(e, sizeof e, "(long long)(%s != %s)", a, c); break;
-  case GRACE_OP_LT: snprintf(e, sizeof e, "(long long)(%s < %s)", a, c); break;
-  case GRACE_OP_LE: snprintf(e, sizeof e, "(long long)(%s <= %s)", a, c); break;
-  case GRACE_OP_GT: snprintf(e, sizeof e, "(long long)(%s > %s)", a, c); break;
-  case GRACE_OP_GE: snprintf(e, sizeof e, "(long long)(%s >= %s)", a, c); break;
-  case GRACE_OP_WHERE: snprintf(e, sizeof e, "%s ? %s : %s", a, c, d); break;
-  case GRACE_OP_MASKED_FILL: snprintf(e, sizeof e, "%s ? %s : %s", c, d, a); break;
-  default:
+  const char *tmpl = ir_pw_cuda(op, at->flag, fl);
+  if (op == GRACE_OP_CAST) conv(e, cdt, at->dtype, x[0]);
+  else if (!tmpl)
     return grace_set_error(G->vm, GRACE_EUNSUPPORTED, "fused kernel: no CUDA lowering of %s", ir_op_name(op));
-  }
+  else if (!cg_pw_expand(e, sizeof e, tmpl, args, 3, is_f(cdt), is_f(cdt) ? "float" : "double"))
+    return grace_set_error(G->vm, GRACE_EUNSUPPORTED, "fused kernel: the expression of %s is too long", ir_op_name(op));
   /* the op's result narrowed to its own dtype (round, wrap, 0/1) once, as the CPU's store does */
   grace_dtype src = op_kind(op) == GRACE_KIND_COMPARE ? GRACE_BOOL : op == GRACE_OP_CAST ? at->dtype
                   : is_f(cdt) ? GRACE_FLOAT32 : cdt == GRACE_FLOAT64 ? GRACE_FLOAT64 : GRACE_INT64;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "codegen/cg_matmul.h"
 #include "codegen/cg_templates.h"
+#include "ir/ir_pointwise.h"
 
 /* ---- the generator ---- */
 static int tc_stages(const cg_mm_desc *d) { return d->tile ? 4 : 3; }
@@ -29,14 +30,17 @@ static const char *store_fn(grace_dtype dt) {
 
 /* FNV-1a over the fields that shape the source (not the struct bytes: padding is not deterministic). */
 static uint32_t desc_hash(const cg_mm_desc *d) {
-  int64_t f[16 + CG_MM_MAX_OPS + 3 * CG_MM_MAX_EPI];
+  int64_t f[20 + CG_MM_MAX_OPS + 5 * CG_MM_MAX_EPI];
   int n = 0;
   f[n++] = d->form; f[n++] = d->dt; f[n++] = d->out_dt; f[n++] = d->a_kmajor; f[n++] = d->b_kmajor;
   f[n++] = d->vec; f[n++] = d->a_vec; f[n++] = d->mtile; f[n++] = d->wpr; f[n++] = d->tile; f[n++] = d->split; f[n++] = d->indirect;
   f[n++] = d->prefetch; f[n++] = d->rl; f[n++] = d->rc; f[n++] = d->rw_late;
   f[n++] = d->nop; f[n++] = d->nscalar; f[n++] = d->nepi;
   for (int i = 0; i < d->nop; i++) f[n++] = d->op_dtypes[i];
-  for (int i = 0; i < d->nepi; i++) { f[n++] = d->epi[i].op; f[n++] = d->epi[i].operand; f[n++] = d->epi[i].dtype; }
+  for (int i = 0; i < d->nepi; i++) {
+    const cg_epi_step *s = &d->epi[i];
+    f[n++] = s->op; f[n++] = s->operand; f[n++] = s->dtype; f[n++] = s->flag; f[n++] = s->reversed;
+  }
   uint32_t h = 2166136261u;
   for (int i = 0; i < n; i++)
     for (int b = 0; b < 8; b++) { h ^= (uint8_t)((uint64_t)f[i] >> (8 * b)); h *= 16777619u; }
@@ -64,10 +68,11 @@ static void emit_round(cg_buf *b, grace_dtype dt) {
   else if (dt == GRACE_BFLOAT16) cg_puts(b, " e_ = grace_bf2f(grace_f2bf(e_));");
 }
 
-static void emit_operand(cg_buf *b, int operand) {
-  if (operand < 0) cg_printf(b, "S%d_", -1 - operand);
-  else cg_printf(b, "MM_LDE%d(E%d_[oE%d + (m_) * p.w[%d] + (n_) * p.w[%d]])", operand, operand, operand,
-                 CG_MM_NWORDS + operand * CG_MM_OPWORDS, CG_MM_NWORDS + operand * CG_MM_OPWORDS + 1);
+/* A binary step's other operand: scalar S<i>_ or element (m_, n_) of tensor operand i. */
+static void operand_expr(char *out, size_t n, int operand) {
+  if (operand < 0) snprintf(out, n, "S%d_", -1 - operand);
+  else snprintf(out, n, "MM_LDE%d(E%d_[oE%d + (m_) * p.w[%d] + (n_) * p.w[%d]])", operand, operand, operand,
+                CG_MM_NWORDS + operand * CG_MM_OPWORDS, CG_MM_NWORDS + operand * CG_MM_OPWORDS + 1);
 }
 
 /* MM_EPI(v, m, n): the epilogue chain on one accumulator and the store into C. */
@@ -77,22 +82,13 @@ static void emit_epilogue(cg_buf *b, const cg_mm_desc *d) {
   for (int i = 0; i < d->nepi; i++) {
     const cg_epi_step *s = &d->epi[i];
     cg_puts(b, " \\\n  ");
-    switch (s->op) {
-    case CG_EPI_ADD: cg_puts(b, "e_ = e_ + "); emit_operand(b, s->operand); cg_puts(b, ";"); break;
-    case CG_EPI_SUB: cg_puts(b, "e_ = e_ - "); emit_operand(b, s->operand); cg_puts(b, ";"); break;
-    case CG_EPI_RSUB: cg_puts(b, "e_ = "); emit_operand(b, s->operand); cg_puts(b, " - e_;"); break;
-    case CG_EPI_MUL: cg_puts(b, "e_ = e_ * "); emit_operand(b, s->operand); cg_puts(b, ";"); break;
-    case CG_EPI_DIV: cg_puts(b, "e_ = e_ / "); emit_operand(b, s->operand); cg_puts(b, ";"); break;
-    case CG_EPI_RDIV: cg_puts(b, "e_ = "); emit_operand(b, s->operand); cg_puts(b, " / e_;"); break;
-    case CG_EPI_RELU: cg_puts(b, "e_ = e_ > 0.0f ? e_ : (e_ != e_ ? e_ : 0.0f);"); break;
-    case CG_EPI_GELU: cg_puts(b, "e_ = 0.5f * e_ * erfcf(-e_ * 0.70710678118654752f);"); break;
-    case CG_EPI_GELU_TANH:
-      cg_puts(b, "e_ = e_ / (1.0f + expf(-1.5957691216057308f * (e_ + 0.044715f * e_ * e_ * e_)));"); break;
-    case CG_EPI_SILU: cg_puts(b, "e_ = e_ / (1.0f + expf(-e_));"); break;
-    case CG_EPI_TANH: cg_puts(b, "e_ = tanhf(e_);"); break;
-    case CG_EPI_SIGMOID: cg_puts(b, "e_ = 1.0f / (1.0f + expf(-e_));"); break;
-    case CG_EPI_NEG: cg_puts(b, "e_ = -e_;"); break;
-    case CG_EPI_CAST: break;
+    const char *tmpl = ir_pw_epilogue(s->op, s->flag);
+    if (tmpl) {   /* checked by cg_matmul_source; the expression as the pointwise table spells it */
+      char opnd[160], e[512];
+      operand_expr(opnd, sizeof opnd, s->operand);
+      const char *args[2] = {s->reversed ? opnd : "e_", s->reversed ? "e_" : opnd};
+      if (!cg_pw_expand(e, sizeof e, tmpl, args, 2, 1, "float")) b->oom = 1;
+      else cg_printf(b, "e_ = %s;", e);
     }
     emit_round(b, s->dtype);
   }
@@ -125,7 +121,11 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
                              grace_dtype_name(d->op_dtypes[i]));
   for (int i = 0; i < d->nepi; i++) {
     int o = d->epi[i].operand;
-    int binary = d->epi[i].op <= CG_EPI_RDIV;
+    int op = d->epi[i].op;
+    if (op != GRACE_OP_CAST && !ir_pw_epilogue(op, d->epi[i].flag))
+      return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: %s has no epilogue form",
+                             (unsigned)op < GRACE_NOPS ? grace_op_name((grace_op)op) : "?");
+    int binary = op != GRACE_OP_CAST && grace_op_kind((grace_op)op) == GRACE_KIND_BINARY;
     if (binary && (o >= d->nop || -1 - o >= d->nscalar))
       return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: epilogue step %d names a missing operand", i);
     if (!is_mm_float(d->epi[i].dtype))

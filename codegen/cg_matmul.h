@@ -41,16 +41,14 @@ typedef enum cg_mm_form {
                        tiles; f16/bf16, A k-major, B either, one matrix (nb 1), tensor maps in the parameter struct */
 } cg_mm_form;
 
-typedef enum cg_epi_op {
-  CG_EPI_ADD, CG_EPI_SUB, CG_EPI_RSUB, CG_EPI_MUL, CG_EPI_DIV, CG_EPI_RDIV,   /* v op operand / operand op v */
-  CG_EPI_RELU, CG_EPI_GELU, CG_EPI_GELU_TANH, CG_EPI_SILU, CG_EPI_TANH, CG_EPI_SIGMOID, CG_EPI_NEG,
-  CG_EPI_CAST       /* only rounds to the step's dtype */
-} cg_epi_op;
-
+/* One step of the epilogue chain: a pointwise op whose row in ir/ir_pointwise.h has an epilogue template (unary on
+ * the accumulator, or binary with one operand), or GRACE_OP_CAST, which only rounds to the step's dtype. */
 typedef struct cg_epi_step {
-  cg_epi_op op;
+  int op;               /* GRACE_OP_* */
   int operand;          /* binary ops: tensor operand index, or -1 - scalar index */
   grace_dtype dtype;    /* the step's result dtype (f32, f16, bf16): the value is rounded to it */
+  int flag;             /* the op's attrs.flag (gelu: the tanh approximation) */
+  int reversed;         /* binary ops: operand op value (else value op operand) */
 } cg_epi_step;
 
 typedef struct cg_mm_desc {

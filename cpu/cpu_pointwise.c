@@ -1,14 +1,16 @@
 /* cpu_pointwise.c: the CPU backend's pointwise ops (unary, binary, compare, ternary), casts, copies and fills.
- * Each op is one row of an X-macro table giving its scalar expression per compute type; the engine below
- * runs blocks of elements: gather each input's block into a compute-type buffer (honouring strides and
- * broadcasting), run the op's loop over the buffers (written so gcc vectorizes it), store the block.
+ * Each op's scalar expression per compute type is its row of ir/ir_pointwise.h, the kernels generated from it
+ * below; the engine runs blocks of elements: gather each input's block into a compute-type buffer (honouring
+ * strides and broadcasting), run the op's loop over the buffers (written so gcc vectorizes it), store the block.
  * Inputs already laid out like the output in the compute type are read in place, with no gather. */
 #include <math.h>
 #include <stdatomic.h>
 #include "cpu/cpu_fused.h"
 #include "cpu/cpu_kernels.h"
+#include "ir/ir.h"
 #include "ir/ir_check.h"
 #include "cpu/cpu_pointwise_math.h"
+#include "ir/ir_pointwise.h"
 
 enum {
   PW_BLOCK = 512,       /* elements per gathered block: the buffers stay in L1 */
@@ -33,7 +35,7 @@ typedef struct pw_args {
 
 typedef void (*pw_kernel)(int64_t n, const void *const *in, void *out, pw_args *p);
 
-/* ---- scalar helpers used by the table ---- */
+/* ---- scalar helpers the table's CPU columns call ---- */
 static inline int64_t pw_irem(int64_t a, int64_t b, int *bad) {
   if (b == 0) { *bad = PW_ERR_DIVZERO; return 0; }
   if (b == -1) return 0;   /* INT64_MIN % -1 traps on x86 */
@@ -66,62 +68,6 @@ static inline int64_t pw_iclamp(int64_t x, int64_t lo, int64_t hi) { int64_t t =
 #define PW_INEG(x) ((int64_t)(0 - (uint64_t)(x)))
 #define PW_IWRAP(op, a, b) ((int64_t)((uint64_t)(a) op (uint64_t)(b)))
 
-/* ---- the op table ----
- * Unary ops that keep the dtype: _(OP, float32 expr, float64 expr, int64 expr) of x. float16/bfloat16
- * compute with the float32 expression. lo, hi, flag and bad are in scope (see PW_LOCALS). */
-#define PW_UNARY_ALL(_) \
-  _(GRACE_OP_NEG,   -x,                                  -x,                                 PW_INEG(x)) \
-  _(GRACE_OP_ABS,   fabsf(x),                            fabs(x),                            x < 0 ? PW_INEG(x) : x) \
-  _(GRACE_OP_RELU,  x < 0 ? 0.0f : x,                    x < 0 ? 0.0 : x,                    x < 0 ? 0 : x) \
-  _(GRACE_OP_FLOOR, floorf(x),                           floor(x),                           x) \
-  _(GRACE_OP_CEIL,  ceilf(x),                            ceil(x),                            x) \
-  _(GRACE_OP_ROUND, nearbyintf(x),                       nearbyint(x),                       x) \
-  _(GRACE_OP_SIGN,  x != x ? x : (float)((x > 0) - (x < 0)), x != x ? x : (double)((x > 0) - (x < 0)), \
-                    (int64_t)((x > 0) - (x < 0))) \
-  _(GRACE_OP_CLAMP, pw_clampf(x, lo, hi),                pw_clamp(x, lo, hi),                pw_iclamp(x, lo, hi))
-
-/* Unary float math: _(OP, float32 expr, float64 expr); integer inputs compute (and give) float32. */
-#define PW_UNARY_FLOAT(_) \
-  _(GRACE_OP_EXP,     pw_expf(x),                  exp(x)) \
-  _(GRACE_OP_LOG,     logf(x),                     log(x)) \
-  _(GRACE_OP_LOG1P,   log1pf(x),                   log1p(x)) \
-  _(GRACE_OP_SQRT,    sqrtf(x),                    sqrt(x)) \
-  _(GRACE_OP_RSQRT,   1.0f / sqrtf(x),             1.0 / sqrt(x)) \
-  _(GRACE_OP_SIN,     sinf(x),                     sin(x)) \
-  _(GRACE_OP_COS,     cosf(x),                     cos(x)) \
-  _(GRACE_OP_TANH,    pw_tanhf(x),                 tanh(x)) \
-  _(GRACE_OP_SIGMOID, pw_sigmoidf(x),              x < 0 ? exp(x) / (1.0 + exp(x)) : 1.0 / (1.0 + exp(-x))) \
-  _(GRACE_OP_GELU,    flag ? pw_gelu_tanhf(x) : pw_geluf(x), \
-                      flag ? pw_gelu_tanh(x) : pw_gelu(x)) \
-  _(GRACE_OP_SILU,    x * pw_sigmoidf(x),          x / (1.0 + exp(-x))) \
-  _(GRACE_OP_ERF,     pw_erff(x),                  erf(x))
-
-/* Binary ops in the promoted type: _(OP, float32 expr, float64 expr, int64 expr) of a, b. DIV never runs
- * on integers (they divide in float32); integer arithmetic wraps like the stored dtype. */
-#define PW_BINARY(_) \
-  _(GRACE_OP_ADD,     a + b,                       a + b,                       PW_IWRAP(+, a, b)) \
-  _(GRACE_OP_SUB,     a - b,                       a - b,                       PW_IWRAP(-, a, b)) \
-  _(GRACE_OP_MUL,     a * b,                       a * b,                       PW_IWRAP(*, a, b)) \
-  _(GRACE_OP_DIV,     a / b,                       a / b,                       0) \
-  _(GRACE_OP_REM,     pw_remf(a, b),               pw_rem(a, b),                pw_irem(a, b, &bad)) \
-  _(GRACE_OP_POW,     powf(a, b),                  pow(a, b),                   pw_ipow(a, b, &bad)) \
-  _(GRACE_OP_MAXIMUM, (a > b || a != a) ? a : b,   (a > b || a != a) ? a : b,   a > b ? a : b) \
-  _(GRACE_OP_MINIMUM, (a < b || a != a) ? a : b,   (a < b || a != a) ? a : b,   a < b ? a : b)
-
-/* Comparisons in the promoted type, giving bool: _(OP, expr of a, b) for every compute type. */
-#define PW_COMPARE(_) \
-  _(GRACE_OP_EQ, a == b) \
-  _(GRACE_OP_NE, a != b) \
-  _(GRACE_OP_LT, a < b) \
-  _(GRACE_OP_LE, a <= b) \
-  _(GRACE_OP_GT, a > b) \
-  _(GRACE_OP_GE, a >= b)
-
-/* Logical ops on truth bytes (nonzero is true): _(OP, expr of a, b). LOGICAL_NOT is unary (x). */
-#define PW_LOGICAL(_) \
-  _(GRACE_OP_LOGICAL_AND, a & b) \
-  _(GRACE_OP_LOGICAL_OR,  a | b)
-
 /* ---- kernels generated from the table ---- */
 /* The math kernels are compute bound: on x86-64 gcc also builds AVX2 and AVX-512 copies, picked at load
  * time by the CPU (results are the same: ISO C mode does not contract a*b+c into an FMA). */
@@ -150,7 +96,7 @@ static inline int64_t pw_iclamp(int64_t x, int64_t lo, int64_t hi) { int64_t t =
     for (int64_t i = 0; i < n; i++) { T a = as[i], b = bs[i]; (void)a; (void)b; o[i] = (OT)(EXPR); } \
     PW_EPILOGUE }
 
-#define PW_GEN_UNARY_ALL(OP, EF, ED, EI) \
+#define PW_GEN_UNARY_SAME(OP, EF, ED, EI) \
   PW_DEF_UNARY(k_##OP##_f32, float, PW_LOCALS(float), EF) \
   PW_DEF_UNARY(k_##OP##_f64, double, PW_LOCALS(double), ED) \
   PW_DEF_UNARY(k_##OP##_i64, int64_t, PW_LOCALS_I64, EI)
@@ -161,25 +107,26 @@ static inline int64_t pw_iclamp(int64_t x, int64_t lo, int64_t hi) { int64_t t =
     const T *restrict xs = in[0]; T *restrict o = out; \
     if (p->flag) { const int flag = 1; (void)flag; for (int64_t i = 0; i < n; i++) { T x = xs[i]; o[i] = (EXPR); } } \
     else { const int flag = 0; (void)flag; for (int64_t i = 0; i < n; i++) { T x = xs[i]; o[i] = (EXPR); } } }
-#define PW_GEN_UNARY_FLOAT(OP, EF, ED) \
+#define PW_GEN_UNARY_FLOAT(OP, EF, ED, EI) \
   PW_DEF_UNARY_FLAG(k_##OP##_f32, float, EF) \
   PW_DEF_UNARY_FLAG(k_##OP##_f64, double, ED)
-#define PW_GEN_BINARY(OP, EF, ED, EI) \
+#define PW_GEN_UNARY_LOGIC(OP, EF, ED, EI) PW_DEF_UNARY(k_##OP##_b8, uint8_t, PW_LOCALS_I64, EI)
+#define PW_GEN_BINARY_PROMOTE(OP, EF, ED, EI) \
   PW_DEF_BINARY(k_##OP##_f32, float, float, PW_LOCALS(float), EF) \
   PW_DEF_BINARY(k_##OP##_f64, double, double, PW_LOCALS(double), ED) \
   PW_DEF_BINARY(k_##OP##_i64, int64_t, int64_t, PW_LOCALS_I64, EI)
-#define PW_GEN_COMPARE(OP, E) \
-  PW_DEF_BINARY(k_##OP##_f32, float, uint8_t, PW_LOCALS(float), E) \
-  PW_DEF_BINARY(k_##OP##_f64, double, uint8_t, PW_LOCALS(double), E) \
-  PW_DEF_BINARY(k_##OP##_i64, int64_t, uint8_t, PW_LOCALS_I64, E)
-#define PW_GEN_LOGICAL(OP, E) PW_DEF_BINARY(k_##OP##_b8, uint8_t, uint8_t, PW_LOCALS_I64, E)
+#define PW_GEN_BINARY_DIV PW_GEN_BINARY_PROMOTE
+#define PW_GEN_BINARY_COMPARE(OP, EF, ED, EI) \
+  PW_DEF_BINARY(k_##OP##_f32, float, uint8_t, PW_LOCALS(float), EF) \
+  PW_DEF_BINARY(k_##OP##_f64, double, uint8_t, PW_LOCALS(double), ED) \
+  PW_DEF_BINARY(k_##OP##_i64, int64_t, uint8_t, PW_LOCALS_I64, EI)
+#define PW_GEN_BINARY_LOGIC(OP, EF, ED, EI) PW_DEF_BINARY(k_##OP##_b8, uint8_t, uint8_t, PW_LOCALS_I64, EI)
 
-PW_UNARY_ALL(PW_GEN_UNARY_ALL)
-PW_UNARY_FLOAT(PW_GEN_UNARY_FLOAT)
-PW_BINARY(PW_GEN_BINARY)
-PW_COMPARE(PW_GEN_COMPARE)
-PW_LOGICAL(PW_GEN_LOGICAL)
-PW_DEF_UNARY(k_GRACE_OP_LOGICAL_NOT_b8, uint8_t, PW_LOCALS_I64, !x)
+/* The CPU columns of ir/ir_pointwise.h, one set of kernels per row by its rule. */
+#define PW_GEN_U(OP, RULE, EF, ED, EI, ...) PW_GEN_UNARY_##RULE(GRACE_OP_##OP, EF, ED, EI)
+#define PW_GEN_B(OP, RULE, EF, ED, EI, ...) PW_GEN_BINARY_##RULE(GRACE_OP_##OP, EF, ED, EI)
+GRACE_PW_UNARY(PW_GEN_U)
+GRACE_PW_BINARY(PW_GEN_B)
 
 /* where(cond, a, b) and masked_fill(x, mask, value): truth bytes select between two values (both loaded
  * first, so the select vectorizes). */
@@ -195,21 +142,18 @@ PW_DEF_SELECT(double, f64)
 PW_DEF_SELECT(int64_t, i64)
 
 /* Kernels by op and by the kind of their (value) inputs. */
+#define PW_ROW_SAME(OP) [OP] = {k_##OP##_f32, k_##OP##_f64, k_##OP##_i64, NULL},
+#define PW_ROW_PROMOTE PW_ROW_SAME
+#define PW_ROW_DIV PW_ROW_SAME
+#define PW_ROW_COMPARE PW_ROW_SAME
+#define PW_ROW_FLOAT(OP) [OP] = {k_##OP##_f32, k_##OP##_f64, NULL, NULL},
+#define PW_ROW_LOGIC(OP) [OP] = {NULL, NULL, NULL, k_##OP##_b8},
+#define PW_ROW(OP, RULE, ...) PW_ROW_##RULE(GRACE_OP_##OP)
 static const pw_kernel pw_kernels[GRACE_NOPS][4] = {
-#define PW_ROW3(OP, ...) [OP] = {k_##OP##_f32, k_##OP##_f64, k_##OP##_i64, NULL},
-#define PW_ROW2(OP, ...) [OP] = {k_##OP##_f32, k_##OP##_f64, NULL, NULL},
-#define PW_ROWB(OP, ...) [OP] = {NULL, NULL, NULL, k_##OP##_b8},
-  PW_UNARY_ALL(PW_ROW3)
-  PW_UNARY_FLOAT(PW_ROW2)
-  PW_BINARY(PW_ROW3)
-  PW_COMPARE(PW_ROW3)
-  PW_LOGICAL(PW_ROWB)
-  [GRACE_OP_LOGICAL_NOT] = {NULL, NULL, NULL, k_GRACE_OP_LOGICAL_NOT_b8},
+  GRACE_PW_UNARY(PW_ROW)
+  GRACE_PW_BINARY(PW_ROW)
   [GRACE_OP_WHERE] = {k_where_f32, k_where_f64, k_where_i64, NULL},
   [GRACE_OP_MASKED_FILL] = {k_masked_fill_f32, k_masked_fill_f64, k_masked_fill_i64, NULL},
-#undef PW_ROW3
-#undef PW_ROW2
-#undef PW_ROWB
 };
 
 /* ---- loads and stores between a dtype (strided) and a kind buffer (contiguous) ---- */
@@ -638,90 +582,52 @@ static pw_kind kind_of(grace_dtype dt) {
   return dt == GRACE_FLOAT64 ? K_F64 : grace_dtype_is_float(dt) ? K_F32 : K_I64;
 }
 
-static int is_float_op(grace_op op) {
-  switch (op) {
-#define PW_CASE(OP, ...) case OP:
-  PW_UNARY_FLOAT(PW_CASE)
-#undef PW_CASE
-    return 1;
-  default: return 0;
-  }
-}
-
-/* Clamp bounds into the kernels' arguments; the result dtype goes to float32 for an integer input
- * with a fractional bound, as PyTorch's type promotion does. */
-static grace_status clamp_setup(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, pw_args *args,
-                                grace_dtype *cdt) {
-  if (!a->has_a && !a->has_b) return vm_err(vm, GRACE_EARG, "clamp: at least one of min and max must be given");
-  *cdt = x->dtype;
-  if (grace_dtype_is_int(x->dtype) && ((a->has_a && a->a != floor(a->a)) || (a->has_b && a->b != floor(a->b))))
-    *cdt = GRACE_FLOAT32;
+/* Clamp bounds into the kernels' arguments (the checks and the result dtype are ir_infer's). */
+static void clamp_setup(const grace_attrs *a, pw_args *args) {
   args->lo = a->has_a ? a->a : -INFINITY;
   args->hi = a->has_b ? a->b : INFINITY;
   args->ilo = !a->has_a ? INT64_MIN : (a->exact & 1) ? a->ia : pw_f2i(a->a);
   args->ihi = !a->has_b ? INT64_MAX : (a->exact & 2) ? a->ib : pw_f2i(a->b);
-  return GRACE_OK;
 }
 
+/* The argument checks, result dtype and shape are inference's (vm_infer_tensors), as on the device and in the
+ * IR; what is left here is the compute dtype and the kinds of the buffers. */
 static grace_status pointwise(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                               grace_tensor **out) {
   const char *name = grace_op_name(op);
-  grace_opkind kind = grace_op_kind(op);
+  ir_pw_rule rule = ir_pw_rule_of(op);
   pw_args args = {0};
   pw_kind kin[3], kout;
-  grace_dtype cdt = GRACE_FLOAT32, odt;
-  grace_status st;
+  ir_type ty;
+  grace_status st = vm_infer_tensors(vm, op, nin, in, a, 1, &ty);
+  if (st != GRACE_OK) return st;
+  grace_dtype odt = ty.dtype, cdt = odt;
   args.flag = a->flag;
-  if (kind == GRACE_KIND_UNARY) {
-    grace_dtype xdt = in[0]->dtype;
-    if (op == GRACE_OP_LOGICAL_NOT) { cdt = odt = GRACE_BOOL; kin[0] = kout = K_B8; }
-    else {
-      if (is_float_op(op)) cdt = grace_dtype_is_float(xdt) ? xdt : GRACE_FLOAT32;
-      else if (op == GRACE_OP_CLAMP) { if ((st = clamp_setup(vm, in[0], a, &args, &cdt)) != GRACE_OK) return st; }
-      else if (op == GRACE_OP_NEG && xdt == GRACE_BOOL)
-        return vm_err(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not() instead");
-      else cdt = xdt;
-      odt = cdt;
-      kin[0] = kout = kind_of(cdt);
-    }
-  } else if (op == GRACE_OP_WHERE) {
-    cdt = odt = vm_result_type(2, in + 1);
-    kin[0] = K_B8;
-    kin[1] = kin[2] = kout = kind_of(cdt);
-  } else if (op == GRACE_OP_MASKED_FILL) {
-    if (in[1]->dtype != GRACE_BOOL)
-      return vm_err(vm, GRACE_EDTYPE, "masked_fill: expected a bool mask, got %s", grace_dtype_name(in[1]->dtype));
-    if (in[2]->ndim != 0)
-      return vm_err(vm, GRACE_ESHAPE, "masked_fill: the value must be a 0-d tensor (or a number), got shape %s",
-                    VM_SHAPE(in[2]));
-    cdt = odt = in[0]->dtype;
-    kin[0] = kin[2] = kout = kind_of(cdt);
-    kin[1] = K_B8;
-  } else if (op == GRACE_OP_LOGICAL_AND || op == GRACE_OP_LOGICAL_OR) {
-    cdt = odt = GRACE_BOOL;
+  if (op == GRACE_OP_CLAMP) clamp_setup(a, &args);
+  switch (rule) {
+  case IR_PW_SAME: case IR_PW_FLOAT: case IR_PW_PROMOTE: case IR_PW_DIV:
+    kin[0] = kin[1] = kout = kind_of(cdt);
+    break;
+  case IR_PW_LOGIC:
     kin[0] = kin[1] = kout = K_B8;
-  } else {   /* BINARY, comparisons */
-    cdt = vm_result_type(2, in);
-    if (op == GRACE_OP_SUB && (in[0]->dtype == GRACE_BOOL || in[1]->dtype == GRACE_BOOL))
-      return vm_err(vm, GRACE_EDTYPE, "sub: subtraction with a bool tensor is not supported (%s - %s); "
-                    "to invert a mask, use logical_not()", grace_dtype_name(in[0]->dtype), grace_dtype_name(in[1]->dtype));
-    if (op == GRACE_OP_DIV && !grace_dtype_is_float(cdt)) cdt = GRACE_FLOAT32;
+    break;
+  case IR_PW_COMPARE:
+    cdt = vm_result_type(2, in);   /* the operands compare in their promoted dtype */
     kin[0] = kin[1] = kind_of(cdt);
-    if (kind == GRACE_KIND_COMPARE) { odt = GRACE_BOOL; kout = K_B8; }
-    else { odt = cdt; kout = kind_of(cdt); }
+    kout = K_B8;
+    break;
+  case IR_PW_SELECT:   /* the truth operand: where's first, masked_fill's second */
+    kin[0] = kin[1] = kin[2] = kout = kind_of(cdt);
+    kin[op == GRACE_OP_WHERE ? 0 : 1] = K_B8;
+    break;
+  default:
+    return vm_err(vm, GRACE_EINTERNAL, "%s: not a pointwise op", name);
   }
   pw_kernel fn = pw_kernels[op][nin == 3 ? kin[2] : kin[0]];   /* by the kind of the values */
   if (!fn) return vm_err(vm, GRACE_EINTERNAL, "%s: no CPU kernel for %s", name, grace_dtype_name(cdt));
-
-  int nd;
-  int64_t sizes[GRACE_MAX_DIMS];
-  if ((st = vm_broadcast(vm, name, nin, in, &nd, sizes)) != GRACE_OK) return st;
-  if (op == GRACE_OP_MASKED_FILL && (nd != in[0]->ndim || memcmp(sizes, in[0]->sizes, sizeof(int64_t) * (size_t)nd)))
-    return vm_err(vm, GRACE_ESHAPE, "masked_fill: mask of shape %s does not broadcast to the input's shape %s",
-                  VM_SHAPE(in[1]), VM_SHAPE(in[0]));
-  grace_tensor *o = vm_tensor_new(vm, name, odt, GRACE_CPU, nd, sizes);
+  grace_tensor *o = vm_tensor_new(vm, name, odt, GRACE_CPU, ty.ndim, ty.sizes);
   if (!o) return vm->status;
-  if (vm_numel(nd, sizes) > 0 && (st = pw_run(vm, name, o, nin, in, kin, kout, cdt, fn, &args)) != GRACE_OK) {
+  if (vm_numel(ty.ndim, ty.sizes) > 0 && (st = pw_run(vm, name, o, nin, in, kin, kout, cdt, fn, &args)) != GRACE_OK) {
     grace_tensor_release(o);
     return st;
   }
@@ -768,10 +674,9 @@ grace_status cpu_pw_block_f32(grace_op op, const grace_attrs *attrs, int64_t n, 
   if (!fn) return GRACE_EUNSUPPORTED;
   pw_args args = {0};
   if (attrs) args.flag = attrs->flag;
-  if (op == GRACE_OP_CLAMP) {   /* the float bounds exactly as clamp_setup gives them to pw_run */
+  if (op == GRACE_OP_CLAMP) {   /* the bounds as eager clamp has them */
     if (!attrs || (!attrs->has_a && !attrs->has_b)) return GRACE_EARG;
-    args.lo = attrs->has_a ? attrs->a : -INFINITY;
-    args.hi = attrs->has_b ? attrs->b : INFINITY;
+    clamp_setup(attrs, &args);
   }
   if (n > 0) fn(n, in, out, &args);
   return GRACE_OK;

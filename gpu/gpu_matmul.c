@@ -15,6 +15,7 @@
 #include "cuda/cuda_graph.h"
 #include "gpu/gpu_graph.h"
 #include "ir/ir_exec.h"
+#include "ir/ir_pointwise.h"
 
 #define MM_MAX_FNS 48
 #define MM_MAX_TUNE 32
@@ -556,17 +557,11 @@ static int uses_of(const grace_ir *ir, int32_t v) {
   return n;
 }
 
-static int epi_unary(const ir_inst *k, cg_epi_op *op) {
-  switch (k->op) {
-  case GRACE_OP_RELU: *op = CG_EPI_RELU; return 1;
-  case GRACE_OP_GELU: *op = k->attrs.flag ? CG_EPI_GELU_TANH : CG_EPI_GELU; return 1;
-  case GRACE_OP_SILU: *op = CG_EPI_SILU; return 1;
-  case GRACE_OP_TANH: *op = CG_EPI_TANH; return 1;
-  case GRACE_OP_SIGMOID: *op = CG_EPI_SIGMOID; return 1;
-  case GRACE_OP_NEG: *op = CG_EPI_NEG; return 1;
-  case GRACE_OP_CAST: *op = CG_EPI_CAST; return is_mm_float(k->attrs.dtype);
-  default: return 0;
-  }
+/* Whether k continues a matmul kernel as a unary step: a pointwise op with an epilogue form in ir/ir_pointwise.h,
+ * or a cast between float dtypes (only a rounding). */
+static int epi_unary(const ir_inst *k) {
+  if (k->op == GRACE_OP_CAST) return is_mm_float(k->attrs.dtype);
+  return ir_pw_epilogue(k->op, k->attrs.flag) != NULL && grace_op_kind((grace_op)k->op) == GRACE_KIND_UNARY;
 }
 
 typedef struct mm_chain {
@@ -602,11 +597,10 @@ static void take_chain(grace_ir *ir, const ir_fusion *f, int g, grace_tensor **v
     if (k->nout != 1 || !is_mm_float(rt->dtype) || rt->ndim != t0->ndim ||
         memcmp(rt->sizes, t0->sizes, sizeof(int64_t) * (size_t)t0->ndim))
       return;
-    cg_epi_step step = {CG_EPI_CAST, 0, rt->dtype};
-    if (k->nin == 1 && epi_unary(k, &step.op)) {
+    cg_epi_step step = {k->op, 0, rt->dtype, k->nin == 1 ? k->attrs.flag : 0, 0};
+    if (k->nin == 1 && epi_unary(k)) {
       /* unary */
-    } else if (k->nin == 2 && (k->op == GRACE_OP_ADD || k->op == GRACE_OP_SUB || k->op == GRACE_OP_MUL ||
-                               k->op == GRACE_OP_DIV)) {
+    } else if (k->nin == 2 && ir_pw_epilogue(k->op, 0) && grace_op_kind((grace_op)k->op) == GRACE_KIND_BINARY) {
       int32_t a0 = ir->args[k->first_arg], a1 = ir->args[k->first_arg + 1];
       if (a0 == a1) return;
       int first = a0 == v;
@@ -614,10 +608,7 @@ static void take_chain(grace_ir *ir, const ir_fusion *f, int g, grace_tensor **v
       if (o < 0 || f->inst_group[ir->vals[o].inst] == g) return;
       grace_tensor *ot = vals[o];
       if (!ot || (ot->storage->device == GRACE_CUDA && !is_mm_float(ot->dtype))) return;
-      static const cg_epi_op fwd[] = {CG_EPI_ADD, CG_EPI_SUB, CG_EPI_MUL, CG_EPI_DIV};
-      static const cg_epi_op rev[] = {CG_EPI_ADD, CG_EPI_RSUB, CG_EPI_MUL, CG_EPI_RDIV};
-      int which = k->op == GRACE_OP_ADD ? 0 : k->op == GRACE_OP_SUB ? 1 : k->op == GRACE_OP_MUL ? 2 : 3;
-      step.op = first ? fwd[which] : rev[which];
+      step.reversed = !first;
       if (ot->storage->device == GRACE_CPU) {
         if (vm_numel(ot->ndim, ot->sizes) != 1 || ch->nscalar >= CG_MM_MAX_SCALARS) return;
         double sv;

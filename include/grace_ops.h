@@ -30,6 +30,7 @@
   _(RSQRT,       "rsqrt",       UNARY, 1, 1) \
   _(SIN,         "sin",         UNARY, 1, 1) \
   _(COS,         "cos",         UNARY, 1, 1) \
+  _(TAN,         "tan",         UNARY, 1, 1) \
   _(TANH,        "tanh",        UNARY, 1, 1) \
   _(SIGMOID,     "sigmoid",     UNARY, 1, 1) \
   _(RELU,        "relu",        UNARY, 1, 1) \

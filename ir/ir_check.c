@@ -232,21 +232,30 @@ grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const gr
   return GRACE_OK;
 }
 
-grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {
-  ir_type ty[5];
-  const ir_type *tp[5];
-  for (int i = 0; i < 5; i++) {
+grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
+                              int nout, ir_type *out) {
+  enum { MAXIN = VM_INFER_MAXIN };
+  static const grace_attrs none = {0};
+  ir_type ty[MAXIN];
+  const ir_type *tp[MAXIN];
+  if (nin > MAXIN) return vm_err(vm, GRACE_EINTERNAL, "%s: too many inputs to infer", grace_op_name(op));
+  for (int i = 0; i < nin; i++) {
     tp[i] = NULL;
     if (!in[i]) continue;
     memset(&ty[i], 0, sizeof ty[i]);
     ty[i].dtype = in[i]->dtype;
     ty[i].device = in[i]->storage->device;
+    ty[i].wrapped = in[i]->wrapped;
     ty[i].ndim = in[i]->ndim;
     for (int d = 0; d < in[i]->ndim; d++) ty[i].sizes[d] = in[i]->sizes[d];
     tp[i] = &ty[i];
   }
+  return ir_infer(vm, op, nin, tp, a ? a : &none, nout, out);
+}
+
+grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {
   ir_type o;
-  grace_status st = ir_infer(vm, GRACE_OP_ATTENTION, 5, tp, a, 1, &o);
+  grace_status st = vm_infer_tensors(vm, GRACE_OP_ATTENTION, 5, in, a, 1, &o);
   if (st != GRACE_OK) return st;   /* the message is set */
   memset(p, 0, sizeof *p);
   const grace_tensor *q = in[0], *k = in[1], *v = in[2], *m = in[4];

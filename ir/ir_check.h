@@ -5,6 +5,13 @@
 
 #include "base/base.h"
 
+/* ir_infer on the tensors' types (dtype, device, shape, wrapped number): the result types of op and the argument
+ * checks and messages that eager execution on every backend and the IR share. out has room for nout types. */
+typedef struct ir_type ir_type;
+enum { VM_INFER_MAXIN = 64 };   /* the most inputs it takes */
+grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
+                              int nout, ir_type *out);
+
 /* An index tensor (what names it: "index", "ids") must be int64 or int32. */
 grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what);
 /* gather and scatter: same rank for x, index (and src), index no larger than x outside dim, no larger than src. */

@@ -1,9 +1,11 @@
 /* ir_infer.c: result types of every op from its input types and attributes, by op kind. The rules and
  * error messages are those of eager execution, so a trace rejects what eager would reject. Symbolic
  * sizes pass through where a result dim is an input dim unchanged. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "ir/ir_pointwise.h"
 
 static const char *short_names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
@@ -65,27 +67,18 @@ static grace_status broadcast(grace_vm *vm, const char *op, int n, const ir_type
   return GRACE_OK;
 }
 
-static int float_math(grace_op op) {
-  switch (op) {
-  case GRACE_OP_EXP: case GRACE_OP_LOG: case GRACE_OP_LOG1P: case GRACE_OP_SQRT: case GRACE_OP_RSQRT:
-  case GRACE_OP_SIN: case GRACE_OP_COS: case GRACE_OP_TANH: case GRACE_OP_SIGMOID: case GRACE_OP_GELU:
-  case GRACE_OP_SILU: case GRACE_OP_ERF:
-    return 1;
-  default: return 0;
-  }
-}
-
 static grace_status infer_unary(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o) {
   *o = *x;
   o->wrapped = 0;
-  if (float_math(op) && !grace_dtype_is_float(x->dtype)) o->dtype = GRACE_FLOAT32;
+  if (ir_pw_rule_of(op) == IR_PW_FLOAT && !grace_dtype_is_float(x->dtype)) o->dtype = GRACE_FLOAT32;
   else if (op == GRACE_OP_LOGICAL_NOT) o->dtype = GRACE_BOOL;
   else if (op == GRACE_OP_CAST) o->dtype = a->dtype;
   else if (op == GRACE_OP_NEG && x->dtype == GRACE_BOOL)
     return grace_set_error(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not() instead");
   else if (op == GRACE_OP_CLAMP) {
-    if (!a->has_a && !a->has_b) return grace_set_error(vm, GRACE_EARG, "clamp: at least one of min and max is required");
-    int frac = (a->has_a && a->a != (double)(int64_t)a->a) || (a->has_b && a->b != (double)(int64_t)a->b);
+    if (!a->has_a && !a->has_b) return grace_set_error(vm, GRACE_EARG, "clamp: at least one of min and max must be given");
+    /* a fractional bound (NaN included) makes an integer or bool input float32, as PyTorch's promotion */
+    int frac = (a->has_a && a->a != floor(a->a)) || (a->has_b && a->b != floor(a->b));
     if (!grace_dtype_is_float(x->dtype) && frac) o->dtype = GRACE_FLOAT32;
   }
   return GRACE_OK;
@@ -99,7 +92,7 @@ static grace_status infer_reduce(grace_vm *vm, grace_op op, const ir_type *x, co
     grace_status st = norm_dim(vm, name, a->dims[i], x->ndim, &d);
     if (st != GRACE_OK) return st;
     if (x->ndim == 0) continue;
-    if (red[d]++) return grace_set_error(vm, GRACE_EARG, "%s: dim %d appears more than once", name, d + grace_index_base(vm));
+    if (red[d]++) return grace_set_error(vm, GRACE_EARG, "%s: dim %d given more than once", name, d + grace_index_base(vm));
   }
   if (all) for (int d = 0; d < x->ndim; d++) red[d] = 1;
   grace_dtype dt = x->dtype;
@@ -119,7 +112,7 @@ static grace_status infer_reduce(grace_vm *vm, grace_op op, const ir_type *x, co
   case GRACE_OP_ALL: case GRACE_OP_ANY: dt = GRACE_BOOL; break;
   case GRACE_OP_ARGMAX: case GRACE_OP_ARGMIN:
     dt = GRACE_INT64;
-    if (a->ndims > 1) return grace_set_error(vm, GRACE_EARG, "%s: takes at most one dim", name);
+    if (a->ndims > 1) return grace_set_error(vm, GRACE_EARG, "%s: takes one dim or none, got %d", name, a->ndims);
     break;
   case GRACE_OP_MAX: case GRACE_OP_MIN:
     if (nout == 2 && a->ndims != 1) return grace_set_error(vm, GRACE_EARG, "%s: indices need exactly one dim", name);
@@ -288,7 +281,8 @@ static grace_status infer_move(grace_vm *vm, grace_op op, int nin, const ir_type
   case GRACE_OP_INDEX_SELECT: case GRACE_OP_GATHER: case GRACE_OP_SCATTER: case GRACE_OP_EMBEDDING: {
     const ir_type *idx = op == GRACE_OP_EMBEDDING ? in[0] : in[1];
     if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
-      return grace_set_error(vm, GRACE_EDTYPE, "%s: index dtype must be int64 or int32, got %s", name, grace_dtype_name(idx->dtype));
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", name,   /* as vm_check_index_dtype */
+                             op == GRACE_OP_EMBEDDING ? "ids" : "index", grace_dtype_name(idx->dtype), SHAPE(idx));
     if (op == GRACE_OP_EMBEDDING) {
       const ir_type *w = in[1];
       if (w->ndim != 2) return grace_set_error(vm, GRACE_ESHAPE, "embedding: weight must be 2-d, got shape %s", SHAPE(w));
@@ -304,7 +298,8 @@ static grace_status infer_move(grace_vm *vm, grace_op op, int nin, const ir_type
       if (x->ndim) { o->sizes[d] = idx->ndim ? idx->sizes[0] : 1; o->sym[d] = idx->ndim ? idx->sym[0] : 0; }
     } else if (op == GRACE_OP_GATHER) {
       if (idx->ndim != x->ndim)
-        return grace_set_error(vm, GRACE_ESHAPE, "gather: index %s must have as many dims as the input %s", SHAPE(idx), SHAPE(x));
+        return grace_set_error(vm, GRACE_ESHAPE, "gather: index (shape %s) must have the same number of dims as the input "
+                               "(shape %s)", SHAPE(idx), SHAPE(x));   /* as vm_check_gather_shapes */
       memcpy(o->sizes, idx->sizes, sizeof o->sizes);
       memcpy(o->sym, idx->sym, sizeof o->sym);
     }
@@ -513,12 +508,14 @@ grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, c
   case GRACE_KIND_NORM: {
     const ir_type *x = in[0];
     if (!grace_dtype_is_float(x->dtype))
-      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type", name, grace_dtype_name(x->dtype));
-    if (x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "%s: input must have at least 1 dim", name);
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type; cast it with :float()", name,
+                             grace_dtype_name(x->dtype));
+    if (x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "%s: input of shape [] has no last dim to normalise", name);
     for (int i = 1; i < nin; i++)
       if (in[i] && (in[i]->ndim != 1 || in[i]->sizes[0] != x->sizes[x->ndim - 1]))
-        return grace_set_error(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of the input %s", name,
-                               i == 1 ? "weight" : "bias", SHAPE(in[i]), SHAPE(x));
+        return grace_set_error(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of input of shape %s "
+                               "(expected [%lld])", name, i == 1 ? "weight" : "bias", SHAPE(in[i]), SHAPE(x),
+                               (long long)x->sizes[x->ndim - 1]);
     *out = *x;
     out->wrapped = 0;
     return GRACE_OK;

@@ -402,6 +402,23 @@ int main(void) {
      "broadcast: two strided operands and a scalar, no vector path");
   ok(has(L.src, "a2[0]") && has(L.src, "r % (IDX)p.w["), "broadcast: the scalar read once, strided indices decomposed");
   lowered_free(&L);
+  /* tan (a row of ir/ir_pointwise.h): fused with the ops around it; float registers call tanf, double ones tan,
+   * an int32 input computes in float32 */
+  {
+    static const grace_dtype tdt[] = {GRACE_FLOAT32, GRACE_FLOAT64, GRACE_INT32};
+    static const char *const want[] = {"= (float)(tanf(e0));", "= (double)(tan(e0));", "tanf((float)"};
+    for (int i = 0; i < 3; i++) {
+      int64_t n[1] = {4096};
+      char what[64];
+      begin();
+      grace_value x = input(tdt[i], 1, n);
+      output(op2(ADD, op2(MUL, op1(TAN, x), lit(2, 0)), lit(1, 0)));
+      snprintf(what, sizeof what, "tan(x) * 2 + 1, x %s", grace_dtype_name(tdt[i]));
+      lower_check(what, 0, &L);
+      ok(L.ngroups == 1 && has(L.src, want[i]), "%s: one kernel holding %s", what, want[i]);
+      lowered_free(&L);
+    }
+  }
   build_views(256, 96);
   lower_check("transposed + narrowed views", 0, &L);
   lowered_free(&L);

@@ -33,10 +33,10 @@ static cg_mm_desc desc(cg_mm_form form, grace_dtype dt, int ak, int bk, int vec,
 static void full_epilogue(cg_mm_desc *d) {
   d->nop = 2; d->op_dtypes[0] = d->dt; d->op_dtypes[1] = d->dt; d->nscalar = 1;
   d->nepi = 4;
-  d->epi[0] = (cg_epi_step){CG_EPI_ADD, 0, d->dt};
-  d->epi[1] = (cg_epi_step){CG_EPI_GELU, 0, d->dt};
-  d->epi[2] = (cg_epi_step){CG_EPI_ADD, 1, d->dt};
-  d->epi[3] = (cg_epi_step){CG_EPI_MUL, -1, d->dt};
+  d->epi[0] = (cg_epi_step){GRACE_OP_ADD, 0, d->dt, 0, 0};
+  d->epi[1] = (cg_epi_step){GRACE_OP_GELU, 0, d->dt, 0, 0};
+  d->epi[2] = (cg_epi_step){GRACE_OP_ADD, 1, d->dt, 0, 0};
+  d->epi[3] = (cg_epi_step){GRACE_OP_MUL, -1, d->dt, 0, 0};
 }
 
 static const char *dts(grace_dtype dt) { return grace_dtype_name(dt); }
@@ -58,10 +58,10 @@ static void test_sources(void) {
   ok(cg_matmul_source(vm, &d, &k2) == GRACE_OK && k1.src && k2.src && !strcmp(k1.src, k2.src) &&
          !strcmp(k1.name, k2.name), "generation is deterministic");
   cg_kernel_free(vm, &k2);
-  d.epi[1].op = CG_EPI_RELU;
+  d.epi[1].op = GRACE_OP_RELU;
   ok(cg_matmul_source(vm, &d, &k2) == GRACE_OK && strcmp(k1.name, k2.name) != 0, "another epilogue, another name");
   cg_kernel_free(vm, &k2);
-  d.epi[1].op = CG_EPI_GELU;
+  d.epi[1].op = GRACE_OP_GELU;
   d.indirect = 1;
   ok(cg_matmul_source(vm, &d, &k2) == GRACE_OK && strstr(k2.src, "const MM_T **A;") &&
          strstr(k2.src, "= *p.A;") && strstr(k2.src, "const double *s0;") && strstr(k2.src, "(float)*p.s0"),
@@ -77,7 +77,7 @@ static void test_sources(void) {
   d = desc(CG_MM_GEMV_NT, GRACE_BFLOAT16, 1, 1, 4, 1);
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "a vector width that is not 16 bytes is refused");
   d = desc(CG_MM_GEMV_NT, GRACE_FLOAT32, 1, 1, 4, 1);
-  d.nepi = 1; d.epi[0] = (cg_epi_step){CG_EPI_ADD, 0, GRACE_FLOAT32};
+  d.nepi = 1; d.epi[0] = (cg_epi_step){GRACE_OP_ADD, 0, GRACE_FLOAT32, 0, 0};
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_EUNSUPPORTED, "an epilogue naming a missing operand is refused");
   d = desc(CG_MM_GEMV_NT, GRACE_FLOAT32, 1, 1, 4, 1);
   d.split = 1;
@@ -298,13 +298,15 @@ static void test_compiles(void) {
   cg_mm_desc d = desc(CG_MM_GEMM_SIMT, GRACE_FLOAT32, 1, 1, 1, 1);
   d.out_dt = GRACE_BFLOAT16;
   d.nop = 1; d.op_dtypes[0] = GRACE_FLOAT16; d.nscalar = 1;
-  cg_epi_op ops[] = {CG_EPI_ADD, CG_EPI_SUB, CG_EPI_RSUB, CG_EPI_MUL, CG_EPI_DIV, CG_EPI_RDIV, CG_EPI_RELU,
-                     CG_EPI_SILU};
-  for (int i = 0; i < 8; i++) d.epi[i] = (cg_epi_step){ops[i], i % 2 ? -1 : 0, GRACE_FLOAT32};
+  /* {op, reversed}: reversed binary steps are operand op value (rsub, rdiv) */
+  static const int ops[][2] = {{GRACE_OP_ADD, 0}, {GRACE_OP_SUB, 0}, {GRACE_OP_SUB, 1}, {GRACE_OP_MUL, 0},
+                               {GRACE_OP_DIV, 0}, {GRACE_OP_DIV, 1}, {GRACE_OP_RELU, 0}, {GRACE_OP_SILU, 0}};
+  for (int i = 0; i < 8; i++) d.epi[i] = (cg_epi_step){ops[i][0], i % 2 ? -1 : 0, GRACE_FLOAT32, 0, ops[i][1]};
   d.nepi = 8;
   compile_one(&d, "SIMT f32 with add, sub, rsub, mul, div, rdiv, relu, silu");
-  cg_epi_op ops2[] = {CG_EPI_GELU_TANH, CG_EPI_TANH, CG_EPI_SIGMOID, CG_EPI_NEG, CG_EPI_CAST};
-  for (int i = 0; i < 5; i++) d.epi[i] = (cg_epi_step){ops2[i], 0, i == 4 ? GRACE_BFLOAT16 : GRACE_FLOAT32};
+  /* gelu with flag 1: the tanh approximation */
+  static const int ops2[] = {GRACE_OP_GELU, GRACE_OP_TANH, GRACE_OP_SIGMOID, GRACE_OP_NEG, GRACE_OP_CAST};
+  for (int i = 0; i < 5; i++) d.epi[i] = (cg_epi_step){ops2[i], 0, i == 4 ? GRACE_BFLOAT16 : GRACE_FLOAT32, i == 0, 0};
   d.nepi = 5;
   compile_one(&d, "SIMT f32 with gelu(tanh), tanh, sigmoid, neg, cast to bf16");
 }

@@ -38,6 +38,7 @@ UNARY = {
     "rsqrt": ("x:rsqrt()", lambda x: 1 / np.sqrt(x), (0.1, 6), True),
     "sin": ("x:sin()", np.sin, (-4, 4), True),
     "cos": ("x:cos()", np.cos, (-4, 4), True),
+    "tan": ("x:tan()", np.tan, (-1.4, 1.4), True),
     "tanh": ("x:tanh()", np.tanh, (-3, 3), True),
     "sigmoid": ("x:sigmoid()", sigmoid, (-6, 6), True),
     "relu": ("x:relu()", lambda x: np.maximum(x, 0), (-3, 3), False),
