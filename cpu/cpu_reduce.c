@@ -9,6 +9,8 @@
 #include <math.h>
 #include "cpu/cpu_reduce.h"
 #include "cpu/cpu_reduce_math.h"
+#include "ir/ir.h"
+#include "ir/ir_check.h"
 
 enum { ACC_F, ACC_D, ACC_I };   /* float (float32/16/bf16), double (float64), int64 (integers and bool) */
 #define RCH 1024                /* elements converted per chunk */
@@ -476,61 +478,24 @@ static int merge_dims(int n, int64_t *sz, int64_t *st) {
   return m;
 }
 
-/* Result dtype and accumulation type of op on x, PyTorch's rules. */
-static grace_status reduce_types(grace_vm *vm, grace_op op, const grace_tensor *x, const grace_attrs *a,
-                                 grace_dtype *odt) {
-  const char *name = grace_op_name(op);
-  int is_float = vm_dtype_category(x->dtype) == 2;
-  if (a->has_dtype && (unsigned)a->dtype >= GRACE_NDTYPES)
-    return vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", name, (int)a->dtype);
-  switch (op) {
-  case GRACE_OP_SUM: case GRACE_OP_PROD:
-    *odt = a->has_dtype ? a->dtype : is_float ? x->dtype : GRACE_INT64;
-    break;
-  case GRACE_OP_MEAN:
-    *odt = a->has_dtype ? a->dtype : x->dtype;
-    if (vm_dtype_category(*odt) != 2) {
-      if (a->has_dtype) return vm_err(vm, GRACE_EDTYPE, "mean: dtype %s is not a float type", grace_dtype_name(*odt));
-      return rr_need_float(vm, name, "input", x->dtype);
-    }
-    break;
-  case GRACE_OP_VAR: case GRACE_OP_STD:
-    if (!is_float) return rr_need_float(vm, name, "input", x->dtype);
-    *odt = x->dtype;
-    break;
-  case GRACE_OP_LOGSUMEXP: *odt = is_float ? x->dtype : GRACE_FLOAT32; break;
-  case GRACE_OP_ARGMAX: case GRACE_OP_ARGMIN: *odt = GRACE_INT64; break;
-  case GRACE_OP_ALL: case GRACE_OP_ANY: *odt = GRACE_BOOL; break;
-  default: *odt = x->dtype; break;   /* max, min */
-  }
-  return GRACE_OK;
-}
-
 static grace_status reduce_run(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout,
                                grace_tensor **out) {
   const char *name = grace_op_name(op);
-  int nd = x->ndim, mask[GRACE_MAX_DIMS] = {0}, seen0 = 0;
-  grace_status s;
-  if (a->ndims < 0 || a->ndims > GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_EARG, "%s: %d dims given (at most %d)", name, a->ndims, GRACE_MAX_DIMS);
+  int nd = x->ndim, mask[GRACE_MAX_DIMS] = {0};
+  ir_type ot[2];
+  /* the checks and result types are ir_infer's (infer_reduce), which the IR and the device share */
+  grace_status s = vm_infer_tensors(vm, op, 1, &x, a, nout, ot);
+  if (s != GRACE_OK) return s;
   for (int i = 0; i < a->ndims; i++) {
-    int d;
-    if ((s = vm_norm_dim(vm, name, a->dims[i], nd, &d))) return s;
-    int *slot = nd ? &mask[d] : &seen0;
-    if (*slot) return vm_err(vm, GRACE_EARG, "%s: dim %d given more than once", name, d + vm->index_base);
-    *slot = 1;
+    int d = 0;
+    (void)vm_norm_dim(vm, name, a->dims[i], nd, &d);   /* checked above */
+    if (nd) mask[d] = 1;
   }
   if (a->ndims == 0) for (int d = 0; d < nd; d++) mask[d] = 1;
 
   int is_best = op == GRACE_OP_MAX || op == GRACE_OP_MIN || op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN;
   int is_arg = op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN;
-  if (is_arg && a->ndims > 1)
-    return vm_err(vm, GRACE_EARG, "%s: takes one dim or none, got %d", name, a->ndims);
-  if (nout == 2 && a->ndims != 1)
-    return vm_err(vm, GRACE_EARG, a->ndims == 0 ? "%s: indices need a dim" : "%s: indices need exactly one dim, got %d",
-                  name, a->ndims);
-  grace_dtype odt = x->dtype;
-  if ((s = reduce_types(vm, op, x, a, &odt))) return s;
+  grace_dtype odt = ot[0].dtype;
 
   rplan p;
   memset(&p, 0, sizeof p);
@@ -552,9 +517,6 @@ static grace_status reduce_run(grace_vm *vm, grace_op op, grace_tensor *x, const
     if (mask[d]) p.nred *= x->sizes[d];
     else p.nout *= x->sizes[d];
   }
-  if (is_best && p.nred == 0)
-    return vm_err(vm, GRACE_EARG, "%s: cannot reduce over a zero-size dim (input shape %s)", name, VM_SHAPE(x));
-
   p.ond = merge_dims(collect_dims(x, mask, 0, p.osz, p.ost), p.osz, p.ost);
   int n = collect_dims(x, mask, 1, p.rsz, p.rst);
   if (!p.want_idx) {   /* order does not matter: walk the region with the smallest stride innermost */
@@ -568,16 +530,9 @@ static grace_status reduce_run(grace_vm *vm, grace_op op, grace_tensor *x, const
   if (p.rnd == 0) { p.rnd = 1; p.rsz[0] = 1; p.rst[0] = 1; }
   if (p.nred == 0) { p.rnd = 1; p.rsz[0] = 0; p.rst[0] = 1; }
 
-  int ond = 0;
-  int64_t osizes[GRACE_MAX_DIMS];
-  if (!(is_arg && a->ndims == 0))
-    for (int d = 0; d < nd; d++) {
-      if (!mask[d]) osizes[ond++] = x->sizes[d];
-      else if (a->keepdim) osizes[ond++] = 1;
-    }
-  out[0] = vm_tensor_new(vm, name, odt, GRACE_CPU, ond, osizes);
+  out[0] = vm_tensor_new(vm, name, odt, GRACE_CPU, ot[0].ndim, ot[0].sizes);
   if (!out[0]) return vm->status;
-  if (nout == 2 && !(out[1] = vm_tensor_new(vm, name, GRACE_INT64, GRACE_CPU, ond, osizes))) return vm->status;
+  if (nout == 2 && !(out[1] = vm_tensor_new(vm, name, GRACE_INT64, GRACE_CPU, ot[0].ndim, ot[0].sizes))) return vm->status;
   p.vals = vm_ptr(out[0]);
   p.idxs = nout == 2 ? (int64_t *)vm_ptr(out[1]) : NULL;
   if (p.nout == 0) return GRACE_OK;

@@ -47,10 +47,4 @@ static inline void rr_store_f32(grace_dtype dt, const float *src, char *dst, int
   }
 }
 
-/* The EDTYPE error of ops that need a float input. */
-static inline grace_status rr_need_float(grace_vm *vm, const char *op, const char *what, grace_dtype dt) {
-  return vm_err(vm, GRACE_EDTYPE, "%s: %s dtype %s is not a float type; cast it with :float()", op, what,
-                grace_dtype_name(dt));
-}
-
 #endif

@@ -5,6 +5,8 @@
 #include <math.h>
 #include "cpu/cpu_reduce.h"
 #include "cpu/cpu_reduce_math.h"
+#include "ir/ir.h"
+#include "ir/ir_check.h"
 
 typedef struct nplan {
   int rms, nd;
@@ -81,17 +83,6 @@ static void norm_rows(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
-/* weight/bias: NULL, or a 1-D float tensor of the last dim's size. */
-static grace_status check_param(grace_vm *vm, const char *name, const char *what, const grace_tensor *x,
-                                const grace_tensor *t) {
-  if (!t) return GRACE_OK;
-  if (vm_dtype_category(t->dtype) != 2) return rr_need_float(vm, name, what, t->dtype);
-  if (t->ndim != 1 || t->sizes[0] != x->sizes[x->ndim - 1])
-    return vm_err(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of input of shape %s (expected [%lld])",
-                  name, what, VM_SHAPE(t), VM_SHAPE(x), (long long)x->sizes[x->ndim - 1]);
-  return GRACE_OK;
-}
-
 static int f32_contig(const grace_tensor *t) { return !t || (t->dtype == GRACE_FLOAT32 && t->strides[t->ndim - 1] == 1); }
 
 /* The parameter as contiguous float32: its own data when it already is, else a converted copy in *copy. */
@@ -116,9 +107,9 @@ grace_status cpu_norm_run(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
   p.eps = a->has_a ? a->a : p.rms ? 1e-6 : 1e-5;
   const grace_tensor *x = p.x;
   grace_status s;
-  if (vm_dtype_category(x->dtype) != 2) return rr_need_float(vm, name, "input", x->dtype);
-  if (x->ndim == 0) return vm_err(vm, GRACE_ESHAPE, "%s: input of shape [] has no last dim to normalise", name);
-  if ((s = check_param(vm, name, "weight", x, p.w)) || (s = check_param(vm, name, "bias", x, p.b))) return s;
+  ir_type ot;
+  /* the checks are ir_infer's (infer_norm), which the IR and the device share */
+  if ((s = vm_infer_tensors(vm, op, nin, in, a, 1, &ot)) != GRACE_OK) return s;
   p.nd = x->ndim;
   p.D = x->sizes[p.nd - 1];
   p.rows = 1;

@@ -7,6 +7,8 @@
 #include <math.h>
 #include "cpu/cpu_reduce.h"
 #include "cpu/cpu_reduce_math.h"
+#include "ir/ir.h"
+#include "ir/ir_check.h"
 
 /* Rows of x along `dim` and the matching rows of the (contiguous) outputs. */
 typedef struct srow {
@@ -245,35 +247,26 @@ grace_status cpu_scan_run(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
                           int nout, grace_tensor **out) {
   const char *name = grace_op_name(op);
   grace_tensor *x = in[0];
-  grace_status s;
+  ir_type ot[2];
+  /* the checks and result types are ir_infer's (infer_scan), which the IR and the device share */
+  grace_status s = vm_infer_tensors(vm, op, 1, &x, a, nout, ot);
+  if (s != GRACE_OK) return s;
   int dim = x->ndim > 0 ? x->ndim - 1 : 0;
-  if (a->ndims > 1) return vm_err(vm, GRACE_EARG, "%s: takes one dim, got %d", name, a->ndims);
-  if (a->ndims == 1 && (s = vm_norm_dim(vm, name, a->dims[0], x->ndim, &dim))) return s;
-  int cat = vm_dtype_category(x->dtype);
-  if (a->has_dtype && (unsigned)a->dtype >= GRACE_NDTYPES)
-    return vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", name, (int)a->dtype);
+  if (a->ndims == 1) (void)vm_norm_dim(vm, name, a->dims[0], x->ndim, &dim);   /* checked above */
 
   srow r;
   memset(&r, 0, sizeof r);
   r.op = op;
   r.index_base = vm->index_base;
-  int64_t osizes[GRACE_MAX_DIMS];
-  for (int d = 0; d < x->ndim; d++) osizes[d] = x->sizes[d];
-  int64_t L = x->ndim ? x->sizes[dim] : 1;
+  r.odt = ot[0].dtype;
+  r.oes = grace_dtype_size(r.odt);
+  if (!(out[0] = vm_tensor_new(vm, name, r.odt, GRACE_CPU, ot[0].ndim, ot[0].sizes))) return vm->status;
+  if (nout == 2 && !(out[1] = vm_tensor_new(vm, name, GRACE_INT64, GRACE_CPU, ot[0].ndim, ot[0].sizes))) return vm->status;
+  srow_init(&r, x, dim, out[0]);
+  r.vals = vm_ptr(out[0]);
 
   switch (op) {
   case GRACE_OP_CUMSUM: case GRACE_OP_SOFTMAX: case GRACE_OP_LOG_SOFTMAX: {
-    if (op == GRACE_OP_CUMSUM) r.odt = a->has_dtype ? a->dtype : cat == 2 ? x->dtype : GRACE_INT64;
-    else {
-      r.odt = a->has_dtype ? a->dtype : x->dtype;
-      if (cat != 2 && !a->has_dtype) return rr_need_float(vm, name, "input", x->dtype);
-      if (vm_dtype_category(r.odt) != 2)
-        return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(r.odt));
-    }
-    r.oes = grace_dtype_size(r.odt);
-    if (!(out[0] = vm_tensor_new(vm, name, r.odt, GRACE_CPU, x->ndim, osizes))) return vm->status;
-    srow_init(&r, x, dim, out[0]);
-    r.vals = vm_ptr(out[0]);
     r.log = op == GRACE_OP_LOG_SOFTMAX;
     int64_t grain = r.L > 0 ? 16384 / r.L + 1 : r.rows + 1;
     if (op == GRACE_OP_CUMSUM) vm_parallel_for(vm, r.rows, grain, cumsum_rows, &r);
@@ -293,24 +286,8 @@ grace_status cpu_scan_run(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
   }
 
   /* topk, sort */
-  int64_t k = L;
-  if (op == GRACE_OP_TOPK) {
-    k = a->i0;
-    if (k < 0 || k > L)
-      return vm_err(vm, GRACE_EINDEX, "topk: k (%lld) is out of range for dim %d of size %lld", (long long)k,
-                    dim + vm->index_base, (long long)L);
-  }
-  int ond = x->ndim;
-  if (x->ndim) osizes[dim] = k;
-  else if (k == 0) { ond = 1; osizes[0] = 0; }
-  r.odt = x->dtype;
-  r.oes = r.es = grace_dtype_size(x->dtype);
-  if (!(out[0] = vm_tensor_new(vm, name, x->dtype, GRACE_CPU, ond, osizes))) return vm->status;
-  if (nout == 2 && !(out[1] = vm_tensor_new(vm, name, GRACE_INT64, GRACE_CPU, ond, osizes))) return vm->status;
-  srow_init(&r, x, dim, out[0]);
   if (x->ndim == 0) r.ost[0] = 1;
-  r.k = k;
-  r.vals = vm_ptr(out[0]);
+  r.k = op == GRACE_OP_TOPK ? a->i0 : r.L;
   r.idxs = nout == 2 ? (int64_t *)vm_ptr(out[1]) : NULL;
   r.desc = op == GRACE_OP_TOPK ? !a->flag : a->flag;
   if (r.rows == 0 || r.k == 0) return GRACE_OK;

@@ -8,6 +8,7 @@
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_graph.h"
 #include "cuda/cuda_graph.h"
+#include "ir/ir.h"
 #include "ir/ir_check.h"
 #include "codegen/cg_ops.h"
 
@@ -621,11 +622,6 @@ static void rows_words(words *w, const rows *r) {
   wput(w, r->nd); warr(w, r->sizes, r->nd); warr(w, r->xs, r->nd); warr(w, r->os, r->nd); wput(w, r->xl); wput(w, r->ol);
 }
 
-static grace_status need_float(grace_vm *vm, const char *op, const char *what, grace_dtype dt) {
-  return vm_err(vm, GRACE_EDTYPE, "%s: %s dtype %s is not a float type; cast it with :float()", op, what,
-                grace_dtype_name(dt));
-}
-
 /* Whether an operand can be staged in 16-byte vectors along its dims: dims contiguous, every other stride and the
  * dim count multiples of the vector (the kernel checks the pointer's alignment itself). */
 static int attn_vec(const vm_attn *p, int64_t dims, int64_t sd, int64_t sj, const int64_t *sb, grace_dtype dt) {
@@ -713,27 +709,17 @@ static grace_status op_attention(grace_vm *vm, grace_tensor *const *in, const gr
 
 static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const grace_attrs *a, int nout, grace_tensor **out) {
   const char *name = grace_op_name(op);
-  grace_status s;
+  ir_type ot[2];
+  /* the checks and result types are ir_infer's (infer_scan), which the IR and the CPU share */
+  grace_status s = vm_infer_tensors(vm, op, 1, &x, a, nout, ot);
+  if (s != GRACE_OK) return s;
   int dim = x->ndim > 0 ? x->ndim - 1 : 0;
-  if (a->ndims > 1) return vm_err(vm, GRACE_EARG, "%s: takes one dim, got %d", name, a->ndims);
-  if (a->ndims == 1 && (s = vm_norm_dim(vm, name, a->dims[0], x->ndim, &dim))) return s;
-  int cat = vm_dtype_category(x->dtype);
-  if (a->has_dtype && (unsigned)a->dtype >= GRACE_NDTYPES)
-    return vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", name, (int)a->dtype);
-  int64_t osizes[GRACE_MAX_DIMS];
-  for (int d = 0; d < x->ndim; d++) osizes[d] = x->sizes[d];
+  if (a->ndims == 1) (void)vm_norm_dim(vm, name, a->dims[0], x->ndim, &dim);   /* checked above */
   int64_t L = x->ndim ? x->sizes[dim] : 1;
   rows r;
   if (op == GRACE_OP_CUMSUM || op == GRACE_OP_SOFTMAX || op == GRACE_OP_LOG_SOFTMAX) {
-    grace_dtype odt;
-    if (op == GRACE_OP_CUMSUM) odt = a->has_dtype ? a->dtype : cat == 2 ? x->dtype : GRACE_INT64;
-    else {
-      odt = a->has_dtype ? a->dtype : x->dtype;
-      if (cat != 2 && !a->has_dtype) return need_float(vm, name, "input", x->dtype);
-      if (vm_dtype_category(odt) != 2)
-        return vm_err(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(odt));
-    }
-    if (!(out[0] = dev_new(vm, name, odt, x->ndim, osizes))) return vm->status;
+    grace_dtype odt = ot[0].dtype;
+    if (!(out[0] = dev_new(vm, name, odt, ot[0].ndim, ot[0].sizes))) return vm->status;
     rows_of(&r, x, dim, out[0]->strides);
     if (r.n == 0 || r.L == 0) return GRACE_OK;
     words w = {0};
@@ -746,19 +732,10 @@ static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const gr
       return launch(vm, CGO_SOFTMAX, odt, x->dtype, odt, variant | 4, blocks_for(r.n, 1), 1024, 0, &w);
     return launch(vm, CGO_SOFTMAX, odt, x->dtype, odt, variant, blocks_for(r.n, 8), 256, 0, &w);
   }
-  int64_t k = L;
-  if (op == GRACE_OP_TOPK) {
-    k = a->i0;
-    if (k < 0 || k > L)
-      return vm_err(vm, GRACE_EINDEX, "topk: k (%lld) is out of range for dim %d of size %lld", (long long)k,
-                    dim + vm->index_base, (long long)L);
-  }
+  int64_t k = op == GRACE_OP_TOPK ? a->i0 : L;
   int select = L > CGO_SORT_MAX;   /* long rows: topk by k selection rounds; a full sort is not offered */
-  int ond = x->ndim;
-  if (x->ndim) osizes[dim] = k;
-  else if (k == 0) { ond = 1; osizes[0] = 0; }
-  if (!(out[0] = dev_new(vm, name, x->dtype, ond, osizes))) return vm->status;
-  if (nout == 2 && !(out[1] = dev_new(vm, name, GRACE_INT64, ond, osizes))) return vm->status;
+  if (!(out[0] = dev_new(vm, name, x->dtype, ot[0].ndim, ot[0].sizes))) return vm->status;
+  if (nout == 2 && !(out[1] = dev_new(vm, name, GRACE_INT64, ot[0].ndim, ot[0].sizes))) return vm->status;
   int64_t ost[GRACE_MAX_DIMS] = {1};
   if (x->ndim) memcpy(ost, out[0]->strides, sizeof ost);
   rows_of(&r, x, dim, ost);
@@ -776,16 +753,6 @@ static grace_status op_scan(grace_vm *vm, grace_op op, grace_tensor *x, const gr
 }
 
 /* ---- layer_norm, rms_norm ---- */
-static grace_status check_param(grace_vm *vm, const char *name, const char *what, const grace_tensor *x,
-                                const grace_tensor *t) {
-  if (!t) return GRACE_OK;
-  if (vm_dtype_category(t->dtype) != 2) return need_float(vm, name, what, t->dtype);
-  if (t->ndim != 1 || t->sizes[0] != x->sizes[x->ndim - 1])
-    return vm_err(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of input of shape %s (expected [%lld])",
-                  name, what, VM_SHAPE(t), VM_SHAPE(x), (long long)x->sizes[x->ndim - 1]);
-  return GRACE_OK;
-}
-
 static grace_status op_norm(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                             grace_tensor **out) {
   const char *name = grace_op_name(op);
@@ -793,9 +760,10 @@ static grace_status op_norm(grace_vm *vm, grace_op op, int nin, grace_tensor *co
   const grace_tensor *x = in[0], *wt = nin > 1 ? in[1] : NULL, *bt = !rms && nin > 2 ? in[2] : NULL;
   double eps = a->has_a ? a->a : rms ? 1e-6 : 1e-5;
   grace_status s;
-  if (vm_dtype_category(x->dtype) != 2) return need_float(vm, name, "input", x->dtype);
-  if (x->ndim == 0) return vm_err(vm, GRACE_ESHAPE, "%s: input of shape [] has no last dim to normalise", name);
-  if ((s = check_param(vm, name, "weight", x, wt)) || (s = check_param(vm, name, "bias", x, bt))) return s;
+  ir_type ot;
+  /* the checks are ir_infer's (infer_norm), which the IR and the CPU share; the devices of weight and bias are
+     this backend's own matter (the CPU computes on host copies of whatever it is given) */
+  if ((s = vm_infer_tensors(vm, op, nin, in, a, 1, &ot)) != GRACE_OK) return s;
   if ((wt && wt->storage->device != GRACE_CUDA) || (bt && bt->storage->device != GRACE_CUDA))
     return vm_err(vm, GRACE_EDEVICE, "%s: weight and bias must be on the input's device 'cuda'", name);
   if (!(out[0] = dev_new(vm, name, x->dtype, x->ndim, x->sizes))) return vm->status;

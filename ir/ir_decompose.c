@@ -94,11 +94,17 @@ static int reduced_count(const ir_type *t, const grace_attrs *dims, int64_t *n) 
 /* ---- the expansions: each gives the dst value standing for the op's result, or -1 (having emitted nothing)
  * where it does not apply, and the instruction is then copied as it is. ---- */
 
+/* Whether a softmax's result has another dtype than its input (a dtype attribute): the expansions compute in
+ * the input's, so such an op stays whole. */
+static int other_dtype(const dctx *c) {
+  return c->inst->attrs.has_dtype && c->inst->attrs.dtype != c->xt->dtype;
+}
+
 /* softmax(x, d) = e / sum(e, d), e = exp(x - max(x, d)) */
 static int32_t x_softmax(dctx *c) {
   grace_attrs d = row_dim(c);
   int64_t n;
-  if (c->xt->ndim == 0 || !reduced_count(c->xt, &d, &n)) return -1;
+  if (c->xt->ndim == 0 || other_dtype(c) || !reduced_count(c->xt, &d, &n)) return -1;
   int32_t x = xin(c);
   int32_t m = reduce(c, GRACE_OP_MAX, x, &d, 1);
   int32_t e = un(c, GRACE_OP_EXP, bin(c, GRACE_OP_SUB, x, m));
@@ -109,7 +115,7 @@ static int32_t x_softmax(dctx *c) {
 static int32_t x_log_softmax(dctx *c) {
   grace_attrs d = row_dim(c);
   int64_t n;
-  if (c->xt->ndim == 0 || !reduced_count(c->xt, &d, &n)) return -1;
+  if (c->xt->ndim == 0 || other_dtype(c) || !reduced_count(c->xt, &d, &n)) return -1;
   int32_t x = xin(c);
   int32_t s = bin(c, GRACE_OP_SUB, x, reduce(c, GRACE_OP_MAX, x, &d, 1));
   return bin(c, GRACE_OP_SUB, s, un(c, GRACE_OP_LOG, reduce(c, GRACE_OP_SUM, un(c, GRACE_OP_EXP, s), &d, 1)));

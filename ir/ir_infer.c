@@ -84,67 +84,100 @@ static grace_status infer_unary(grace_vm *vm, grace_op op, const ir_type *x, con
   return GRACE_OK;
 }
 
+/* The EDTYPE error of ops that need a float input. */
+static grace_status need_float(grace_vm *vm, const char *name, const char *what, grace_dtype dt) {
+  return grace_set_error(vm, GRACE_EDTYPE, "%s: %s dtype %s is not a float type; cast it with :float()", name, what,
+                         grace_dtype_name(dt));
+}
+
+/* A dtype attribute is one of the dtypes (the C API can pass any number). */
+static grace_status check_dtype_attr(grace_vm *vm, const char *name, const grace_attrs *a) {
+  if (a->has_dtype && (unsigned)a->dtype >= GRACE_NDTYPES)
+    return grace_set_error(vm, GRACE_EDTYPE, "%s: invalid dtype %d", name, (int)a->dtype);
+  return GRACE_OK;
+}
+
+/* The result dtype of a reduction, PyTorch's rules. */
+static grace_status reduce_dtype(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, grace_dtype *odt) {
+  const char *name = grace_op_name(op);
+  int isf = grace_dtype_is_float(x->dtype);
+  switch (op) {
+  case GRACE_OP_SUM: case GRACE_OP_PROD: *odt = a->has_dtype ? a->dtype : isf ? x->dtype : GRACE_INT64; break;
+  case GRACE_OP_MEAN:
+    *odt = a->has_dtype ? a->dtype : x->dtype;
+    if (!grace_dtype_is_float(*odt)) {
+      if (a->has_dtype)
+        return grace_set_error(vm, GRACE_EDTYPE, "mean: dtype %s is not a float type", grace_dtype_name(*odt));
+      return need_float(vm, name, "input", x->dtype);
+    }
+    break;
+  case GRACE_OP_VAR: case GRACE_OP_STD:   /* a dtype attribute is not theirs: the result has x's */
+    if (!isf) return need_float(vm, name, "input", x->dtype);
+    *odt = x->dtype;
+    break;
+  case GRACE_OP_LOGSUMEXP: *odt = isf ? x->dtype : GRACE_FLOAT32; break;
+  case GRACE_OP_ARGMAX: case GRACE_OP_ARGMIN: *odt = GRACE_INT64; break;
+  case GRACE_OP_ALL: case GRACE_OP_ANY: *odt = GRACE_BOOL; break;
+  default: *odt = x->dtype; break;   /* max, min */
+  }
+  return GRACE_OK;
+}
+
+/* Reductions: the checks and result types of every backend's reductions (cpu_reduce.c; ROW groups and cg_ops
+ * on the device), so they are written once. */
 static grace_status infer_reduce(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, int nout, ir_type *o) {
   const char *name = grace_op_name(op);
-  int red[GRACE_MAX_DIMS] = {0}, all = a->ndims == 0;
+  int red[GRACE_MAX_DIMS] = {0}, seen0 = 0, all = a->ndims == 0;
+  grace_status st;
+  if (a->ndims < 0 || a->ndims > GRACE_MAX_DIMS)
+    return grace_set_error(vm, GRACE_EARG, "%s: %d dims given (at most %d)", name, a->ndims, GRACE_MAX_DIMS);
   for (int i = 0; i < a->ndims; i++) {
     int d;
-    grace_status st = norm_dim(vm, name, a->dims[i], x->ndim, &d);
-    if (st != GRACE_OK) return st;
-    if (x->ndim == 0) continue;
-    if (red[d]++) return grace_set_error(vm, GRACE_EARG, "%s: dim %d given more than once", name, d + grace_index_base(vm));
+    if ((st = norm_dim(vm, name, a->dims[i], x->ndim, &d))) return st;
+    int *slot = x->ndim ? &red[d] : &seen0;   /* a 0-d tensor takes dim 0 (or -1) once, as PyTorch */
+    if ((*slot)++) return grace_set_error(vm, GRACE_EARG, "%s: dim %d given more than once", name, d + grace_index_base(vm));
   }
   if (all) for (int d = 0; d < x->ndim; d++) red[d] = 1;
+  int is_arg = op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN;
+  int is_best = is_arg || op == GRACE_OP_MAX || op == GRACE_OP_MIN;
+  if (is_arg && a->ndims > 1) return grace_set_error(vm, GRACE_EARG, "%s: takes one dim or none, got %d", name, a->ndims);
+  if (nout == 2 && a->ndims != 1)
+    return grace_set_error(vm, GRACE_EARG, a->ndims == 0 ? "%s: indices need a dim" : "%s: indices need exactly one dim, got %d",
+                           name, a->ndims);
   grace_dtype dt = x->dtype;
-  int isf = grace_dtype_is_float(dt);
-  switch (op) {
-  case GRACE_OP_SUM: case GRACE_OP_PROD:
-    if (a->has_dtype) dt = a->dtype;
-    else if (!isf) dt = GRACE_INT64;
-    break;
-  case GRACE_OP_MEAN: case GRACE_OP_VAR: case GRACE_OP_STD:
-    if (a->has_dtype && op == GRACE_OP_MEAN) dt = a->dtype;
-    else if (!isf)
-      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type; cast it with :float()", name,
-                             grace_dtype_name(dt));
-    break;
-  case GRACE_OP_LOGSUMEXP: if (!isf) dt = GRACE_FLOAT32; break;
-  case GRACE_OP_ALL: case GRACE_OP_ANY: dt = GRACE_BOOL; break;
-  case GRACE_OP_ARGMAX: case GRACE_OP_ARGMIN:
-    dt = GRACE_INT64;
-    if (a->ndims > 1) return grace_set_error(vm, GRACE_EARG, "%s: takes one dim or none, got %d", name, a->ndims);
-    break;
-  case GRACE_OP_MAX: case GRACE_OP_MIN:
-    if (nout == 2 && a->ndims != 1) return grace_set_error(vm, GRACE_EARG, "%s: indices need exactly one dim", name);
-    break;
-  default: break;
-  }
+  if ((st = check_dtype_attr(vm, name, a)) || (st = reduce_dtype(vm, op, x, a, &dt))) return st;
+  for (int d = 0; d < x->ndim && is_best; d++)   /* no identity to start from, even where keepdim keeps the dim */
+    if (red[d] && x->sizes[d] == 0)
+      return grace_set_error(vm, GRACE_EARG, "%s: cannot reduce over a zero-size dim (input shape %s)", name, SHAPE(x));
   ir_type r = {.dtype = dt, .device = x->device};
-  int keep = a->keepdim && !((op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN) && all);
+  int keep = a->keepdim && !(is_arg && all);   /* argmax/argmin of everything is 0-d, as PyTorch */
   for (int d = 0; d < x->ndim; d++) {
     if (!red[d]) { r.sizes[r.ndim] = x->sizes[d]; r.sym[r.ndim++] = x->sym[d]; }
     else if (keep) { r.sizes[r.ndim] = 1; r.sym[r.ndim++] = 0; }
-    else if (x->sizes[d] == 0 && (op == GRACE_OP_MAX || op == GRACE_OP_MIN || op == GRACE_OP_ARGMAX || op == GRACE_OP_ARGMIN))
-      return grace_set_error(vm, GRACE_EARG, "%s: cannot reduce over a zero-size dim (input shape %s)", name, SHAPE(x));
   }
   o[0] = r;
   if (nout == 2) { o[1] = r; o[1].dtype = GRACE_INT64; }
   return GRACE_OK;
 }
 
+/* Row ops over one dim (cumsum, softmax, log_softmax, topk, sort): the checks and result types of
+ * cpu_reduce_scan.c and the device's op_scan, written once. */
 static grace_status infer_scan(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, int nout, ir_type *o) {
   const char *name = grace_op_name(op);
-  int d = 0;
-  grace_status st = norm_dim(vm, name, a->ndims ? a->dims[0] : -1, x->ndim, &d);
-  if (st != GRACE_OK) return st;
+  int d = x->ndim ? x->ndim - 1 : 0, isf = grace_dtype_is_float(x->dtype);
+  grace_status st;
+  if (a->ndims > 1) return grace_set_error(vm, GRACE_EARG, "%s: takes one dim, got %d", name, a->ndims);
+  if ((a->ndims == 1 && (st = norm_dim(vm, name, a->dims[0], x->ndim, &d))) || (st = check_dtype_attr(vm, name, a)))
+    return st;
   *o = *x;
   o->wrapped = 0;
   switch (op) {
-  case GRACE_OP_CUMSUM: if (!grace_dtype_is_float(x->dtype)) o->dtype = GRACE_INT64; break;
+  case GRACE_OP_CUMSUM: o->dtype = a->has_dtype ? a->dtype : isf ? x->dtype : GRACE_INT64; break;
   case GRACE_OP_SOFTMAX: case GRACE_OP_LOG_SOFTMAX:
-    if (!grace_dtype_is_float(x->dtype))
-      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type; cast it with :float()", name,
-                             grace_dtype_name(x->dtype));
+    o->dtype = a->has_dtype ? a->dtype : x->dtype;   /* a float dtype attribute takes an integer input */
+    if (!isf && !a->has_dtype) return need_float(vm, name, "input", x->dtype);
+    if (!grace_dtype_is_float(o->dtype))
+      return grace_set_error(vm, GRACE_EDTYPE, "%s: dtype %s is not a float type", name, grace_dtype_name(o->dtype));
     break;
   case GRACE_OP_TOPK: {
     int64_t n = x->ndim ? x->sizes[d] : 1;
@@ -152,11 +185,32 @@ static grace_status infer_scan(grace_vm *vm, grace_op op, const ir_type *x, cons
       return grace_set_error(vm, GRACE_EINDEX, "topk: k (%lld) is out of range for dim %d of size %lld", (long long)a->i0,
                              d + grace_index_base(vm), (long long)n);
     if (x->ndim) { o->sizes[d] = a->i0; o->sym[d] = 0; }
+    else if (a->i0 == 0) { o->ndim = 1; o->sizes[0] = 0; o->sym[0] = 0; }   /* none of a 0-d tensor's one: [0] */
     break;
   }
-  default: break;
+  default: o->dtype = x->dtype; break;   /* sort */
   }
   if (nout == 2) { o[1] = o[0]; o[1].dtype = GRACE_INT64; }
+  return GRACE_OK;
+}
+
+/* layer_norm, rms_norm: a float input of at least one dim; weight and bias absent or 1-d float of its last dim's
+ * size. The checks of cpu_reduce_norm.c and the device's op_norm, written once. */
+static grace_status infer_norm(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, ir_type *o) {
+  const char *name = grace_op_name(op);
+  const ir_type *x = in[0];
+  if (!grace_dtype_is_float(x->dtype)) return need_float(vm, name, "input", x->dtype);
+  if (x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "%s: input of shape [] has no last dim to normalise", name);
+  for (int i = 1; i < nin && i < 3; i++) {
+    const char *what = i == 1 ? "weight" : "bias";
+    if (!in[i]) continue;
+    if (!grace_dtype_is_float(in[i]->dtype)) return need_float(vm, name, what, in[i]->dtype);
+    if (in[i]->ndim != 1 || in[i]->sizes[0] != x->sizes[x->ndim - 1])
+      return grace_set_error(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of input of shape %s "
+                             "(expected [%lld])", name, what, SHAPE(in[i]), SHAPE(x), (long long)x->sizes[x->ndim - 1]);
+  }
+  *o = *x;
+  o->wrapped = 0;
   return GRACE_OK;
 }
 
@@ -505,21 +559,7 @@ grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, c
   case GRACE_KIND_MATMUL: return infer_matmul(vm, in[0], in[1], out);
   case GRACE_KIND_VIEW: return infer_view(vm, gop, in[0], a, out);
   case GRACE_KIND_MOVE: return infer_move(vm, gop, nin, in, a, out);
-  case GRACE_KIND_NORM: {
-    const ir_type *x = in[0];
-    if (!grace_dtype_is_float(x->dtype))
-      return grace_set_error(vm, GRACE_EDTYPE, "%s: input dtype %s is not a float type; cast it with :float()", name,
-                             grace_dtype_name(x->dtype));
-    if (x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "%s: input of shape [] has no last dim to normalise", name);
-    for (int i = 1; i < nin; i++)
-      if (in[i] && (in[i]->ndim != 1 || in[i]->sizes[0] != x->sizes[x->ndim - 1]))
-        return grace_set_error(vm, GRACE_ESHAPE, "%s: %s of shape %s does not match the last dim of input of shape %s "
-                               "(expected [%lld])", name, i == 1 ? "weight" : "bias", SHAPE(in[i]), SHAPE(x),
-                               (long long)x->sizes[x->ndim - 1]);
-    *out = *x;
-    out->wrapped = 0;
-    return GRACE_OK;
-  }
+  case GRACE_KIND_NORM: return infer_norm(vm, gop, nin, in, out);
   case GRACE_KIND_CREATE: return infer_create(vm, gop, a, out);
   case GRACE_KIND_INPLACE: {
     const ir_type *dst = in[0];

@@ -1,17 +1,21 @@
 /* test_op_checks.c: an op's argument checks say the same words however it runs. Each case is an invalid call,
  * made three ways: eager on the CPU (grace_run), recorded into the IR (grace_ir_op, which is what GPU eager runs
  * through) and, where a CUDA device is usable, eager on it. The messages must be equal, and where the case
- * names the expected words they must hold them (a test of which check fires, written from the op's rules). */
+ * names the expected words they must hold them (a test of which check fires, written from the op's rules).
+ * The valid cases (edge cases: empty dims, negative dims, keepdim, dtype attributes) must give one result
+ * dtype and shape eagerly, as the IR infers it, and as the IR's program computes it. */
 #include <stdio.h>
 #include <string.h>
 #include "grace.h"
+#include "ir/ir.h"
 #include "cuda/cuda_api.h"
 #include "tap.h"
 
 static grace_vm *vm;
 static int have_gpu;
 
-typedef struct arg { grace_dtype dt; int nd; int64_t sizes[4]; } arg;
+typedef struct arg { grace_dtype dt; int nd; int64_t sizes[4]; } arg;   /* nd < 0: an absent optional input */
+#define NONE {F32, -1, {0}}
 typedef struct check_case {
   const char *what;
   grace_op op;
@@ -68,6 +72,8 @@ done:
 #define F32 GRACE_FLOAT32
 #define B8 GRACE_BOOL
 #define I64 GRACE_INT64
+#define I32 GRACE_INT32
+#define F64 GRACE_FLOAT64
 
 static const check_case cases[] = {
   {"clamp without bounds", GRACE_OP_CLAMP, 1, {{F32, 1, {3}}}, {0}, 1, "clamp: at least one of min and max must be given"},
@@ -104,7 +110,140 @@ static const check_case cases[] = {
   {"select out of range", GRACE_OP_SELECT, 1, {{F32, 1, {3}}}, {.ndims = 1, .i0 = 7}, 1, NULL},
   {"permute", GRACE_OP_PERMUTE, 1, {{F32, 2, {2, 3}}}, {.ndims = 1, .dims = {0}}, 1, NULL},
   {"arange", GRACE_OP_ARANGE, 0, {{F32, 0, {0}}}, {.a = 0, .b = 5, .c = -1}, 1, NULL},
+  /* reductions (infer_reduce, which cpu_reduce.c calls) */
+  {"sum of a 0-d tensor over dim 0 twice", GRACE_OP_SUM, 1, {{F32, 0, {0}}}, {.ndims = 2, .dims = {0, -1}}, 1,
+   "sum: dim 0 given more than once"},
+  {"sum dim out of range", GRACE_OP_SUM, 1, {{F32, 2, {2, 3}}}, {.ndims = 1, .dims = {-3}}, 1, "sum: dim -3 out of range"},
+  {"sum invalid dtype", GRACE_OP_SUM, 1, {{F32, 1, {3}}}, {.has_dtype = 1, .dtype = (grace_dtype)99}, 1,
+   "sum: invalid dtype 99"},
+  {"mean to an integer dtype", GRACE_OP_MEAN, 1, {{F32, 1, {3}}}, {.has_dtype = 1, .dtype = I64}, 1,
+   "mean: dtype int64 is not a float type"},
+  {"var of int64", GRACE_OP_VAR, 1, {{I64, 1, {3}}}, {0}, 1, "var: input dtype int64 is not a float type"},
+  {"max with indices and no dim", GRACE_OP_MAX, 1, {{F32, 2, {2, 3}}}, {0}, 2, "max: indices need a dim"},
+  {"min with indices and two dims", GRACE_OP_MIN, 1, {{F32, 2, {2, 3}}}, {.ndims = 2, .dims = {0, 1}}, 2,
+   "min: indices need exactly one dim, got 2"},
+  {"max keepdim over an empty dim", GRACE_OP_MAX, 1, {{F32, 2, {0, 3}}}, {.ndims = 1, .dims = {0}, .keepdim = 1}, 1,
+   "max: cannot reduce over a zero-size dim (input shape [0, 3])"},
+  {"argmin of an empty tensor", GRACE_OP_ARGMIN, 1, {{F32, 1, {0}}}, {0}, 1, "argmin: cannot reduce over a zero-size dim"},
+  /* scans (infer_scan, which cpu_reduce_scan.c and the device's op_scan call) */
+  {"cumsum two dims", GRACE_OP_CUMSUM, 1, {{F32, 2, {2, 3}}}, {.ndims = 2, .dims = {0, 1}}, 1, "cumsum: takes one dim, got 2"},
+  {"cumsum dim out of range", GRACE_OP_CUMSUM, 1, {{F32, 2, {2, 3}}}, {.ndims = 1, .dims = {2}}, 1, "cumsum: dim 2 out of range"},
+  {"softmax to an integer dtype", GRACE_OP_SOFTMAX, 1, {{F32, 1, {3}}}, {.has_dtype = 1, .dtype = I32}, 1,
+   "softmax: dtype int32 is not a float type"},
+  {"log_softmax of int64", GRACE_OP_LOG_SOFTMAX, 1, {{I64, 1, {3}}}, {0}, 1, "log_softmax: input dtype int64 is not a float"},
+  {"topk negative k", GRACE_OP_TOPK, 1, {{F32, 2, {2, 3}}}, {.i0 = -1}, 2, "topk: k (-1) is out of range for dim 1 of size 3"},
+  {"sort two dims", GRACE_OP_SORT, 1, {{F32, 2, {2, 3}}}, {.ndims = 2, .dims = {0, 1}}, 2, "sort: takes one dim, got 2"},
+  /* norms (infer_norm, which cpu_reduce_norm.c and the device's op_norm call) */
+  {"layer_norm int64 weight", GRACE_OP_LAYER_NORM, 3, {{F32, 2, {2, 3}}, {I64, 1, {3}}, {F32, 1, {3}}}, {0}, 1,
+   "layer_norm: weight dtype int64 is not a float type"},
+  {"layer_norm bias mismatch", GRACE_OP_LAYER_NORM, 3, {{F32, 2, {2, 3}}, {F32, 1, {3}}, {F32, 2, {1, 3}}}, {0}, 1,
+   "layer_norm: bias of shape [1, 3] does not match"},
+  {"rms_norm of int32", GRACE_OP_RMS_NORM, 2, {{I32, 2, {2, 3}}, {F32, 1, {3}}}, {0}, 1,
+   "rms_norm: input dtype int32 is not a float type"},
 };
+
+/* Valid calls: edge cases whose result types eager execution and the IR must agree on. */
+typedef struct type_case {
+  const char *what;
+  grace_op op;
+  int nin;
+  arg in[3];
+  grace_attrs attrs;
+  int nout;
+  const char *want;   /* the result types, as types_of writes them */
+} type_case;
+
+static const type_case valid[] = {
+  {"sum of int32 gives int64", GRACE_OP_SUM, 1, {{I32, 2, {2, 3}}}, {.ndims = 1, .dims = {-1}}, 1, "int64[2]"},
+  {"sum keepdim over an empty dim", GRACE_OP_SUM, 1, {{F32, 3, {2, 0, 4}}}, {.ndims = 1, .dims = {1}, .keepdim = 1}, 1,
+   "float32[2,1,4]"},
+  {"sum to float64", GRACE_OP_SUM, 1, {{I64, 1, {3}}}, {.has_dtype = 1, .dtype = F64}, 1, "float64[]"},
+  {"mean of int64 to float64", GRACE_OP_MEAN, 1, {{I64, 2, {2, 3}}}, {.ndims = 1, .dims = {0}, .has_dtype = 1, .dtype = F64},
+   1, "float64[3]"},
+  {"mean of a 0-d tensor over dim -1", GRACE_OP_MEAN, 1, {{F32, 0, {0}}}, {.ndims = 1, .dims = {-1}}, 1, "float32[]"},
+  {"max with indices, keepdim", GRACE_OP_MAX, 1, {{F32, 3, {2, 3, 4}}}, {.ndims = 1, .dims = {-2}, .keepdim = 1}, 2,
+   "float32[2,1,4] int64[2,1,4]"},
+  {"max over a kept dim of an empty tensor", GRACE_OP_MAX, 1, {{F32, 2, {0, 3}}}, {.ndims = 1, .dims = {1}}, 1, "float32[0]"},
+  {"argmax of everything ignores keepdim", GRACE_OP_ARGMAX, 1, {{F32, 2, {2, 3}}}, {.keepdim = 1}, 1, "int64[]"},
+  {"var over two dims", GRACE_OP_VAR, 1, {{F64, 3, {2, 3, 4}}}, {.ndims = 2, .dims = {0, 2}, .flag = 1}, 1, "float64[3]"},
+  {"logsumexp of int64", GRACE_OP_LOGSUMEXP, 1, {{I64, 2, {2, 3}}}, {.ndims = 1, .dims = {1}}, 1, "float32[2]"},
+  {"all of float32", GRACE_OP_ALL, 1, {{F32, 2, {2, 3}}}, {.ndims = 1, .dims = {0}}, 1, "bool[3]"},
+  {"cumsum of bool", GRACE_OP_CUMSUM, 1, {{B8, 2, {2, 3}}}, {.ndims = 1, .dims = {0}}, 1, "int64[2,3]"},
+  {"cumsum to float64", GRACE_OP_CUMSUM, 1, {{I32, 1, {3}}}, {.has_dtype = 1, .dtype = F64}, 1, "float64[3]"},
+  {"softmax of int64 to float32", GRACE_OP_SOFTMAX, 1, {{I64, 2, {2, 3}}}, {.has_dtype = 1, .dtype = F32}, 1, "float32[2,3]"},
+  {"log_softmax to float64 over dim 0", GRACE_OP_LOG_SOFTMAX, 1, {{F32, 2, {2, 3}}},
+   {.ndims = 1, .dims = {0}, .has_dtype = 1, .dtype = F64}, 1, "float64[2,3]"},
+  {"softmax of an empty row", GRACE_OP_SOFTMAX, 1, {{F32, 2, {2, 0}}}, {0}, 1, "float32[2,0]"},
+  {"topk of a 0-d tensor, k = 0", GRACE_OP_TOPK, 1, {{F32, 0, {0}}}, {.i0 = 0}, 2, "float32[0] int64[0]"},
+  {"topk over dim 0", GRACE_OP_TOPK, 1, {{I32, 2, {4, 3}}}, {.ndims = 1, .dims = {0}, .i0 = 2}, 2, "int32[2,3] int64[2,3]"},
+  {"sort of an empty tensor", GRACE_OP_SORT, 1, {{F32, 2, {0, 3}}}, {0}, 2, "float32[0,3] int64[0,3]"},
+  {"layer_norm without weight", GRACE_OP_LAYER_NORM, 3, {{F64, 2, {0, 3}}, NONE, {F32, 1, {3}}}, {0}, 1, "float64[0,3]"},
+  {"rms_norm with a float64 weight", GRACE_OP_RMS_NORM, 2, {{F32, 2, {2, 3}}, {F64, 1, {3}}}, {0}, 1, "float32[2,3]"},
+};
+
+static void type_str(grace_dtype dt, int nd, const int64_t *sizes, char *buf, size_t n) {
+  size_t k = strlen(buf);
+  k += (size_t)snprintf(buf + k, n - k, "%s%s[", k ? " " : "", grace_dtype_name(dt));
+  for (int d = 0; d < nd && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)sizes[d]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* The result types of c eagerly on dev ("" on an error, its message in err). */
+static void eager_types(const type_case *c, grace_device dev, char *buf, size_t n, char *err, size_t en) {
+  grace_tensor *in[3] = {0}, *out[2] = {0};
+  buf[0] = err[0] = 0;
+  for (int i = 0; i < c->nin; i++)
+    if (c->in[i].nd >= 0 && !(in[i] = make(&c->in[i], dev))) snprintf(err, en, "(inputs not made)");
+  if (!err[0] && grace_run(vm, c->op, c->nin, in, &c->attrs, c->nout, out) != GRACE_OK)
+    snprintf(err, en, "%s", grace_last_error(vm));
+  for (int i = 0; i < c->nout && !err[0]; i++)
+    type_str(grace_tensor_dtype(out[i]), grace_tensor_ndim(out[i]), grace_tensor_sizes(out[i]), buf, n);
+  for (int i = 0; i < c->nout; i++) grace_tensor_release(out[i]);
+  for (int i = 0; i < c->nin; i++) grace_tensor_release(in[i]);
+}
+
+/* The result types of c as the IR infers them (inf) and as its program computes them on the CPU (run). */
+static void traced_types(const type_case *c, char *inf, char *run, size_t n, char *err, size_t en) {
+  grace_ir *ir = grace_ir_new(vm, "types");
+  grace_value v[3], r[2];
+  grace_tensor *in[3] = {0}, *out[2] = {0};
+  inf[0] = run[0] = err[0] = 0;
+  if (!ir) { snprintf(err, en, "(program not made)"); return; }
+  for (int i = 0; i < c->nin && !err[0]; i++)
+    if (c->in[i].nd < 0) v[i] = -1;
+    else if (grace_ir_input(ir, c->in[i].dt, GRACE_CPU, c->in[i].nd, c->in[i].sizes, &v[i]) != GRACE_OK ||
+             !(in[i] = make(&c->in[i], GRACE_CPU)))
+      snprintf(err, en, "(inputs not made)");
+  if (!err[0] && grace_ir_op(ir, c->op, c->nin, v, &c->attrs, c->nout, r) != GRACE_OK)
+    snprintf(err, en, "%s", grace_last_error(vm));
+  for (int i = 0; i < c->nout && !err[0]; i++) {
+    const ir_type *t = &ir->vals[r[i]].type;
+    type_str(t->dtype, t->ndim, t->sizes, inf, n);
+    if (grace_ir_output(ir, r[i]) != GRACE_OK) snprintf(err, en, "%s", grace_last_error(vm));
+  }
+  grace_tensor *given[3];   /* the program's inputs: the inputs that are present */
+  int ng = 0;
+  for (int i = 0; i < c->nin; i++) if (in[i]) given[ng++] = in[i];
+  if (!err[0] && grace_ir_run(ir, ng, given, c->nout, out) != GRACE_OK) snprintf(err, en, "%s", grace_last_error(vm));
+  for (int i = 0; i < c->nout && !err[0]; i++)
+    type_str(grace_tensor_dtype(out[i]), grace_tensor_ndim(out[i]), grace_tensor_sizes(out[i]), run, n);
+  for (int i = 0; i < c->nout; i++) grace_tensor_release(out[i]);
+  for (int i = 0; i < c->nin; i++) grace_tensor_release(in[i]);
+  grace_ir_free(ir);
+}
+
+static void check_valid(const type_case *c) {
+  char cpu[256], inf[256], run[256], dev[256], e1[256], e2[256];
+  eager_types(c, GRACE_CPU, cpu, sizeof cpu, e1, sizeof e1);
+  traced_types(c, inf, run, sizeof inf, e2, sizeof e2);
+  ok(!e1[0] && !strcmp(cpu, c->want), "%s: CPU eager gives %s", c->what, c->want);
+  if (e1[0] || strcmp(cpu, c->want)) printf("#   got \"%s\" %s\n", cpu, e1);
+  ok(!e2[0] && !strcmp(inf, c->want) && !strcmp(run, c->want), "%s: the IR infers and computes %s", c->what, c->want);
+  if (e2[0] || strcmp(inf, c->want) || strcmp(run, c->want)) printf("#   inferred \"%s\", ran \"%s\" %s\n", inf, run, e2);
+  if (!have_gpu) { skip("no CUDA device"); return; }
+  eager_types(c, GRACE_CUDA, dev, sizeof dev, e1, sizeof e1);
+  ok(!e1[0] && !strcmp(dev, c->want), "%s: CUDA eager gives %s (%s)", c->what, c->want, e1[0] ? e1 : dev);
+}
 
 int main(void) {
   char err[256];
@@ -124,6 +263,7 @@ int main(void) {
     eager(c, GRACE_CUDA, dev, sizeof dev);
     ok(!strcmp(cpu, dev), "%s: CUDA eager says the same: \"%s\"", c->what, dev);
   }
+  for (size_t i = 0; i < sizeof valid / sizeof *valid; i++) check_valid(&valid[i]);
   grace_vm_free(vm);
   return tap_done();
 }
