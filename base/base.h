@@ -269,6 +269,12 @@ static inline const vm_backend *vm_backend_of(const grace_vm *vm, grace_device d
 /* VIEW ops (base_view.c): the same for every backend, a new tensor over the input's storage. */
 grace_status vm_view_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
                          grace_tensor **out);
+/* A view op's result shape from its input's shape: every view op's checks and messages, which vm_view_run and
+ * inference (ir_infer) share, so they are written once (here, as ir/ may call base/ but not the reverse). from[d]:
+ * the input dim that result dim d is, unchanged in size (-1: a new dim or a new size). Checks that need strides
+ * (view without a copy) stay with vm_view_run. */
+grace_status vm_view_shape(grace_vm *vm, grace_op op, int ndim, const int64_t *sizes, const grace_attrs *a, int *ond,
+                           int64_t *osizes, int *from);
 
 /* ---- the dispatcher's hooks: what tensor functions here must tell an active trace or replay ---- */
 struct vm_hooks {

@@ -92,6 +92,7 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
   const char *name = grace_op_name(op);
   grace_dtype dt = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
   int nd = a->nshape;
+  if (a->has_dtype && (unsigned)dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", name, (int)dt);
   memcpy(shape, a->shape, sizeof a->shape);
   if (op == GRACE_OP_ARANGE) {
     double start = a->a, end = a->b, step = a->c;
@@ -118,6 +119,13 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
   } else if (op == GRACE_OP_RANDINT) {
     if (a->i1 <= a->i0) return vm_err(vm, GRACE_EARG, "randint: empty range [%lld, %lld)", (long long)a->i0, (long long)a->i1);
   }
+  /* as vm_tensor_new says them, so the IR rejects what eager creation would */
+  if (nd < 0 || nd > GRACE_MAX_DIMS)
+    return vm_err(vm, GRACE_EARG, "%s: %d dims requested, at most %d are supported", name, nd, GRACE_MAX_DIMS);
+  for (int d = 0; d < nd; d++)
+    if (shape[d] < 0)
+      return vm_err(vm, GRACE_EARG, "%s: negative size %lld in shape %s", name, (long long)shape[d],
+                    vm_fmt_shape((char[128]){0}, 128, nd, shape));
   *dtype = dt;
   *ndim = nd;
   return GRACE_OK;
@@ -125,77 +133,41 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
 
 grace_status vm_check_cat(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
                           int *ndim, int64_t *sizes, int *dim) {
-  int ref = -1;
-  for (int i = 0; i < nin; i++)
-    if (in[i]->ndim == 0)
-      return vm_err(vm, GRACE_ESHAPE, "cat: a 0-d tensor (input %d) cannot be concatenated", i + 1);
-  for (int i = 0; i < nin && ref < 0; i++) if (!vm_cat_skips(in[i])) ref = i;
-  *dt = vm_result_type(nin, in);
-  if (ref < 0) {   /* only [0]-shaped inputs: PyTorch's legacy rule skips them, leaving an empty [0] */
-    *ndim = 1;
-    sizes[0] = 0;
-    return vm_norm_dim(vm, "cat", dim_attr, 1, dim);
-  }
-  const grace_tensor *r = in[ref];
-  grace_status s = vm_norm_dim(vm, "cat", dim_attr, r->ndim, dim);
-  if (s != GRACE_OK) return s;
-  *ndim = r->ndim;
-  memcpy(sizes, r->sizes, sizeof(int64_t) * (size_t)r->ndim);
-  sizes[*dim] = 0;
-  for (int i = 0; i < nin; i++) {
-    const grace_tensor *t = in[i];
-    if (vm_cat_skips(t)) continue;
-    if (t->ndim != r->ndim)
-      return vm_err(vm, GRACE_ESHAPE, "cat: tensors must have the same number of dims: got shapes %s and %s (input %d)",
-                    VM_SHAPE(r), VM_SHAPE(t), i + 1);
-    for (int d = 0; d < r->ndim; d++)
-      if (d != *dim && t->sizes[d] != r->sizes[d])
-        return vm_err(vm, GRACE_ESHAPE, "cat: sizes must match except in dim %d: got shapes %s and %s (input %d)",
-                      *dim + vm->index_base, VM_SHAPE(r), VM_SHAPE(t), i + 1);
-    sizes[*dim] += t->sizes[*dim];
-  }
-  return GRACE_OK;
+  grace_attrs a = {.ndims = 1, .dims = {dim_attr}};
+  ir_type o;
+  grace_status st = vm_infer_tensors(vm, GRACE_OP_CAT, nin, in, &a, 1, &o);   /* infer_cat: the rules */
+  if (st != GRACE_OK) return st;
+  *dt = o.dtype;
+  *ndim = o.ndim;
+  memcpy(sizes, o.sizes, sizeof(int64_t) * (size_t)o.ndim);
+  return vm_norm_dim(vm, "cat", dim_attr, o.ndim, dim);   /* checked there */
 }
 
 grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
                             int *ndim, int64_t *sizes, int *dim) {
-  const grace_tensor *r = in[0];
-  int nd = r->ndim;
-  if (nd >= GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_ESHAPE, "stack: inputs of shape %s already have %d dims, the most supported", VM_SHAPE(r),
-                  GRACE_MAX_DIMS);
-  if (dim_attr < -nd - 1 || dim_attr > nd)   /* the new dim may go anywhere from before the first to after the last */
-    return vm_err(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, or %d to -1)",
-                  (long long)(dim_attr < 0 ? dim_attr : dim_attr + vm->index_base), nd, vm->index_base,
-                  nd + vm->index_base, -nd - 1);
-  *dim = (int)(dim_attr < 0 ? dim_attr + nd + 1 : dim_attr);
-  for (int i = 1; i < nin; i++) {
-    int same = in[i]->ndim == nd;
-    for (int d = 0; same && d < nd; d++) same = in[i]->sizes[d] == r->sizes[d];
-    if (!same)
-      return vm_err(vm, GRACE_ESHAPE, "stack: expects each tensor to be the same shape, got %s and %s (input %d)",
-                    VM_SHAPE(r), VM_SHAPE(in[i]), i + 1);
-  }
-  *dt = vm_result_type(nin, in);
-  *ndim = nd + 1;
-  for (int d = 0, k = 0; d <= nd; d++) sizes[d] = d == *dim ? nin : r->sizes[k++];
+  grace_attrs a = {.ndims = 1, .dims = {dim_attr}};
+  ir_type o;
+  grace_status st = vm_infer_tensors(vm, GRACE_OP_STACK, nin, in, &a, 1, &o);   /* infer_stack: the rules */
+  if (st != GRACE_OK) return st;
+  *dt = o.dtype;
+  *ndim = o.ndim;
+  memcpy(sizes, o.sizes, sizeof(int64_t) * (size_t)o.ndim);
+  *dim = (int)(dim_attr < 0 ? dim_attr + o.ndim : dim_attr);
   return GRACE_OK;
 }
 
 grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, int64_t *xs, int64_t *xst,
                              int64_t *osz) {
-  int nr = a->nshape, nd = x->ndim;
-  if (nr < nd || nr > GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_ESHAPE, "repeat: %d repeat counts given for a tensor of shape %s (need at least %d)", nr,
-                  VM_SHAPE(x), nd);
+  ir_type o;
+  grace_tensor *xp = (grace_tensor *)x;   /* only read */
+  grace_status st = vm_infer_tensors(vm, GRACE_OP_REPEAT, 1, &xp, a, 1, &o);   /* infer_repeat: the rules */
+  if (st != GRACE_OK) return st;
+  int nr = o.ndim, nd = x->ndim;
   for (int d = 0; d < nr; d++) {
     int xd = d - (nr - nd);
-    if (a->shape[d] < 0)
-      return vm_err(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d", (long long)a->shape[d],
-                    d + vm->index_base);
     xs[d] = xd < 0 ? 1 : x->sizes[xd];
     xst[d] = xd < 0 ? 0 : x->strides[xd];
-    osz[d] = xs[d] * a->shape[d];
+    osz[d] = o.sizes[d];
   }
   return GRACE_OK;
 }
@@ -236,9 +208,15 @@ grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *
                               int nout, ir_type *out) {
   enum { MAXIN = VM_INFER_MAXIN };
   static const grace_attrs none = {0};
-  ir_type ty[MAXIN];
-  const ir_type *tp[MAXIN];
-  if (nin > MAXIN) return vm_err(vm, GRACE_EINTERNAL, "%s: too many inputs to infer", grace_op_name(op));
+  ir_type small[MAXIN], *ty = small;
+  const ir_type *small_p[MAXIN], **tp = small_p;
+  size_t bytes = (sizeof *ty + sizeof *tp) * (size_t)nin;
+  if (nin > MAXIN) {   /* cat and stack take any number of inputs */
+    char *mem = vm_alloc(vm, bytes);
+    if (!mem) return vm_err(vm, GRACE_ENOMEM, "%s: out of host memory for %d inputs", grace_op_name(op), nin);
+    ty = (ir_type *)mem;
+    tp = (const ir_type **)(mem + sizeof *ty * (size_t)nin);
+  }
   for (int i = 0; i < nin; i++) {
     tp[i] = NULL;
     if (!in[i]) continue;
@@ -250,7 +228,9 @@ grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *
     for (int d = 0; d < in[i]->ndim; d++) ty[i].sizes[d] = in[i]->sizes[d];
     tp[i] = &ty[i];
   }
-  return ir_infer(vm, op, nin, tp, a ? a : &none, nout, out);
+  grace_status st = ir_infer(vm, op, nin, tp, a ? a : &none, nout, out);
+  if (nin > MAXIN) vm_free(vm, ty, bytes);
+  return st;
 }
 
 grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {

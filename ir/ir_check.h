@@ -8,7 +8,7 @@
 /* ir_infer on the tensors' types (dtype, device, shape, wrapped number): the result types of op and the argument
  * checks and messages that eager execution on every backend and the IR share. out has room for nout types. */
 typedef struct ir_type ir_type;
-enum { VM_INFER_MAXIN = 64 };   /* the most inputs it takes */
+enum { VM_INFER_MAXIN = 64 };   /* more inputs than this are typed in allocated memory */
 grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                               int nout, ir_type *out);
 
@@ -31,16 +31,17 @@ grace_tensor *vm_dense_like(grace_vm *vm, grace_device dev, const char *op, cons
 grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, grace_dtype *dtype, int *ndim,
                              int64_t *shape);
 
-/* cat: PyTorch's rules (a 0-d input is an error; [0]-shaped inputs are skipped, the legacy rule); the result's
- * dtype, ndim and sizes, and the normalized dim. Inputs to copy are those with !vm_cat_skips(t). */
+/* cat: PyTorch's rules (a 0-d input is an error; [0]-shaped inputs are skipped, the legacy rule), which are
+ * ir_infer's (infer_cat in ir_infer_shape.c); the result's dtype, ndim and sizes, and the normalized dim. Inputs
+ * to copy are those with !vm_cat_skips(t) (ir_cat_skips on types). */
 grace_status vm_check_cat(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
                           int *ndim, int64_t *sizes, int *dim);
 static inline int vm_cat_skips(const grace_tensor *t) { return t->ndim == 1 && t->sizes[0] == 0; }
-/* stack: the new dim's place (anywhere from before the first dim to after the last), every input of one shape;
+/* stack (ir_infer's rules, infer_stack): the new dim's place (anywhere from before the first dim to after the last), every input of one shape;
  * the result's dtype, ndim (inputs' + 1) and sizes, and the normalized dim. */
 grace_status vm_check_stack(grace_vm *vm, int nin, grace_tensor *const *in, int64_t dim_attr, grace_dtype *dt,
                             int *ndim, int64_t *sizes, int *dim);
-/* repeat: at least one count per dim of x, none negative; x viewed with nr = a->nshape dims (leading size-1 dims
+/* repeat (ir_infer's rules, infer_repeat): at least one count per dim of x, none negative; x viewed with nr = a->nshape dims (leading size-1 dims
  * of stride 0 added) as xs / xst, and the result's sizes osz (xs times the counts). */
 grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_attrs *a, int64_t *xs, int64_t *xst,
                              int64_t *osz);

@@ -10,6 +10,89 @@
 #define broadcast ir_broadcast
 #define result_type ir_result_type
 
+/* cat: PyTorch's rules. A 0-d input is an error; a 1-d input of size 0 is skipped (the legacy rule PyTorch 2.x
+ * keeps: "or be a 1-D empty tensor with size (0,)") but still takes part in the result dtype; the others agree
+ * in every dim but the cat dim, which the first of them numbers. Eager cat (vm_check_cat) takes these rules. */
+static grace_status infer_cat(grace_vm *vm, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o) {
+  int ref = -1, dim, b = grace_index_base(vm);
+  int64_t dim_attr = a->ndims ? a->dims[0] : 0;
+  grace_status st;
+  for (int i = 0; i < nin; i++)
+    if (in[i]->ndim == 0)
+      return grace_set_error(vm, GRACE_ESHAPE, "cat: a 0-d tensor (input %d) cannot be concatenated", i + 1);
+  for (int i = 0; i < nin && ref < 0; i++) if (!ir_cat_skips(in[i])) ref = i;
+  *o = *in[ref < 0 ? 0 : ref];
+  o->wrapped = 0;
+  o->dtype = result_type(nin, in);
+  if (ref < 0) return norm_dim(vm, "cat", dim_attr, 1, &dim);   /* only [0] inputs: the result is [0] */
+  const ir_type *r = in[ref];
+  if ((st = norm_dim(vm, "cat", dim_attr, r->ndim, &dim))) return st;
+  o->sizes[dim] = 0;
+  o->sym[dim] = 0;
+  for (int i = 0; i < nin; i++) {
+    const ir_type *t = in[i];
+    if (ir_cat_skips(t)) continue;
+    if (t->ndim != r->ndim)
+      return grace_set_error(vm, GRACE_ESHAPE, "cat: tensors must have the same number of dims: got shapes %s and %s "
+                             "(input %d)", SHAPE(r), SHAPE(t), i + 1);
+    for (int d = 0; d < r->ndim; d++)
+      if (d != dim && t->sizes[d] != r->sizes[d])
+        return grace_set_error(vm, GRACE_ESHAPE, "cat: sizes must match except in dim %d: got shapes %s and %s (input %d)",
+                               dim + b, SHAPE(r), SHAPE(t), i + 1);
+    o->sizes[dim] += t->sizes[dim];
+  }
+  return GRACE_OK;
+}
+
+/* stack: inputs of one shape; the new dim anywhere from before the first dim to after the last. */
+static grace_status infer_stack(grace_vm *vm, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o) {
+  const ir_type *r = in[0];
+  int nd = r->ndim, b = grace_index_base(vm);
+  int64_t dim_attr = a->ndims ? a->dims[0] : 0;
+  if (nd >= GRACE_MAX_DIMS)
+    return grace_set_error(vm, GRACE_ESHAPE, "stack: inputs of shape %s already have %d dims, the most supported",
+                           SHAPE(r), GRACE_MAX_DIMS);
+  if (dim_attr < -nd - 1 || dim_attr > nd)
+    return grace_set_error(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, "
+                           "or %d to -1)", (long long)(dim_attr < 0 ? dim_attr : dim_attr + b), nd, b, nd + b, -nd - 1);
+  int dim = (int)(dim_attr < 0 ? dim_attr + nd + 1 : dim_attr);
+  for (int i = 1; i < nin; i++) {
+    int same = in[i]->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = in[i]->sizes[d] == r->sizes[d];
+    if (!same)
+      return grace_set_error(vm, GRACE_ESHAPE, "stack: expects each tensor to be the same shape, got %s and %s (input %d)",
+                             SHAPE(r), SHAPE(in[i]), i + 1);
+  }
+  *o = *r;
+  o->wrapped = 0;
+  o->dtype = result_type(nin, in);
+  for (int d = nd; d > dim; d--) { o->sizes[d] = o->sizes[d - 1]; o->sym[d] = o->sym[d - 1]; }
+  o->sizes[dim] = nin;
+  o->sym[dim] = 0;
+  o->ndim = nd + 1;
+  return GRACE_OK;
+}
+
+/* repeat: a count per dim of x at least (more add leading dims), none negative. */
+static grace_status infer_repeat(grace_vm *vm, const ir_type *x, const grace_attrs *a, ir_type *o) {
+  int nr = a->nshape, nd = x->ndim;
+  if (nr < nd || nr > GRACE_MAX_DIMS)
+    return grace_set_error(vm, GRACE_ESHAPE, "repeat: %d repeat counts given for a tensor of shape %s (need at least %d)",
+                           nr, SHAPE(x), nd);
+  *o = *x;
+  o->wrapped = 0;
+  o->ndim = nr;
+  for (int d = 0; d < nr; d++) {
+    int xd = d - (nr - nd);
+    if (a->shape[d] < 0)
+      return grace_set_error(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d",
+                             (long long)a->shape[d], d + grace_index_base(vm));
+    o->sizes[d] = (xd >= 0 ? x->sizes[xd] : 1) * a->shape[d];
+    o->sym[d] = xd >= 0 && a->shape[d] == 1 ? x->sym[xd] : 0;
+  }
+  return GRACE_OK;
+}
+
 grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o) {
   const char *name = grace_op_name(op);
   const ir_type *x = in[0];
@@ -20,29 +103,8 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
   switch (op) {
   case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE: case GRACE_OP_TRIU: case GRACE_OP_TRIL: return GRACE_OK;
   case GRACE_OP_TO_DEVICE: o->device = a->device; return GRACE_OK;
-  case GRACE_OP_CAT: case GRACE_OP_STACK: {
-    if (op == GRACE_OP_STACK) {
-      if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim + 1, &d))) return st;
-    } else if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d))) return st;
-    if (op == GRACE_OP_CAT && x->ndim == 0) return grace_set_error(vm, GRACE_ESHAPE, "cat: zero-dimensional tensors cannot be concatenated");
-    int64_t total = 0;
-    for (int i = 0; i < nin; i++) {
-      const ir_type *t = in[i];
-      int same = t->ndim == x->ndim;
-      for (int k = 0; same && k < x->ndim; k++) same = (op == GRACE_OP_CAT && k == d) || t->sizes[k] == x->sizes[k];
-      if (!same)
-        return grace_set_error(vm, GRACE_ESHAPE, "%s: tensor %d has shape %s, expected %s%s", name, i + grace_index_base(vm),
-                               SHAPE(t), SHAPE(x), op == GRACE_OP_CAT ? " except in the cat dim" : "");
-      total += op == GRACE_OP_CAT ? t->sizes[d] : 1;
-    }
-    o->dtype = result_type(nin, in);
-    if (op == GRACE_OP_CAT) { o->sizes[d] = total; o->sym[d] = 0; }
-    else {
-      for (int k = o->ndim; k > d; k--) { o->sizes[k] = o->sizes[k - 1]; o->sym[k] = o->sym[k - 1]; }
-      o->sizes[d] = nin; o->sym[d] = 0; o->ndim++;
-    }
-    return GRACE_OK;
-  }
+  case GRACE_OP_CAT: return infer_cat(vm, nin, in, a, o);
+  case GRACE_OP_STACK: return infer_stack(vm, nin, in, a, o);
   case GRACE_OP_INDEX_SELECT: case GRACE_OP_GATHER: case GRACE_OP_SCATTER: case GRACE_OP_EMBEDDING: {
     const ir_type *idx = op == GRACE_OP_EMBEDDING ? in[0] : in[1];
     if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
@@ -81,142 +143,27 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
       return grace_set_error(vm, GRACE_ESHAPE, "slice_scatter: source of shape %s does not fit the region %s", SHAPE(src), SHAPE(&view));
     return GRACE_OK;
   }
-  case GRACE_OP_REPEAT: {
-    if (a->nshape < x->ndim)
-      return grace_set_error(vm, GRACE_ESHAPE, "repeat: %d repeats given for a %d-d tensor (need at least %d)", a->nshape, x->ndim, x->ndim);
-    o->ndim = a->nshape;
-    for (int k = 0; k < a->nshape; k++) {
-      int xd = k - (a->nshape - x->ndim);
-      if (a->shape[k] < 0) return grace_set_error(vm, GRACE_EARG, "repeat: negative repeat %lld", (long long)a->shape[k]);
-      o->sizes[k] = (xd >= 0 ? x->sizes[xd] : 1) * a->shape[k];
-      o->sym[k] = 0;
-    }
-    return GRACE_OK;
-  }
+  case GRACE_OP_REPEAT: return infer_repeat(vm, x, a, o);
   default:
     return grace_set_error(vm, GRACE_EINTERNAL, "%s: no type rule", name);
   }
 }
 
+/* Views: the rules are base's (vm_view_shape), which eager views run, so both say the same words. A result dim
+ * that is an input dim unchanged keeps its symbol. */
 grace_status ir_infer_view(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o) {
-  const char *name = grace_op_name(op);
-  int d0, d1;
-  grace_status st;
+  int from[GRACE_MAX_DIMS];
   *o = *x;
   o->wrapped = 0;
-  switch (op) {
-  case GRACE_OP_RESHAPE: case GRACE_OP_VIEW: {
-    int64_t numel = 1, known = 1;
-    int infer = -1;
-    for (int d = 0; d < x->ndim; d++) numel *= x->sizes[d];
-    if (a->nshape < 0 || a->nshape > GRACE_MAX_DIMS) return grace_set_error(vm, GRACE_EARG, "%s: too many dims", name);
-    o->ndim = a->nshape;
-    for (int d = 0; d < a->nshape; d++) {
-      o->sizes[d] = a->shape[d]; o->sym[d] = 0;
-      if (a->shape[d] == -1) {
-        if (infer >= 0) return grace_set_error(vm, GRACE_EARG, "%s: only one dimension can be -1", name);
-        infer = d;
-      } else if (a->shape[d] < 0) return grace_set_error(vm, GRACE_EARG, "%s: invalid size %lld", name, (long long)a->shape[d]);
-      else known *= a->shape[d];
-    }
-    if (infer >= 0 && known != 0 && numel % known == 0) { o->sizes[infer] = numel / known; known = numel; }
-    if (known != numel)
-      return grace_set_error(vm, GRACE_ESHAPE, "%s: shape %s is invalid for input of shape %s (%lld elements)", name,
-                             SHAPE(o), SHAPE(x), (long long)numel);
-    return GRACE_OK;
-  }
-  case GRACE_OP_TRANSPOSE:
-    if (a->ndims != 2) return grace_set_error(vm, GRACE_EARG, "transpose: expected two dims");
-    if ((st = norm_dim(vm, name, a->dims[0], x->ndim, &d0)) || (st = norm_dim(vm, name, a->dims[1], x->ndim, &d1))) return st;
-    if (x->ndim) {
-      o->sizes[d0] = x->sizes[d1]; o->sizes[d1] = x->sizes[d0];
-      o->sym[d0] = x->sym[d1]; o->sym[d1] = x->sym[d0];
-    }
-    return GRACE_OK;
-  case GRACE_OP_PERMUTE: {
-    if (a->ndims != x->ndim) return grace_set_error(vm, GRACE_EARG, "permute: %d dims given for a tensor of shape %s", a->ndims, SHAPE(x));
-    int seen[GRACE_MAX_DIMS] = {0};
-    for (int d = 0; d < x->ndim; d++) {
-      if ((st = norm_dim(vm, name, a->dims[d], x->ndim, &d0))) return st;
-      if (seen[d0]++) return grace_set_error(vm, GRACE_EARG, "permute: dim %d repeated", d0 + grace_index_base(vm));
-      o->sizes[d] = x->sizes[d0]; o->sym[d] = x->sym[d0];
-    }
-    return GRACE_OK;
-  }
-  case GRACE_OP_EXPAND:
-    if (a->nshape < x->ndim || a->nshape > GRACE_MAX_DIMS)
-      return grace_set_error(vm, GRACE_ESHAPE, "expand: cannot expand shape %s to %d dims", SHAPE(x), a->nshape);
-    o->ndim = a->nshape;
-    for (int d = 0; d < a->nshape; d++) {
-      int xd = d - (a->nshape - x->ndim);
-      int64_t want = a->shape[d];
-      if (xd >= 0 && (want == -1 || want == x->sizes[xd])) { o->sizes[d] = x->sizes[xd]; o->sym[d] = x->sym[xd]; }
-      else if ((xd < 0 || x->sizes[xd] == 1) && want >= 0) { o->sizes[d] = want; o->sym[d] = 0; }
-      else return grace_set_error(vm, GRACE_ESHAPE, "expand: cannot expand shape %s (size %lld in dim %d)", SHAPE(x),
-                                  (long long)(xd >= 0 ? x->sizes[xd] : -1), d + grace_index_base(vm));
-    }
-    return GRACE_OK;
-  case GRACE_OP_NARROW: case GRACE_OP_SELECT: {
-    if (x->ndim == 0) return grace_set_error(vm, GRACE_EARG, "%s: not possible on a 0-d tensor", name);
-    if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d0))) return st;
-    int64_t n = x->sizes[d0], start = a->i0 < 0 ? a->i0 + n : a->i0;
-    int b = grace_index_base(vm);
-    if (op == GRACE_OP_SELECT) {
-      if (start < 0 || start >= n)
-        return grace_set_error(vm, GRACE_EINDEX, "select: index %lld out of range for dim %d of size %lld (shape %s)",
-                               (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), d0 + b, (long long)n, SHAPE(x));
-      for (int d = d0; d < x->ndim - 1; d++) { o->sizes[d] = x->sizes[d + 1]; o->sym[d] = x->sym[d + 1]; }
-      o->ndim--;
-    } else {
-      if (start < 0 || start > n || a->i1 < 0 || start + a->i1 > n)
-        return grace_set_error(vm, GRACE_EINDEX, "narrow: start %lld with length %lld is out of range for dim %d of size %lld",
-                               (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), (long long)a->i1, d0 + b, (long long)n);
-      o->sizes[d0] = a->i1; o->sym[d0] = 0;
-    }
-    return GRACE_OK;
-  }
-  case GRACE_OP_SQUEEZE: {
-    int drop[GRACE_MAX_DIMS] = {0}, k = 0;
-    if (a->ndims == 0) for (int d = 0; d < x->ndim; d++) drop[d] = x->sizes[d] == 1;
-    for (int i = 0; i < a->ndims; i++) {
-      if ((st = norm_dim(vm, name, a->dims[i], x->ndim, &d0))) return st;
-      if (x->ndim && x->sizes[d0] == 1) drop[d0] = 1;
-    }
-    for (int d = 0; d < x->ndim; d++) if (!drop[d]) { o->sizes[k] = x->sizes[d]; o->sym[k++] = x->sym[d]; }
-    o->ndim = k;
-    return GRACE_OK;
-  }
-  case GRACE_OP_UNSQUEEZE:
-    if (x->ndim >= GRACE_MAX_DIMS) return grace_set_error(vm, GRACE_EARG, "unsqueeze: already %d dims", x->ndim);
-    if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim + 1, &d0))) return st;
-    for (int d = x->ndim; d > d0; d--) { o->sizes[d] = x->sizes[d - 1]; o->sym[d] = x->sym[d - 1]; }
-    o->sizes[d0] = 1; o->sym[d0] = 0;
-    o->ndim++;
-    return GRACE_OK;
-  default:
-    return grace_set_error(vm, GRACE_EINTERNAL, "%s: not a view op", name);
-  }
-}
-
-grace_status ir_infer_create(grace_vm *vm, grace_op op, const grace_attrs *a, ir_type *o) {
-  memset(o, 0, sizeof *o);
-  o->device = a->device;
-  o->dtype = a->has_dtype ? a->dtype : op == GRACE_OP_RANDINT ? GRACE_INT64 : GRACE_FLOAT32;
-  o->ndim = a->nshape;
-  memcpy(o->sizes, a->shape, sizeof o->sizes);
-  if (op == GRACE_OP_ARANGE) {
-    double n = a->c != 0 ? (a->b - a->a) / a->c : -1;
-    if (!(n >= 0)) return grace_set_error(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", a->a, a->b, a->c);
-    o->ndim = 1;
-    o->sizes[0] = (int64_t)n + ((double)(int64_t)n < n);
-    if ((a->exact & 7) == 7 && !grace_dtype_is_float(o->dtype)) {   /* as the kernel: exact integer range */
-      int64_t s = a->ia, e = a->ib, k = a->ic;
-      o->sizes[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
-    }
-  } else if (op == GRACE_OP_LINSPACE) { o->ndim = 1; o->sizes[0] = a->i0; }
-  else if (op == GRACE_OP_EYE) { o->ndim = 2; if (a->nshape == 1) o->sizes[1] = a->shape[0]; }
-  for (int d = 0; d < o->ndim; d++)
-    if (o->sizes[d] < 0) return grace_set_error(vm, GRACE_EARG, "%s: negative size %lld", grace_op_name(op), (long long)o->sizes[d]);
+  grace_status st = vm_view_shape(vm, op, x->ndim, x->sizes, a, &o->ndim, o->sizes, from);
+  if (st != GRACE_OK) return st;
+  for (int d = 0; d < o->ndim; d++) o->sym[d] = from[d] >= 0 ? x->sym[from[d]] : 0;
   return GRACE_OK;
 }
 
+/* Creation ops: the rules are vm_create_shape's (ir_check.c), which every backend's eager creation calls. */
+grace_status ir_infer_create(grace_vm *vm, grace_op op, const grace_attrs *a, ir_type *o) {
+  memset(o, 0, sizeof *o);
+  o->device = a->device;
+  return vm_create_shape(vm, op, a, &o->dtype, &o->ndim, o->sizes);
+}
