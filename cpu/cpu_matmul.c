@@ -5,6 +5,8 @@
  * run a simple blocked loop. Compiled programs (cpu_fused.c) run the same float32 GEMM on a right operand
  * packed once, with an epilogue per finished block of rows. */
 #include <stdatomic.h>
+#include "ir/ir.h"
+#include "ir/ir_check.h"
 #include "cpu/cpu_kernels.h"
 #include "cpu/cpu_fused.h"
 #if defined(__x86_64__) || defined(__i386__)
@@ -727,32 +729,20 @@ static grace_status compute(grace_vm *vm, mm_plan *p, grace_tensor *x, grace_ten
 grace_status cpu_matmul_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                             int nout, grace_tensor **out) {
   grace_tensor *x = in[0], *y = in[1];
-  if (x->ndim == 0 || y->ndim == 0)
-    return vm_err(vm, GRACE_ESHAPE, "matmul: both arguments need to be at least 1-d, got shapes %s and %s",
-                  VM_SHAPE(x), VM_SHAPE(y));
-  if (x->dtype != y->dtype)
-    return vm_err(vm, GRACE_EDTYPE, "matmul: expected both inputs to have the same dtype, got %s and %s",
-                  grace_dtype_name(x->dtype), grace_dtype_name(y->dtype));
-  if (x->dtype == GRACE_BOOL)
-    return vm_err(vm, GRACE_EDTYPE, "matmul: bool tensors are not supported (shapes %s and %s)", VM_SHAPE(x),
-                  VM_SHAPE(y));
+  ir_type ot;
+  /* the checks are ir_infer's (infer_matmul), which the IR and the device share */
+  grace_status cs = vm_infer_tensors(vm, op, 2, in, a, 1, &ot);
+  if (cs != GRACE_OK) return cs;
   mm_plan p = {.dt = x->dtype};
   p.M = x->ndim == 1 ? 1 : x->sizes[x->ndim - 2];
   p.K = x->sizes[x->ndim - 1];
-  int64_t k2 = y->ndim == 1 ? y->sizes[0] : y->sizes[y->ndim - 2];
   p.N = y->ndim == 1 ? 1 : y->sizes[y->ndim - 1];
-  if (p.K != k2)
-    return vm_err(vm, GRACE_ESHAPE, "matmul: shapes %s and %s cannot be multiplied (inner dims %lld and %lld differ)",
-                  VM_SHAPE(x), VM_SHAPE(y), (long long)p.K, (long long)k2);
   int xb = x->ndim > 2 ? x->ndim - 2 : 0, yb = y->ndim > 2 ? y->ndim - 2 : 0;
   p.nbd = xb > yb ? xb : yb;
   p.nb = 1;
   for (int d = 0; d < p.nbd; d++) {
     int dx = d - (p.nbd - xb), dy = d - (p.nbd - yb);
     int64_t sx = dx < 0 ? 1 : x->sizes[dx], sy = dy < 0 ? 1 : y->sizes[dy];
-    if (sx != sy && sx != 1 && sy != 1)
-      return vm_err(vm, GRACE_ESHAPE, "matmul: batch dims of shapes %s and %s do not broadcast (size %lld against %lld)",
-                    VM_SHAPE(x), VM_SHAPE(y), (long long)sx, (long long)sy);
     p.bsizes[d] = sx == 1 ? sy : sx;
     p.nb *= p.bsizes[d];
   }

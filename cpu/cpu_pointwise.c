@@ -650,7 +650,8 @@ grace_status cpu_pointwise_run(grace_vm *vm, grace_op op, int nin, grace_tensor 
   case GRACE_OP_CLONE:
     return pw_clone(vm, "clone", in[0], out);
   case GRACE_OP_CAST: {
-    if ((unsigned)a->dtype >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "cast: invalid dtype %d", (int)a->dtype);
+    ir_type ty;
+    if ((st = vm_infer_tensors(vm, op, 1, in, a, 1, &ty)) != GRACE_OK) return st;   /* infer_unary: the dtype */
     grace_tensor *t = vm_tensor_new(vm, "cast", a->dtype, GRACE_CPU, in[0]->ndim, in[0]->sizes);
     if (!t) return vm->status;
     if ((st = cpu_copy_into(vm, "cast", t, in[0])) != GRACE_OK) { grace_tensor_release(t); return st; }

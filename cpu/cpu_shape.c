@@ -258,9 +258,8 @@ static grace_status op_scatter(grace_vm *vm, grace_tensor *x, grace_tensor *idx,
   if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK ||
       (s = vm_check_gather_shapes(vm, op, x, idx, scalar ? NULL : src, dim)) != GRACE_OK)
     return s;
-  if (!scalar && src->dtype != x->dtype)   /* as PyTorch; a 0-d src is a value and converts */
-    return vm_err(vm, GRACE_EDTYPE, "scatter: expected src to have the input's dtype %s, got %s",
-                  grace_dtype_name(x->dtype), grace_dtype_name(src->dtype));
+  /* src's dtype (ir_infer's check) */
+  if ((s = vm_check_types(vm, GRACE_OP_SCATTER, 3, (grace_tensor *[]){x, idx, src}, a)) != GRACE_OK) return s;
   tview xv = tv_of(x), iv = tv_of(idx), sv = tv_of(src);
   int64_t *pos;
   if ((s = read_index(vm, op, idx, xv.sizes[dim], dim, &pos)) != GRACE_OK) return s;
@@ -309,8 +308,8 @@ static grace_status op_index_copy(grace_vm *vm, grace_tensor *dst, grace_tensor 
 /* ---- triu / tril ---- */
 static grace_status op_tri(grace_vm *vm, grace_op opc, grace_tensor *x, const grace_attrs *a, grace_tensor **out) {
   const char *op = grace_op_name(opc);
-  if (x->ndim < 2)
-    return vm_err(vm, GRACE_ESHAPE, "%s: input must have at least 2 dims, got shape %s", op, VM_SHAPE(x));
+  grace_status cs = vm_check_types(vm, opc, 1, &x, a);   /* ir_infer's: at least 2 dims */
+  if (cs != GRACE_OK) return cs;
   grace_tensor *o = vm_tensor_new(vm, op, x->dtype, GRACE_CPU, x->ndim, x->sizes);
   if (!o) return vm->status;
   copy_tensor(vm, o, x);
@@ -372,11 +371,9 @@ static void emb_rows(void *vctx, int64_t begin, int64_t end) {
 
 static grace_status op_embedding(grace_vm *vm, grace_tensor *ids, grace_tensor *w, grace_tensor **out) {
   const char *op = "embedding";
-  grace_status s = vm_check_index_dtype(vm, op, ids, "ids");
+  /* ir_infer's checks: ids int64/int32, weight 2-d; an id out of range is a matter of values, checked below */
+  grace_status s = vm_check_types(vm, GRACE_OP_EMBEDDING, 2, (grace_tensor *[]){ids, w}, NULL);
   if (s != GRACE_OK) return s;
-  if (w->ndim != 2) return vm_err(vm, GRACE_ESHAPE, "embedding: weight must be 2-d [rows, dim], got shape %s", VM_SHAPE(w));
-  if (ids->ndim >= GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_ESHAPE, "embedding: ids of shape %s leave no room for the embedding dim", VM_SHAPE(ids));
   int64_t *pos;
   if ((s = read_index(vm, op, ids, w->sizes[0], -1, &pos)) != GRACE_OK) return s;
   int64_t sz[GRACE_MAX_DIMS], n = vm_numel(ids->ndim, ids->sizes);

@@ -233,6 +233,11 @@ grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *
   return st;
 }
 
+grace_status vm_check_types(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a) {
+  ir_type o[2];
+  return vm_infer_tensors(vm, op, nin, in, a, 1, o);
+}
+
 grace_status vm_check_attention(grace_vm *vm, grace_tensor *const *in, const grace_attrs *a, vm_attn *p) {
   ir_type o;
   grace_status st = vm_infer_tensors(vm, GRACE_OP_ATTENTION, 5, in, a, 1, &o);

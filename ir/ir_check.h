@@ -12,6 +12,9 @@ enum { VM_INFER_MAXIN = 64 };   /* more inputs than this are typed in allocated 
 grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                               int nout, ir_type *out);
 
+/* vm_infer_tensors for the checks alone (the result types are not wanted). */
+grace_status vm_check_types(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a);
+
 /* An index tensor (what names it: "index", "ids") must be int64 or int32. */
 grace_status vm_check_index_dtype(grace_vm *vm, const char *op, const grace_tensor *idx, const char *what);
 /* gather and scatter: same rank for x, index (and src), index no larger than x outside dim, no larger than src. */

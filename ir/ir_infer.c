@@ -84,7 +84,10 @@ static grace_status infer_unary(grace_vm *vm, grace_op op, const ir_type *x, con
   o->wrapped = 0;
   if (ir_pw_rule_of(op) == IR_PW_FLOAT && !grace_dtype_is_float(x->dtype)) o->dtype = GRACE_FLOAT32;
   else if (op == GRACE_OP_LOGICAL_NOT) o->dtype = GRACE_BOOL;
-  else if (op == GRACE_OP_CAST) o->dtype = a->dtype;
+  else if (op == GRACE_OP_CAST) {
+    if ((unsigned)a->dtype >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EDTYPE, "cast: invalid dtype %d", (int)a->dtype);
+    o->dtype = a->dtype;
+  }
   else if (op == GRACE_OP_NEG && x->dtype == GRACE_BOOL)
     return grace_set_error(vm, GRACE_EDTYPE, "neg: negation of a bool tensor is not supported; use logical_not() instead");
   else if (op == GRACE_OP_CLAMP) {
@@ -277,7 +280,7 @@ static grace_status infer_attention(grace_vm *vm, const ir_type *const *in, ir_t
 }
 
 static grace_status infer_matmul(grace_vm *vm, const ir_type *x, const ir_type *y, ir_type *o) {
-  /* the checks and messages of eager matmul (cpu_matmul.c), in its order */
+  /* every backend's matmul checks (cpu_matmul.c calls this through vm_infer_tensors; the device runs one-op programs) */
   if (x->ndim == 0 || y->ndim == 0)
     return grace_set_error(vm, GRACE_ESHAPE, "matmul: both arguments need to be at least 1-d, got shapes %s and %s",
                            SHAPE(x), SHAPE(y));

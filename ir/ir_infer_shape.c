@@ -101,7 +101,11 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
   *o = *x;
   o->wrapped = 0;
   switch (op) {
-  case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE: case GRACE_OP_TRIU: case GRACE_OP_TRIL: return GRACE_OK;
+  case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE: return GRACE_OK;
+  case GRACE_OP_TRIU: case GRACE_OP_TRIL:
+    if (x->ndim < 2)
+      return grace_set_error(vm, GRACE_ESHAPE, "%s: input must have at least 2 dims, got shape %s", name, SHAPE(x));
+    return GRACE_OK;
   case GRACE_OP_TO_DEVICE: o->device = a->device; return GRACE_OK;
   case GRACE_OP_CAT: return infer_cat(vm, nin, in, a, o);
   case GRACE_OP_STACK: return infer_stack(vm, nin, in, a, o);
@@ -112,8 +116,10 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
                              op == GRACE_OP_EMBEDDING ? "ids" : "index", grace_dtype_name(idx->dtype), SHAPE(idx));
     if (op == GRACE_OP_EMBEDDING) {
       const ir_type *w = in[1];
-      if (w->ndim != 2) return grace_set_error(vm, GRACE_ESHAPE, "embedding: weight must be 2-d, got shape %s", SHAPE(w));
-      if (idx->ndim >= GRACE_MAX_DIMS) return grace_set_error(vm, GRACE_ESHAPE, "embedding: too many dims");
+      if (w->ndim != 2)
+        return grace_set_error(vm, GRACE_ESHAPE, "embedding: weight must be 2-d [rows, dim], got shape %s", SHAPE(w));
+      if (idx->ndim >= GRACE_MAX_DIMS)
+        return grace_set_error(vm, GRACE_ESHAPE, "embedding: ids of shape %s leave no room for the embedding dim", SHAPE(idx));
       *o = *idx;
       o->dtype = w->dtype; o->device = w->device;
       o->sizes[o->ndim] = w->sizes[1]; o->sym[o->ndim++] = w->sym[1];
@@ -123,6 +129,9 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
     if (op == GRACE_OP_INDEX_SELECT) {
       if (idx->ndim > 1) return grace_set_error(vm, GRACE_ESHAPE, "index_select: index must be 0-d or 1-d, got shape %s", SHAPE(idx));
       if (x->ndim) { o->sizes[d] = idx->ndim ? idx->sizes[0] : 1; o->sym[d] = idx->ndim ? idx->sym[0] : 0; }
+    } else if (op == GRACE_OP_SCATTER && in[2]->ndim != 0 && in[2]->dtype != x->dtype) {   /* a 0-d src converts */
+      return grace_set_error(vm, GRACE_EDTYPE, "scatter: expected src to have the input's dtype %s, got %s",
+                             grace_dtype_name(x->dtype), grace_dtype_name(in[2]->dtype));
     } else if (op == GRACE_OP_GATHER) {
       if (idx->ndim != x->ndim)
         return grace_set_error(vm, GRACE_ESHAPE, "gather: index (shape %s) must have the same number of dims as the input "

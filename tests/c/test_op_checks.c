@@ -160,6 +160,15 @@ static const check_case cases[] = {
    "randn: dtype int64 is not a float type"},
   {"randint of an empty range", GRACE_OP_RANDINT, 0, {{F32, 0, {0}}}, {.nshape = 1, .shape = {2}, .i0 = 3, .i1 = 3}, 1,
    "randint: empty range [3, 3)"},
+  /* checks the CPU and device ops take from ir_infer (vm_check_types, vm_infer_tensors) */
+  {"triu of a 1-d tensor", GRACE_OP_TRIU, 1, {{F32, 1, {3}}}, {0}, 1, "triu: input must have at least 2 dims, got shape [3]"},
+  {"embedding of a 1-d weight", GRACE_OP_EMBEDDING, 2, {{I64, 1, {2}}, {F32, 1, {4}}}, {0}, 1,
+   "embedding: weight must be 2-d [rows, dim], got shape [4]"},
+  {"scatter of another dtype", GRACE_OP_SCATTER, 3, {{F32, 2, {2, 3}}, {I64, 2, {2, 3}}, {F64, 2, {2, 3}}}, {0}, 1,
+   "scatter: expected src to have the input's dtype float32, got float64"},
+  {"cast to an invalid dtype", GRACE_OP_CAST, 1, {{F32, 1, {3}}}, {.dtype = (grace_dtype)42}, 1, "cast: invalid dtype 42"},
+  {"matmul batch dims", GRACE_OP_MATMUL, 2, {{F32, 3, {2, 2, 3}}, {F32, 3, {3, 3, 2}}}, {0}, 1,
+   "matmul: batch dims of shapes [2, 2, 3] and [3, 3, 2] do not broadcast"},
   /* reductions (infer_reduce, which cpu_reduce.c calls) */
   {"sum of a 0-d tensor over dim 0 twice", GRACE_OP_SUM, 1, {{F32, 0, {0}}}, {.ndims = 2, .dims = {0, -1}}, 1,
    "sum: dim 0 given more than once"},
@@ -259,6 +268,10 @@ static const type_case valid[] = {
   {"linspace of 0 steps", GRACE_OP_LINSPACE, 0, {{F32, 0, {0}}}, {.a = 0, .b = 1, .i0 = 0, .has_dtype = 1, .dtype = F64}, 1,
    "float64[0]"},
   {"randint", GRACE_OP_RANDINT, 0, {{F32, 0, {0}}}, {.nshape = 2, .shape = {2, 3}, .i0 = 0, .i1 = 5}, 1, "int64[2,3]"},
+  {"matmul of a vector and a batch", GRACE_OP_MATMUL, 2, {{F32, 1, {3}}, {F32, 3, {2, 3, 4}}}, {0}, 1, "float32[2,4]"},
+  {"scatter of a 0-d src of another dtype", GRACE_OP_SCATTER, 3, {{F32, 2, {2, 3}}, {I64, 2, {1, 3}}, {I64, 0, {0}}}, {0}, 1,
+   "float32[2,3]"},
+  {"embedding of 0-d ids", GRACE_OP_EMBEDDING, 2, {{I32, 0, {0}}, {F64, 2, {4, 3}}}, {0}, 1, "float64[3]"},
   {"layer_norm without weight", GRACE_OP_LAYER_NORM, 3, {{F64, 2, {0, 3}}, NONE, {F32, 1, {3}}}, {0}, 1, "float64[0,3]"},
   {"rms_norm with a float64 weight", GRACE_OP_RMS_NORM, 2, {{F32, 2, {2, 3}}, {F64, 1, {3}}}, {0}, 1, "float32[2,3]"},
 };
