@@ -174,15 +174,11 @@ grace_status vm_check_repeat(grace_vm *vm, const grace_tensor *x, const grace_at
 
 grace_status vm_check_index_select(grace_vm *vm, const grace_tensor *x, const grace_tensor *idx, int64_t dim_attr,
                                    int *dim, int64_t *n) {
-  const char *op = "index_select";
-  grace_status s = vm_norm_dim(vm, op, dim_attr, x->ndim, dim);
-  if (s != GRACE_OK || (s = vm_check_index_dtype(vm, op, idx, "index")) != GRACE_OK) return s;
-  if (idx->ndim > 1)
-    return vm_err(vm, GRACE_ESHAPE, "%s: index must be 1-d or 0-d, got shape %s", op, VM_SHAPE(idx));
+  grace_attrs a = {.ndims = 1, .dims = {dim_attr}};
+  grace_status s = vm_check_types(vm, GRACE_OP_INDEX_SELECT, 2, (grace_tensor *[]){(grace_tensor *)x, (grace_tensor *)idx}, &a);
+  if (s != GRACE_OK) return s;   /* ir_infer's rules (infer_move) */
   *n = vm_numel(idx->ndim, idx->sizes);
-  if (x->ndim == 0 && *n != 1)
-    return vm_err(vm, GRACE_ESHAPE, "%s: indexing a 0-d tensor takes exactly one index, got %lld", op, (long long)*n);
-  return GRACE_OK;
+  return vm_norm_dim(vm, "index_select", dim_attr, x->ndim, dim);
 }
 
 grace_status vm_check_index_copy(grace_vm *vm, const grace_tensor *dst, const grace_tensor *idx,

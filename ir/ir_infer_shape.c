@@ -111,6 +111,7 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
   case GRACE_OP_STACK: return infer_stack(vm, nin, in, a, o);
   case GRACE_OP_INDEX_SELECT: case GRACE_OP_GATHER: case GRACE_OP_SCATTER: case GRACE_OP_EMBEDDING: {
     const ir_type *idx = op == GRACE_OP_EMBEDDING ? in[0] : in[1];
+    if (op != GRACE_OP_EMBEDDING && (st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d))) return st;
     if (idx->dtype != GRACE_INT64 && idx->dtype != GRACE_INT32)
       return grace_set_error(vm, GRACE_EDTYPE, "%s: %s must be int64 or int32, got %s (shape %s)", name,   /* as vm_check_index_dtype */
                              op == GRACE_OP_EMBEDDING ? "ids" : "index", grace_dtype_name(idx->dtype), SHAPE(idx));
@@ -125,9 +126,12 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
       o->sizes[o->ndim] = w->sizes[1]; o->sym[o->ndim++] = w->sym[1];
       return GRACE_OK;
     }
-    if ((st = norm_dim(vm, name, a->ndims ? a->dims[0] : 0, x->ndim, &d))) return st;
-    if (op == GRACE_OP_INDEX_SELECT) {
-      if (idx->ndim > 1) return grace_set_error(vm, GRACE_ESHAPE, "index_select: index must be 0-d or 1-d, got shape %s", SHAPE(idx));
+    if (op == GRACE_OP_INDEX_SELECT) {   /* vm_check_index_select's rules */
+      int64_t n = idx->ndim ? idx->sizes[0] : 1;
+      if (idx->ndim > 1) return grace_set_error(vm, GRACE_ESHAPE, "index_select: index must be 1-d or 0-d, got shape %s", SHAPE(idx));
+      if (x->ndim == 0 && n != 1)
+        return grace_set_error(vm, GRACE_ESHAPE, "index_select: indexing a 0-d tensor takes exactly one index, got %lld",
+                               (long long)n);
       if (x->ndim) { o->sizes[d] = idx->ndim ? idx->sizes[0] : 1; o->sym[d] = idx->ndim ? idx->sym[0] : 0; }
     } else if (op == GRACE_OP_SCATTER && in[2]->ndim != 0 && in[2]->dtype != x->dtype) {   /* a 0-d src converts */
       return grace_set_error(vm, GRACE_EDTYPE, "scatter: expected src to have the input's dtype %s, got %s",

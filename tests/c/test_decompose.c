@@ -392,15 +392,13 @@ static void test_unchanged(void) {
             "  %1 = input #1 : i64[3,4]\n"
             "  %2 = input #2 : f32[s1=5,4]\n"
             "  %3 = input #3 : f32[3,0]\n"
-            "  %4 = input #4 : i64[4]\n"
-            "  %5 = gelu %1 : f32[3,4]\n"
-            "  %6 = var %2 {dims=[0], flag=1} : f32[4]\n"
-            "  %7 = softmax %3 {dims=[1]} : f32[3,0]\n"
-            "  %8 = layer_norm %0, %4, _ {a=1.0000000000000001e-05} : f32[3,4]\n"
-            "  %9 = logsumexp %3 {dims=[1]} : f32[3]\n"
-            "  return %5, %6, %7, %8, %9\n"
-            "}\n",
-            "table ops it cannot decompose: integer input, symbolic count, empty row, integer weight");
+            "  %4 = gelu %1 : f32[3,4]\n"
+            "  %5 = var %2 {dims=[0], flag=1} : f32[4]\n"
+            "  %6 = softmax %3 {dims=[1]} : f32[3,0]\n"
+            "  %7 = logsumexp %3 {dims=[1]} : f32[3]\n"
+            "  return %4, %5, %6, %7\n"
+            "}\n",   /* (an integer weight of layer_norm is refused by inference, as eager refuses it) */
+            "table ops it cannot decompose: integer input, symbolic count, empty row");
 }
 
 int main(void) {
