@@ -10,6 +10,7 @@ extern const char cg_src_fused_helpers[];
 /* cg_matmul.cuh, cg_matmul_gemm.cuh */
 extern const char cg_src_matmul_helpers[];
 extern const char cg_src_matmul_helpers_wg[];
+extern const char cg_src_matmul_wgmma[];
 extern const char cg_src_matmul_dot_avec[];
 extern const char cg_src_matmul_dot[];
 extern const char cg_src_matmul_gemv_nt[];
