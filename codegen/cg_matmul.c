@@ -47,21 +47,6 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   return h;
 }
 
-/* mm_wgmma<TB>(d, da, db): d (64 x 128 fp32, 64 registers a thread of the warpgroup) += A (64 x 16) B^T (16 x 128),
- * both from shared-memory descriptors, B transposed (n-major) when TB; scale-d is a predicate (always accumulate: d
- * starts at zero). */
-static void emit_wgmma(cg_buf *b, const char *t) {
-  cg_printf(b, "#ifndef CG_MM_WGMMA_%s\n#define CG_MM_WGMMA_%s\n", t, t);
-  cg_printf(b, "template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned long long da,\n"
-               "                                                       unsigned long long db) {\n"
-               "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%66, 0;\\n\"\n"
-               "    \"wgmma.mma_async.sync.aligned.m64n128k16.f32.%s.%s {", t, t);
-  for (int i = 0; i < 64; i++) cg_printf(b, "%s%%%d", i ? ", " : "", i);
-  cg_puts(b, "}, %64, %65, p, 1, 1, 0, %67;\\n}\\n\"\n    : ");
-  for (int i = 0; i < 64; i++) cg_printf(b, "%s\"+f\"(d[%d])", i ? ", " : "", i);
-  cg_puts(b, "\n    : \"l\"(da), \"l\"(db), \"r\"(1), \"n\"(TB));\n}\n#endif\n");
-}
-
 /* Rounds the float `e_` to dt when dt is a 16-bit type (the CPU rounds every op's result to its dtype). */
 static void emit_round(cg_buf *b, grace_dtype dt) {
   if (dt == GRACE_FLOAT16) cg_puts(b, " e_ = grace_h2f(grace_f2h(e_));");
@@ -149,9 +134,10 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   if (d->form == CG_MM_GEMM_WG) {
     /* a product stored as it is (no epilogue, 16-bit out): pairs converted by the hardware */
     int plain = d->nepi == 0 && d->out_dt != GRACE_FLOAT32;
-    cg_printf(&b, "#define MM_PLAIN %d\n#define MM_STORE2F mm_store2_%s\n", plain, d->out_dt == GRACE_FLOAT16 ? "f16" : "bf16");
+    cg_printf(&b, "#define MM_PLAIN %d\n#define MM_STORE2F mm_store2_%s\n#define MM_WGT \"%s\"\n", plain,
+              d->out_dt == GRACE_FLOAT16 ? "f16" : "bf16", d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
     cg_puts(&b, cg_src_matmul_helpers_wg);
-    emit_wgmma(&b, d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
+    cg_puts(&b, cg_src_matmul_wgmma);
   }
   cg_printf(&b, "/* %s: %s, %s -> %s, A %s-major, B %s-major */\n", nm, form_names[d->form], dt_short(d->dt),
             dt_short(d->out_dt), d->a_kmajor ? "k" : "m", d->b_kmajor ? "k" : "n");

@@ -117,6 +117,33 @@ __device__ __forceinline__ void mm_store2_f16(unsigned short *p, float a, float 
 }
 #endif
 
+// mm_wgmma<TB>(d, da, db), GEMM_WG: d (64 x 128 fp32, 64 registers a thread of the warpgroup) += A (64 x 16)
+// B^T (16 x 128), both from shared-memory descriptors, B transposed (n-major) when TB; scale-d is a predicate (always
+// accumulate: d starts at zero). The operands' type MM_WGT ("f16" or "bf16") is written before it; one type a program.
+//@ matmul_wgmma
+#ifndef CG_MM_WGMMA
+#define CG_MM_WGMMA
+template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned long long da,
+                                                       unsigned long long db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32." MM_WGT "." MM_WGT " {"
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+    "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(1), "n"(TB));
+}
+#endif
+
 // MM_DOT(wv, kk), GEMV_NT: one 16-byte vector of B against MM_MT rows of A, A rows loaded as vectors too
 //@ matmul_dot_avec
 #define MM_DOT(wv, kk) { float wf[MM_VEC]; MM_UNPACK(wv, wf); \
@@ -360,6 +387,7 @@ __device__ __forceinline__ void mm_store2_f16(unsigned short *p, float a, float 
 #undef MM_WGS
 #undef MM_PLAIN
 #undef MM_STORE2F
+#undef MM_WGT
 #undef MM_RL
 #undef MM_RC
 #undef MM_RWLATE

@@ -1,6 +1,8 @@
-// cg_ops.cuh: fixed text of the single-op kernels (cg_ops.c): the helpers every one starts with and the larger
-// fixed pieces of their bodies. A piece uses the kernel's roles (D_t, S_ld, ... emitted per dtype by cg_ops.c),
-// its parameter struct p and the names the generated text before it declares. Format: see cg_prelude.cuh.
+// cg_ops.cuh: the single-op kernels of cg_ops.c that move, copy and create elements, and the helpers every
+// single-op kernel starts with. A kernel body runs inside the generated entry, which declares the kernel's
+// pointers (dst, src, ...) and scalars from its parameter struct p; it uses the kernel's roles (D_t, D_st, S_ld, ...
+// emitted per dtype by cg_ops.c) and is specialised by the #defines cg_ops.c writes before it (CGO_CONTIG, ...).
+// The row kernels are in cg_ops_rows.cuh, attention in cg_ops_attn.cuh. Format: see cg_prelude.cuh.
 
 // Bit conversions (the same arithmetic as base/base.h's), saturating float -> int64, Philox4x32-10 (base/base_rng.c).
 //@ ops_common
@@ -9,6 +11,13 @@ __device__ __forceinline__ unsigned cgo_saddr(const void *p) {
   unsigned r; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p)); return r;
 }
 #define CGO_LOOP(i, n) for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+/* flat index r unravelled over p.size[0..p.nd): ADD runs for each dim d with coordinate c (adds c * stride) */
+#define CGO_UNRAVEL(r, ADD) \
+  { long long rr = (r); \
+    for (int d = (int)p.nd - 1; d >= 0; d--) { \
+      long long c = rr % p.size[d]; rr /= p.size[d]; \
+      ADD; \
+    } }
 __device__ __forceinline__ float cgo_h2f(unsigned short h) {
   unsigned int sign = (unsigned int)(h & 0x8000u) << 16, ex = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
   if (ex == 0) {
@@ -47,44 +56,74 @@ __device__ __forceinline__ void cgo_philox(cgo_u64 seed, cgo_u64 offset, cgo_u64
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
-// ATTN with CGO_ATTN_SPLIT: a cluster's barrier and loads of a peer's shared memory
-//@ ops_cluster
-__device__ __forceinline__ void cgo_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ float cgo_cluster_ld(const float *p, int rank) {
-  unsigned a = cgo_saddr(p), r; float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-  return v;
-}
+// COPY: element i of the iteration converted into dst (cgo_conv); with CGO_CONTIG both sides are contiguous
+//@ ops_copy
+#if CGO_CONTIG
+  CGO_LOOP(i, p.n) cgo_conv(dst + i, src + i);
+#else
+  CGO_LOOP(i, p.n) {
+    long long so = 0, dof = 0;
+    CGO_UNRAVEL(i, so += c * p.ss[d]; dof += c * p.ds[d]);
+    cgo_conv(dst + dof, src + so);
+  }
+#endif
 
-// NORM: a block's sum; every thread returns the same total, the partials added in one order
-//@ ops_block_sum
-__device__ double cgo_block_sum(double v, double *sh) {
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-  __syncthreads();
-  double t = 0;
-  for (unsigned w = 0; w < (blockDim.x >> 5); w++) t += sh[w];
-  return t;
-}
+// CAT: a thread per element of the pieces' flat iteration; the piece is the last whose start it has reached. The
+// sources s0 .. s7 are spelled out: CGO_CAT_MAX is 8 (a _Static_assert in cg_ops.c)
+//@ ops_cat
+  CGO_LOOP(i, p.n) {
+    int t = 0;
+#pragma unroll
+    for (int u = 1; u < CGO_CAT_MAX; u++) if (u < p.k && i >= p.start[u]) t = u;
+    long long r = i - p.start[t], so = 0, dof = p.base[t];
+    for (int d = (int)p.nd[t] - 1; d >= 0; d--) {
+      long long c = r % p.size[t][d]; r /= p.size[t][d];
+      so += c * p.ss[t][d]; dof += c * p.ds[t][d];
+    }
+    const S_t *src = s0;
+    if (t == 1) src = s1;
+    if (t == 2) src = s2;
+    if (t == 3) src = s3;
+    if (t == 4) src = s4;
+    if (t == 5) src = s5;
+    if (t == 6) src = s6;
+    if (t == 7) src = s7;
+    cgo_conv(dst + dof, src + so);
+  }
 
-// SORT: the CPU's sort key of a float (cpu_reduce_scan.c): unsigned order = value order, -0 == +0, NaN largest
-//@ ops_sort_key_float
-__device__ __forceinline__ cgo_u64 cgo_key(const X_t *p) {
-  double d = X_ld(p);
-  if (d != d) return ~0ULL;
-  if (d == 0) d = 0;
-  cgo_u64 u = (cgo_u64)__double_as_longlong(d);
-  return (u >> 63) ? ~u : u | 0x8000000000000000ULL;
-}
+// FILL: the value's bits (the scalar word) stored in every element
+//@ ops_fill
+  union { long long w; D_t v; } u; u.w = value;
+  const D_t val = u.v;
+  CGO_LOOP(i, p.n) {
+    long long dof = 0;
+    CGO_UNRAVEL(i, dof += c * p.ds[d]);
+    dst[dof] = val;
+  }
 
-// IMOVE: the loop over l after the offsets so, dof, io of element i (cg_ops.c body_imove)
-// checked before the launch, or (in a CUDA graph) by a check node whose flag is read after it: a
-// bad index is skipped here so that it never reads or writes out of bounds
-//@ ops_imove_loop
+// TRI (triu, tril in place): the elements beyond diagonal k zeroed
+//@ ops_tri
+  CGO_LOOP(i, p.n) {
+    long long j = i % p.cols, r = (i / p.cols) % p.rows, dl = j - r;
+    if (p.upper ? dl < p.k : dl > p.k) x[i] = (D_t)0;
+  }
+
+// ICHECK: the first index out of [base, base + bound) recorded in the flag word
+//@ ops_icheck
+  CGO_LOOP(i, p.n) {
+    long long io = 0;
+    CGO_UNRAVEL(i, io += c * p.is[d]);
+    long long q = I_ldi(idx + io) - p.base;
+    if (q < 0 || q >= p.bound) atomicMin(flag, i);
+  }
+
+// IMOVE (gather, scatter, index_copy): element i's offsets, then the loop over the indexed dim l in order (the last
+// write wins). The indices were checked before the launch, or (in a CUDA graph) by a check node whose flag is read
+// after it: a bad index is skipped here so that it never reads or writes out of bounds
+//@ ops_imove
+  CGO_LOOP(i, p.n) {
+    long long so = 0, dof = 0, io = 0;
+    CGO_UNRAVEL(i, so += c * p.ss[d]; dof += c * p.ds[d]; io += c * p.is[d]);
     for (long long l = 0; l < p.len; l++) {
       long long q = I_ldi(idx + io + l * p.lis) - p.base;
       if ((unsigned long long)q >= (unsigned long long)p.bound) continue;
@@ -92,75 +131,40 @@ __device__ __forceinline__ cgo_u64 cgo_key(const X_t *p) {
     }
   }
 
-// CUMSUM of integers over one row (after its offsets xo, oo): wraps as the CPU's uint64 accumulator
-//@ ops_cumsum_int
-    cgo_u64 acc = 0;
-    for (long long l = 0; l < p.L; l++) {
-      acc += (cgo_u64)S_ldi(x + xo + l * p.xl);
-      D_sti(out + oo + l * p.ol, (long long)acc);
-    }
-
-// CUMSUM of floats over one row (after its offsets xo, oo), rounded step by step as the CPU
-//@ ops_cumsum_float
-    double acc = 0;
-    for (long long l = 0; l < p.L; l++) {
-      acc = __dadd_rn(acc, S_ld(x + xo + l * p.xl));
-      D_st(out + oo + l * p.ol, acc);
-    }
-
-// SORT with selection (cg_ops.c body_select): one row after its offsets xo, oo, k block-wide minimum rounds
-//@ ops_select_row
-    cgo_u64 lk = 0;
-    long long li = -1;
-    for (long long j = 0; j < p.k; j++) {
-      cgo_u64 bk = ~0ULL;
-      long long bi = 0x7fffffffffffffffLL;
-      for (long long i = threadIdx.x; i < p.L; i += blockDim.x) {
-        cgo_u64 kk = cgo_key(x + xo + i * p.xl) ^ flip;
-        bool after = li < 0 || kk > lk || (kk == lk && i > li);
-        if (after && (kk < bk || (kk == bk && i < bi))) { bk = kk; bi = i; }
-      }
-      for (int o = 16; o; o >>= 1) {
-        cgo_u64 ok = __shfl_xor_sync(0xffffffffu, bk, o);
-        long long oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ok < bk || (ok == bk && oi < bi)) { bk = ok; bi = oi; }
-      }
-      if ((threadIdx.x & 31) == 0) { sk[threadIdx.x >> 5] = bk; si[threadIdx.x >> 5] = bi; }
-      __syncthreads();
-      for (unsigned w = 0; w < (blockDim.x >> 5); w++)
-        if (sk[w] < bk || (sk[w] == bk && si[w] < bi)) { bk = sk[w]; bi = si[w]; }
-      __syncthreads();
-      lk = bk; li = bi;
-      if (threadIdx.x == 0) {
-        vals[oo + j * p.ol] = x[xo + bi * p.xl];
-        if (p.has_idx) idx[oo + j * p.ol] = bi + p.base;
-      }
-    }
-  }
-
-// SORT (cg_ops.c body_sort): one row after its offsets xo, oo, a bitonic sort of (key, index) pairs in shared memory
-//@ ops_sort_row
-    for (long long i = threadIdx.x; i < p.P; i += blockDim.x) {
-      if (i < p.L) { keys[i] = cgo_key(x + xo + i * p.xl) ^ flip; ids[i] = (int)i; }
-      else { keys[i] = ~0ULL; ids[i] = 0x7fffffff; }
-    }
-    __syncthreads();
-    for (long long k = 2; k <= p.P; k <<= 1)
-      for (long long j = k >> 1; j > 0; j >>= 1) {
-        for (long long i = threadIdx.x; i < p.P; i += blockDim.x) {
-          long long l = i ^ j;
-          if (l <= i) continue;
-          cgo_u64 ka = keys[i], kb = keys[l];
-          int ia = ids[i], ib = ids[l];
-          bool gt = ka > kb || (ka == kb && ia > ib);
-          if (gt == ((i & k) == 0)) { keys[i] = kb; keys[l] = ka; ids[i] = ib; ids[l] = ia; }
-        }
-        __syncthreads();
-      }
-    for (long long j = threadIdx.x; j < p.k; j += blockDim.x) {
-      int src = ids[j];
-      vals[oo + j * p.ol] = x[xo + (long long)src * p.xl];
-      if (p.has_idx) idx[oo + j * p.ol] = (long long)src + p.base;
-    }
-    __syncthreads();
+// CREATE: element i of a new contiguous tensor; the kind is the one CGO_<kind> defined (CGO_ARANGE_F, ...; cg_ops.h
+// says what the words hold). Sums and products are rounded one by one (__dadd_rn, ...) as the CPU computes them.
+// Random numbers: Philox of (seed, offset, i); uniform floats from the top bits of the first words, the CPU's
+// scaling per dtype (CGO_D_F64, CGO_D_F16, CGO_D_BF16; else float32); normals by Box-Muller in double, u1 in (0, 1]
+//@ ops_create
+  CGO_LOOP(i, p.n) {
+    D_t *o = out + i;
+#if defined(CGO_ARANGE_F)
+    D_st(o, __dadd_rn(__longlong_as_double(p.w0), __dmul_rn((double)i, __longlong_as_double(p.w1))));
+#elif defined(CGO_ARANGE_I)
+    D_sti(o, (long long)((cgo_u64)p.w0 + (cgo_u64)i * (cgo_u64)p.w1));
+#elif defined(CGO_LINSPACE)
+    double a = __longlong_as_double(p.w0), e = __longlong_as_double(p.w1), st = __longlong_as_double(p.w2);
+    D_st(o, p.n == 1 ? a : i < p.n / 2 ? __dadd_rn(a, __dmul_rn(st, (double)i)) : __dsub_rn(e, __dmul_rn(st, (double)(p.n - 1 - i))));
+#elif defined(CGO_EYE)
+    D_st(o, i / p.w0 == i % p.w0 ? 1.0 : 0.0);
+#else
+    unsigned int r[4];
+    cgo_philox((cgo_u64)seed, (cgo_u64)offset, (cgo_u64)i, r);
+#if defined(CGO_RANDINT)
+    cgo_u64 u = ((cgo_u64)r[1] << 32) | r[0];
+    D_sti(o, (long long)((cgo_u64)p.w0 + u % (cgo_u64)p.w1));
+#elif defined(CGO_RANDN)
+    double u1 = __dmul_rn((double)r[0] + 1.0, 2.3283064365386962890625e-10);
+    double u2 = __dmul_rn((double)r[1], 2.3283064365386962890625e-10);
+    D_st(o, __dmul_rn(sqrt(__dmul_rn(-2.0, log(u1))), cos(__dmul_rn(6.283185307179586, u2))));
+#elif CGO_D_F64
+    D_st(o, (double)((((cgo_u64)r[0] << 32) | r[1]) >> 11) * 1.1102230246251565404236316680908203125e-16);
+#elif CGO_D_F16
+    D_st(o, (double)(r[0] >> 21) * 0.00048828125);
+#elif CGO_D_BF16
+    D_st(o, (double)(r[0] >> 24) * 0.00390625);
+#else
+    D_st(o, (double)(r[0] >> 8) * 5.9604644775390625e-08);
+#endif
+#endif
   }

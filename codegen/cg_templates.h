@@ -10,6 +10,7 @@ extern const char cg_src_fused_helpers[];
 /* cg_matmul.cuh, cg_matmul_gemm.cuh */
 extern const char cg_src_matmul_helpers[];
 extern const char cg_src_matmul_helpers_wg[];
+extern const char cg_src_matmul_wgmma[];
 extern const char cg_src_matmul_dot_avec[];
 extern const char cg_src_matmul_dot[];
 extern const char cg_src_matmul_gemv_nt[];
@@ -20,23 +21,30 @@ extern const char cg_src_matmul_end[];
 extern const char cg_src_matmul_gemm_wg[];
 extern const char cg_src_matmul_gemm_simt[];
 extern const char cg_src_matmul_gemm_tc[];
-/* cg_ops.cuh, cg_ops_attn.cuh */
+/* cg_ops.cuh */
 extern const char cg_src_ops_common[];
-extern const char cg_src_ops_cluster[];
+extern const char cg_src_ops_copy[];
+extern const char cg_src_ops_cat[];
+extern const char cg_src_ops_fill[];
+extern const char cg_src_ops_tri[];
+extern const char cg_src_ops_icheck[];
+extern const char cg_src_ops_imove[];
+extern const char cg_src_ops_create[];
+/* cg_ops_rows.cuh */
 extern const char cg_src_ops_block_sum[];
-extern const char cg_src_ops_sort_key_float[];
-extern const char cg_src_ops_imove_loop[];
-extern const char cg_src_ops_cumsum_int[];
-extern const char cg_src_ops_cumsum_float[];
-extern const char cg_src_ops_select_row[];
-extern const char cg_src_ops_sort_row[];
-extern const char cg_src_ops_attn_tiled_rows[];
-extern const char cg_src_ops_attn_tiled_scores[];
-extern const char cg_src_ops_attn_tiled_softmax[];
-extern const char cg_src_ops_attn_tiled_split_end[];
-extern const char cg_src_ops_attn_tiled_end[];
-extern const char cg_src_ops_attn_decode_rows[];
-extern const char cg_src_ops_attn_decode_end[];
+extern const char cg_src_ops_sort_key[];
+extern const char cg_src_ops_cumsum[];
+extern const char cg_src_ops_softmax[];
+extern const char cg_src_ops_norm[];
+extern const char cg_src_ops_sort[];
+extern const char cg_src_ops_select[];
+/* cg_ops_attn.cuh */
+extern const char cg_src_ops_cluster[];
+extern const char cg_src_ops_attn_common[];
+extern const char cg_src_ops_attn_tiled[];
+extern const char cg_src_ops_attn_stage[];
+extern const char cg_src_ops_attn_tiled_tail[];
+extern const char cg_src_ops_attn_decode[];
 extern const char cg_src_ops_attn_rows[];
 
 #endif

@@ -132,7 +132,7 @@ static void test_sources(void) {
   /* GEMM_WG: sm_90a only, wgmma and TMA, tensor maps at a 64-byte boundary of the parameter struct */
   d = desc(CG_MM_GEMM_WG, GRACE_BFLOAT16, 1, 1, 1, 1);
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK && strstr(k1.src, "#define GRACE_ARCH_SPECIFIC") &&
-         strstr(k1.src, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") &&
+         strstr(k1.src, "#define MM_WGT \"bf16\"") && strstr(k1.src, "wgmma.mma_async.sync.aligned.m64n128k16.f32.\" MM_WGT") &&
          strstr(k1.src, "cp.async.bulk.tensor.2d") && strstr(k1.src, "__grid_constant__") &&
          strstr(k1.src, "mm_tmap ta, tb;"),
      "the Hopper GEMM: marked architecture-specific, wgmma bf16, TMA loads, maps in a grid-constant struct");
