@@ -22,7 +22,8 @@ set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 root=$PWD/.deps/root
-if [ ! -d "$root/usr/include/lua5.4" ]; then
+# (again when a package was added since: tools/fetch-debs.sh downloads the set, Jansson and zlib included)
+if [ ! -d "$root/usr/include/lua5.4" ] || [ ! -f "$root/usr/include/jansson.h" ]; then
   mkdir -p "$root"
   for f in .deps/debs/*.deb; do dpkg -x "$f" "$root"; done
 fi
@@ -55,7 +56,7 @@ run_one() {   # a test file, its TAP to a log, a one-line summary
 }
 link_tool() {   # a C program of bench/ against build/libgrace.a and the carried mimalloc: link_tool src.c out
   gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o "$2" "$1" $B/libgrace.a \
-    -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread
+    -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -ljansson -lz -lm -ldl -lpthread
 }
 for s in $stages; do
   case $s in
