@@ -26,6 +26,11 @@ root=$PWD/.deps/root
 if [ ! -d "$root/usr/include/lua5.4" ] || [ ! -f "$root/usr/include/jansson.h" ]; then
   mkdir -p "$root"
   for f in .deps/debs/*.deb; do dpkg -x "$f" "$root"; done
+  # -dev packages may link absolutely (zlib1g-dev: libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13), a file this
+  # machine may not have: point such links into the prefix, where the runtime package was unpacked
+  find "$root" -type l | while read -r l; do
+    t=$(readlink "$l"); case $t in /*) [ -e "$root$t" ] && ln -sfn "$root$t" "$l" ;; esac
+  done
 fi
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
