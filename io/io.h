@@ -12,10 +12,12 @@
 #error "io/ reads and writes little-endian files by copying bytes: a big-endian host needs byte swaps here"
 #endif
 
-/* The whole file mapped read-only (p is NULL for an empty file). */
+/* The whole file mapped read-only (p is NULL for an empty file); in an AddressSanitizer build, read into a heap
+ * block of exactly its size (heap = 1), so that a read past the end is reported. */
 typedef struct io_map {
   const unsigned char *p;
   size_t n;
+  int heap;
 } io_map;
 grace_status io_map_open(grace_vm *vm, const char *path, io_map *m);
 void io_map_close(io_map *m);
