@@ -38,9 +38,9 @@ WARN    := -std=c11 -Wall -Wextra -Werror -Wno-unused-parameter
 # -fvisibility=hidden: libgrace.so exports only what include/grace.h declares (it marks those default).
 # -MMD -MP: each object depends on the headers it includes (the .d files included at the end).
 CFLAGS_ALL := $(WARN) $(OPT) -g -fPIC -fvisibility=hidden -MMD -MP -D_GNU_SOURCE -Iinclude -I. $(DEP_INC) $(RL_DEF) $(SAN) $(CFLAGS)
-LDLIBS_ALL := $(DEP_LIB) -lmimalloc -lm -ldl -lpthread $(SAN) $(LDFLAGS)
+LDLIBS_ALL := $(DEP_LIB) -lmimalloc -ljansson -lz -lm -ldl -lpthread $(SAN) $(LDFLAGS)
 
-CORE_SRC := $(wildcard base/*.c ir/*.c codegen/*.c cuda/*.c cpu/*.c gpu/*.c vm/*.c)
+CORE_SRC := $(wildcard base/*.c ir/*.c codegen/*.c cuda/*.c cpu/*.c gpu/*.c vm/*.c io/*.c)
 LUA_SRC  := $(filter-out lua/main.c,$(wildcard lua/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/cg_templates.o
 LUA_OBJ  := $(LUA_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/stdlib_embed.o

@@ -22,9 +22,15 @@ set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
 root=$PWD/.deps/root
-if [ ! -d "$root/usr/include/lua5.4" ]; then
+# (again when a package was added since: tools/fetch-debs.sh downloads the set, Jansson and zlib included)
+if [ ! -d "$root/usr/include/lua5.4" ] || [ ! -f "$root/usr/include/jansson.h" ]; then
   mkdir -p "$root"
   for f in .deps/debs/*.deb; do dpkg -x "$f" "$root"; done
+  # -dev packages may link absolutely (zlib1g-dev: libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13), a file this
+  # machine may not have: point such links into the prefix, where the runtime package was unpacked
+  find "$root" -type l | while read -r l; do
+    t=$(readlink "$l"); case $t in /*) [ -e "$root$t" ] && ln -sfn "$root$t" "$l" ;; esac
+  done
 fi
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
@@ -55,7 +61,7 @@ run_one() {   # a test file, its TAP to a log, a one-line summary
 }
 link_tool() {   # a C program of bench/ against build/libgrace.a and the carried mimalloc: link_tool src.c out
   gcc -std=c11 -O2 -D_GNU_SOURCE -Iinclude -I. -o "$2" "$1" $B/libgrace.a \
-    -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -lm -ldl -lpthread
+    -L"$root/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$root/usr/lib/x86_64-linux-gnu" -lmimalloc -ljansson -lz -lm -ldl -lpthread
 }
 for s in $stages; do
   case $s in

@@ -191,6 +191,37 @@ grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype 
 grace_status grace_tensor_get(grace_vm *vm, const grace_tensor *t, const int64_t *index, double *out);
 grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int64_t *index, int64_t *out);
 
+/* ---- files of tensors (io/): safetensors, NumPy .npy and .npz ----
+ * Loading maps the file read-only (mmap) and copies each tensor out of the mapping into a storage of its own
+ * (then to dev), so no tensor keeps the file open or mapped. Saving writes PATH.tmp-PID and renames it over path
+ * once complete. Elements are little-endian and row-major. .npy/.npz have no bfloat16: saving one is an error. */
+typedef enum grace_file_format {
+  GRACE_FILE_AUTO = 0,          /* from the path's extension: .safetensors, .npy, .npz */
+  GRACE_FILE_SAFETENSORS,
+  GRACE_FILE_NPY,               /* exactly one tensor, unnamed */
+  GRACE_FILE_NPZ                /* members NAME.npy; read: stored or deflated (np.savez_compressed); written stored */
+} grace_file_format;
+/* The format the path's extension names (case-insensitive), GRACE_FILE_AUTO when none. */
+grace_file_format grace_file_format_of(const char *path);
+typedef struct grace_tensor_file {
+  grace_vm *vm;
+  int count;                    /* tensors, in the file's order */
+  char **names;                 /* NAME for npz member NAME.npy, "" for .npy */
+  grace_tensor **tensors;       /* owned by the file: retain one to keep it past grace_tensor_file_free */
+  int nmeta;                    /* safetensors' "__metadata__" (string to string) */
+  char **meta_keys, **meta_values;
+  int cap, metacap;             /* allocated entries (private to io/) */
+} grace_tensor_file;
+grace_status grace_load_file(grace_vm *vm, const char *path, grace_file_format fmt, grace_device dev,
+                             grace_tensor_file **out);
+void grace_tensor_file_free(grace_tensor_file *f);
+/* n tensors under names (unique, non-empty; ignored for .npy, which takes n == 1), metadata for safetensors only
+ * (nmeta pairs; else nmeta must be 0). safetensors lays the tensors out in the order given, the header padded with
+ * spaces to 8 bytes, so a CPU reader can map them aligned. */
+grace_status grace_save_file(grace_vm *vm, const char *path, grace_file_format fmt, int n, const char *const *names,
+                             grace_tensor *const *tensors, int nmeta, const char *const *meta_keys,
+                             const char *const *meta_values);
+
 /* ---- ops ---- */
 typedef struct grace_attrs {
   int ndims;                        /* dims (0-based; negative counts from the end); 0: none given */

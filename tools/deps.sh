@@ -6,14 +6,23 @@ missing=""
 if [ -n "$DEPS_PREFIX" ]; then
   [ -f "$DEPS_PREFIX/usr/include/lua5.4/lua.h" ] || missing="$missing liblua5.4-dev"
   [ -f "$DEPS_PREFIX/usr/include/mimalloc.h" ] || missing="$missing libmimalloc-dev"
+  # Jansson parses safetensors headers (io/); its runtime package (libjansson4) must be unpacked beside it,
+  # or libjansson.so is a dangling link. tools/fetch-debs.sh downloads both.
+  [ -f "$DEPS_PREFIX/usr/include/jansson.h" ] && [ -e "$DEPS_PREFIX/usr/lib/x86_64-linux-gnu/libjansson.so" ] ||
+    missing="$missing libjansson-dev+libjansson4"
+  # zlib inflates np.savez_compressed members (io/): the system's, else one unpacked in the prefix.
+  [ -f /usr/include/zlib.h ] || [ -f "$DEPS_PREFIX/usr/include/zlib.h" ] || missing="$missing zlib1g-dev"
   if [ -n "$missing" ]; then
-    echo "grace: DEPS_PREFIX=$DEPS_PREFIX lacks:$missing (unpack their .deb files there with dpkg -x)"
+    echo "grace: DEPS_PREFIX=$DEPS_PREFIX lacks:$missing (download them with tools/fetch-debs.sh on a machine with"
+    echo "       network, then unpack each .deb there with dpkg -x)"
     exit 1
   fi
   exit 0
 fi
 [ -f /usr/include/lua5.4/lua.h ] || missing="$missing liblua5.4-dev"
 [ -f /usr/include/mimalloc.h ] || missing="$missing libmimalloc-dev"
+[ -f /usr/include/jansson.h ] || missing="$missing libjansson-dev"
+[ -f /usr/include/zlib.h ] || missing="$missing zlib1g-dev"
 [ -f /usr/include/readline/readline.h ] || missing="$missing libreadline-dev"
 # The conformance tests compute their reference values with NumPy under Debian's python3.
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing="$missing python3-numpy"

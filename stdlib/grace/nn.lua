@@ -166,6 +166,61 @@ function Module:load_parameters(map, strict)
   return self
 end
 
+-- PyTorch's state_dict: dotted name ("layers.1.weight") -> the parameter itself, not a copy (grace.save it, or
+-- clone the entries to keep a snapshot); the second result lists the names in parameter order.
+function Module:state_dict()
+  return self:named_parameters()
+end
+
+local function quoted(list)
+  local q = {}
+  for i, k in ipairs(list) do q[i] = "'" .. k .. "'" end
+  return table.concat(q, ", ")
+end
+
+-- Copies a state dict (from state_dict or grace.load) into the parameters, casting to each parameter's dtype and
+-- device. Everything is checked before anything is copied, and one error lists every problem: missing and
+-- unexpected keys (when strict, the default) and keys whose shape differs (always), as PyTorch's. Returns
+-- {missing_keys = {...}, unexpected_keys = {...}} (names in parameter order, resp. sorted).
+function Module:load_state_dict(sd, opts)
+  local who = self._class_name .. ":load_state_dict"
+  if type(sd) ~= "table" then fail(fmt("%s: expected a table of name -> tensor, got %s", who, type(sd))) end
+  local strict = true
+  if type(opts) == "table" then
+    if opts.strict ~= nil then strict = opts.strict and true or false end
+  elseif type(opts) == "boolean" then
+    strict = opts
+  elseif opts ~= nil then
+    fail(fmt("%s: expected options {strict=true|false}, got %s", who, type(opts)))
+  end
+  local own, names = self:named_parameters()
+  local missing, unexpected, wrong = {}, {}, {}
+  for _, name in ipairs(names) do
+    local src = sd[name]
+    if src == nil then
+      missing[#missing + 1] = name
+    elseif not is_tensor(src) then
+      wrong[#wrong + 1] = fmt("'%s' is a %s, not a tensor", name, type(src))
+    elseif shape_str(src) ~= shape_str(own[name]) then
+      wrong[#wrong + 1] = fmt("size mismatch for '%s': the state dict has shape %s, the parameter %s", name,
+                              shape_str(src), shape_str(own[name]))
+    end
+  end
+  for k in pairs(sd) do
+    if own[k] == nil then unexpected[#unexpected + 1] = tostring(k) end
+  end
+  table.sort(unexpected)
+  local errs = {}
+  if strict and #missing > 0 then errs[#errs + 1] = "missing keys: " .. quoted(missing) end
+  if strict and #unexpected > 0 then errs[#errs + 1] = "unexpected keys: " .. quoted(unexpected) end
+  for _, w in ipairs(wrong) do errs[#errs + 1] = w end
+  if #errs > 0 then fail(fmt("%s: nothing was loaded: %s", who, table.concat(errs, "; "))) end
+  for _, name in ipairs(names) do
+    if sd[name] ~= nil then own[name]:copy_(sd[name]) end
+  end
+  return {missing_keys = missing, unexpected_keys = unexpected}
+end
+
 function Module:extra_repr() return "" end
 
 -- PyTorch's layout: "Name(extra)" or "Name(\n  extra\n  (child): repr\n)".
