@@ -205,7 +205,7 @@ grace_status vm_infer_tensors(grace_vm *vm, grace_op op, int nin, grace_tensor *
   enum { MAXIN = VM_INFER_MAXIN };
   static const grace_attrs none = {0};
   ir_type small[MAXIN], *ty = small;
-  const ir_type *small_p[MAXIN] = {0}, **tp = small_p;   /* zeroed: gcc 14 at -O3 sees no write for nin 0 */
+  const ir_type *small_p[MAXIN] = {0}, **tp = small_p;   /* zeroed: a newer gcc warns it may be read unset */
   size_t bytes = (sizeof *ty + sizeof *tp) * (size_t)nin;
   if (nin > MAXIN) {   /* cat and stack take any number of inputs */
     char *mem = vm_alloc(vm, bytes);
