@@ -6,7 +6,6 @@
 # bench/device.sh unpacks them on the GPU machine:
 #   mkdir -p .deps/root && for f in .deps/debs/*.deb; do dpkg -x "$f" .deps/root; done
 # and builds with make DEPS_PREFIX=$PWD/.deps/root (tools/deps.sh checks that prefix).
-# This is a superset of ../shared/device/fetch-debs.sh (which lacks Jansson and zlib).
 set -e
 root=$(git rev-parse --show-toplevel)
 cd "$root"
