@@ -1,7 +1,8 @@
 -- readme.lua: runs the ```lua code blocks of README.md, in order, as one chunk (a block sees the locals of the
 -- blocks before it), and checks what each prints against its `-->` comments: every `-->` comment of a block is
--- one printed line, in order; `--> ...` stands for any number of lines. Lines compare with runs of whitespace
--- as one space (print's tabs are written as spaces in the README). A block whose first line is
+-- one printed line, in order; `--> ...` stands for any number of lines, `--> text ...` for a line that starts
+-- with text. Lines compare with runs of whitespace as one space (print's tabs are written as spaces in the
+-- README). A block whose first line is
 -- `-- needs a CUDA device` is skipped without one. The chunk keeps README.md's line numbers, so an error or a
 -- `file:line` in the output names the README's line. Prints TAP. Usage: grace tests/cli/readme.lua [README.md]
 local path = arg[1] or "README.md"
@@ -57,7 +58,9 @@ local function match(got, i, want, j)
     for k = i, #got + 1 do if match(got, k, want, j + 1) then return true end end
     return false
   end
-  return i <= #got and got[i] == want[j] and match(got, i + 1, want, j + 1)
+  local prefix = want[j]:match("^(.-) %.%.%.$")   -- "text ...": a line that starts with text
+  local same = i <= #got and (got[i] == want[j] or (prefix ~= nil and got[i]:sub(1, #prefix) == prefix))
+  return same and match(got, i + 1, want, j + 1)
 end
 
 local chunk, err = load(table.concat(src, "\n"), "@" .. path)
