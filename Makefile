@@ -48,7 +48,7 @@ STDLIB   := $(sort $(wildcard stdlib/grace/*.lua))
 CTEST_SRC := $(wildcard tests/c/*.c)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test check asan clean install demo bench-cpu
+.PHONY: all test test-programs check asan clean install demo bench-cpu
 all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so
 
 $(BUILD)/obj/%.o: %.c
@@ -114,15 +114,20 @@ endif
 PROVE = GRACE=$(abspath $(BUILD)/grace) GRACE_TEST_LOGS=$(TEST_LOGS) prove -j$(JOBS) $(PROVE_QUIET) \
   --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS)
 
+test-programs: all $(CTEST_BIN)   # what the tests run (a recipe, so make says nothing when all are built)
+	@:
+
 test:
-	@$(MAKE) --no-print-directory -j$(JOBS) all $(CTEST_BIN)
+	@$(MAKE) --no-print-directory -j$(JOBS) test-programs
 	@rm -rf $(BUILD)/test-logs
-	$(PROVE) $(TESTS)
+	@echo "prove -j$(JOBS): $(words $(TESTS)) test files$(if $(TEST_LOGS), (their output in $(BUILD)/test-logs))"
+	@$(PROVE) $(TESTS)
 
 check:
-	@$(MAKE) --no-print-directory -j$(JOBS) all $(CTEST_BIN)
+	@$(MAKE) --no-print-directory -j$(JOBS) test-programs
 	@rm -rf $(BUILD)/test-logs
-	$(PROVE) $(CHECK_TESTS)
+	@echo "prove -j$(JOBS): $(words $(CHECK_TESTS)) test files$(if $(TEST_LOGS), (their output in $(BUILD)/test-logs))"
+	@$(PROVE) $(CHECK_TESTS)
 
 asan:   # GRACE_SANITIZED: tests that bound the process's resident size skip (the sanitizer holds freed memory)
 	GRACE_SANITIZED=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
