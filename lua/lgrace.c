@@ -182,6 +182,19 @@ static int stdlib_searcher(lua_State *L) {
   return 1;
 }
 
+/* Runs the embedded chunk name with the module table (on top of the stack) as its argument: parts of the module
+ * written in Lua add their functions to it. */
+static void open_stdlib_part(lua_State *L, const char *name) {
+  for (const stdlib_file *f = grace_stdlib_files; f->name; f++) {
+    if (strcmp(f->name, name)) continue;
+    if (luaL_loadbuffer(L, f->src, f->len, name) != LUA_OK) lua_error(L);
+    lua_pushvalue(L, -2);
+    lua_call(L, 1, 0);
+    return;
+  }
+  luaL_error(L, "grace: the embedded module '%s' is missing", name);
+}
+
 static const luaL_Reg grace_funcs[] = {
   {"backend", l_backend},
   {"device", l_device},
@@ -239,5 +252,6 @@ int luaopen_grace(lua_State *L) {
   lua_setfield(L, -2, "version");
   lgrace_open_tensor(L);
   lgrace_open_compile(L);
+  open_stdlib_part(L, "grace.ops");   /* ops composed in Lua (dot, norm, median, ...) */
   return 1;
 }
