@@ -207,6 +207,7 @@ static const luaL_Reg grace_funcs[] = {
   {"device_stats", l_device_stats},
   {"reset_peak_memory", l_reset_peak_memory},
   {"device_time", l_device_time},
+  {"set_printoptions", lg_set_printoptions},
   {NULL, NULL}
 };
 

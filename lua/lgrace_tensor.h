@@ -78,6 +78,7 @@ void lg_opts(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, i
 
 /* ---- the other files ---- */
 int lg_tostring(lua_State *L);                       /* lgrace_print.c */
+int lg_set_printoptions(lua_State *L);               /* lgrace_print.c: grace.set_printoptions{...} */
 int lg_push_size(lua_State *L, int n, const int64_t *v);   /* lgrace_methods.c: a size ({1, 16, 256}) */
 void lg_open_create(lua_State *L);                   /* lgrace_create.c: constructors into the module */
 extern const luaL_Reg lg_special_methods[];          /* lgrace_methods.c */
