@@ -276,6 +276,7 @@ int luaopen_grace(lua_State *L) {
   lua_setfield(L, -2, "version");
   lgrace_open_tensor(L);
   lgrace_open_compile(L);
-  open_stdlib_part(L, "grace.ops");   /* ops composed in Lua (dot, norm, median, ...) */
+  open_stdlib_part(L, "grace.ops");    /* ops composed in Lua (dot, norm, median, ...) */
+  open_stdlib_part(L, "grace.help");   /* grace.help: the one-line docs */
   return 1;
 }
