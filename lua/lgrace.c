@@ -209,7 +209,10 @@ static void check_log_topics(void) {
 static void open_stdlib_part(lua_State *L, const char *name) {
   for (const stdlib_file *f = grace_stdlib_files; f->name; f++) {
     if (strcmp(f->name, name)) continue;
-    if (luaL_loadbuffer(L, f->src, f->len, name) != LUA_OK) lua_error(L);
+    char chunk[300];   /* "@stdlib/grace/ops.lua", as the searcher names its chunks */
+    snprintf(chunk, sizeof chunk, "@stdlib/%s.lua", name);
+    for (char *p = chunk + 8; *p && strcmp(p, ".lua"); p++) if (*p == '.') *p = '/';
+    if (luaL_loadbuffer(L, f->src, f->len, chunk) != LUA_OK) lua_error(L);
     lua_pushvalue(L, -2);
     lua_call(L, 1, 0);
     return;

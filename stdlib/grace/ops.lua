@@ -16,12 +16,13 @@ local function check_float(op, x)
   end
 end
 
--- a dim (1-based, negative from the end) as 1..nd, or an error naming op
-local function norm_dim(op, d, nd)
-  if math.type(d) ~= "integer" then error(("%s: a dim must be an integer, got %s"):format(op, tostring(d)), 4) end
+-- a dim (1-based, negative from the end) as 1..nd, or an error naming op (level: that of error, for the user's line)
+local function norm_dim(op, d, nd, level)
+  level = level or 4
+  if math.type(d) ~= "integer" then error(("%s: a dim must be an integer, got %s"):format(op, tostring(d)), level) end
   local r = d < 0 and d + nd + 1 or d
   if d == 0 or r < 1 or r > math.max(nd, 1) then
-    error(("%s: dim %d out of range for a tensor with %d dims (dims are 1-based)"):format(op, d, nd), 4)
+    error(("%s: dim %d out of range for a tensor with %d dims (dims are 1-based)"):format(op, d, nd), level)
   end
   return r
 end
@@ -113,7 +114,7 @@ function ops.median(x, dim, keepdim)
     return r
   end
   local nd = math.max(x:dim(), 1)
-  local d = norm_dim("median", dim, nd)
+  local d = norm_dim("median", dim, nd, 3)
   if x:dim() == 0 then x = x:reshape({1}) end
   local n = x:size(d)
   if n == 0 then error(("median: dim %d has size 0"):format(dim), 2) end
@@ -162,7 +163,7 @@ function ops.roll(x, shifts, dims)
   end
   local r = x
   for k, dim in ipairs(dims) do
-    local d = norm_dim("roll", dim, x:dim())
+    local d = norm_dim("roll", dim, x:dim(), 3)
     local n = x:size(d)
     if math.type(shifts[k]) ~= "integer" then error("roll: shifts must be integers", 2) end
     local s = n > 0 and shifts[k] % n or 0
