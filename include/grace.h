@@ -401,6 +401,10 @@ grace_status grace_trace_end(grace_vm *vm);
  * replayed: the host function runs and its ops are matched against the recorded paths. With `dynamic`, a number
  * argument that changes value becomes a dynamic scalar input when two traces differ only in literals equal to it.
  * Nothing here prints, except what $GRACE_LOG asks for (ir, placement) on stderr. ---- */
+/* The topics $GRACE_LOG (a comma-separated list) may name, NULL-terminated: "ir" (every traced program, after the
+ * passes, and the kernels it runs as), "placement" (how device programs get host values). The one list: the core
+ * reads $GRACE_LOG against it and hosts warn of other names with it (the core never warns). */
+const char *const *grace_log_topics(void);
 #define GRACE_FN_MAXARGS 32          /* more arguments run eagerly; a trace with more results runs eagerly */
 typedef struct grace_fn grace_fn;
 typedef enum grace_arg_kind {

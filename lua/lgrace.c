@@ -1,5 +1,6 @@
 /* lgrace.c: module "grace": the VM owned by a userdata (freed by __gc), module-level functions, and a
  * package searcher for the standard library embedded in the binary. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <lauxlib.h>
@@ -182,6 +183,43 @@ static int stdlib_searcher(lua_State *L) {
   return 1;
 }
 
+/* $GRACE_LOG names topics of grace_log_topics(); a name that is not one (a typo) is said once on stderr, with the
+ * valid ones, here because the core never prints. */
+static void check_log_topics(void) {
+  static int checked;
+  const char *v = getenv("GRACE_LOG");
+  if (checked || !v) return;
+  checked = 1;
+  const char *const *topics = grace_log_topics();
+  for (const char *p = v; *p;) {
+    size_t n = strcspn(p, ",");
+    int known = n == 0;
+    for (int i = 0; topics[i] && !known; i++) known = strlen(topics[i]) == n && !strncmp(topics[i], p, n);
+    if (!known) {
+      fprintf(stderr, "grace: GRACE_LOG: unknown topic '%.*s' (topics:", (int)n, p);
+      for (int i = 0; topics[i]; i++) fprintf(stderr, "%s %s", i ? "," : "", topics[i]);
+      fprintf(stderr, ")\n");
+    }
+    p += n + (p[n] == ',');
+  }
+}
+
+/* Runs the embedded chunk name with the module table (on top of the stack) as its argument: parts of the module
+ * written in Lua add their functions to it. */
+static void open_stdlib_part(lua_State *L, const char *name) {
+  for (const stdlib_file *f = grace_stdlib_files; f->name; f++) {
+    if (strcmp(f->name, name)) continue;
+    char chunk[300];   /* "@stdlib/grace/ops.lua", as the searcher names its chunks */
+    snprintf(chunk, sizeof chunk, "@stdlib/%s.lua", name);
+    for (char *p = chunk + 8; *p && strcmp(p, ".lua"); p++) if (*p == '.') *p = '/';
+    if (luaL_loadbuffer(L, f->src, f->len, chunk) != LUA_OK) lua_error(L);
+    lua_pushvalue(L, -2);
+    lua_call(L, 1, 0);
+    return;
+  }
+  luaL_error(L, "grace: the embedded module '%s' is missing", name);
+}
+
 static const luaL_Reg grace_funcs[] = {
   {"backend", l_backend},
   {"device", l_device},
@@ -194,6 +232,7 @@ static const luaL_Reg grace_funcs[] = {
   {"device_stats", l_device_stats},
   {"reset_peak_memory", l_reset_peak_memory},
   {"device_time", l_device_time},
+  {"set_printoptions", lg_set_printoptions},
   {NULL, NULL}
 };
 
@@ -218,6 +257,7 @@ int luaopen_grace(lua_State *L) {
 #ifdef LGRACE_ASAN
     cfg.alloc = asan_alloc;
 #endif
+    check_log_topics();
     *pvm = grace_vm_new(&cfg, err, sizeof err);
     if (!*pvm) return luaL_error(L, "grace: %s", err);
     lua_setfield(L, LUA_REGISTRYINDEX, VM_KEY);
@@ -241,5 +281,7 @@ int luaopen_grace(lua_State *L) {
   lgrace_open_tensor(L);
   lgrace_open_compile(L);
   lgrace_open_io(L);
+  open_stdlib_part(L, "grace.ops");    /* ops composed in Lua (dot, norm, median, ...) */
+  open_stdlib_part(L, "grace.help");   /* grace.help: the one-line docs */
   return 1;
 }

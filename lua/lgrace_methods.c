@@ -7,9 +7,46 @@
 #include "lua/lgrace_tensor.h"
 
 /* ---- facts ---- */
-static int push_sizes(lua_State *L, int n, const int64_t *v) {
+/* A size (x:size(), x.shape, x:stride()) is a plain table of integers, so it indexes, has # and goes wherever a
+ * shape table does; its metatable (LG_SIZE) only adds printing as {1, 16, 256} and == with another size or a
+ * plain table of the same numbers. */
+static int size_tostring(lua_State *L) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  lua_Integer n = luaL_len(L, 1);
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (i > 1) luaL_addstring(&b, ", ");
+    lua_geti(L, 1, i);
+    luaL_addvalue(&b);   /* numbers are converted in place */
+  }
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+  return 1;
+}
+
+static int size_eq(lua_State *L) {
+  int eq = lua_istable(L, 1) && lua_istable(L, 2) && lua_rawlen(L, 1) == lua_rawlen(L, 2);
+  for (lua_Integer i = 1, n = eq ? (lua_Integer)lua_rawlen(L, 1) : 0; eq && i <= n; i++) {
+    lua_rawgeti(L, 1, i);
+    lua_rawgeti(L, 2, i);
+    eq = lua_type(L, -1) == LUA_TNUMBER && lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  lua_pushboolean(L, eq);
+  return 1;
+}
+
+int lg_push_size(lua_State *L, int n, const int64_t *v) {
   lua_createtable(L, n, 0);
   for (int d = 0; d < n; d++) { lua_pushinteger(L, (lua_Integer)v[d]); lua_rawseti(L, -2, d + 1); }
+  if (luaL_newmetatable(L, LG_SIZE)) {
+    lua_pushcfunction(L, size_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, size_eq);
+    lua_setfield(L, -2, "__eq");
+  }
+  lua_setmetatable(L, -2);
   return 1;
 }
 
@@ -19,7 +56,7 @@ static int fact_dims(lua_State *L, const char *op, int strides) {
   grace_tensor *x = lg_check(L, c, 1, op);
   const int64_t *v = strides ? grace_tensor_strides(x) : grace_tensor_sizes(x);
   int nd = grace_tensor_ndim(x);
-  if (lua_isnoneornil(L, 2)) return push_sizes(L, nd, v);
+  if (lua_isnoneornil(L, 2)) return lg_push_size(L, nd, v);
   if (nd == 0) return lg_errorf(L, c, "%s: a 0-d tensor has no dims", op);
   int d = lg_norm_dim(L, c, lg_dim(L, c, 2, op), nd, op);
   lua_pushinteger(L, (lua_Integer)v[d]);

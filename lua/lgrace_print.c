@@ -1,15 +1,22 @@
-/* lgrace_print.c: tostring(x), following PyTorch's torch/_tensor_str.py (default print options:
- * precision 4, threshold 1000, edgeitems 3, linewidth 80) so that output reads like PyTorch's:
- * one format per tensor (fixed, integer-valued "1.", or scientific), right-aligned, nested brackets,
- * rows wrapped at 80 columns, "..." summaries, and the dtype/device/size suffixes. */
+/* lgrace_print.c: tostring(x), following PyTorch's torch/_tensor_str.py (print options precision, threshold,
+ * edgeitems, linewidth, sci_mode, set by grace.set_printoptions, defaults 4, 1000, 3, 80, automatic) so that
+ * output reads like PyTorch's: one format per tensor (fixed, integer-valued "1.", or scientific), right-aligned,
+ * nested brackets, rows wrapped at the line width, "..." summaries, and the dtype/device/size suffixes. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include "lua/lgrace_tensor.h"
 
-#define EDGE 3
-#define THRESHOLD 1000
-#define LINEWIDTH 80
+/* The print options are the process's, as PyTorch's are global. */
+typedef struct printopts {
+  int precision, edge, linewidth, sci;   /* sci: 1 always, 0 never, -1 as the values ask */
+  int64_t threshold;
+} printopts;
+static const printopts opts_default = {4, 3, 80, -1, 1000};
+static printopts opts = {4, 3, 80, -1, 1000};
+#define EDGE (opts.edge)
+#define THRESHOLD (opts.threshold)
+#define LINEWIDTH (opts.linewidth)
 
 typedef struct printer {
   grace_vm *vm;
@@ -52,9 +59,9 @@ static void stat_elem(printer *p) {
   if (!p->have_nz || a > p->nzmax) p->nzmax = a;
   p->have_nz = 1;
   if (v != ceil(v)) p->nonint = 1;
-  p->w_sci = imax(p->w_sci, snprintf(NULL, 0, "%.4e", v));
+  p->w_sci = imax(p->w_sci, snprintf(NULL, 0, "%.*e", opts.precision, v));
   p->w_int = imax(p->w_int, snprintf(NULL, 0, "%.0f", v) + 1);
-  p->w_fix = imax(p->w_fix, snprintf(NULL, 0, "%.4f", v));
+  p->w_fix = imax(p->w_fix, snprintf(NULL, 0, "%.*f", opts.precision, v));
 }
 
 /* visits the elements that will be shown: all of them, or EDGE from each end of long dims */
@@ -69,7 +76,15 @@ static void stat_visit(printer *p, int d) {
   }
 }
 
+static void choose_auto(printer *p);
+
+/* PyTorch's _Formatter: the width is the automatic format's even where sci_mode then overrides the format */
 static void choose_format(printer *p) {
+  choose_auto(p);
+  if (p->kind == 0 && opts.sci >= 0) p->sci = opts.sci;
+}
+
+static void choose_auto(printer *p) {
   p->sci = 0;
   p->int_mode = 1;
   p->width = 1;
@@ -96,9 +111,9 @@ static void add_elem(printer *p, luaL_Buffer *b) {
     double v = get_f(p);
     if (isnan(v)) n = snprintf(s, sizeof s, "nan");
     else if (isinf(v)) n = snprintf(s, sizeof s, v > 0 ? "inf" : "-inf");
-    else if (p->sci) n = snprintf(s, sizeof s, "%.4e", v);
+    else if (p->sci) n = snprintf(s, sizeof s, "%.*e", opts.precision, v);
     else if (p->int_mode) n = snprintf(s, sizeof s, "%.0f.", v);
-    else n = snprintf(s, sizeof s, "%.4f", v);
+    else n = snprintf(s, sizeof s, "%.*f", opts.precision, v);
   }
   if (n < 0) n = 0;
   if (n >= (int)sizeof s) n = (int)sizeof s - 1;
@@ -228,4 +243,61 @@ int lg_tostring(lua_State *L) {
   luaL_pushresult(&b);
   lg_drop(c);
   return 1;
+}
+
+/* An option of grace.set_printoptions: a non-negative integer (math.huge: no limit) in *out if the field is set. */
+static void opt_count(lua_State *L, const char *field, int64_t max, int64_t *out) {
+  lua_getfield(L, 1, field);
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER || lua_tonumber(L, -1) < 0 || lua_tonumber(L, -1) != floor(lua_tonumber(L, -1)))
+      luaL_error(L, "set_printoptions: %s must be a non-negative integer, got %s", field, luaL_tolstring(L, -1, NULL));
+    double v = lua_tonumber(L, -1);
+    *out = v >= (double)max ? max : (int64_t)v;
+  }
+  lua_pop(L, 1);
+}
+
+/* grace.set_printoptions{precision=, threshold=, edgeitems=, linewidth=, sci_mode=, profile=}: as
+ * torch.set_printoptions; profile ("default", "short", "full") sets the others first, the fields not given
+ * keep their values, except sci_mode, which (as in PyTorch) is automatic unless given. */
+int lg_set_printoptions(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  static const char *const known[] = {"precision", "threshold", "edgeitems", "linewidth", "sci_mode", "profile", NULL};
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    int ok = 0;
+    for (int i = 0; known[i]; i++) ok |= lua_type(L, -2) == LUA_TSTRING && !strcmp(lua_tostring(L, -2), known[i]);
+    if (!ok)
+      return luaL_error(L, "set_printoptions: unknown option '%s' (precision, threshold, edgeitems, linewidth, "
+                        "sci_mode, profile)", luaL_tolstring(L, -2, NULL));
+    lua_pop(L, 1);
+  }
+  printopts o = opts;
+  lua_getfield(L, 1, "profile");
+  if (!lua_isnil(L, -1)) {
+    const char *pr = lua_tostring(L, -1);
+    o = opts_default;
+    if (pr && !strcmp(pr, "short")) { o.precision = 2; o.edge = 2; }
+    else if (pr && !strcmp(pr, "full")) o.threshold = INT64_MAX;
+    else if (!pr || strcmp(pr, "default"))
+      return luaL_error(L, "set_printoptions: profile must be \"default\", \"short\" or \"full\"");
+  }
+  lua_pop(L, 1);
+  int64_t v = o.precision;
+  opt_count(L, "precision", 30, &v);
+  o.precision = (int)v;
+  opt_count(L, "threshold", INT64_MAX, &o.threshold);
+  v = o.edge;
+  opt_count(L, "edgeitems", INT32_MAX / 4, &v);
+  o.edge = (int)v;
+  v = o.linewidth;
+  opt_count(L, "linewidth", INT32_MAX / 4, &v);
+  o.linewidth = (int)v;
+  lua_getfield(L, 1, "sci_mode");   /* as PyTorch, every call sets it: not given is automatic */
+  o.sci = -1;
+  if (lua_isboolean(L, -1)) o.sci = lua_toboolean(L, -1);
+  else if (!lua_isnil(L, -1)) return luaL_error(L, "set_printoptions: sci_mode must be a boolean or nil");
+  lua_pop(L, 1);
+  opts = o;
+  return 0;
 }

@@ -388,12 +388,6 @@ static int t_gc(lua_State *L) {
   return 0;
 }
 
-static int push_sizes(lua_State *L, int n, const int64_t *v) {
-  lua_createtable(L, n, 0);
-  for (int d = 0; d < n; d++) { lua_pushinteger(L, (lua_Integer)v[d]); lua_rawseti(L, -2, d + 1); }
-  return 1;
-}
-
 /* x[i] selects along dim 1; strings are methods, then the fields dtype, device, shape. */
 static int t_index(lua_State *L) {
   int kt = lua_type(L, 2);
@@ -407,7 +401,7 @@ static int t_index(lua_State *L) {
     grace_tensor *x = lg_check(L, c, 1, k);
     if (field == 1) lua_pushstring(L, grace_dtype_name(grace_tensor_dtype(x)));
     else if (field == 2) lua_pushstring(L, grace_device_name(grace_tensor_device(x)));
-    else push_sizes(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
+    else lg_push_size(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
     return 1;
   }
   lg_ctx *c = lg_begin(L);

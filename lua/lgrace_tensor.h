@@ -10,6 +10,7 @@
 
 #define LG_TENSOR "grace.Tensor"
 #define LG_MAXTMP 16
+#define LG_SIZE "grace.Size"   /* the metatable of sizes (x:size(), x.shape, x:stride()) */
 
 /* Per Lua state. Wrapped numbers and intermediate results live in tmp while a C function runs: a Lua
  * error (longjmp) cannot leak them, because the next lg_begin, or the context's __gc, releases them. */
@@ -77,6 +78,8 @@ void lg_opts(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, i
 
 /* ---- the other files ---- */
 int lg_tostring(lua_State *L);                       /* lgrace_print.c */
+int lg_set_printoptions(lua_State *L);               /* lgrace_print.c: grace.set_printoptions{...} */
+int lg_push_size(lua_State *L, int n, const int64_t *v);   /* lgrace_methods.c: a size ({1, 16, 256}) */
 void lg_open_create(lua_State *L);                   /* lgrace_create.c: constructors into the module */
 extern const luaL_Reg lg_special_methods[];          /* lgrace_methods.c */
 int lg_inplace(lua_State *L);                        /* lgrace_methods.c: NAME_ (upvalue: the op) */

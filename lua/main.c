@@ -760,6 +760,12 @@ static void doREPL(lua_State *L) {
   struct sigaction old;
   if (interactive) set_sigint(on_sigint_prompt, 0, &old); /* no SA_RESTART: the read must return */
   print_banner(L);
+  /* help() and help(grace.matmul) at the prompt: grace.help (stdlib/grace/help.lua) unless a script took the name */
+  if (lua_getglobal(L, "help") == LUA_TNIL && lua_getglobal(L, "grace") == LUA_TTABLE) {
+    lua_getfield(L, -1, "help");
+    lua_setglobal(L, "help");
+  }
+  lua_settop(L, 0);
   int status;
   while ((status = loadline(L)) != -1) {
     if (status == -2) continue;

@@ -7,8 +7,15 @@
 #include <string.h>
 #include "vm/vm_fn.h"
 
-/* Whether $GRACE_LOG (a comma-separated list) names topic. */
+static const char *const log_topics[] = {"ir", "placement", NULL};
+
+const char *const *grace_log_topics(void) { return log_topics; }
+
+/* Whether $GRACE_LOG (a comma-separated list) names topic, one of log_topics. */
 int fn_log_topic(const char *topic) {
+  int known = 0;
+  for (int i = 0; log_topics[i]; i++) known |= !strcmp(log_topics[i], topic);
+  if (!known) return 0;   /* a topic missing from the list would be one no host can tell users about */
   const char *v = getenv("GRACE_LOG");
   size_t n = strlen(topic);
   for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
