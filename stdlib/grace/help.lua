@@ -20,6 +20,8 @@ local entries = {
   {{"is_tensor"}, "grace.is_tensor(v): whether v is a tensor"},
   {{"manual_seed"}, "grace.manual_seed(n): seeds the random numbers (the same on every backend)"},
   {{"fromfile"}, "grace.fromfile(path, dtype, shape [, offset_bytes]): a CPU tensor from raw little-endian elements"},
+  {{"save"}, "grace.save(path, tensor_or_table [, {metadata=, format=}]): writes .safetensors, .npy or .npz (by extension)"},
+  {{"load"}, "grace.load(path [, {device=, format=}]): reads .safetensors, .npy or .npz (a table of tensors, or a tensor for .npy)"},
   -- devices
   {{"cuda_available"}, "grace.cuda_available(): whether a CUDA device is usable"},
   {{"backend"}, "grace.backend(): the backends, in one line"},
