@@ -10,7 +10,7 @@
 #include "codegen/cg_templates.h"
 
 static const char *tmpl_names[CGO_NTMPL] = {"copy", "fill", "tri", "icheck", "imove", "create", "cumsum",
-                                            "softmax", "norm", "sort", "attn", "cat"};
+                                            "softmax", "norm", "sort", "attn", "cat", "nz", "iadd"};
 static const char *dt_short[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
 const char *cg_ops_tmpl_name(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? tmpl_names[t] : "?"; }
@@ -19,8 +19,8 @@ int cg_ops_nptr(cgo_tmpl t) {
   switch (t) {
   case CGO_FILL: case CGO_TRI: case CGO_CREATE: return 1;
   case CGO_COPY: case CGO_ICHECK: case CGO_CUMSUM: case CGO_SOFTMAX: return 2;
-  case CGO_IMOVE: case CGO_SORT: return 3;
-  case CGO_NORM: return 4;
+  case CGO_IMOVE: case CGO_SORT: case CGO_IADD: return 3;
+  case CGO_NORM: case CGO_NZ: return 4;
   case CGO_ATTN: return 6;
   case CGO_CAT: return 1 + CGO_CAT_MAX;
   default: return 0;
@@ -108,6 +108,8 @@ static const tmpl_def defs[CGO_NTMPL] = {
   [CGO_CAT] = {1 + CGO_CAT_MAX, {"D", "S", "S", "S", "S", "S", "S", "S", "S"},
                {"dst", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"},
                "n, k, start[8], base[8], nd[8], size[8][8], ss[8][8], ds[8][8]", 0, {0}},
+  [CGO_NZ] = {4, {"D", "M", "S", "C"}, {"out", "m", "x", "cnt"}, "n, nd, size" W16 ", ms" W16 ", xs" W16 ", base", 0, {0}},
+  [CGO_IADD] = {3, {"D", "S", "I"}, {"dst", "src", "off"}, "n, nd, size" W16 ", ss" W16 ", ds" W16 ", is" W16, 0, {0}},
 };
 _Static_assert(CGO_CAT_MAX == 8 && CGO_CAT_MAXD == 8, "the CAT template's word fields spell out 8 pieces of 8 dims");
 
@@ -522,6 +524,49 @@ static void body_attn(cg_buf *b, const cgo_spec *s) {
             E, E, dbl ? "" : "f");
 }
 
+/* Compaction of m's nonzero elements by one block: each thread counts a contiguous run, the counts are scanned
+ * in shared memory (thread 0, in order), then each thread writes its run from its offset; row-major order, as the
+ * CPU's. One block keeps the order without a grid-wide scan; nonzero and masked_select are host-synchronous
+ * (their size is read back) and are not the ops to make fast. */
+static void body_nz(cg_buf *b, const cgo_spec *s) {
+  cg_printf(b, "  __shared__ long long part[%d];\n"
+               "  const long long T = blockDim.x, t = threadIdx.x, per = (p.n + T - 1) / T;\n"
+               "  const long long lo = t * per < p.n ? t * per : p.n, hi = lo + per < p.n ? lo + per : p.n;\n"
+               "  long long k = 0;\n  for (long long i = lo; i < hi; i++) {\n    long long mo = 0;\n", CGO_NZ_THREADS);
+  emit_unravel(b, "i", 1, (const char *[]){"ms"}, (const char *[]){"mo"});
+  cg_puts(b, "    k += M_ld(m + mo) != 0.0;\n  }\n  part[t] = k;\n  __syncthreads();\n"
+             "  if (t == 0) {\n    long long sum = 0;\n"
+             "    for (long long u = 0; u < T; u++) { long long v = part[u]; part[u] = sum; sum += v; }\n"
+             "    cnt[0] = sum;\n  }\n  __syncthreads();\n");
+  if (s->variant == CGO_NZ_COUNT) return;
+  cg_puts(b, "  k = part[t];\n  for (long long i = lo; i < hi; i++) {\n    long long mo = 0, xo = 0;\n");
+  emit_unravel(b, "i", 2, (const char *[]){"ms", "xs"}, (const char *[]){"mo", "xo"});
+  cg_puts(b, "    if (M_ld(m + mo) == 0.0) continue;\n");
+  if (s->variant == CGO_NZ_POS)
+    cg_puts(b, "    long long rr = i;\n    for (int d = (int)p.nd - 1; d >= 0; d--) {\n"
+               "      out[k * p.nd + d] = (D_t)(rr % p.size[d] + p.base); rr /= p.size[d];\n    }\n");
+  else
+    cg_puts(b, "    cgo_conv(out + k, x + xo);\n");
+  cg_puts(b, "    k++;\n  }\n");
+}
+
+/* index_put_ with accumulate: a thread per element of the selection, adding atomically (repeated positions add
+ * up; the order of float additions is the hardware's). */
+static grace_status body_iadd(cg_buf *b, const cgo_spec *s) {
+  const char *add;
+  switch (s->dt[0]) {
+  case GRACE_FLOAT32: add = "atomicAdd(d, S_ldf(src + so));"; break;
+  case GRACE_FLOAT64: add = "atomicAdd(d, S_ld(src + so));"; break;
+  case GRACE_INT32: add = "atomicAdd(d, (int)S_ldi(src + so));"; break;
+  case GRACE_INT64: add = "atomicAdd((unsigned long long *)d, (unsigned long long)S_ldi(src + so));"; break;
+  default: return GRACE_EARG;
+  }
+  cg_puts(b, "  CGO_LOOP(i, p.n) {\n    long long so = 0, dof = 0, io = 0;\n");
+  emit_unravel(b, "i", 3, (const char *[]){"ss", "ds", "is"}, (const char *[]){"so", "dof", "io"});
+  cg_printf(b, "    D_t *d = dst + dof + I_ldi(off + io);\n    %s\n  }\n", add);
+  return GRACE_OK;
+}
+
 grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   memset(k, 0, sizeof *k);
   if ((unsigned)s->tmpl >= CGO_NTMPL) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid template %d", (int)s->tmpl);
@@ -534,6 +579,8 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
     if (s->tmpl == CGO_NORM) dt = i <= 1 ? s->dt[0] : s->dt[i - 1];      /* y, x, w, b */
     if (s->tmpl == CGO_ATTN) dt = i == 0 ? s->dt[0] : i <= 3 ? s->dt[1] : i == 4 ? GRACE_BOOL : s->dt[2];
     if (s->tmpl == CGO_CAT) dt = i == 0 ? s->dt[0] : s->dt[1];            /* dst, the sources */
+    if (s->tmpl == CGO_NZ) dt = i == 3 ? GRACE_INT64 : s->dt[i];          /* out, m, x, the count */
+    if (s->tmpl == CGO_IADD && i == 2) dt = GRACE_INT64;                  /* the offsets */
     if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid dtype %d", (int)dt);
     dts[i] = dt;
   }
@@ -547,7 +594,8 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   for (int i = 0; i < td->nptr; i++) {
     k->args[i].value = -1;
     k->args[i].dtype = dts[i];
-    k->args[i].output = i == 0 || (s->tmpl == CGO_ICHECK && i == 1) || (s->tmpl == CGO_SORT && i == 1);
+    k->args[i].output = i == 0 || (s->tmpl == CGO_ICHECK && i == 1) || (s->tmpl == CGO_SORT && i == 1) ||
+                        (s->tmpl == CGO_NZ && i == 3);
   }
   k->nscalar = td->nscalar;
   for (int i = 0; i < td->nscalar; i++) { k->scalars[i] = -1; k->scalar_dtypes[i] = GRACE_INT64; }
@@ -558,6 +606,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   cg_puts(&b, cg_src_ops_common);
   for (int i = 0; i < td->nptr; i++) if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) emit_role(&b, td->roles[i], dts[i]);
   if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE || s->tmpl == CGO_CAT) emit_conv(&b, dts[0], dts[1]);
+  if (s->tmpl == CGO_NZ) emit_conv(&b, dts[0], dts[2]);
   if (s->tmpl == CGO_SORT) emit_sort_key(&b, dts[2]);
   if (s->tmpl == CGO_ATTN && (s->variant & CGO_ATTN_SPLIT))   /* a cluster's barrier and loads of a peer's shared memory */
     cg_puts(&b, cg_src_ops_cluster);
@@ -583,6 +632,13 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   case CGO_SOFTMAX: body_softmax(&b, s); break;
   case CGO_NORM: body_norm(&b, s); break;
   case CGO_SORT: body_sort(&b, s); break;
+  case CGO_NZ: body_nz(&b, s); break;
+  case CGO_IADD:
+    if (body_iadd(&b, s) != GRACE_OK) {
+      cg_buf_free(&b);
+      return grace_set_error(vm, GRACE_EARG, "cg_ops: no atomic add for %s", grace_dtype_name(s->dt[0]));
+    }
+    break;
   case CGO_ATTN:
     if (s->variant & CGO_ATTN_DECODE) body_attn_decode(&b, s);
     else if (s->variant & CGO_ATTN_TILED) body_attn_tiled(&b, s);
