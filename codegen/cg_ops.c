@@ -12,7 +12,7 @@
 #include "codegen/cg_templates.h"
 
 static const char *tmpl_names[CGO_NTMPL] = {"copy", "fill", "tri", "icheck", "imove", "create", "cumsum",
-                                            "softmax", "norm", "sort", "attn", "cat"};
+                                            "softmax", "norm", "sort", "attn", "cat", "nz", "iadd"};
 static const char *dt_short[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
 const char *cg_ops_tmpl_name(cgo_tmpl t) { return (unsigned)t < CGO_NTMPL ? tmpl_names[t] : "?"; }
@@ -21,8 +21,8 @@ int cg_ops_nptr(cgo_tmpl t) {
   switch (t) {
   case CGO_FILL: case CGO_TRI: case CGO_CREATE: return 1;
   case CGO_COPY: case CGO_ICHECK: case CGO_CUMSUM: case CGO_SOFTMAX: return 2;
-  case CGO_IMOVE: case CGO_SORT: return 3;
-  case CGO_NORM: return 4;
+  case CGO_IMOVE: case CGO_SORT: case CGO_IADD: return 3;
+  case CGO_NORM: case CGO_NZ: return 4;
   case CGO_ATTN: return 6;
   case CGO_CAT: return 1 + CGO_CAT_MAX;
   default: return 0;
@@ -110,6 +110,8 @@ static const tmpl_def defs[CGO_NTMPL] = {
   [CGO_CAT] = {1 + CGO_CAT_MAX, {"D", "S", "S", "S", "S", "S", "S", "S", "S"},
                {"dst", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"},
                "n, k, start[8], base[8], nd[8], size[8][8], ss[8][8], ds[8][8]", 0, {0}},
+  [CGO_NZ] = {4, {"D", "M", "S", "C"}, {"out", "m", "x", "cnt"}, "n, nd, size" W16 ", ms" W16 ", xs" W16 ", base", 0, {0}},
+  [CGO_IADD] = {3, {"D", "S", "I"}, {"dst", "src", "off"}, "n, nd, size" W16 ", ss" W16 ", ds" W16 ", is" W16, 0, {0}},
 };
 _Static_assert(CGO_CAT_MAX == 8 && CGO_CAT_MAXD == 8, "the CAT template's word fields spell out 8 pieces of 8 dims");
 
@@ -186,6 +188,14 @@ static void emit_defines(cg_buf *b, const cgo_spec *s, const grace_dtype *dts) {
     break;
   case CGO_SORT: define(b, "CGO_DESCENDING", v & 1); define(b, "CGO_X_FLOAT", is_float_dt(dts[2])); break;
   case CGO_ATTN: define_attn(b, s); break;
+  case CGO_NZ:
+    cg_printf(b, "#define CGO_NZ_THREADS %d\n", CGO_NZ_THREADS);
+    define(b, "CGO_NZ_COUNT_ONLY", v == CGO_NZ_COUNT); define(b, "CGO_NZ_POSITIONS", v == CGO_NZ_POS);
+    break;
+  case CGO_IADD:   /* the atomic add of dst's dtype (cg_ops_source refuses the others) */
+    define(b, "CGO_D_F32", dts[0] == GRACE_FLOAT32); define(b, "CGO_D_F64", dts[0] == GRACE_FLOAT64);
+    define(b, "CGO_D_I32", dts[0] == GRACE_INT32);
+    break;
   default: break;
   }
 }
@@ -206,7 +216,7 @@ static void emit_body(cg_buf *b, const cgo_spec *s) {
     [CGO_COPY] = cg_src_ops_copy, [CGO_FILL] = cg_src_ops_fill, [CGO_TRI] = cg_src_ops_tri,
     [CGO_ICHECK] = cg_src_ops_icheck, [CGO_IMOVE] = cg_src_ops_imove, [CGO_CREATE] = cg_src_ops_create,
     [CGO_CUMSUM] = cg_src_ops_cumsum, [CGO_SOFTMAX] = cg_src_ops_softmax, [CGO_NORM] = cg_src_ops_norm,
-    [CGO_CAT] = cg_src_ops_cat};
+    [CGO_CAT] = cg_src_ops_cat, [CGO_NZ] = cg_src_ops_nz, [CGO_IADD] = cg_src_ops_iadd};
   if (s->tmpl == CGO_SORT)   /* rows longer than shared memory holds (topk): k selection rounds */
     cg_puts(b, s->variant & 2 ? cg_src_ops_select : cg_src_ops_sort);
   else if (s->tmpl == CGO_ATTN && (s->variant & CGO_ATTN_DECODE))
@@ -234,9 +244,14 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
     if (s->tmpl == CGO_NORM) dt = i <= 1 ? s->dt[0] : s->dt[i - 1];      /* y, x, w, b */
     if (s->tmpl == CGO_ATTN) dt = i == 0 ? s->dt[0] : i <= 3 ? s->dt[1] : i == 4 ? GRACE_BOOL : s->dt[2];
     if (s->tmpl == CGO_CAT) dt = i == 0 ? s->dt[0] : s->dt[1];            /* dst, the sources */
+    if (s->tmpl == CGO_NZ) dt = i == 3 ? GRACE_INT64 : s->dt[i];          /* out, m, x, the count */
+    if (s->tmpl == CGO_IADD && i == 2) dt = GRACE_INT64;                  /* the offsets */
     if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "cg_ops: invalid dtype %d", (int)dt);
     dts[i] = dt;
   }
+  grace_dtype d0 = s->dt[0];   /* dst's dtype */
+  if (s->tmpl == CGO_IADD && d0 != GRACE_FLOAT32 && d0 != GRACE_FLOAT64 && d0 != GRACE_INT32 && d0 != GRACE_INT64)
+    return grace_set_error(vm, GRACE_EARG, "cg_ops: no atomic add for %s", grace_dtype_name(d0));
   int n = snprintf(k->name, sizeof k->name, "cgo_%s", tmpl_names[s->tmpl]);
   for (int i = 0; i < td->nptr && n < (int)sizeof k->name; i++)   /* a role named again (CAT's sources) is one dtype */
     if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) n += snprintf(k->name + n, sizeof k->name - (size_t)n, "_%s", dt_short[dts[i]]);
@@ -247,7 +262,8 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   for (int i = 0; i < td->nptr; i++) {
     k->args[i].value = -1;
     k->args[i].dtype = dts[i];
-    k->args[i].output = i == 0 || (s->tmpl == CGO_ICHECK && i == 1) || (s->tmpl == CGO_SORT && i == 1);
+    k->args[i].output = i == 0 || (s->tmpl == CGO_ICHECK && i == 1) || (s->tmpl == CGO_SORT && i == 1) ||
+                        (s->tmpl == CGO_NZ && i == 3);
   }
   k->nscalar = td->nscalar;
   for (int i = 0; i < td->nscalar; i++) { k->scalars[i] = -1; k->scalar_dtypes[i] = GRACE_INT64; }
@@ -258,6 +274,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   cg_puts(&b, cg_src_ops_common);
   for (int i = 0; i < td->nptr; i++) if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) emit_role(&b, td->roles[i], dts[i]);
   if (s->tmpl == CGO_COPY || s->tmpl == CGO_IMOVE || s->tmpl == CGO_CAT) emit_conv(&b, dts[0], dts[1]);
+  if (s->tmpl == CGO_NZ) emit_conv(&b, dts[0], dts[2]);
   emit_defines(&b, s, dts);
   if (s->tmpl == CGO_SORT) cg_puts(&b, cg_src_ops_sort_key);
   if (s->tmpl == CGO_ATTN && (s->variant & CGO_ATTN_SPLIT))   /* a cluster's barrier and loads of a peer's shared memory */

@@ -131,6 +131,65 @@ __device__ __forceinline__ void cgo_philox(cgo_u64 seed, cgo_u64 offset, cgo_u64
     }
   }
 
+// NZ: compaction of m's nonzero elements by one block, in row-major order as the CPU's: each thread counts a
+// contiguous run, thread 0 scans the counts in shared memory in order, then each thread writes its run from its
+// offset. One block keeps the order without a grid-wide scan: nonzero and masked_select read their size back on
+// the host, so they are not the ops to make fast. CGO_NZ_COUNT_ONLY: the count alone; CGO_NZ_POSITIONS: out holds
+// the positions (+ base), [count, nd]; otherwise the elements of x there.
+//@ ops_nz
+  __shared__ long long part[CGO_NZ_THREADS];
+  const long long T = blockDim.x, t = threadIdx.x, per = (p.n + T - 1) / T;
+  const long long lo = t * per < p.n ? t * per : p.n, hi = lo + per < p.n ? lo + per : p.n;
+  long long k = 0;
+  for (long long i = lo; i < hi; i++) {
+    long long mo = 0;
+    CGO_UNRAVEL(i, mo += c * p.ms[d]);
+    k += M_ld(m + mo) != 0.0;
+  }
+  part[t] = k;
+  __syncthreads();
+  if (t == 0) {
+    long long sum = 0;
+    for (long long u = 0; u < T; u++) { long long v = part[u]; part[u] = sum; sum += v; }
+    cnt[0] = sum;
+  }
+  __syncthreads();
+#if !CGO_NZ_COUNT_ONLY
+  k = part[t];
+  for (long long i = lo; i < hi; i++) {
+    long long mo = 0, xo = 0;
+    CGO_UNRAVEL(i, mo += c * p.ms[d]; xo += c * p.xs[d]);
+    if (M_ld(m + mo) == 0.0) continue;
+#if CGO_NZ_POSITIONS
+    long long rr = i;
+    for (int d = (int)p.nd - 1; d >= 0; d--) {
+      out[k * p.nd + d] = (D_t)(rr % p.size[d] + p.base); rr /= p.size[d];
+    }
+#else
+    cgo_conv(out + k, x + xo);
+#endif
+    k++;
+  }
+#endif
+
+// IADD: index_put_ with accumulate: a thread per element of the selection, adding atomically (repeated positions
+// add up; the order of float additions is the hardware's). dst float32, float64, int32 or int64.
+//@ ops_iadd
+  CGO_LOOP(i, p.n) {
+    long long so = 0, dof = 0, io = 0;
+    CGO_UNRAVEL(i, so += c * p.ss[d]; dof += c * p.ds[d]; io += c * p.is[d]);
+    D_t *d = dst + dof + I_ldi(off + io);
+#if CGO_D_F32
+    atomicAdd(d, S_ldf(src + so));
+#elif CGO_D_F64
+    atomicAdd(d, S_ld(src + so));
+#elif CGO_D_I32
+    atomicAdd(d, (int)S_ldi(src + so));
+#else
+    atomicAdd((unsigned long long *)d, (unsigned long long)S_ldi(src + so));
+#endif
+  }
+
 // CREATE: element i of a new contiguous tensor; the kind is the one CGO_<kind> defined (CGO_ARANGE_F, ...; cg_ops.h
 // says what the words hold). Sums and products are rounded one by one (__dadd_rn, ...) as the CPU computes them.
 // Random numbers: Philox of (seed, offset, i); uniform floats from the top bits of the first words, the CPU's

@@ -54,7 +54,17 @@
  *                                     ds[8][8]: k <= CGO_CAT_MAX strided copies in one launch (cat's and stack's
  *                                     pieces): piece t copies elements start[t] .. start[t+1] (start[k] = n) of
  *                                     the flat iteration from s_t over its own sizes and strides to dst + base[t]
- *                                     with strides ds[t]; at most CGO_CAT_MAXD dims a piece. */
+ *                                     with strides ds[t]; at most CGO_CAT_MAXD dims a piece.
+ *   NZ      ptrs out, m, x, cnt (i64).  words n, nd, size[16], ms[16], xs[16], base: the elements of m (over size,
+ *                                     strides ms) that are nonzero, in row-major order, by one block (at most
+ *                                     CGO_NZ_THREADS threads, each a contiguous run, their counts scanned in
+ *                                     shared memory); cnt receives the count. Variant CGO_NZ_COUNT: only the
+ *                                     count; CGO_NZ_POS: out (int64, [count, nd]) the positions + base;
+ *                                     CGO_NZ_VALUES: out [count] the elements of x (strides xs) there.
+ *                                     dtypes: out, m, x.
+ *   IADD    ptrs dst, src, off (i64). words n, nd, size[16], ss[16], ds[16], is[16]: element c adds src at c.ss
+ *                                     into dst at c.ds + off[c.is] atomically (dst float32, float64, int32 or
+ *                                     int64: index_put_ with accumulate). */
 #ifndef GRACE_CG_OPS_H
 #define GRACE_CG_OPS_H
 
@@ -66,8 +76,9 @@
 
 typedef enum cgo_tmpl {
   CGO_COPY, CGO_FILL, CGO_TRI, CGO_ICHECK, CGO_IMOVE, CGO_CREATE, CGO_CUMSUM, CGO_SOFTMAX, CGO_NORM, CGO_SORT,
-  CGO_ATTN, CGO_CAT, CGO_NTMPL
+  CGO_ATTN, CGO_CAT, CGO_NZ, CGO_IADD, CGO_NTMPL
 } cgo_tmpl;
+enum { CGO_NZ_COUNT, CGO_NZ_POS, CGO_NZ_VALUES, CGO_NZ_THREADS = 1024 };
 
 enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16,
        CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64, CGO_ATTN_SPLIT = 128, CGO_ATTN_DECODE = 256 };

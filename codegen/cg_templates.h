@@ -28,6 +28,8 @@ extern const char cg_src_ops_cat[];
 extern const char cg_src_ops_fill[];
 extern const char cg_src_ops_tri[];
 extern const char cg_src_ops_icheck[];
+extern const char cg_src_ops_nz[];
+extern const char cg_src_ops_iadd[];
 extern const char cg_src_ops_imove[];
 extern const char cg_src_ops_create[];
 /* cg_ops_rows.cuh */

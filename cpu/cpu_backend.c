@@ -8,6 +8,7 @@ static cpu_op_fn cpu_family(grace_op op) {
   case GRACE_OP_COPY_: case GRACE_OP_FILL_: case GRACE_OP_CONTIGUOUS: case GRACE_OP_CLONE:
     return cpu_pointwise_run;
   case GRACE_OP_INDEX_COPY_: return cpu_shape_run;
+  case GRACE_OP_MASKED_SELECT: case GRACE_OP_NONZERO: case GRACE_OP_INDEX_PUT_: return cpu_index_run;
   case GRACE_OP_ATTENTION: return cpu_attention_run;
   default: break;
   }

@@ -22,6 +22,9 @@ grace_status cpu_matmul_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
 /* MOVE except CONTIGUOUS/CLONE/TO_DEVICE, and INDEX_COPY_ (cpu_shape.c) */
 grace_status cpu_shape_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
                            const grace_attrs *a, int nout, grace_tensor **out);
+/* MASKED_SELECT, NONZERO, INDEX_PUT_ (cpu_index.c) */
+grace_status cpu_index_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
+                           const grace_attrs *a, int nout, grace_tensor **out);
 /* CREATE (cpu_create.c) */
 grace_status cpu_create_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
                             const grace_attrs *a, int nout, grace_tensor **out);

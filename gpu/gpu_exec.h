@@ -14,6 +14,7 @@
 #include "ir/ir_fuse.h"
 #include "base/base.h"
 #include "cuda/cuda_api.h"
+#include "codegen/cg_ops.h"
 
 /* A runner's per-group memory (compiled kernels keyed by the layouts seen, launch plans): kept by the executor
  * for as long as the IR lives, released with free(vm, p). */
@@ -40,6 +41,12 @@ grace_status gpu_op_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const 
                         int nout, grace_tensor **out);
 
 /* The device context of a CUDA tensor's VM (probed already: a CUDA tensor exists). */
+/* masked_select, nonzero, index_put_ (gpu/gpu_index.c), with gpu_ops.c's launch and index check. */
+grace_status gpu_index_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
+                           grace_tensor **out);
+grace_status gpu_ops_launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
+                            unsigned grid, unsigned block, const uint64_t *w, int nw);
+grace_status gpu_ops_check_index(grace_vm *vm, const char *op, const grace_tensor *idx, int64_t size, int dim);
 cuda_ctx *gpu_ctx(grace_vm *vm);
 /* A CUDA tensor's element 0 (offset applied) as a device address. */
 static inline CUdeviceptr gpu_ptr(const grace_tensor *t) { return (CUdeviceptr)(uintptr_t)vm_ptr(t); }

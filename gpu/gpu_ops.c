@@ -331,6 +331,17 @@ static grace_status check_index(grace_vm *vm, const char *op, const grace_tensor
                 (long long)size);
 }
 
+/* For gpu_index.c (masked_select, nonzero, index_put_): a launch from packed words, and check_index. */
+grace_status gpu_ops_launch(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
+                            unsigned grid, unsigned block, const uint64_t *w, int nw) {
+  words ws = {0};
+  for (int i = 0; i < nw && i < CG_MAX_WORDS; i++) ws.w[ws.n++] = w[i];
+  return launch(vm, t, d0, d1, d2, variant, grid, block, 0, &ws);
+}
+grace_status gpu_ops_check_index(grace_vm *vm, const char *op, const grace_tensor *idx, int64_t size, int dim) {
+  return check_index(vm, op, idx, size, dim);
+}
+
 /* One IMOVE launch: iteration over sizes[0..nd) (each element looping l < len in order). */
 typedef struct imove {
   int nd;
@@ -869,6 +880,8 @@ grace_status gpu_op_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const 
     vm_bump_version(in[0]);
     return GRACE_OK;
   case GRACE_OP_INDEX_COPY_: return op_index_copy(vm, in[0], in[1], in[2], a);
+  case GRACE_OP_MASKED_SELECT: case GRACE_OP_NONZERO: case GRACE_OP_INDEX_PUT_:
+    return gpu_index_run(vm, op, nin, in, a, nout, out);
   default:
     return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no single-op CUDA kernel for this op", grace_op_name(op));
   }

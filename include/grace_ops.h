@@ -108,6 +108,9 @@
   _(INDEX_SELECT,"index_select",MOVE, 2, 1) /* x, index (int64/int32); attrs.dims[0] */ \
   _(GATHER,      "gather",      MOVE, 2, 1) /* x, index; attrs.dims[0] */ \
   _(SCATTER,     "scatter",     MOVE, 3, 1) /* x, index, src; attrs.dims[0]; out-of-place */ \
+  /* data-dependent result shapes: never recorded into a trace (a graph break, vm_trace_record) */ \
+  _(MASKED_SELECT,"masked_select",MOVE, 2, 1) /* x, mask (bool, broadcast with x): 1-d, x's elements where true */ \
+  _(NONZERO,     "nonzero",     MOVE, 1, 1) /* x: int64 [n, ndim], the positions of nonzero elements (index base) */ \
   _(TRIU,        "triu",        MOVE, 1, 1) /* attrs.i0: diagonal */ \
   _(TRIL,        "tril",        MOVE, 1, 1) \
   _(REPEAT,      "repeat",      MOVE, 1, 1) /* attrs.shape: repeats per dim */ \
@@ -128,6 +131,9 @@
   /* in place on input 1 (version counter bumped) */ \
   _(COPY_,       "copy_",       INPLACE, 2, 0) /* dst, src (broadcast to dst, converted to dst's dtype) */ \
   _(FILL_,       "fill_",       INPLACE, 1, 0) /* attrs.a */ \
+  /* dst, values, then index tensors (int, broadcast together, over dst's leading dims) or one bool mask; \
+   * values broadcast to the selection; attrs.flag: accumulate (add instead of write) */ \
+  _(INDEX_PUT_,  "index_put_",  INPLACE, -1, 0) \
   _(INDEX_COPY_, "index_copy_", INPLACE, 3, 0) /* dst, index, src; attrs.dims[0] */
 
 #endif

@@ -366,6 +366,7 @@ grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, c
   case GRACE_KIND_CREATE: return ir_infer_create(vm, gop, a, out);
   case GRACE_KIND_INPLACE: {
     const ir_type *dst = in[0];
+    if (gop == GRACE_OP_INDEX_PUT_) return ir_infer_index_put(vm, nin, in, out);
     if (gop == GRACE_OP_COPY_) {
       const ir_type *both[2] = {dst, in[1]};
       ir_type b;

@@ -18,6 +18,7 @@ static inline int ir_cat_skips(const ir_type *t) { return t->ndim == 1 && t->siz
 /* The VIEW, MOVE and CREATE kinds (ir_infer_shape.c). */
 grace_status ir_infer_view(grace_vm *vm, grace_op op, const ir_type *x, const grace_attrs *a, ir_type *o);
 grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o);
+grace_status ir_infer_index_put(grace_vm *vm, int nin, const ir_type *const *in, ir_type *o);
 grace_status ir_infer_create(grace_vm *vm, grace_op op, const grace_attrs *a, ir_type *o);
 
 #endif

@@ -93,6 +93,90 @@ static grace_status infer_repeat(grace_vm *vm, const ir_type *x, const grace_att
   return GRACE_OK;
 }
 
+/* masked_select and nonzero: how many elements are selected depends on the values, which types do not have, so
+ * the size given is the most there can be (the backends make the exact one). A trace never records these ops
+ * (vm_trace_record refuses them), so no program holds this bound. */
+static grace_status infer_data_shape(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, ir_type *o) {
+  const ir_type *x = in[0];
+  grace_status st;
+  *o = *x;
+  o->wrapped = 0;
+  memset(o->sym, 0, sizeof o->sym);
+  if (op == GRACE_OP_NONZERO) {
+    o->dtype = GRACE_INT64;
+    o->ndim = 2;
+    o->sizes[0] = 1;
+    for (int d = 0; d < x->ndim; d++) o->sizes[0] *= x->sizes[d];
+    o->sizes[1] = x->ndim;
+    return GRACE_OK;
+  }
+  if (nin != 2) return grace_set_error(vm, GRACE_EARG, "masked_select: expected an input and a mask");
+  if (in[1]->dtype != GRACE_BOOL)
+    return grace_set_error(vm, GRACE_EDTYPE, "masked_select: mask must be bool, got %s (shape %s)",
+                           grace_dtype_name(in[1]->dtype), SHAPE(in[1]));
+  ir_type b;
+  if ((st = ir_broadcast(vm, "masked_select", 2, in, &b))) return st;
+  o->ndim = 1;
+  o->sizes[0] = 1;
+  for (int d = 0; d < b.ndim; d++) o->sizes[0] *= b.sizes[d];
+  return GRACE_OK;
+}
+
+/* index_put_(dst, values, indices...): either index tensors of integers, broadcast together to a shape B, over
+ * dst's first k dims, with values broadcast to B + dst's other dims; or one bool mask over dst's first dims (its
+ * sizes those dims' sizes), with values broadcast to [count] + dst's other dims, count known only at run time. */
+grace_status ir_infer_index_put(grace_vm *vm, int nin, const ir_type *const *in, ir_type *o) {
+  const ir_type *dst = in[0], *v = in[1];
+  int k = nin - 2, nd = dst->ndim;
+  grace_status st;
+  if (k < 1) return grace_set_error(vm, GRACE_EARG, "index_put_: expected at least one index tensor");
+  if (k > nd)
+    return grace_set_error(vm, GRACE_EINDEX, "index_put_: %d index tensors for a destination of %d dims (shape %s)", k, nd,
+                           SHAPE(dst));
+  ir_type sel;
+  int nsel;
+  for (int i = 0; i < k; i++) {
+    const ir_type *ix = in[2 + i];
+    if (ix->dtype == GRACE_BOOL && k > 1)
+      return grace_set_error(vm, GRACE_EARG, "index_put_: a bool mask must be the only index, got %d indices", k);
+    if (ix->dtype != GRACE_BOOL && ix->dtype != GRACE_INT64 && ix->dtype != GRACE_INT32)
+      return grace_set_error(vm, GRACE_EDTYPE, "index_put_: index %d must be int64, int32 or bool, got %s (shape %s)",
+                             i + grace_index_base(vm), grace_dtype_name(ix->dtype), SHAPE(ix));
+  }
+  const ir_type *m = in[2];
+  if (m->dtype == GRACE_BOOL) {
+    if (m->ndim > nd || m->ndim == 0)
+      return grace_set_error(vm, GRACE_ESHAPE, "index_put_: a mask of shape %s cannot index a destination of shape %s",
+                             SHAPE(m), SHAPE(dst));
+    for (int d = 0; d < m->ndim; d++)
+      if (m->sizes[d] != dst->sizes[d])
+        return grace_set_error(vm, GRACE_ESHAPE, "index_put_: mask of shape %s does not match the destination's shape %s "
+                               "at dim %d (%lld against %lld)", SHAPE(m), SHAPE(dst), d + grace_index_base(vm),
+                               (long long)m->sizes[d], (long long)dst->sizes[d]);
+    k = m->ndim;
+    memset(&sel, 0, sizeof sel);
+    sel.ndim = 1;
+    sel.sizes[0] = v->ndim > nd - k ? v->sizes[0] : 1;   /* the count is checked when it is known */
+  } else if ((st = ir_broadcast(vm, "index_put_", k, in + 2, &sel))) {
+    return st;
+  }
+  nsel = sel.ndim;
+  if (nsel + nd - k > GRACE_MAX_DIMS)
+    return grace_set_error(vm, GRACE_ESHAPE, "index_put_: the selection has more than %d dims", GRACE_MAX_DIMS);
+  for (int d = k; d < nd; d++) { sel.sizes[sel.ndim] = dst->sizes[d]; sel.sym[sel.ndim++] = dst->sym[d]; }
+  const ir_type *both[2] = {&sel, v};
+  ir_type b;
+  if ((st = ir_broadcast(vm, "index_put_", 2, both, &b)) == GRACE_OK &&
+      (b.ndim != sel.ndim || memcmp(b.sizes, sel.sizes, sizeof(int64_t) * (size_t)b.ndim)))
+    st = GRACE_ESHAPE;
+  if (st != GRACE_OK)
+    return grace_set_error(vm, GRACE_ESHAPE, "index_put_: values of shape %s do not broadcast to the selection's shape %s",
+                           SHAPE(v), SHAPE(&sel));
+  *o = *dst;
+  o->wrapped = 0;
+  return GRACE_OK;
+}
+
 grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *const *in, const grace_attrs *a, ir_type *o) {
   const char *name = grace_op_name(op);
   const ir_type *x = in[0];
@@ -157,6 +241,7 @@ grace_status ir_infer_move(grace_vm *vm, grace_op op, int nin, const ir_type *co
     return GRACE_OK;
   }
   case GRACE_OP_REPEAT: return infer_repeat(vm, x, a, o);
+  case GRACE_OP_MASKED_SELECT: case GRACE_OP_NONZERO: return infer_data_shape(vm, op, nin, in, o);
   default:
     return grace_set_error(vm, GRACE_EINTERNAL, "%s: no type rule", name);
   }

@@ -388,7 +388,8 @@ static int t_gc(lua_State *L) {
   return 0;
 }
 
-/* x[i] selects along dim 1; strings are methods, then the fields dtype, device, shape. */
+/* x[i] selects along dim 1 (tables and tensors as keys: lgrace_index.c); strings are methods, then the fields
+ * dtype, device, shape. */
 static int t_index(lua_State *L) {
   int kt = lua_type(L, 2);
   if (kt == LUA_TSTRING) {
@@ -404,10 +405,12 @@ static int t_index(lua_State *L) {
     else lg_push_size(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
     return 1;
   }
+  if (kt == LUA_TTABLE || lg_is_tensor(L, 2)) return lg_index_get(L);   /* x[{...}], x[mask], x[idx] */
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "select");
   if (kt != LUA_TNUMBER)
-    return lg_errorf(L, c, "select: a tensor is indexed by an integer (x[i], 1-based), got %s", luaL_typename(L, 2));
+    return lg_errorf(L, c, "select: a tensor is indexed by an integer, a table or a tensor (x[i], x[{i, {first, last}}], "
+                     "1-based), got %s", luaL_typename(L, 2));
   grace_attrs a = {0};
   a.ndims = 1;
   a.i0 = lg_pos(L, c, 2, "select", "index");
@@ -428,12 +431,13 @@ int lg_assign(lua_State *L, lg_ctx *c, grace_tensor *dst, int idx, const char *o
   return st == GRACE_OK ? 0 : lg_fail(L, c);
 }
 
-/* x[i] = v: v (a number or a tensor, broadcast) is copied into x:select(1, i). */
+/* x[i] = v: v (a number or a tensor, broadcast) is copied into x:select(1, i); other keys: lgrace_index.c. */
 static int t_newindex(lua_State *L) {
+  if (lua_type(L, 2) == LUA_TTABLE || lg_is_tensor(L, 2)) return lg_index_set(L);
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "x[i] = v");
   if (lua_type(L, 2) != LUA_TNUMBER)
-    return lg_errorf(L, c, "cannot assign to field '%s' of a tensor (only x[i] = v)", luaL_tolstring(L, 2, NULL));
+    return lg_errorf(L, c, "cannot assign to field '%s' of a tensor (only x[i] = v and x[{...}] = v)", luaL_tolstring(L, 2, NULL));
   grace_attrs a = {0};
   a.ndims = 1;
   a.i0 = lg_pos(L, c, 2, "select", "index");
@@ -515,6 +519,7 @@ void lgrace_open_tensor(lua_State *L) {
     }
   }
   luaL_setfuncs(L, lg_view_methods, 0);
+  luaL_setfuncs(L, lg_index_methods, 0);
   luaL_setfuncs(L, lg_special_methods, 0);
 
   lua_pushvalue(L, mt);

@@ -85,6 +85,9 @@ extern const luaL_Reg lg_special_methods[];          /* lgrace_methods.c */
 int lg_inplace(lua_State *L);                        /* lgrace_methods.c: NAME_ (upvalue: the op) */
 extern const luaL_Reg lg_view_methods[];             /* lgrace_shape.c */
 extern const luaL_Reg lg_module_shape[];             /* lgrace_shape.c: cat, stack, where, ... */
+extern const luaL_Reg lg_index_methods[];            /* lgrace_index.c: index_put_ */
+int lg_index_get(lua_State *L);                      /* lgrace_index.c: x[key] for table and tensor keys */
+int lg_index_set(lua_State *L);                      /* lgrace_index.c: x[key] = v for them */
 
 /* ---- compiled functions (lgrace_compile.c) and their launch report (lgrace_report.c) ---- */
 /* The core object of the compiled function at idx (a Lua error if it is not one); *name its name, if asked. */

@@ -270,6 +270,9 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   vm_trace *tr = vm->trace;
   grace_value args[64], res[2];
   if (nin > 64) return tr_problem(vm, "%s with %d inputs is too wide to trace", grace_op_name(op), nin);
+  if (op == GRACE_OP_MASKED_SELECT || op == GRACE_OP_NONZERO)   /* the result's size is a value the program cannot know */
+    return tr_problem(vm, "%s: its result's shape depends on the values of its input, so it cannot be part of a compiled "
+                      "program (a graph break that runs eagerly)", grace_op_name(op));
   tr->paused++;   /* nothing below is part of the program */
   char loc[256] = "";
   if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);

@@ -54,6 +54,14 @@ static void compile_all(void) {
     for (int i = 0; i < 8; i++) TRY({CGO_CAT, {all_dt[i], all_dt[(i + ind) % 8], all_dt[i]}, 0, ind});   /* cat, stack */
     TRY({CGO_ICHECK, {GRACE_INT32}, 0, ind});
     TRY({CGO_ICHECK, {GRACE_INT64}, 0, ind});
+    for (int i = 0; i < 8; i++) {   /* nonzero and masked_select: count, positions, values (any mask dtype) */
+      TRY({CGO_NZ, {GRACE_INT64, all_dt[i], all_dt[i]}, CGO_NZ_COUNT, ind});
+      TRY({CGO_NZ, {GRACE_INT64, all_dt[i], all_dt[i]}, CGO_NZ_POS, ind});
+      TRY({CGO_NZ, {all_dt[i], GRACE_BOOL, all_dt[i]}, CGO_NZ_VALUES, ind});
+    }
+    for (int i = 0; i < 8; i++)   /* index_put_ with accumulate: the dtypes with an atomic add, values of any dtype */
+      if (all_dt[i] == GRACE_FLOAT32 || all_dt[i] == GRACE_FLOAT64 || all_dt[i] == GRACE_INT32 || all_dt[i] == GRACE_INT64)
+        for (int j = 0; j < 8; j += 1 + ind) TRY({CGO_IADD, {all_dt[i], all_dt[j], GRACE_INT64}, 0, ind});
     for (int v = 0; v < CGO_NCREATE; v++)
       for (int i = 0; i < 8; i++) {
         int fl = grace_dtype_is_float(all_dt[i]);
@@ -115,6 +123,21 @@ static void source_checks(void) {
      strstr(k.src, "for (long long l = 0; l < p.len; l++)"),
      "scatter/index_copy_: the indexed dim is looped in order by one thread (last write wins)");
   cg_kernel_free(vm, &k);
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_NZ, {GRACE_INT64, GRACE_FLOAT32, GRACE_FLOAT32}, CGO_NZ_POS, 0}, &k) == GRACE_OK &&
+     strstr(k.src, "cnt[0] = sum") && strstr(k.src, "+ p.base") && strstr(k.src, "M_ld(m + mo) == 0.0") &&
+     strstr(k.src, "C_t *P_cnt"),
+     "nonzero: counts scanned in order, positions offset by the index base, a NaN counts as nonzero");
+  cg_kernel_free(vm, &k);
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_NZ, {GRACE_FLOAT16, GRACE_BOOL, GRACE_FLOAT16}, CGO_NZ_COUNT, 0}, &k) == GRACE_OK &&
+     strstr(k.src, "#define CGO_NZ_COUNT_ONLY 1") && strstr(k.src, "#if !CGO_NZ_COUNT_ONLY"),
+     "masked_select's counting pass writes no values (its body's writes are under #if !CGO_NZ_COUNT_ONLY)");
+  cg_kernel_free(vm, &k);
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_IADD, {GRACE_INT64, GRACE_INT32, GRACE_INT64}, 0, 0}, &k) == GRACE_OK &&
+     strstr(k.src, "atomicAdd((unsigned long long *)d") && strstr(k.src, "I_ldi(off + io)"),
+     "index_put_ accumulate: int64 added atomically at the precomputed offsets");
+  cg_kernel_free(vm, &k);
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_IADD, {GRACE_FLOAT16, GRACE_FLOAT16, GRACE_INT64}, 0, 0}, &k) == GRACE_EARG,
+     "index_put_ accumulate into float16: no kernel (the CPU takes it)");
   ok(cg_ops_source(vm, &(cgo_spec){CGO_NTMPL, {GRACE_FLOAT32}, 0, 0}, &k) == GRACE_EARG, "an invalid template is an error");
   is_int(cg_ops_nptr(CGO_NORM), 4, "norm takes y, x, weight, bias");
   for (int regs = 0; regs < 2; regs++) {   /* the row read once into registers, or once per pass (cg_ops_rows.cuh) */

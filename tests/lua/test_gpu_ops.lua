@@ -737,6 +737,32 @@ section("moves: cat, stack, index_select, gather, scatter, triu, tril, repeat, e
        {arg({50257, 768}, "float32"), {base = grace.tensor({{1, 50257, 464, 3290}})}}, "exact")
 end)
 
+section("indexing: x[{...}], masked_select, nonzero, index_put_", function()
+  for _, dt in ipairs(DTYPES) do
+    local T = function(t) return t:t() end
+    local mask = function(shp) return {base = grace.rand(shp):lt(0.5)} end
+    case("x[{2, {2, -1}}] " .. dt, function(x) return x[{2, {2, -1}}] end, {arg({4, 5}, dt)}, "exact")
+    case("x[mask] " .. dt, function(x, m) return x[m] end, {arg({4, 5}, dt), mask({4, 5})}, "exact")
+    case("x[{{}, mask}] transposed " .. dt, function(x, m) return x[{{}, m}] end, {arg({5, 4}, dt, nil, T), mask({5})}, "exact")
+    case("masked_select broadcast mask " .. dt, function(x, m) return x:masked_select(m) end,
+         {arg({3, 1100}, dt), mask({1100})}, "exact")
+    case("nonzero " .. dt, function(x) return x:nonzero() end, {arg({3, 4, 5}, dt, nil, function(t) return t:transpose(1, 3) end)}, "exact")
+    case("nonzero [3000] " .. dt, function(x) return x:nonzero() end, {arg({3000}, dt)}, "exact")
+    case("x[{{}, idx}] = v " .. dt, function(x, i, v) x[{{}, i}] = v; return x end,
+         {arg({4, 6}, dt), {base = grace.tensor({5, 2, 6})}, arg({4, 3}, dt)}, "exact")
+    case("x[mask] = v " .. dt, function(x, m) x[m] = 1; return x end, {arg({4, 6}, dt), mask({4, 6})}, "exact")
+    case("x[mask] = values " .. dt, function(x, m, v) x[m] = v:narrow(1, 1, m:sum():item()); return x end,
+         {arg({4, 6}, dt), mask({4, 6}), arg({24}, dt)}, "exact")
+    case("index_put_ two indices " .. dt, function(x, i, j, v) return x:index_put_({i, j}, v) end,
+         {arg({5, 6}, dt), {base = grace.tensor({{1}, {4}, {5}})}, {base = grace.tensor({6, 1})}, arg({3, 2}, dt)}, "exact")
+    local acc = (dt == "float32" or dt == "float64") and 1e-5 or "exact"
+    case("index_put_ accumulate repeated " .. dt, function(x, i, v) return x:index_put_({i}, v, true) end,
+         {arg({5, 3}, dt), {base = grace.tensor({2, 2, 5, 2})}, arg({4, 3}, dt)}, acc)
+  end
+  case("index_put_ out of range (raises as on the CPU)", function(x, i) return x:index_put_({i}, 0) end,
+       {arg({5, 3}, "float32"), {base = grace.tensor({1, 6})}}, "exact")
+end)
+
 section("layer_norm and rms_norm", function()
   for _, dt in ipairs(DTYPES) do
     for _, S in ipairs({{3, 17}, {2, 5, 768}, {1, 1023}, {4, 1}}) do
