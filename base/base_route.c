@@ -7,7 +7,7 @@
 #include "base/base.h"
 
 /* op by the CPU backend over host copies of the inputs, results moved to dev: exact, and slow (two transfers
- * and a synchronize). */
+ * and a synchronize). An in-place op writes its host copy, which is then copied back into its device tensor. */
 static grace_status on_host(grace_vm *vm, grace_device dev, grace_op op, int nin, grace_tensor *const *in,
                             const grace_attrs *attrs, int nout, grace_tensor **out) {
   enum { MAXIN = 64, MAXOUT = 4 };
@@ -20,6 +20,8 @@ static grace_status on_host(grace_vm *vm, grace_device dev, grace_op op, int nin
     if (in[i]) st = in[i]->storage->device != GRACE_CPU ? be->run_op(vm, GRACE_OP_TO_DEVICE, 1, &in[i], &to_cpu, 1, &h[i])
                                                         : (grace_tensor_retain(in[i]), h[i] = in[i], GRACE_OK);
   if (st == GRACE_OK) st = cpu->run_op(vm, op, nin, h, attrs, nout, r);
+  if (st == GRACE_OK && grace_op_kind(op) == GRACE_KIND_INPLACE && h[0] != in[0])
+    st = be->run_op(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){in[0], h[0]}, &(grace_attrs){0}, 0, NULL);
   for (int i = 0; i < nout && st == GRACE_OK; i++) st = be->run_op(vm, GRACE_OP_TO_DEVICE, 1, &r[i], &to_dev, 1, &out[i]);
   if (st != GRACE_OK)
     for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
