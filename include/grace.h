@@ -387,7 +387,8 @@ void grace_trace_sub_abort(grace_vm *vm);
 /* Appends a region over recorded sub-programs to the active trace (grace_ir_cond / grace_ir_while on the values
  * of the tensors given) and maps res[0..nout) (the results the host computed eagerly) to its results; a res[i]
  * the trace already knows (a branch returned its argument) is replaced by a copy (the reference moves). The
- * sub-programs are the trace's once this returns GRACE_OK. */
+ * sub-programs are the trace's from the call on (freed if it fails). A region the IR refuses, or one recorded with
+ * problems, is a problem of the trace (the function runs eagerly), not an error. */
 grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
                               grace_ir *else_ir, int nout, grace_tensor **res);
 grace_status grace_trace_while(grace_vm *vm, int nstate, int nin, grace_tensor *const *in, grace_ir *cond_ir,

@@ -200,6 +200,7 @@ static const luaL_Reg grace_funcs[] = {
 /* Tensor methods and constructors live in lgrace_tensor.c. */
 void lgrace_open_tensor(lua_State *L);
 void lgrace_open_compile(lua_State *L);   /* lgrace_compile.c: compile, explain, clock */
+void lgrace_open_region(lua_State *L);    /* lgrace_region.c: cond, while_loop */
 
 int luaopen_grace(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
@@ -239,5 +240,6 @@ int luaopen_grace(lua_State *L) {
   lua_setfield(L, -2, "version");
   lgrace_open_tensor(L);
   lgrace_open_compile(L);
+  lgrace_open_region(L);
   return 1;
 }
