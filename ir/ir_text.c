@@ -6,7 +6,9 @@
  *     write %0, %4
  *     return %2
  *   }
- * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. */
+ * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. A region
+ * (cond, while) ends its line with `{`, then its two sub-programs as nested functions two spaces deeper (each with
+ * its own value numbering: it captures nothing), then `}` on a line of its own. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
