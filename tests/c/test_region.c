@@ -1,7 +1,7 @@
 /* test_region.c: region instructions (cond, while) without Lua: building them, the errors the builder gives,
  * running them on the CPU against values computed here in C, the printed form against hand-written text, print ->
  * parse -> print round trips, the verifier rejecting malformed regions, the passes keeping results (and optimizing
- * sub-programs), and fusion never grouping across a region. */
+ * sub-programs), fusion never grouping across a region, and recording a region through the C tracing API. */
 #include <math.h>
 #include <stdlib.h>
 #include "grace.h"
@@ -466,6 +466,69 @@ static void test_fusion(void) {
   grace_ir_free(ir);
 }
 
+
+/* Recording a region from C, as a host other than Lua would: then = x + w (w from outside: captured as an input),
+ * else = x * x; the traced program then runs both ways. */
+static void test_trace(void) {
+  grace_ir *ir = grace_ir_new(vm, "traced"), *t = grace_ir_new(vm, "then"), *e = grace_ir_new(vm, "else");
+  grace_tensor *p = scalar_of(GRACE_BOOL, 1), *x = vec(XV), *w = vec(YV), *r1 = NULL, *r2 = NULL, *caps[4] = {0};
+  grace_value v;
+  int ncap = -1;
+  ok(grace_trace_begin(vm, ir, NULL, NULL) == GRACE_OK, "trace begins");
+  grace_trace_input(vm, p, &v);
+  grace_trace_input(vm, x, &v);
+  ok(grace_trace_sub_begin(vm, t, 1, &x) == GRACE_OK, "then's recording begins");
+  grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){x, w}, NULL, 1, &r1);
+  grace_attrs one = {.a = 1};
+  grace_status st = grace_run(vm, GRACE_OP_FILL_, 1, &x, &one, 0, NULL);
+  ok(st == GRACE_EARG && strstr(grace_last_error(vm), "writes in place to a tensor from outside"),
+     "an in-place write to an input inside the branch is refused: %s", grace_last_error(vm));
+  float xs[4];
+  grace_trace_pause(vm);   /* a look from the test, no read of the function's */
+  grace_tensor_read(vm, x, GRACE_FLOAT32, xs);
+  grace_trace_resume(vm);
+  ok(xs[0] == XV[0], "and did not happen");
+  ok(grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap) == GRACE_OK && ncap == 1 && caps[0] == w,
+     "then ends: w is its one capture (%d)", ncap);
+  ok(grace_trace_sub_begin(vm, e, 2, (grace_tensor *[]){x, w}) == GRACE_OK, "else's recording begins");
+  grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){x, x}, NULL, 1, &r2);
+  int n2 = -1;
+  ok(grace_trace_sub_end(vm, 1, &r2, 4, caps + 1, &n2) == GRACE_OK && n2 == 0, "else ends with no capture");
+  grace_tensor_release(r2);
+  st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){x, w}, t, e, 1, &r1);
+  ok(st == GRACE_OK, "the region is appended: %s", grace_last_error(vm));
+  grace_trace_value(vm, r1, &v);
+  grace_ir_output(ir, v);
+  ok(grace_trace_end(vm) == GRACE_OK, "trace ends clean: %s", grace_last_error(vm));
+  ok(grace_ir_verify(ir) == GRACE_OK && strstr(grace_ir_text(ir), "= cond %0, %1, %2 : f32[4]"), "the IR: %s", grace_ir_text(ir));
+  for (int b = 0; b < 2; b++) {
+    grace_tensor *pb = scalar_of(GRACE_BOOL, b), *out = NULL;
+    float got[4] = {0};
+    int good = grace_ir_run(ir, 2, (grace_tensor *[]){pb, x}, 1, &out) == GRACE_OK;
+    if (good) grace_tensor_read(vm, out, GRACE_FLOAT32, got);
+    for (int k = 0; k < 4; k++) good &= got[k] == (b ? XV[k] + YV[k] : XV[k] * XV[k]);
+    ok(good, "the traced program takes the %s branch", b ? "then" : "else");
+    grace_tensor_release(out);
+    grace_tensor_release(pb);
+  }
+  grace_tensor_release(caps[0]);
+  grace_tensor_release(r1);
+  grace_ir_free(ir);
+  /* a host read inside a branch is a problem of the trace, and a failed host function leaves nothing behind */
+  ir = grace_ir_new(vm, "broken");
+  t = grace_ir_new(vm, "then");
+  grace_trace_begin(vm, ir, NULL, NULL);
+  grace_trace_input(vm, x, &v);
+  grace_trace_sub_begin(vm, t, 1, &x);
+  grace_tensor_read(vm, x, GRACE_FLOAT32, xs);
+  grace_trace_sub_abort(vm);
+  ok(strstr(grace_trace_problems(vm), "reads a tensor on the host") != NULL, "a host read inside: %s", grace_trace_problems(vm));
+  ok(grace_trace_end(vm) == GRACE_EUNSUPPORTED, "so the trace is no program");
+  grace_ir_free(t);
+  grace_ir_free(ir);
+  grace_tensor_release(p); grace_tensor_release(x); grace_tensor_release(w);
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
@@ -477,6 +540,7 @@ int main(void) {
   test_verify();
   test_passes();
   test_fusion();
+  test_trace();
   grace_vm_free(vm);
   return tap_done();
 }
