@@ -561,7 +561,10 @@ grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout
     return vm_err(ir->vm, GRACE_EINTERNAL, "run: the program is held by another executor");
   if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;
   gpu_plan *p = ir->exec;
-  if (p->eager) return exec(ir, nin, in, nout, out);
+  /* A region runs by the host-branch lowering (ir_region.c): the predicate is read on the host, a sync, which no
+   * CUDA graph can hold, so such a program runs kernel by kernel. CUDA conditional graph nodes (and predication of
+   * small branches) come next and will let it be captured. */
+  if (p->eager || ir_has_region(ir)) return exec(ir, nin, in, nout, out);
   return gpu_graph_call(ir, &p->part, exec, nin, in, nout, out);
 }
 

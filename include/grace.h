@@ -314,6 +314,23 @@ grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out);
  * tensors), in declaration order; `out` receives new references to the outputs. A captured tensor whose
  * version changed since capture is an error (GRACE_EARG, "stale"): the caller retraces. */
 grace_status grace_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+/* ---- regions: instructions that own sub-programs (data-dependent control flow, explicit form). A sub-program is
+ * a grace_ir with inputs and outputs only: it captures nothing (no captured tensors, scalars, breaks or writes);
+ * whatever it reads from outside is one of its inputs. On success ir owns the sub-programs given (the caller must
+ * not free or use them); on failure the caller keeps them. Run by the CPU interpreter and, for now, by the CUDA
+ * executor with the predicate read on the host. ---- */
+/* out[0..nout) = then_ir(args) if pred (a 0-d bool or number tensor, any device; nonzero is true) else
+ * else_ir(args). Both take the args' types as inputs and return nout outputs of the same types. */
+grace_status grace_ir_cond(grace_ir *ir, grace_value pred, int nargs, const grace_value *args, grace_ir *then_ir,
+                           grace_ir *else_ir, int nout, grace_value *out);
+/* The loop `while cond_ir(state, inv) do state = body_ir(state, inv) end`; out[0..nstate) the final state.
+ * cond_ir returns one 0-d tensor (nonzero: go on); body_ir returns the nstate next state values, typed as the
+ * state; inv (ninv values) is read by both and never changes. max_iters > 0: running the body more often is an
+ * error (a bound on runaway loops, not a stopping rule); 0: unbounded. */
+grace_status grace_ir_while(grace_ir *ir, int nstate, const grace_value *state, int ninv, const grace_value *inv,
+                            grace_ir *cond_ir, grace_ir *body_ir, int64_t max_iters, grace_value *out);
+/* Region instruction k's sub-program j (0: then/cond, 1: else/body), borrowed; NULL if k is no region. */
+grace_ir *grace_ir_sub(const grace_ir *ir, int k, int j);
 /* How a program that runs on the CUDA device is launched (gpu/gpu_graph.c). Its first call runs eagerly (kernel
  * by kernel) and proves it stable; the next calls measure, each on a real call with its own inputs, the
  * strategies below; the fastest is kept. GRACE_GRAPHS=off|eager|copy|indirect forces one (default: auto);
@@ -387,6 +404,26 @@ grace_status grace_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths
 /* Runs what is deferred and ends the replay; *recorded: NULL, or the new path (the caller owns it). A
  * new path that cannot be replayed gives GRACE_EUNSUPPORTED with the reason. */
 grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded);
+/* Regions while tracing (grace.cond, grace.while_loop): each function is recorded into a sub-program of its own
+ * while the outer trace waits. grace_trace_sub_begin starts recording sub with in[0..nin) as its inputs (a tensor
+ * given twice is one value); any other tensor of the enclosing traces the function touches becomes a further input
+ * of sub (captured); grace_trace_sub_end makes out[] sub's outputs, returns to the enclosing trace and hands back
+ * the captured tensors in input order (new references, at most maxcap). What the function cannot do inside a
+ * region (read a tensor on the host, write in place to a tensor from outside, draw random numbers) becomes a
+ * problem of the trace. grace_trace_sub_abort drops the recording after a host error. */
+grace_status grace_trace_sub_begin(grace_vm *vm, grace_ir *sub, int nin, grace_tensor *const *in);
+grace_status grace_trace_sub_end(grace_vm *vm, int nout, grace_tensor *const *out, int maxcap, grace_tensor **caps,
+                                 int *ncap);
+void grace_trace_sub_abort(grace_vm *vm);
+/* Appends a region over recorded sub-programs to the active trace (grace_ir_cond / grace_ir_while on the values
+ * of the tensors given) and maps res[0..nout) (the results the host computed eagerly) to its results; a res[i]
+ * the trace already knows (a branch returned its argument) is replaced by a copy (the reference moves). The
+ * sub-programs are the trace's from the call on (freed if it fails). A region the IR refuses, or one recorded with
+ * problems, is a problem of the trace (the function runs eagerly), not an error. */
+grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
+                              grace_ir *else_ir, int nout, grace_tensor **res);
+grace_status grace_trace_while(grace_vm *vm, int nstate, int nin, grace_tensor *const *in, grace_ir *cond_ir,
+                               grace_ir *body_ir, int64_t max_iters, grace_tensor **res);
 /* Ends the trace: adds the writes of mutated inputs and captures, releases the trace's references.
  * GRACE_OK when the trace is a complete program; GRACE_EUNSUPPORTED (message: the first problem) when
  * it broke or touched something it cannot express. */

@@ -78,6 +78,9 @@ int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int m
       return -1;
     for (int r = 0; r < x->nout; r++)
       if (!ir_type_equal(&a->vals[x->first_result + r].type, &b->vals[y->first_result + r].type, 1)) return -1;
+    /* a region's sub-programs must be the same, literals included: a literal there is no input of the region */
+    for (int j = 0; ir_is_region(x->op) && j < 2; j++)
+      if (grace_ir_literal_diff(a->subs[x->sub + j], b->subs[y->sub + j], NULL, 0) != 0) return -1;
     if (x->op == IR_OP_LITERAL && (memcmp(&x->literal, &y->literal, sizeof x->literal) || x->iliteral != y->iliteral)) {
       if (n == max) return -1;
       lits[n++] = i;
@@ -131,9 +134,10 @@ void grace_ir_free(grace_ir *ir) {
   grace_vm *vm = ir->vm;
   for (int i = 0; i < ir->nconst; i++) grace_tensor_release(ir->consts[i].t);
   for (int i = 0; i < ir->nloc; i++) grace_realloc(vm, ir->locs[i], strlen(ir->locs[i]) + 1, 0);
+  for (int i = 0; i < ir->nsub; i++) grace_ir_free(ir->subs[i]);
 #define FREE(field, capf) grace_realloc(vm, ir->field, (size_t)ir->capf * sizeof *ir->field, 0)
   FREE(insts, cap_inst); FREE(vals, cap_val); FREE(args, cap_arg); FREE(outputs, cap_out);
-  FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write); FREE(breaks, cap_break);
+  FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write); FREE(breaks, cap_break); FREE(subs, cap_sub);
 #undef FREE
   if (ir->exec && ir->exec_free) ir->exec_free(ir);
   if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
@@ -155,6 +159,7 @@ int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_
   k->first_result = ir->nval;
   k->attrs = a ? *a : none;
   k->input_index = -1;
+  k->sub = -1;
   k->loc = ir->cur_loc;
   for (int i = 0; i < nin; i++) ir->args[ir->narg++] = in[i];
   for (int i = 0; i < nout; i++) {

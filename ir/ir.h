@@ -13,7 +13,9 @@
   _(INPUT,   "input")    /* a per-call tensor input */ \
   _(CONST,   "const")    /* a captured tensor (weights): identity and version guarded */ \
   _(SCALAR,  "scalar")   /* a dynamic scalar input: a 0-d value written before each run */ \
-  _(LITERAL, "literal")  /* a number fixed at trace time, typed as a wrapped number */
+  _(LITERAL, "literal")  /* a number fixed at trace time, typed as a wrapped number */ \
+  _(COND,    "cond")     /* region: inputs (pred, args...), runs sub-program then(args) or else(args) */ \
+  _(WHILE,   "while")    /* region: inputs (state..., invariants...), sub-programs cond and body; attrs.i0 max_iters */
 
 enum {
   IR_OP_FIRST_EXTRA = GRACE_NOPS,
@@ -43,6 +45,7 @@ typedef struct ir_inst {
   int64_t iliteral;                    /* IR_OP_LITERAL of type i64: the exact value */
   int32_t input_index;                 /* IR_OP_INPUT / CONST / SCALAR: position among inputs of its kind */
   int32_t loc;                         /* index into ir->locs, -1 none */
+  int32_t sub;                         /* IR_OP_COND / WHILE: its two sub-programs are ir->subs[sub], [sub + 1] */
 } ir_inst;
 
 typedef struct ir_value {
@@ -83,6 +86,7 @@ struct grace_ir {
   ir_break *breaks; int nbreak, cap_break;
   ir_const *consts; int nconst, cap_const;       /* captured tensors (NULL until bound after a parse) */
   char **locs; int nloc, cap_loc;
+  grace_ir **subs; int nsub, cap_sub;             /* sub-programs of region instructions, owned (ir_region.c) */
   int32_t cur_loc;
   int ninputs, nscalars;
   int nsyms;
@@ -121,6 +125,21 @@ int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_
 grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, const grace_attrs *a, int nout,
                       ir_type *out);
 const char *ir_type_str(const ir_type *t, char *buf, size_t n);
+
+/* ---- regions (ir_region.c): instructions that own sub-programs, the base of data-dependent control flow. A
+ * sub-program is a whole grace_ir that captures nothing: what it reads from outside is one of its inputs, so it
+ * can be verified, optimized, fused and run on its own. ---- */
+static inline int ir_is_region(int op) { return op == IR_OP_COND || op == IR_OP_WHILE; }
+/* Whether ir holds a region instruction (at its top level). */
+int ir_has_region(const grace_ir *ir);
+/* Appends sub to ir->subs (ir owns it from then on); its index, or -1 (out of memory, message set). */
+int32_t ir_add_sub(grace_ir *ir, grace_ir *sub);
+/* The checks of region instruction i (the verifier's part for it, sub-programs verified recursively). */
+grace_status ir_region_verify(grace_ir *ir, int i);
+/* A deep copy of sub-program s (its own regions copied too), or NULL with the message set. */
+grace_ir *ir_clone(grace_ir *s);
+/* Whether region i's sub-programs draw random numbers (dce keeps them: each draw advances the generator). */
+int ir_region_random(const grace_ir *ir, int i);
 const char *ir_dtype_short(grace_dtype dt);     /* "f32" */
 int ir_dtype_from_short(const char *s, grace_dtype *dt);
 

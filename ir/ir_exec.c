@@ -46,6 +46,8 @@ grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_te
     grace_tensor_retain(ir->consts[k->input_index].t);
     *res = ir->consts[k->input_index].t;
     return GRACE_OK;
+  case IR_OP_COND: case IR_OP_WHILE:
+    return ir_region_exec(ir, i, val);
   case IR_OP_LITERAL:
     return t0->dtype == GRACE_INT64 ? grace_tensor_scalar_int(vm, k->iliteral, res) : grace_tensor_scalar(vm, k->literal, 0, res);
   default: {
@@ -68,6 +70,22 @@ grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_te
     return vm_route(vm, (grace_op)k->op, k->nin, args, &k->attrs, k->nout, res);
   }
   }
+}
+
+grace_device ir_exec_device(const grace_ir *ir) {
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    if ((k->op == IR_OP_INPUT || k->op == IR_OP_CONST) && ir->vals[k->first_result].type.device == GRACE_CUDA) return GRACE_CUDA;
+  }
+  return GRACE_CPU;
+}
+
+/* Through the backend table, as vm/ is above ir/: a region's sub-program runs as grace_ir_run would run it. */
+grace_status ir_exec_sub(grace_ir *sub, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+  for (int i = 0; i < nout; i++) out[i] = NULL;
+  grace_status st = ir_exec_check_call(sub, nin, nout);
+  if (st != GRACE_OK) return st;
+  return sub->vm->backend[ir_exec_device(sub)]->run_program(sub, nin, in, nout, out);
 }
 
 grace_status ir_exec_check_call(grace_ir *ir, int nin, int nout) {

@@ -15,4 +15,11 @@ grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_te
  * would have written before the failing op). Returns st, or the first write-back error. */
 grace_status ir_exec_write_back(grace_ir *ir, grace_tensor **val, grace_status st);
 
+/* The device whose backend runs ir: CUDA when an input or capture lives there. */
+grace_device ir_exec_device(const grace_ir *ir);
+/* Runs sub-program sub (checked as grace_ir_run checks a call) on its device's backend; out[] gets new references. */
+grace_status ir_exec_sub(grace_ir *sub, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+/* Region instruction i (ir_region.c): the predicate read on the host, the chosen sub-program run; results to val[]. */
+grace_status ir_region_exec(grace_ir *ir, int i, grace_tensor **val);
+
 #endif

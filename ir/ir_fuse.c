@@ -6,7 +6,7 @@
  * a left input are grouped horizontally. Every join is refused when it would make the group graph cyclic (a
  * kernel that waits for itself), and where a member would read a value of its own kernel as no kernel can (a view
  * of it, a per-row value across rows: ir_fuse.h), so the generators lower every group. Groups never cross a
- * break. A matmul epilogue's last pointwise op that only one other kernel reads, its operands stored anyway, then
+ * break or a region (cond, while: a kernel of its own, its sub-programs grouped when they run). A matmul epilogue's last pointwise op that only one other kernel reads, its operands stored anyway, then
  * moves into that kernel; a pointwise group read by only one other group (a weight cast) moves into that group;
  * and the groups are ordered topologically.
  * A value read by two groups is materialized (stored by the one kernel that computes it), never computed in
@@ -39,7 +39,7 @@ typedef struct fctx {
   int trial;           /* a merge is being tried (find must not compress paths through it) */
 } fctx;
 
-static int is_free(int op) { return op >= GRACE_NOPS || grace_op_kind((grace_op)op) == GRACE_KIND_VIEW; }
+static int is_free(int op) { return !ir_is_region(op) && (op >= GRACE_NOPS || grace_op_kind((grace_op)op) == GRACE_KIND_VIEW); }
 static int is_pointwise(int op) {
   if (op >= GRACE_NOPS) return 0;
   grace_opkind k = grace_op_kind((grace_op)op);
@@ -328,6 +328,7 @@ static void place(fctx *c, int k, int part) {
   const ir_inst *in = &ir->insts[k];
   const ir_type *t = &ir->vals[in->first_result].type;
   int prods[64], np = 0, cands[64], nc = 0;
+  if (ir_is_region(in->op)) { new_group(c, k, IR_FUSE_SINGLE, part, t); return; }   /* its sub-programs fuse apart */
   for (int j = 0; j < in->nin && j < 64; j++) {
     int b = base_inst(ir, ir->args[in->first_arg + j]);
     if (b < 0) continue;
@@ -572,14 +573,15 @@ static grace_status order(fctx *c, ir_fusion *f, int32_t *idx, int32_t *first, i
   for (int k = 0; k < n; k++) if (f->inst_group[k] >= 0) f->groups[f->inst_group[k]].n++;
   int at = 0;
   for (int g = 0; g < ng; g++) { f->groups[g].first = at; at += f->groups[g].n; f->groups[g].n = 0; }
-  for (int k = 0; k < n; k++) {
+  for (int k = 0, nb = 0; k < n; k++) {
+    for (; nb < ir->nbreak && ir->breaks[nb].after < k; nb++) {}
     int o = f->inst_group[k];
     if (o < 0) continue;
     ir_fuse_group *G = &f->groups[o];
     const gstate *s = &c->g[group_of(c, k)];
     G->kind = s->kind;
     G->horizontal = s->horizontal;
-    G->partition = s->part;
+    G->partition = nb;   /* the breaks before it (s->part counts regions as well) */
     f->members[G->first + G->n++] = k;
   }
   return GRACE_OK;
@@ -607,7 +609,12 @@ grace_status ir_fuse(grace_ir *ir, ir_fusion *f) {
     for (int k = 0; k < n; k++) {
       for (; nb < ir->nbreak && ir->breaks[nb].after < k; nb++) part++;
       c.group[k] = -1;
+      /* a region is a barrier: what comes before it and what comes after never share a kernel (joins and merges
+       * need one partition), so the region runs between whole kernels */
+      int region = ir_is_region(ir->insts[k].op);
+      if (region) part++;
       if (!is_free(ir->insts[k].op)) place(&c, k, part);
+      if (region) part++;
     }
     sink_epilogue_tails(&c);
     absorb_prologues(&c, ints + 4 * sz);   /* scratch that order() takes over afterwards */
@@ -641,6 +648,7 @@ static const char *kind_name(const grace_ir *ir, const ir_fuse_group *g, const i
   case IR_FUSE_MATMUL: return g->horizontal ? "matmul horizontal" : "matmul";
   default: break;
   }
+  if (ir_is_region(ir->insts[members[g->first]].op)) return "region";
   switch (grace_op_kind((grace_op)ir->insts[members[g->first]].op)) {
   case GRACE_KIND_MOVE: return "move";
   case GRACE_KIND_SCAN: return "scan";

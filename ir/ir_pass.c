@@ -62,9 +62,17 @@ grace_status ir_rw_copy(ir_rewriter *rw, int k) {
     grace_tensor_retain(c->t);
     d->consts[d->nconst] = *c;
   }
+  int32_t sub = -1;
+  if (ir_is_region(in->op)) {   /* a region owns its sub-programs: dst gets copies of its own */
+    grace_ir *c0 = ir_clone(s->subs[in->sub]), *c1 = c0 ? ir_clone(s->subs[in->sub + 1]) : NULL;
+    if (c1) sub = ir_add_sub(d, c0);
+    if (sub >= 0 && ir_add_sub(d, c1) < 0) { d->nsub--; sub = -1; }
+    if (sub < 0) { grace_ir_free(c0); grace_ir_free(c1); return s->vm->status ? s->vm->status : GRACE_ENOMEM; }
+  }
   int32_t v = ir_append(d, in->op, in->nin, args, &in->attrs, in->nout, types);
   if (v < 0) return GRACE_ENOMEM;
   ir_inst *n = &d->insts[d->ninst - 1];
+  n->sub = sub;
   n->literal = in->literal;
   n->iliteral = in->iliteral;
   if (in->op == IR_OP_INPUT) { n->input_index = in->input_index; d->ninputs++; }
@@ -145,7 +153,7 @@ grace_status ir_pass_dce(grace_ir *src, grace_ir **out) {
   for (int i = 0; i < src->nwrite; i++) need[src->writes[i].target] = need[src->writes[i].value] = 1;
   for (int k = src->ninst - 1; k >= 0; k--) {   /* values are defined before use: one backward sweep */
     const ir_inst *in = &src->insts[k];
-    live[k] = (char)keeps_alive(in->op);
+    live[k] = (char)(keeps_alive(in->op) || (ir_is_region(in->op) && ir_region_random(src, k)));
     for (int r = 0; r < in->nout; r++) live[k] |= need[in->first_result + r];
     if (live[k])
       for (int j = 0; j < in->nin; j++) if (src->args[in->first_arg + j] >= 0) need[src->args[in->first_arg + j]] = 1;
@@ -167,6 +175,22 @@ static const struct { const char *name; ir_pass_fn fn; } passes[] = {
 #undef IR_PASS_ENTRY
 };
 
+/* The same pass over every sub-program of ir's regions (theirs too, recursively), each replaced by its result: a
+ * sub-program is a whole program. hoist is left out there: it turns work into captured tensors, which a
+ * sub-program cannot hold (it captures nothing). */
+static grace_status pass_subs(grace_ir *ir, const char *name, ir_pass_fn fn) {
+  if (!strcmp(name, "hoist")) return GRACE_OK;
+  for (int i = 0; i < ir->nsub; i++) {
+    grace_ir *next = NULL;
+    grace_status st = fn(ir->subs[i], &next);
+    if (st == GRACE_OK) st = pass_subs(next, name, fn);
+    if (st != GRACE_OK) { grace_ir_free(next); return st; }
+    grace_ir_free(ir->subs[i]);
+    ir->subs[i] = next;
+  }
+  return GRACE_OK;
+}
+
 grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out) {
   *out = NULL;
   const int npass = (int)(sizeof passes / sizeof *passes);
@@ -187,7 +211,8 @@ grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out) {
     grace_ir *next = NULL;
     grace_status st = passes[i].fn(cur, &next);
     if (cur != ir) grace_ir_free(cur);
-    if (st != GRACE_OK) return st;
+    if (st == GRACE_OK) st = pass_subs(next, passes[i].name, passes[i].fn);
+    if (st != GRACE_OK) { grace_ir_free(next); return st; }
     cur = next;
   }
   if (cur == ir) return grace_set_error(ir->vm, GRACE_EARG, "pass: no pass named in '%s'", names);

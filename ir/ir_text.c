@@ -6,7 +6,9 @@
  *     write %0, %4
  *     return %2
  *   }
- * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. */
+ * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. A region
+ * (cond, while) ends its line with `{`, then its two sub-programs as nested functions two spaces deeper (each with
+ * its own value numbering: it captures nothing), then `}` on a line of its own. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,48 +69,63 @@ static void put_attrs(sbuf *b, int op, const grace_attrs *a) {
 #undef SEP
 }
 
-const char *grace_ir_text(grace_ir *ir) {
-  sbuf b = {.ir = ir};
+static void put_break(sbuf *b, const grace_ir *ir, int nb, int ind) {
+  put(b, "%*sbreak", ind, "");
+  if (ir->breaks[nb].loc >= 0) put(b, "  @\"%s\"", ir->locs[ir->breaks[nb].loc]);
+  put(b, "\n");
+}
+
+static void put_func(sbuf *b, const grace_ir *ir, int ind);
+
+static void put_inst(sbuf *b, const grace_ir *ir, int i, int ind) {
+  const ir_inst *k = &ir->insts[i];
   char t[192];
-  put(&b, "func @%s {\n", ir->name);
+  put(b, "%*s", ind, "");
+  for (int r = 0; r < k->nout; r++) put(b, r ? ", %%%d" : "%%%d", k->first_result + r);
+  put(b, " = %s", ir_op_name(k->op));
+  if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST || k->op == IR_OP_SCALAR) put(b, " #%d", k->input_index);
+  if (k->op == IR_OP_SCALAR && ir->vals[k->first_result].type.wrapped) put(b, " wrapped");
+  else if (k->op == IR_OP_LITERAL && ir->vals[k->first_result].type.dtype == GRACE_INT64) put(b, " %lld", (long long)k->iliteral);
+  else if (k->op == IR_OP_LITERAL) put(b, " %.17g", k->literal);
+  for (int j = 0; j < k->nin; j++) {
+    int32_t v = ir->args[k->first_arg + j];
+    put(b, v < 0 ? "%s _" : "%s %%%d", j ? "," : "", v);
+  }
+  put_attrs(b, k->op, &k->attrs);
+  put(b, " :");
+  for (int r = 0; r < k->nout; r++) put(b, "%s %s", r ? "," : "", ir_type_str(&ir->vals[k->first_result + r].type, t, sizeof t));
+  if (k->loc >= 0) put(b, "  @\"%s\"", ir->locs[k->loc]);
+  if (ir_is_region(k->op)) {   /* its two sub-programs, nested, then the closing brace on a line of its own */
+    put(b, " {\n");
+    put_func(b, ir->subs[k->sub], ind + 2);
+    put_func(b, ir->subs[k->sub + 1], ind + 2);
+    put(b, "%*s}", ind, "");
+  }
+  put(b, "\n");
+}
+
+/* One function at indent ind (a region's sub-programs two deeper than the region). */
+static void put_func(sbuf *b, const grace_ir *ir, int ind) {
+  put(b, "%*sfunc @%s {\n", ind, "", ir->name);
   int nb = 0;
   for (int i = 0; i < ir->ninst; i++) {
-    const ir_inst *k = &ir->insts[i];
-    for (; nb < ir->nbreak && ir->breaks[nb].after < i; nb++) {
-      put(&b, "  break");
-      if (ir->breaks[nb].loc >= 0) put(&b, "  @\"%s\"", ir->locs[ir->breaks[nb].loc]);
-      put(&b, "\n");
-    }
-    put(&b, "  ");
-    for (int r = 0; r < k->nout; r++) put(&b, r ? ", %%%d" : "%%%d", k->first_result + r);
-    put(&b, " = %s", ir_op_name(k->op));
-    if (k->op == IR_OP_INPUT || k->op == IR_OP_CONST || k->op == IR_OP_SCALAR) put(&b, " #%d", k->input_index);
-    if (k->op == IR_OP_SCALAR && ir->vals[k->first_result].type.wrapped) put(&b, " wrapped");
-    else if (k->op == IR_OP_LITERAL && ir->vals[k->first_result].type.dtype == GRACE_INT64) put(&b, " %lld", (long long)k->iliteral);
-    else if (k->op == IR_OP_LITERAL) put(&b, " %.17g", k->literal);
-    for (int j = 0; j < k->nin; j++) {
-      int32_t v = ir->args[k->first_arg + j];
-      put(&b, v < 0 ? "%s _" : "%s %%%d", j ? "," : "", v);
-    }
-    put_attrs(&b, k->op, &k->attrs);
-    put(&b, " :");
-    for (int r = 0; r < k->nout; r++) put(&b, "%s %s", r ? "," : "", ir_type_str(&ir->vals[k->first_result + r].type, t, sizeof t));
-    if (k->loc >= 0) put(&b, "  @\"%s\"", ir->locs[k->loc]);
-    put(&b, "\n");
+    for (; nb < ir->nbreak && ir->breaks[nb].after < i; nb++) put_break(b, ir, nb, ind + 2);
+    put_inst(b, ir, i, ind + 2);
   }
-  for (; nb < ir->nbreak; nb++) {
-    put(&b, "  break");
-    if (ir->breaks[nb].loc >= 0) put(&b, "  @\"%s\"", ir->locs[ir->breaks[nb].loc]);
-    put(&b, "\n");
-  }
+  for (; nb < ir->nbreak; nb++) put_break(b, ir, nb, ind + 2);
   for (int i = 0; i < ir->nwrite; i++) {
-    put(&b, "  write %%%d, %%%d", ir->writes[i].target, ir->writes[i].value);
-    if (ir->writes[i].bumps != 1) put(&b, " bumps=%d", ir->writes[i].bumps);
-    put(&b, "\n");
+    put(b, "%*swrite %%%d, %%%d", ind + 2, "", ir->writes[i].target, ir->writes[i].value);
+    if (ir->writes[i].bumps != 1) put(b, " bumps=%d", ir->writes[i].bumps);
+    put(b, "\n");
   }
-  put(&b, "  return");
-  for (int i = 0; i < ir->nout; i++) put(&b, i ? ", %%%d" : " %%%d", ir->outputs[i]);
-  put(&b, "\n}\n");
+  put(b, "%*sreturn", ind + 2, "");
+  for (int i = 0; i < ir->nout; i++) put(b, i ? ", %%%d" : " %%%d", ir->outputs[i]);
+  put(b, "\n%*s}\n", ind, "");
+}
+
+const char *grace_ir_text(grace_ir *ir) {
+  sbuf b = {.ir = ir};
+  put_func(&b, ir, 0);
   if (b.oom) {
     grace_realloc(ir->vm, b.buf, b.cap, 0);
     grace_set_error(ir->vm, GRACE_ENOMEM, "ir: out of host memory printing '%s'", ir->name);
@@ -249,12 +266,30 @@ static grace_status parse_attrs(lexer *L, grace_attrs *a) {
   return GRACE_OK;
 }
 
+static void skip_lines(lexer *L) { while (isspace((unsigned char)*L->s)) { if (*L->s == '\n') L->line++; L->s++; } }
+static grace_status parse_func(lexer *L, grace_ir **out);
+
+/* A region's two sub-programs, `{`, two nested functions, `}`; the instruction just appended owns them. */
+static grace_status parse_region(lexer *L) {
+  grace_ir *ir = L->ir, *sub[2] = {NULL, NULL};
+  if (!accept(L, "{")) return perr(L, "'{' and the region's two sub-programs");
+  grace_status st = GRACE_OK;
+  for (int j = 0; j < 2 && st == GRACE_OK; j++) { skip_lines(L); st = parse_func(L, &sub[j]); }
+  L->ir = ir;
+  if (st == GRACE_OK) { skip_lines(L); if (!accept(L, "}")) st = perr(L, "'}' closing the region"); }
+  int32_t first = st == GRACE_OK ? ir_add_sub(ir, sub[0]) : -1;
+  if (first >= 0 && ir_add_sub(ir, sub[1]) < 0) { ir->nsub--; first = -1; st = GRACE_ENOMEM; }
+  if (first < 0) { grace_ir_free(sub[0]); grace_ir_free(sub[1]); return st != GRACE_OK ? st : GRACE_ENOMEM; }
+  ir->insts[ir->ninst - 1].sub = first;
+  return GRACE_OK;
+}
+
 static grace_status parse_inst(lexer *L) {
   grace_ir *ir = L->ir;
-  int32_t res[4];
+  int32_t res[64];
   int nres = 0;
   do {
-    if (nres >= 4 || !value_ref(L, &res[nres])) return perr(L, "a result %N");
+    if (nres >= 64 || !value_ref(L, &res[nres])) return perr(L, "a result %N");
     if (res[nres] != ir->nval + nres) return perr(L, "results numbered in order");
     nres++;
   } while (accept(L, ","));
@@ -291,7 +326,7 @@ static grace_status parse_inst(lexer *L) {
   grace_status st = parse_attrs(L, &a);
   if (st != GRACE_OK) return st;
   if (!accept(L, ":")) return perr(L, "':' and the result types");
-  ir_type types[4];
+  ir_type types[64];
   for (int r = 0; r < nres; r++) {
     if (r && !accept(L, ",")) return perr(L, "','");
     if ((st = parse_type(L, &types[r])) != GRACE_OK) return st;
@@ -308,6 +343,7 @@ static grace_status parse_inst(lexer *L) {
   for (int i = 0; i < nin; i++)
     if (args[i] >= ir->nval) return grace_set_error(L->vm, GRACE_EARG, "ir parse: line %d: %%%d used before it is defined", L->line, args[i]);
   if (ir_append(ir, op, nin, args, &a, nres, types) < 0) return GRACE_ENOMEM;
+  if (ir_is_region(op)) return parse_region(L);
   ir_inst *k = &ir->insts[ir->ninst - 1];
   k->literal = lit;
   k->iliteral = ilit;
@@ -328,18 +364,19 @@ static grace_status parse_inst(lexer *L) {
   return GRACE_OK;
 }
 
-grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
+/* `func @name { ... }` at L into a new IR (its regions' sub-programs parsed recursively). */
+static grace_status parse_func(lexer *Lp, grace_ir **out) {
+  lexer L = *Lp;
+  grace_vm *vm = L.vm;
   *out = NULL;
-  lexer L = {.s = text, .line = 1, .vm = vm};
   char name[64];
-  while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
   if (!accept(&L, "func") || !accept(&L, "@") || !word(&L, name, sizeof name) || !accept(&L, "{"))
     return perr(&L, "'func @name {'");
   grace_ir *ir = L.ir = grace_ir_new(vm, name);
   if (!ir) return GRACE_ENOMEM;
   grace_status st = GRACE_OK;
   for (;;) {
-    while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
+    skip_lines(&L);
     if (accept(&L, "return")) break;
     if (accept(&L, "break")) {
       if (accept(&L, "@\"")) {
@@ -381,7 +418,15 @@ grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
     while (isspace((unsigned char)*L.s)) { if (*L.s == '\n') L.line++; L.s++; }
     if (!accept(&L, "}")) st = perr(&L, "'}'");
   }
+  Lp->s = L.s;
+  Lp->line = L.line;
   if (st != GRACE_OK) { grace_ir_free(ir); return st; }
   *out = ir;
   return GRACE_OK;
+}
+
+grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
+  lexer L = {.s = text, .line = 1, .vm = vm};
+  skip_lines(&L);
+  return parse_func(&L, out);
 }

@@ -18,6 +18,11 @@ grace_status grace_ir_verify(grace_ir *ir) {
         return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) uses %%%d before it is defined %s", name,
                                k->first_result, v, loc);
     }
+    if (ir_is_region(k->op)) {
+      grace_status st = ir_region_verify(ir, i);
+      if (st != GRACE_OK) return st;
+      continue;
+    }
     if (k->op >= GRACE_NOPS) {
       int *seen = k->op == IR_OP_INPUT ? seen_in : k->op == IR_OP_SCALAR ? seen_sc : NULL;
       if (k->nin || k->nout != 1) return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s takes no inputs and gives one value", name);

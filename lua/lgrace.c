@@ -240,6 +240,7 @@ static const luaL_Reg grace_funcs[] = {
 void lgrace_open_tensor(lua_State *L);
 void lgrace_open_compile(lua_State *L);   /* lgrace_compile.c: compile, explain, clock */
 void lgrace_open_io(lua_State *L);        /* lgrace_io.c: save, load */
+void lgrace_open_region(lua_State *L);    /* lgrace_region.c: cond, while_loop */
 
 int luaopen_grace(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
@@ -283,5 +284,6 @@ int luaopen_grace(lua_State *L) {
   lgrace_open_io(L);
   open_stdlib_part(L, "grace.ops");    /* ops composed in Lua (dot, norm, median, ...) */
   open_stdlib_part(L, "grace.help");   /* grace.help: the one-line docs */
+  lgrace_open_region(L);
   return 1;
 }

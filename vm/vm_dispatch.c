@@ -17,6 +17,7 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
     if (handled) return rs;
   }
   int record = vm_tracing(vm);
+  if (record && vm->trace->parent && (ps = vm_region_check_op(vm, op, nin, in)) != GRACE_OK) return ps;
   if (record) grace_trace_pause(vm);   /* what the backend computes with is one op of the trace */
   grace_status st = vm_route_run(vm, dev, op, nin, in, attrs, nout, out);
   if (record) {

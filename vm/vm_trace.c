@@ -128,6 +128,7 @@ grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) 
     if (s->t) { *out = s->v; return GRACE_OK; }
   }
   grace_status st;
+  if (tr->parent && !t->wrapped) return vm_region_capture(vm, t, out);   /* explicit: an input of the sub-program */
   if (t->wrapped) {
     st = t->dtype == GRACE_INT64 ? grace_ir_literal_int(tr->ir, *(const int64_t *)vm_ptr(t), out)
                                  : grace_ir_literal(tr->ir, vm_load_f64(t->dtype, vm_ptr(t)), 0, out);
@@ -142,6 +143,12 @@ grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) 
 grace_status vm_trace_created(grace_vm *vm, grace_tensor *t) {
   vm_trace *tr = vm->trace;
   if (t->wrapped || tr->replay) return GRACE_OK;   /* numbers become literals; a replay matches contents */
+  if (tr->parent) {   /* a constant of the outermost program, captured into the sub-program when it is used */
+    vm->trace = tr->parent;
+    grace_status st = vm_trace_created(vm, t);
+    vm->trace = tr;
+    return st;
+  }
   grace_value v;
   /* the constant is a snapshot: the traced call itself may go on to write t in place */
   tr->paused++;
@@ -162,7 +169,7 @@ static int aliased(vm_trace *tr, const grace_tensor *t) {
   return 0;
 }
 
-static grace_tensor *base_of(vm_trace *tr, grace_tensor *t) {
+grace_tensor *tr_base_of(vm_trace *tr, grace_tensor *t) {
   for (int n = 0; n < 64; n++) {
     trace_slot *s = tr_find(tr, t);
     if (!s->t || !s->parent) return t;
@@ -207,7 +214,7 @@ static grace_status write_through_view(grace_vm *vm, grace_tensor *t, grace_valu
     int on_chain = 0;
     for (int k = 0; k < n; k++) on_chain |= s->t == chain[k];
     if (!s->t || on_chain || s->t->storage != t->storage) continue;
-    if (base_of(tr, s->t) != base)
+    if (tr_base_of(tr, s->t) != base)
       return tr_problem(vm, "writes a tensor whose storage is shared with another argument or captured tensor; "
                      "pass tensors that do not overlap");
     s->v = STALE;
@@ -273,6 +280,9 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   if (op == GRACE_OP_MASKED_SELECT || op == GRACE_OP_NONZERO)   /* the result's size is a value the program cannot know */
     return tr_problem(vm, "%s: its result's shape depends on the values of its input, so it cannot be part of a compiled "
                       "program (a graph break that runs eagerly)", grace_op_name(op));
+  if (tr->parent && (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT))
+    /* tracing runs both branches, and a branch the compiled program skips would not draw: streams would differ */
+    return tr_problem(vm, "%s inside a cond or while_loop function cannot be compiled yet", grace_op_name(op));
   tr->paused++;   /* nothing below is part of the program */
   char loc[256] = "";
   if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
@@ -286,7 +296,7 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   int through_view = inplace && aliased(tr, in[0]);
   grace_value wroot = -1;
   if (st == GRACE_OK && inplace && args[0] >= 0) {   /* count the write against the tensor it lands in */
-    wroot = tr_root_of(tr, tr_find(tr, base_of(tr, in[0]))->v);
+    wroot = tr_root_of(tr, tr_find(tr, tr_base_of(tr, in[0]))->v);
     if (wroot >= 0 && wroot < tr->nroot) tr->bumps[wroot]++;
   }
   int nres = inplace ? 1 : nout;
@@ -331,6 +341,11 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
 void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   vm_trace *tr = vm->trace;
   if (tr->replay) { vm_replay_flush(vm); return; }
+  if (tr->parent) {   /* no break can be inside a region: the function cannot be one program */
+    tr_problem(vm, "reads a tensor on the host (%s) inside a cond or while_loop function; keep the value a tensor",
+               how ? how : "a read");
+    return;
+  }
   /* any tensor: one the trace has not met yet is outside state (a weight) whose value Lua now sees */
   char loc[256] = "";
   if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
@@ -356,6 +371,7 @@ grace_status grace_trace_note(grace_vm *vm, const char *why) {
 }
 
 grace_status grace_trace_end(grace_vm *vm) {
+  while (vm->trace && vm->trace->parent) grace_trace_sub_abort(vm);   /* a host that failed inside a region */
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   grace_status st = GRACE_OK;
@@ -376,6 +392,8 @@ grace_status grace_trace_end(grace_vm *vm) {
     if (k->op != IR_OP_CONST || !tr->ir->consts[k->input_index].local) continue;
     if ((st = grace_ir_op(tr->ir, GRACE_OP_CLONE, 1, &tr->ir->outputs[i], NULL, 1, &c)) == GRACE_OK) tr->ir->outputs[i] = c;
   }
+  if (st == GRACE_OK && tr->ir->nbreak && ir_has_region(tr->ir))
+    tr_problem(vm, "cond and while_loop in a function with graph breaks cannot be replayed yet; remove the host reads");
   if (st == GRACE_OK && tr->ir->nbreak && tr->nsynthetic)
     tr_problem(vm, "writes through views in a function with graph breaks cannot be replayed; write base tensors");
   if (st == GRACE_OK && tr->nproblems) {
@@ -395,6 +413,8 @@ void tr_free(grace_vm *vm) {
   vm_free(vm, tr->problems, tr->pcap);
   vm_free(vm, tr->val, sizeof *tr->val * (size_t)tr->nval);
   vm_free(vm, tr->pending, sizeof *tr->pending * (size_t)tr->cap_pending);
+  for (int i = 0; i < tr->ncap; i++) grace_tensor_release(tr->caps[i]);
+  vm_free(vm, tr->caps, sizeof *tr->caps * (size_t)tr->cap_caps);
   if (tr->owns_ir) grace_ir_free(tr->ir);
   vm_free(vm, tr, sizeof *tr);
   vm->trace = NULL;

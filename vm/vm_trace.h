@@ -47,6 +47,11 @@ struct vm_trace {
   int npending, cap_pending;
   double replay_ns;             /* host time spent matching, for the report */
   long replayed_ops;
+  /* a region's sub-program being recorded (vm_region.c): the enclosing trace waits in parent; tensors of the
+   * enclosing traces that the function touches become inputs of ir, listed in caps (references held) */
+  vm_trace *parent;
+  grace_tensor **caps;
+  int ncap, cap_caps;
 };
 
 static inline int vm_tracing(const grace_vm *vm) { return vm->trace && grace_trace_active(vm); }
@@ -62,6 +67,14 @@ grace_status tr_map_put(grace_vm *vm, grace_tensor *t, grace_value v);
 grace_status tr_problem(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root);
 grace_value tr_root_of(vm_trace *tr, grace_value v);
+/* Inside a region's sub-program: tensor t of an enclosing trace becomes the next input of the sub-program. */
+grace_status vm_region_capture(grace_vm *vm, grace_tensor *t, grace_value *out);
+/* Before op runs inside a region's sub-program: an in-place write to a tensor from outside the function is refused
+ * (an error of the op, so the write does not happen), as a branch may not run on every call. */
+grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in);
+/* The tensor whose storage t views, through the views the trace made (t itself when none). */
+grace_tensor *tr_base_of(vm_trace *tr, grace_tensor *t);
+
 /* Frees the trace state (references, map, replay arrays); vm->trace becomes NULL. */
 void tr_free(grace_vm *vm);
 

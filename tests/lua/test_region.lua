@@ -1,0 +1,222 @@
+-- test_region.lua: grace.cond and grace.while_loop (docs/lua_api.md, "Control flow"). Eagerly, against values
+-- computed here in plain Lua: both outcomes, predicates of bool, float and integer dtype and Lua booleans, loops of
+-- 0, 1 and many iterations, max_iters, nesting both ways, and every error with the message it must give. Compiled
+-- (grace.compile), against the same Lua functions run eagerly: one trace for calls that take different branches or
+-- loop a different number of times, hits without retracing, the region in f:ir(), tensors from outside a branch
+-- passed as explicit arguments, nested regions, and what cannot be compiled (a host read or a random draw inside
+-- a branch, a region in a function with graph breaks) running eagerly with its reason.
+local tap = require "tests.lua.tap"
+local grace = require "grace"
+
+local section = tap.section
+
+local function list(t) return t:reshape(-1):tolist() end
+
+-- plain Lua elementwise maps over lists
+local function map2(a, b, f) local r = {} for i = 1, #a do r[i] = f(a[i], b[i]) end return r end
+local function same_list(a, b, tol)
+  if #a ~= #b then return false end
+  for i = 1, #a do
+    if math.abs(a[i] - b[i]) > (tol or 0) * math.max(1, math.abs(b[i])) then return false end
+  end
+  return true
+end
+local function same_tensor(a, b)
+  return a.dtype == b.dtype and table.concat(a:size(), "x") == table.concat(b:size(), "x") and same_list(list(a), list(b))
+end
+
+local XV, YV = {1.5, -2, 3, 0.25}, {10, 0.5, -3, 8}
+local function X() return grace.tensor(XV) end
+local function Y() return grace.tensor(YV) end
+local add = function(a, b) return a + b end
+local mul = function(a, b) return a * b end
+
+section("cond eagerly", function()
+  local preds = {
+    {grace.tensor(true), true, "bool true"}, {grace.tensor(false), false, "bool false"},
+    {grace.tensor(2.5), true, "float 2.5"}, {grace.tensor(0.0), false, "float 0"},
+    {grace.tensor(3), true, "int 3"}, {grace.tensor(0), false, "int 0"},
+    {true, true, "Lua true"}, {0, false, "Lua 0"},
+  }
+  for _, p in ipairs(preds) do
+    local r = grace.cond(p[1], function(a, b) return a + b end, function(a, b) return a * b end, X(), Y())
+    tap.ok(same_list(list(r), map2(XV, YV, p[2] and add or mul)), "cond with a " .. p[3] .. " predicate")
+  end
+  local a, b = grace.cond(grace.tensor(true), function(x, k) return x * k, x:sum() end,
+                          function(x, k) return x, x:sum() end, X(), 2)
+  tap.ok(same_list(list(a), map2(XV, XV, function(u) return u * 2 end)) and b:item() == 2.75,
+         "several results, and a Lua number passed through as an argument")
+  tap.raises(function() grace.cond(grace.tensor({true, false}), add, mul, X(), Y()) end,
+             {"cond: the predicate must be a 0-d tensor", "bool [2]"}, "a 1-d predicate")
+  tap.raises(function() grace.cond(grace.tensor(true), function() return 1 end, mul, X(), Y()) end,
+             {"then_fn returns a number as result 1"}, "a branch returning a number")
+  tap.raises(function() grace.cond(grace.tensor(true), "f", mul) end, {"function expected"}, "a branch that is no function")
+end)
+
+section("while_loop eagerly", function()
+  -- i counts up to 5, acc adds y each time: the count of iterations is 5 - i0 (or 0)
+  local function run(i0, opts)
+    return grace.while_loop(function(i, acc, y) return i:lt(5) end,
+                            function(i, acc, y) return i + 1, acc + y, y end,
+                            {grace.tensor(i0), X(), Y()}, opts)
+  end
+  local function want(n) local r = {} for k = 1, 4 do r[k] = XV[k] + n * YV[k] end return r end
+  for _, c in ipairs({{5, 0}, {4, 1}, {-15, 20}}) do
+    local i, acc = run(c[1])
+    tap.ok(i:item() == math.max(5, c[1]) and same_list(list(acc), want(c[2]), 1e-6), ("%d iterations"):format(c[2]))
+  end
+  local i = run(2, {max_iters = 3})
+  tap.is(i:item(), 5, "exactly max_iters iterations run")
+  tap.raises(function() run(1, {max_iters = 3}) end, {"while_loop", "max_iters=3"}, "past max_iters is an error")
+  tap.raises(function() grace.while_loop(function(x) return x:sum():lt(100) end, function(x) return x:narrow(1, 1, 2) end,
+                                         {X()}) end,
+             {"body_fn changes state 1 from float32 [4] to float32 [2]"}, "a body changing the state's shape")
+  tap.raises(function() grace.while_loop(function(x) return x:lt(100) end, function(x) return x end, {X()}) end,
+             {"cond_fn's result must be a 0-d tensor", "bool [4]"}, "a cond returning a vector")
+  tap.raises(function() grace.while_loop(function(x) return x:sum():lt(100) end, function(x) return x:int() end, {X()}) end,
+             {"body_fn changes state 1 from float32 [4] to int32 [4]"}, "a body changing the state's dtype")
+  tap.raises(function() grace.while_loop(add, add, {1}) end, {"state[1] is a number, not a tensor"}, "a number in the state")
+  tap.raises(function() grace.while_loop(add, add, {X()}, {max_iters = -1}) end, {"max_iters must be an integer >= 0"},
+             "a negative max_iters")
+end)
+
+-- y doubled until its sum passes `limit`, counting the doublings; cond picks per iteration
+local function doubling(x, limit)
+  return grace.while_loop(function(n, v) return v:sum():lt(limit) end,
+                          function(n, v) return n + 1, grace.cond(n:remainder(2):eq(0), function(u) return u * 2 end,
+                                                                   function(u) return u * 3 end, v) end,
+                          {grace.tensor(0), x})
+end
+
+section("nested regions eagerly", function()
+  local n, v = doubling(grace.tensor({1.0, 1, 1, 1}), 100)
+  -- by hand: 4 -> 8 (x2) -> 24 (x3) -> 48 (x2) -> 144 (x3): 4 iterations, elements 36
+  tap.is(n:item(), 4, "cond inside while: iterations")
+  tap.ok(same_list(list(v), {36, 36, 36, 36}), "cond inside while: values")
+  local r = grace.cond(grace.tensor(true), function(x) return select(2, doubling(x, 50)) end, function(x) return x end,
+                       grace.tensor({1.0, 1, 1, 1}))
+  tap.ok(same_list(list(r), {36, 36, 36, 36}), "while inside cond")
+end)
+
+-- Compiles f, calls it on each input list, and compares every result with the eager call of f; returns the
+-- compiled function.
+local function against_eager(name, f, inputs)
+  local cf = grace.compile(f)
+  local good = true
+  for k, args in ipairs(inputs) do
+    local want = table.pack(f(table.unpack(args)))
+    local got = table.pack(cf(table.unpack(args)))
+    for j = 1, want.n do
+      if not same_tensor(got[j], want[j]) then
+        good = false
+        tap.diag(("%s call %d result %d: got %s want %s"):format(name, k, j, tostring(got[j]), tostring(want[j])))
+      end
+    end
+  end
+  tap.ok(good, name .. ": compiled results equal eager ones")
+  return cf
+end
+
+section("compiled cond", function()
+  local w = grace.tensor({2.0, 2, 2, 2})   -- from outside the branch: an explicit argument of the region
+  local f = function(p, x, y)
+    local r = grace.cond(p, function(a, b) return a + b * w end, function(a, b) return (a - b):abs() end, x, y)
+    return r * 3 + x
+  end
+  for _, pc in ipairs({{"bool", grace.tensor(true), grace.tensor(false)}, {"float", grace.tensor(0.5), grace.tensor(0.0)},
+                       {"int", grace.tensor(7), grace.tensor(0)}}) do
+    local cf = against_eager("cond, " .. pc[1] .. " predicate", f,
+                             {{pc[2], X(), Y()}, {pc[3], X(), Y()}, {pc[2], Y(), X()}, {pc[3], Y(), X()}})
+    local s = cf:stats()
+    tap.ok(s.traces == 1 and s.hits == 3 and s.eager_calls == 0,
+           ("%s: one trace, then hits (traces %d, hits %d, eager %d)"):format(pc[1], s.traces, s.hits, s.eager_calls))
+    local ir = cf:ir()
+    tap.ok(ir and ir:find("= cond %%0, %%1, %%2, %%3 : f32%[4%]") and ir:find("func @then") and ir:find("func @else"),
+           pc[1] .. ": the IR holds the region, w passed in as an argument")
+  end
+  -- a branch returning its argument unchanged
+  against_eager("a branch returning its argument", function(p, x)
+    local r = grace.cond(p, function(a) return a end, function(a) return a + 1 end, x)
+    return r, x * 2
+  end, {{grace.tensor(true), X()}, {grace.tensor(false), X()}})
+end)
+
+section("compiled while_loop", function()
+  local f = function(x, limit) return doubling(x, limit) end
+  local cf = against_eager("cond inside while", f, {{grace.tensor({1.0, 1, 1, 1}), 100}, {grace.tensor({1.0, 2, 3, 4}), 100},
+                                                     {grace.tensor({50.0, 50, 50, 50}), 100}, {grace.tensor({0.5, 0, 0, 0}), 100}})
+  local s = cf:stats()
+  tap.ok(s.traces == 1 and s.hits == 3, ("loops of 4, 3, 0 and 8 iterations share one trace (traces %d, hits %d)"):format(s.traces, s.hits))
+  tap.ok(cf:ir():find("= while") and cf:ir():find("= cond"), "the IR holds the while with a cond in its body")
+  local g = function(p, x)
+    return grace.cond(p, function(v) return select(2, doubling(v, 1000)) end, function(v) return v - 1 end, x)
+  end
+  local cg = against_eager("while inside cond", g, {{grace.tensor(true), X():abs()}, {grace.tensor(false), X()},
+                                                     {grace.tensor(true), Y():abs()}})
+  tap.is(cg:stats().traces, 1, "while inside cond: one trace")
+  local bounded = grace.compile(function(x) return grace.while_loop(function(v) return v:sum():lt(1000) end,
+                                                                    function(v) return v * 2 end, {x}, {max_iters = 4}) end)
+  tap.ok(same_list(list(bounded(grace.tensor({100.0, 100}))), {800, 800}), "compiled max_iters: within the bound")
+  tap.raises(function() bounded(grace.tensor({1.0, 1})) end, {"max_iters=4"}, "compiled max_iters: past the bound")
+end)
+
+section("compiled errors", function()
+  tap.raises(function() grace.compile(function(p, x)
+      return grace.cond(p, function(a) return a end, function(a) return a:narrow(1, 1, 2) end, x) end)(grace.tensor(true), X())
+  end, {"result 1 is float32 [4] from then_fn but float32 [2] from else_fn"}, "branches of different shapes")
+  tap.raises(function() grace.compile(function(p, x)
+      return grace.cond(p, function(a) return a end, function(a) return a:double() end, x) end)(grace.tensor(true), X())
+  end, {"float32 [4] from then_fn but float64 [4] from else_fn"}, "branches of different dtypes")
+  tap.raises(function() grace.compile(function(p, x)
+      return grace.cond(p, function(a) return a, a end, function(a) return a end, x) end)(grace.tensor(false), X())
+  end, {"then_fn returns 2 tensors, else_fn 1"}, "branches returning different counts")
+  tap.raises(function() grace.compile(function(x)
+      return grace.while_loop(function(v) return v:sum():lt(10) end, function(v) return v:sum() end, {x}) end)(X())
+  end, {"body_fn changes state 1 from float32 [4] to float32 []"}, "a body changing the state's shape")
+  tap.raises(function() grace.compile(function(p, x)
+      return grace.cond(p, add, mul, x, x) end)(grace.tensor({1, 0}), X())
+  end, {"predicate must be a 0-d tensor", "int64 [2]"}, "a non-0-d predicate")
+  local outside = X()
+  tap.raises(function() grace.compile(function(p, x)
+      return grace.cond(p, function(a) outside:add_(1) return a end, function(a) return a end, x) end)(grace.tensor(true), X())
+  end, {"writes in place to a tensor from outside it"}, "an in-place write to a tensor from outside the branch")
+  tap.ok(same_list(list(outside), XV), "and the write did not happen")
+end)
+
+section("what runs eagerly", function()
+  local f = grace.compile(function(p, x)
+    return grace.cond(p, function(a) return a * a:sum():item() end, function(a) return a end, x)
+  end)
+  tap.ok(same_list(list(f(grace.tensor(true), X())), map2(XV, XV, function(u) return u * 2.75 end)), "host read in a branch: right")
+  local ir, why = f:ir()
+  tap.ok(ir == nil and tostring(why):find("reads a tensor on the host", 1, true) and tostring(why):find("inside a cond", 1, true),
+         "host read in a branch: runs eagerly, and says why: " .. tostring(why))
+  local g = grace.compile(function(p, x)
+    local r = grace.cond(p, function(a) return a + 1 end, function(a) return a - 1 end, x)
+    return r * r:sum():item()
+  end)
+  local want = map2(XV, XV, function(u) return u + 1 end)
+  local s = 0 for _, v in ipairs(want) do s = s + v end
+  tap.ok(same_list(list(g(grace.tensor(true), X())), map2(want, want, function(u) return u * s end)), "region and break: right")
+  local _, gwhy = g:ir()
+  tap.ok(tostring(gwhy):find("graph breaks cannot be replayed yet", 1, true), "region and break: says why: " .. tostring(gwhy))
+  local h = grace.compile(function(p, x) return grace.cond(p, function(a) return a + grace.rand(4) end, add, x, x) end)
+  h(grace.tensor(true), X())
+  local _, hwhy = h:ir()
+  tap.ok(tostring(hwhy):find("rand inside a cond or while_loop function", 1, true), "random in a branch: says why: " .. tostring(hwhy))
+  -- a Lua number read by a branch: a literal of the sub-program, so a new value traces again
+  local k = grace.compile(function(p, x, n) return grace.cond(p, function(a) return a * n end, function(a) return a end, x) end)
+  tap.ok(same_list(list(k(grace.tensor(true), X(), 2)), map2(XV, XV, function(u) return u * 2 end)) and
+         same_list(list(k(grace.tensor(true), X(), 3)), map2(XV, XV, function(u) return u * 3 end)),
+         "a number used inside a branch: right for each value")
+end)
+
+section("the IR text of a compiled region round-trips", function()
+  local cf = grace.compile(function(x) return doubling(x, 100) end)
+  cf(grace.tensor({1.0, 2, 3, 4}))
+  local text = cf:ir()
+  tap.ok(text and text:find("    func @body {", 1, true) and text:find("        func @then {", 1, true),
+         "nested sub-programs print indented")
+end)
+
+tap.done()
