@@ -114,6 +114,8 @@ local entries = {
   {{"attention"}, "grace.attention(q, k, v [, {mask=, scale=}]): scaled dot-product attention"},
   -- compiling
   {{"compile"}, "grace.compile(fn [, opts]): a callable that traces fn into grace's IR and runs the compiled program"},
+  {{"cond"}, "grace.cond(pred, then_fn, else_fn, ...): then_fn(...) or else_fn(...) by a 0-d pred; one region when compiled"},
+  {{"while_loop"}, "grace.while_loop(cond_fn, body_fn, state [, {max_iters=}]): body_fn on the state while cond_fn holds"},
   {{"explain"}, "grace.explain(fn, ...): prints the partitions, breaks, placement and guards of a trace of fn"},
   {{"eager"}, "grace.eager(fn): runs fn outside the trace"},
   {{"report"}, "grace.report(f): the launch strategy and timings of compiled function f's device programs"},
