@@ -49,7 +49,13 @@ CTEST_SRC := $(wildcard tests/c/*.c)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test test-programs check asan clean install demo bench-cpu
-all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so
+all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so $(BUILD)/grace.so $(BUILD)/libgrace_lua.a
+
+# Where Debian's lua5.4 looks for modules of PREFIX: /usr uses the multiarch C module folder, other prefixes
+# (/usr/local, a private one) lib/lua/5.4; Lua sources go under share/lua/5.4 either way.
+MULTIARCH   := $(shell $(CC) -print-multiarch 2>/dev/null)
+LUA_CMODDIR ?= $(if $(and $(filter /usr,$(PREFIX)),$(MULTIARCH)),$(PREFIX)/lib/$(MULTIARCH)/lua/5.4,$(PREFIX)/lib/lua/5.4)
+LUA_LMODDIR ?= $(PREFIX)/share/lua/5.4
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -90,6 +96,16 @@ $(BUILD)/obj/cg_templates.o: $(BUILD)/obj/cg_templates.c
 
 $(BUILD)/grace: $(BUILD)/obj/lua/main.o $(LUA_OBJ) $(BUILD)/libgrace.a
 	$(CC) -o $@ $^ $(DEP_LIB) -llua5.4 $(RL_LIB) $(LDLIBS_ALL)
+
+# The Lua module for a stock Lua 5.4 (require "grace"): the binding, the embedded stdlib and libgrace in one
+# object that exports only luaopen_grace; Lua's own functions come from the interpreter that loads it.
+$(BUILD)/grace.so: $(LUA_OBJ) $(CORE_OBJ) tools/grace_lua.map
+	$(CC) -shared -Wl,--version-script=tools/grace_lua.map -o $@ $(LUA_OBJ) $(CORE_OBJ) $(LDLIBS_ALL)
+
+# The Lua layer for hosts that own a lua_State (include/grace_lua.h); link it before -lgrace -llua5.4.
+$(BUILD)/libgrace_lua.a: $(LUA_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
 
 $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
@@ -144,6 +160,10 @@ install: all
 	install -m 644 $(BUILD)/libgrace.a $(DESTDIR)$(PREFIX)/lib/libgrace.a
 	install -m 755 $(BUILD)/libgrace.so $(DESTDIR)$(PREFIX)/lib/libgrace.so
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libgrace_lua.a $(DESTDIR)$(PREFIX)/lib/libgrace_lua.a
+	install -d $(DESTDIR)$(LUA_CMODDIR) $(DESTDIR)$(LUA_LMODDIR)/grace
+	install -m 755 $(BUILD)/grace.so $(DESTDIR)$(LUA_CMODDIR)/grace.so
+	install -m 644 $(STDLIB) $(DESTDIR)$(LUA_LMODDIR)/grace/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define GRACE_VERSION "\(.*\)"/\1/p' include/grace.h)|' \
 	    tools/grace.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/grace.pc
 

@@ -10,15 +10,23 @@
 
 #define VM_KEY "grace.vm"
 
+/* The registry's VM: owned (freed by __gc when the state closes) unless a host gave it (grace_lua_open). */
+typedef struct { grace_vm *vm; int owned; } vm_box;
+
 typedef struct { const char *name; const char *src; size_t len; } stdlib_file;
 extern const stdlib_file grace_stdlib_files[];
 
-grace_vm *lgrace_vm(lua_State *L) {
+grace_vm *grace_lua_vm(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
-  grace_vm **pvm = lua_touserdata(L, -1);
+  vm_box *box = lua_touserdata(L, -1);
   lua_pop(L, 1);
-  if (!pvm || !*pvm) luaL_error(L, "grace: the module is not open (no VM)");
-  return *pvm;
+  return box ? box->vm : NULL;
+}
+
+grace_vm *lgrace_vm(lua_State *L) {
+  grace_vm *vm = grace_lua_vm(L);
+  if (!vm) luaL_error(L, "grace: the module is not open (no VM)");
+  return vm;
 }
 
 int lgrace_error(lua_State *L, grace_vm *vm) {
@@ -48,8 +56,9 @@ static void *asan_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t 
 #endif
 
 static int vm_gc(lua_State *L) {
-  grace_vm **pvm = lua_touserdata(L, 1);
-  if (pvm && *pvm) { grace_vm_free(*pvm); *pvm = NULL; }
+  vm_box *box = lua_touserdata(L, 1);
+  if (box && box->vm && box->owned) grace_vm_free(box->vm);
+  if (box) box->vm = NULL;
   return 0;
 }
 
@@ -242,40 +251,41 @@ void lgrace_open_compile(lua_State *L);   /* lgrace_compile.c: compile, explain,
 void lgrace_open_io(lua_State *L);        /* lgrace_io.c: save, load */
 void lgrace_open_region(lua_State *L);    /* lgrace_region.c: cond, while_loop */
 
-int luaopen_grace(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, VM_KEY);
-  int have = !lua_isnil(L, -1);
-  lua_pop(L, 1);
-  if (!have) {
-    grace_vm **pvm = lua_newuserdatauv(L, sizeof *pvm, 0);
-    *pvm = NULL;
-    lua_newtable(L);
-    lua_pushcfunction(L, vm_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    char err[256] = "";
-    grace_config cfg = {.index_base = 1};
+/* Makes the registry's VM box: vm when the host gave one, else a new VM. */
+static void open_vm(lua_State *L, grace_vm *given) {
+  vm_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+  box->vm = given;
+  box->owned = !given;
+  lua_newtable(L);
+  lua_pushcfunction(L, vm_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  char err[256] = "";
+  grace_config cfg = {.index_base = 1};
 #ifdef LGRACE_ASAN
-    cfg.alloc = asan_alloc;
+  cfg.alloc = asan_alloc;
 #endif
-    check_log_topics();
-    *pvm = grace_vm_new(&cfg, err, sizeof err);
-    if (!*pvm) return luaL_error(L, "grace: %s", err);
-    lua_setfield(L, LUA_REGISTRYINDEX, VM_KEY);
-    /* the embedded standard library is searched before package.path */
-    lua_getglobal(L, "package");
+  check_log_topics();
+  if (!given) box->vm = grace_vm_new(&cfg, err, sizeof err);
+  if (!box->vm) luaL_error(L, "grace: %s", err);
+  lua_setfield(L, LUA_REGISTRYINDEX, VM_KEY);
+  /* the embedded standard library is searched before package.path */
+  lua_getglobal(L, "package");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "searchers");
     if (lua_istable(L, -1)) {
-      lua_getfield(L, -1, "searchers");
-      if (lua_istable(L, -1)) {
-        lua_Integer n = luaL_len(L, -1);
-        for (lua_Integer i = n; i >= 2; i--) { lua_geti(L, -1, i); lua_seti(L, -2, i + 1); }
-        lua_pushcfunction(L, stdlib_searcher);
-        lua_seti(L, -2, 2);
-      }
-      lua_pop(L, 1);
+      lua_Integer n = luaL_len(L, -1);
+      for (lua_Integer i = n; i >= 2; i--) { lua_geti(L, -1, i); lua_seti(L, -2, i + 1); }
+      lua_pushcfunction(L, stdlib_searcher);
+      lua_seti(L, -2, 2);
     }
     lua_pop(L, 1);
   }
+  lua_pop(L, 1);
+}
+
+int luaopen_grace(lua_State *L) {
+  if (!grace_lua_vm(L)) open_vm(L, NULL);
   luaL_newlib(L, grace_funcs);
   lua_pushliteral(L, GRACE_VERSION);
   lua_setfield(L, -2, "version");
@@ -286,4 +296,21 @@ int luaopen_grace(lua_State *L) {
   open_stdlib_part(L, "grace.help");   /* grace.help: the one-line docs */
   lgrace_open_region(L);
   return 1;
+}
+
+/* grace_lua_open's protected part: the host's VM (a light userdata, or none) is argument 1. */
+static int host_open(lua_State *L) {
+  grace_vm *vm = lua_touserdata(L, 1), *have = grace_lua_vm(L);
+  if (vm && have && vm != have) return luaL_error(L, "grace_lua_open: the state already uses another VM");
+  if (vm && grace_index_base(vm) != 1)
+    return luaL_error(L, "grace_lua_open: the VM must be made with index_base 1 (Lua counts from 1)");
+  if (vm && !have) open_vm(L, vm);
+  luaL_requiref(L, "grace", luaopen_grace, 1);
+  return 0;
+}
+
+int grace_lua_open(lua_State *L, grace_vm *vm) {
+  lua_pushcfunction(L, host_open);
+  lua_pushlightuserdata(L, vm);
+  return lua_pcall(L, 1, 0, 0);
 }

@@ -4,10 +4,9 @@
 
 #include <lua.h>
 #include "grace.h"
-
-/* Opens the module: creates the VM (device from $GRACE_DEVICE, default auto), registers the tensor
- * metatable and the searcher for the embedded standard library (require "grace.nn"). */
-int luaopen_grace(lua_State *L);
+/* luaopen_grace (creates the VM, registers the tensor metatable and the searcher for the embedded standard
+ * library, require "grace.nn") and the host's functions: exported from grace.so and libgrace_lua.a */
+#include "grace_lua.h"
 
 /* The VM of the state (created by luaopen_grace); raises a Lua error if the module is not open. */
 grace_vm *lgrace_vm(lua_State *L);

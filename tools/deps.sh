@@ -18,6 +18,8 @@ libreadline-dev   optional  file:/usr/include/readline/readline.h   libreadline8
 python3-numpy     test      python:numpy
 perl              test      cmd:prove
 tmux              test      cmd:tmux
+lua5.4            test      cmd:lua5.4
+g++               test      cmd:g++
 '
 
 if [ "${1:-}" = "--debs" ]; then

@@ -1,0 +1,37 @@
+/* grace_lua.h: grace in a Lua 5.4 state the host owns (a game, an editor, a server embedding Lua).
+ * Link with -lgrace_lua -lgrace -llua5.4 and libgrace's own libraries (pkg-config --libs --static grace).
+ * The Lua module is the one `require "grace"` loads from grace.so; here it is linked into the host instead. */
+#ifndef GRACE_LUA_H
+#define GRACE_LUA_H
+
+#include <lua.h>
+#include "grace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+/* The module's opener, as `require "grace"` calls it (luaL_requiref(L, "grace", luaopen_grace, 1) works too). The
+ * first open in a state makes a VM (device from $GRACE_DEVICE, else auto) that the state owns: lua_close frees it. */
+int luaopen_grace(lua_State *L);
+
+/* Opens the module into L as `require "grace"` does (package.loaded.grace and the global `grace`) and leaves
+ * nothing on the stack. vm: a VM the host made (with index_base 1, as Lua counts from 1) and still owns: free it
+ * after lua_close(L); NULL: a new VM that the state owns. Nothing is raised: returns LUA_OK, or a Lua error status
+ * with the message on top of the stack. Opening again in the same state is LUA_OK when vm is NULL or the VM the
+ * state already uses. */
+int grace_lua_open(lua_State *L, grace_vm *vm);
+
+/* The VM of the module open in L; NULL when it is not open. */
+grace_vm *grace_lua_vm(lua_State *L);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,79 @@
+#!/bin/sh
+# install.sh: `make install PREFIX=...` into a temporary prefix, then the installed Lua module under Debian's stock
+# lua5.4 (require "grace", the stdlib through it and from share/lua/5.4), what grace.so exports, and the headers
+# and libraries a host links. Run by prove through tests/run.sh, which sets $GRACE (the build folder is its folder).
+GRACE=${GRACE:-build/grace}
+build=$(dirname "$GRACE")
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+n=0
+failed=0
+ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
+  n=$((n + 1))
+  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
+    echo "not ok $n - $2"; failed=$((failed + 1))
+    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
+  fi
+}
+is() { [ "$2" = "$3" ]; ok $? "$1" "got: [$2]
+expected: [$3]"; }
+
+echo "1..9"
+p=$tmp/p
+out=$(make -s --no-print-directory BUILD="$build" PREFIX="$p" install 2>&1); st=$?
+is "make install PREFIX=$p succeeds" "$st" "0"
+[ $st -eq 0 ] || echo "$out" | sed 's/^/# /'
+for f in bin/grace lib/libgrace.so lib/libgrace.a lib/libgrace_lua.a include/grace.h include/grace_lua.h \
+         lib/lua/5.4/grace.so share/lua/5.4/grace/nn.lua; do
+  [ -f "$p/$f" ] || missing="$missing $f"
+done
+is "installed files are there" "${missing:-}" ""
+
+exports=$(nm -D --defined-only "$p/lib/lua/5.4/grace.so" | awk '$2 ~ /^[TDBRVW]$/ { print $3 }')
+is "grace.so exports only luaopen_grace" "$exports" "luaopen_grace"
+
+if [ -n "${GRACE_SANITIZED:-}" ]; then   # a sanitized grace.so cannot load into an unsanitized lua5.4
+  for i in 4 5 6 7 8 9; do echo "ok $i # SKIP sanitized build"; done; exit 0
+fi
+export LUA_CPATH="$p/lib/lua/5.4/?.so;;" LUA_PATH="$p/share/lua/5.4/?.lua;;"
+out=$(lua5.4 -e 'local grace = require "grace"; print(grace.ones{2,2})' 2>&1)
+is "lua5.4: require \"grace\" and print(grace.ones{2,2})" "$out" "tensor([[1., 1.],
+        [1., 1.]])"
+
+out=$(lua5.4 -e 'local g = require "grace"; local f = g.compile(function(x) return x * 2 + 1 end)
+local r; for i = 1, 3 do r = f(g.arange(4)) end
+print(r:tolist()[4], f:stats().traces, f:stats().hits)' 2>&1)
+is "lua5.4: a compiled function traces once, then hits" "$out" "$(printf '7\t1\t2')"
+
+out=$(lua5.4 -e 'local g = require "grace"; local nn = require "grace.nn"; print(nn.Linear ~= nil, g.version)' 2>&1)
+is "lua5.4: require \"grace.nn\" (embedded stdlib)" "$out" "$(printf 'true\t%s' "$("$GRACE" -e 'print(grace.version)')")"
+
+out=$(lua5.4 -e 'require "grace"; print(package.searchpath("grace.nn", package.path))' 2>&1)
+is "the stdlib's sources are on the installed Lua path" "$out" "$p/share/lua/5.4/grace/nn.lua"
+
+out=$(lua5.4 -e 'local g = require "grace"; print(pcall(g.ones, {2}, "nosuch"))' 2>&1)
+case "$out" in false*) st=0 ;; *) st=1 ;; esac
+ok $st "lua5.4: a grace error is a Lua error" "$out"
+
+# a host linking the installed libraries: grace_lua_open into its own state
+cat > "$tmp/host.c" <<'C'
+#include <stdio.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include "grace_lua.h"
+int main(void) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  if (grace_lua_open(L, NULL) != LUA_OK) { fprintf(stderr, "%s\n", lua_tostring(L, -1)); return 1; }
+  if (luaL_dostring(L, "print(grace.arange(3):sum():item())")) { fprintf(stderr, "%s\n", lua_tostring(L, -1)); return 1; }
+  printf("%d\n", grace_lua_vm(L) != NULL);
+  lua_close(L);
+  return 0;
+}
+C
+out=$(cc -std=c11 -Wall -Wextra -Werror -I"$p/include" -I/usr/include/lua5.4 -o "$tmp/host" "$tmp/host.c" \
+      -L"$p/lib" -lgrace_lua -Wl,-Bstatic -lgrace -Wl,-Bdynamic -llua5.4 -lmimalloc -ljansson -lz -lm -ldl -lpthread 2>&1 \
+      && "$tmp/host" 2>&1)
+is "a C host links libgrace_lua.a and libgrace.a and opens the module" "$out" "3
+1"
+[ $failed -eq 0 ]
