@@ -48,7 +48,7 @@ STDLIB   := $(sort $(wildcard stdlib/grace/*.lua))
 CTEST_SRC := $(wildcard tests/c/*.c)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-programs check asan clean install demo bench-cpu
+.PHONY: all examples test test-programs check asan clean install demo bench-cpu
 all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so $(BUILD)/grace.so $(BUILD)/libgrace_lua.a
 
 # Where Debian's lua5.4 looks for modules of PREFIX: /usr uses the multiarch C module folder, other prefixes
@@ -111,6 +111,18 @@ $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
 
+# make examples: the C hosts of examples/embed (tests/cli/embed.sh runs them and host.py).
+EXAMPLES := $(BUILD)/examples/c_only $(BUILD)/examples/game_loop
+examples: $(EXAMPLES)
+
+$(BUILD)/examples/c_only: examples/embed/c_only.c $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
+
+$(BUILD)/examples/game_loop: examples/embed/game_loop.c $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
+
 TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py)) tools/layers.sh
 # make check: every test file but the four that generate and check kernels over many random cases (about 2.5 of
 # make test's 3 minutes on 2 cores, one at a time; measured in bench/RESULTS.md): under a minute on 2 cores.
@@ -130,7 +142,7 @@ endif
 PROVE = GRACE=$(abspath $(BUILD)/grace) GRACE_TEST_LOGS=$(TEST_LOGS) prove -j$(JOBS) $(PROVE_QUIET) \
   --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS)
 
-test-programs: all $(CTEST_BIN)   # what the tests run (a recipe, so make says nothing when all are built)
+test-programs: all $(CTEST_BIN) $(EXAMPLES)   # what the tests run (a recipe, so make says nothing when all are built)
 	@:
 
 test:
@@ -170,4 +182,4 @@ install: all
 clean:
 	rm -rf build build-asan
 
--include $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(BUILD)/obj/lua/main.d $(CTEST_BIN:=.d)
+-include $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(BUILD)/obj/lua/main.d $(CTEST_BIN:=.d) $(EXAMPLES:=.d)

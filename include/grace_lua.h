@@ -28,6 +28,13 @@ int grace_lua_open(lua_State *L, grace_vm *vm);
 /* The VM of the module open in L; NULL when it is not open. */
 grace_vm *grace_lua_vm(lua_State *L);
 
+/* The tensor at stack index idx (borrowed: valid while the Lua value lives; grace_tensor_retain keeps it), or
+ * NULL when the value is no grace tensor. */
+grace_tensor *grace_lua_totensor(lua_State *L, int idx);
+/* Pushes t as a Lua tensor holding a reference of its own (the caller keeps its reference). The module must be
+ * open in L and t made by its VM. */
+void grace_lua_pushtensor(lua_State *L, grace_tensor *t);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

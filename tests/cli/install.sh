@@ -61,19 +61,37 @@ cat > "$tmp/host.c" <<'C'
 #include <lauxlib.h>
 #include <lualib.h>
 #include "grace_lua.h"
+static int run(lua_State *L, const char *code) {
+  if (luaL_dostring(L, code) == LUA_OK) return 0;
+  printf("%s\n", lua_tostring(L, -1));
+  return 1;
+}
 int main(void) {
-  lua_State *L = luaL_newstate();
+  lua_State *L = luaL_newstate();   /* the state makes and owns its VM */
   luaL_openlibs(L);
-  if (grace_lua_open(L, NULL) != LUA_OK) { fprintf(stderr, "%s\n", lua_tostring(L, -1)); return 1; }
-  if (luaL_dostring(L, "print(grace.arange(3):sum():item())")) { fprintf(stderr, "%s\n", lua_tostring(L, -1)); return 1; }
-  printf("%d\n", grace_lua_vm(L) != NULL);
+  if (grace_lua_open(L, NULL) != LUA_OK || run(L, "print(grace.arange(3):sum():item())")) return 1;
   lua_close(L);
+  grace_config c0 = {.device = "cpu"}, c1 = {.device = "cpu", .index_base = 1};
+  grace_vm *vm0 = grace_vm_new(&c0, NULL, 0), *vm1 = grace_vm_new(&c1, NULL, 0);
+  L = luaL_newstate();              /* the host's VM: a 0-based one is refused, a 1-based one used */
+  luaL_openlibs(L);
+  if (grace_lua_open(L, vm0) == LUA_OK) return 1;
+  printf("%s\n", lua_tostring(L, -1));
+  lua_pop(L, 1);
+  if (grace_lua_open(L, vm1) != LUA_OK || run(L, "print(grace.tensor{5, 7}:argmax())")) return 1;
+  printf("%d %d\n", grace_lua_vm(L) == vm1, grace_lua_open(L, vm0) != LUA_OK);
+  lua_close(L);
+  grace_vm_free(vm0);               /* still the host's after lua_close */
+  grace_vm_free(vm1);
   return 0;
 }
 C
 out=$(cc -std=c11 -Wall -Wextra -Werror -I"$p/include" -I/usr/include/lua5.4 -o "$tmp/host" "$tmp/host.c" \
-      -L"$p/lib" -lgrace_lua -Wl,-Bstatic -lgrace -Wl,-Bdynamic -llua5.4 -lmimalloc -ljansson -lz -lm -ldl -lpthread 2>&1 \
+      -L"$p/lib" -lgrace_lua -Wl,-Bstatic -lgrace -Wl,-Bdynamic -llua5.4 -lmimalloc -ljansson -lz -lm -ldl -lpthread \
+      ${GRACE_SANITIZED:+-fsanitize=address,undefined} 2>&1 \
       && "$tmp/host" 2>&1)
-is "a C host links libgrace_lua.a and libgrace.a and opens the module" "$out" "3
-1"
+is "a C host links libgrace_lua.a and libgrace.a; grace_lua_open with its own VM or the host's" "$out" "3
+grace_lua_open: the VM must be made with index_base 1 (Lua counts from 1)
+tensor(2)
+1 1"
 [ $failed -eq 0 ]
