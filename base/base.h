@@ -39,6 +39,7 @@ struct grace_vm {
   int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
   int matmul_mode;               /* grace_set_matmul: 0 unset (GRACE_MATMUL decides), else gpu_mm_choice + 1 */
   size_t tensor_bytes;           /* in the storages of live tensors, host and device (grace_tensor_bytes) */
+  size_t max_bytes;              /* cap on tensor_bytes (grace_set_memory_limit), 0: none */
   grace_progress_fn progress;    /* grace_set_progress */
   void *progress_ud;
   char info[160];

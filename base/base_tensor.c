@@ -54,6 +54,12 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
   size_t bytes = 0;
   if ((unsigned)dt >= GRACE_NDTYPES) { vm_err(vm, GRACE_EDTYPE, "%s: invalid dtype %d", op, (int)dt); return NULL; }
   if (check_shape(vm, op, ndim, sizes, grace_dtype_size(dt), &bytes) != GRACE_OK) return NULL;
+  /* checked before anything is allocated, so a refused storage leaves the VM as it was */
+  if (vm->max_bytes && (bytes > vm->max_bytes || vm->tensor_bytes > vm->max_bytes - bytes)) {
+    vm_err(vm, GRACE_ENOMEM, "%s: memory limit of %zu bytes reached (%zu in use, %zu requested)", op, vm->max_bytes,
+           vm->tensor_bytes, bytes);
+    return NULL;
+  }
   vm_storage *s = vm_alloc(vm, sizeof *s);
   grace_tensor *t = vm_alloc(vm, sizeof *t);
   void *data = NULL;
@@ -97,6 +103,10 @@ grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, i
 void grace_tensor_retain(grace_tensor *t) { if (t) t->refcount++; }
 
 size_t grace_tensor_bytes(const grace_vm *vm) { return vm->tensor_bytes; }
+
+void grace_set_memory_limit(grace_vm *vm, size_t bytes) { vm->max_bytes = bytes; }
+
+size_t grace_memory_limit(const grace_vm *vm) { return vm->max_bytes; }
 
 void grace_tensor_release(grace_tensor *t) {
   if (!t || --t->refcount > 0) return;

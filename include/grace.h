@@ -80,6 +80,7 @@ typedef struct grace_config {
   const char *device;     /* "cpu", "cuda" or "auto" (NULL: $GRACE_DEVICE, else "auto") */
   int threads;            /* CPU worker threads; 0: one per core */
   int index_base;         /* values of index tensors (argmax, gather, ...): 0 (C, default) or 1 (Lua) */
+  size_t max_bytes;       /* cap on grace_tensor_bytes, host and device together (grace_set_memory_limit); 0: none */
 } grace_config;
 
 /* NULL cfg gives the defaults. On failure returns NULL and, if err is not NULL, writes a message there. */
@@ -176,6 +177,12 @@ int64_t grace_tensor_numel(const grace_tensor *t);
 /* Bytes held by the storages of the VM's live tensors, host and device (views count their storage once). A
  * garbage-collected host uses it to pace its collector (lua/ does). */
 size_t grace_tensor_bytes(const grace_vm *vm);
+/* Caps grace_tensor_bytes (0: no cap): a new storage that would take it past `bytes` is GRACE_ENOMEM ("memory limit
+ * of N bytes reached (M in use, K requested)") and nothing is allocated; the VM stays usable, and releasing tensors
+ * makes room again. A cap below what is in use only stops new storages. For scripts the host does not trust:
+ * the device's cached blocks, kernels and host bookkeeping are not counted, only tensor storages. */
+void grace_set_memory_limit(grace_vm *vm, size_t bytes);
+size_t grace_memory_limit(const grace_vm *vm);
 grace_dtype grace_tensor_dtype(const grace_tensor *t);
 grace_device grace_tensor_device(const grace_tensor *t);
 int grace_tensor_is_contiguous(const grace_tensor *t);

@@ -48,6 +48,7 @@ grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
   vm->alloc = alloc;
   vm->alloc_ud = cfg->alloc_ud;
   vm->index_base = cfg->index_base ? 1 : 0;
+  vm->max_bytes = cfg->max_bytes;
   vm->seed = 0x5eed;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   vm->threads = cfg->threads > 0 ? cfg->threads : ncpu > 0 ? (int)(ncpu > 64 ? 64 : ncpu) : 1;
