@@ -177,7 +177,7 @@ static int l_manual_seed(lua_State *L) {
 }
 
 /* package.searchers entry: finds "grace.xxx" in the embedded standard library. */
-static int stdlib_searcher(lua_State *L) {
+int lgrace_stdlib_searcher(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   for (const stdlib_file *f = grace_stdlib_files; f->name; f++) {
     if (strcmp(f->name, name)) continue;
@@ -276,7 +276,7 @@ static void open_vm(lua_State *L, grace_vm *given) {
     if (lua_istable(L, -1)) {
       lua_Integer n = luaL_len(L, -1);
       for (lua_Integer i = n; i >= 2; i--) { lua_geti(L, -1, i); lua_seti(L, -2, i + 1); }
-      lua_pushcfunction(L, stdlib_searcher);
+      lua_pushcfunction(L, lgrace_stdlib_searcher);
       lua_seti(L, -2, 2);
     }
     lua_pop(L, 1);

@@ -113,11 +113,15 @@ grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op) {
  * hold after it: garbage tensors stay within about that much, and a cycle is paid per batch, not per tensor. */
 #define LG_GC_MIN ((size_t)64 << 20)
 void lg_account(lua_State *L, lg_ctx *c, const grace_tensor *t) {
+  /* under a cap (grace_set_memory_limit) garbage must not take the room live tensors may need: a full cycle
+   * every eighth of the cap keeps it within about that */
+  size_t cap = grace_memory_limit(c->vm), next = cap && c->gc_next > cap / 8 ? cap / 8 : c->gc_next;
   c->gc_pending += (size_t)grace_tensor_numel(t) * grace_dtype_size(grace_tensor_dtype(t));
-  if (c->gc_pending < c->gc_next || !lua_gc(L, LUA_GCISRUNNING)) return;
+  if (c->gc_pending < next || !lua_gc(L, LUA_GCISRUNNING)) return;
   size_t kb = c->gc_pending >> 10;
   c->gc_pending = 0;
-  lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
+  if (cap) lua_gc(L, LUA_GCCOLLECT);
+  else lua_gc(L, LUA_GCSTEP, kb > INT_MAX ? INT_MAX : (int)kb);
   size_t live = grace_tensor_bytes(c->vm);
   c->gc_next = live > LG_GC_MIN ? live : LG_GC_MIN;
 }
@@ -125,7 +129,12 @@ void lg_account(lua_State *L, lg_ctx *c, const grace_tensor *t) {
 int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout) {
   grace_tensor **slot[4], *out[4];
   for (int i = 0; i < nout; i++) slot[i] = lg_newslot(L);
-  if (grace_run(c->vm, op, nin, in, a, nout, out) != GRACE_OK) return lg_fail(L, c);
+  grace_status st = grace_run(c->vm, op, nin, in, a, nout, out);
+  if (st == GRACE_ENOMEM && grace_memory_limit(c->vm)) {   /* at the cap: garbage tensors may hold the room */
+    lua_gc(L, LUA_GCCOLLECT);
+    st = grace_run(c->vm, op, nin, in, a, nout, out);
+  }
+  if (st != GRACE_OK) return lg_fail(L, c);
   for (int i = 0; i < nout; i++) *slot[i] = out[i];
   lg_drop(c);
   if (grace_op_kind(op) != GRACE_KIND_VIEW)

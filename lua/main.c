@@ -1,7 +1,8 @@
 /* main.c: the `grace` command. Runs a script, -e chunks or stdin with the grace module preloaded, or an
  * interactive REPL (with readline line editing, history and completion when built with readline).
  * The command line, the `arg` table, error reports and the REPL follow the lua5.4 command, so Lua users
- * find nothing new; what grace adds is --device, GRACE_INIT and the banner naming the backend. */
+ * find nothing new; what grace adds is --device, the limits (--max-memory, --timeout, --sandbox), GRACE_INIT and
+ * the banner naming the backend. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +32,12 @@ static const char *progname = PROGNAME;
 static lua_State *globalL;
 /* Set by the SIGINT handler that is installed while the REPL waits for input. */
 static volatile sig_atomic_t prompt_interrupted;
+
+/* --max-memory, --timeout, --sandbox: in force from the first chunk after GRACE_INIT (limits_on); the deadline is
+ * re-armed for each chunk. Under --sandbox chunks load as text only (load_mode "t"). */
+static grace_lua_limits limits;
+static int limits_on;
+static const char *load_mode;
 
 /* ---- messages ---- */
 
@@ -72,6 +79,9 @@ static void print_usage(FILE *f) {
           "  -W               turn warnings on\n"
           "  --device DEV     default device: cpu, cuda or auto (default: $GRACE_DEVICE, else auto)\n"
           "  --dump-ir        print the IR of every function grace.compile traces (as GRACE_LOG=ir)\n"
+          "  --max-memory N   cap tensor memory and, apart, the Lua heap at N bytes each (suffix K, M or G)\n"
+          "  --timeout S      stop each chunk (script, -e, REPL input) after S seconds of wall time\n"
+          "  --sandbox        no files, processes, C modules or bytecode for the chunks (docs/lua_api.md)\n"
           "  --               stop handling options\n"
           "  -                stop handling options and execute stdin\n"
           "With no script, %s starts the REPL when stdin is a terminal, and runs stdin otherwise.\n"
@@ -156,6 +166,10 @@ static int docall(lua_State *L, int narg, int nres) {
   lua_pushcfunction(L, msghandler);
   lua_insert(L, base);
   globalL = L;
+  if (limits_on && grace_lua_set_limits(L, &limits) != LUA_OK) {   /* a fresh deadline for this chunk */
+    lua_remove(L, base);
+    return LUA_ERRRUN;   /* the message is on top, where report looks */
+  }
   struct sigaction old;
   set_sigint(on_sigint_run, SA_RESETHAND, &old);
   int status = lua_pcall(L, narg, nres, base);
@@ -172,11 +186,11 @@ static int dochunk(lua_State *L, int status) {
 }
 
 static int dofile(lua_State *L, const char *name) {
-  return dochunk(L, luaL_loadfile(L, name));
+  return dochunk(L, luaL_loadfilex(L, name, load_mode));
 }
 
 static int dostring(lua_State *L, const char *s, const char *name) {
-  return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+  return dochunk(L, luaL_loadbufferx(L, s, strlen(s), name, load_mode));
 }
 
 /* -l mod or -l g=mod: global g (or mod) = require(mod). */
@@ -209,7 +223,7 @@ static int pushargs(lua_State *L) {
 static int handle_script(lua_State *L, char **argv) {
   const char *fname = argv[0];
   if (strcmp(fname, "-") == 0 && strcmp(argv[-1], "--") != 0) fname = NULL; /* stdin */
-  int status = luaL_loadfile(L, fname);
+  int status = luaL_loadfilex(L, fname, load_mode);
   if (status == LUA_OK) {
     int n = pushargs(L);
     status = docall(L, n, LUA_MULTRET);
@@ -227,18 +241,68 @@ static int handle_init(lua_State *L) {
 
 /* ---- command line ---- */
 
-enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, NO_ENV = 8, HAS_HELP = 16, DUMP_IR = 32 };
+enum { HAS_E = 1, HAS_I = 2, HAS_V = 4, NO_ENV = 8, HAS_HELP = 16, DUMP_IR = 32, SANDBOX = 64 };
 
 typedef struct {
   int flags;
   int script;         /* index of the script in argv; argc when there is none */
   const char *device; /* --device */
+  size_t max_memory;  /* --max-memory; 0: none */
+  double timeout;     /* --timeout; 0: none */
 } Options;
+
+/* "4096", "512K", "64M", "2G" (powers of 1024). Returns 0 when s is none of these. */
+static int parse_bytes(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(s, &end, 10);
+  if (end == s || errno || *s == '-') return 0;
+  int shift = 0;
+  switch (*end) {
+    case 'K': case 'k': shift = 10; end++; break;
+    case 'M': case 'm': shift = 20; end++; break;
+    case 'G': case 'g': shift = 30; end++; break;
+  }
+  if (*end || n > (SIZE_MAX >> shift)) return 0;
+  *out = (size_t)n << shift;
+  return 1;
+}
+
+/* --name VALUE or --name=VALUE: the value, or NULL when a is not this option. *i moves past a separate value. */
+static const char *long_value(int argc, char **argv, int *i, const char *name, int *missing) {
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n] != '\0') return NULL;
+  if (*i + 1 >= argc) { *missing = 1; return NULL; }
+  return argv[++*i];
+}
+
+/* --max-memory and --timeout; returns 1 when a is one of them, 0 when not, -1 after printing what is wrong. */
+static int collect_limit(int argc, char **argv, int *i, Options *o) {
+  int missing = 0;
+  const char *a = argv[*i], *v;
+  if ((v = long_value(argc, argv, i, "--max-memory", &missing))) {
+    if (parse_bytes(v, &o->max_memory)) return 1;
+    fprintf(stderr, "%s: '--max-memory' needs a byte count (e.g. 4096, 512K, 64M, 2G), got '%s'\n", PROGNAME, v);
+    return -1;
+  }
+  if (!missing && (v = long_value(argc, argv, i, "--timeout", &missing))) {
+    char *end;
+    o->timeout = strtod(v, &end);
+    if (end != v && !*end && o->timeout > 0 && o->timeout < 1e9) return 1;
+    fprintf(stderr, "%s: '--timeout' needs a number of seconds > 0, got '%s'\n", PROGNAME, v);
+    return -1;
+  }
+  if (missing) fprintf(stderr, "%s: '%s' needs an argument\n", PROGNAME, a);
+  return missing ? -1 : 0;
+}
 
 /* Scans the options (like lua5.4's: each is a separate word; -e and -l take the next word unless
  * it is attached). Returns 0, or -1 after printing what is wrong. */
 static int collect_args(int argc, char **argv, Options *o) {
-  int i;
+  int i, lim;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
     o->script = i;
@@ -248,7 +312,10 @@ static int collect_args(int argc, char **argv, Options *o) {
       if (strcmp(a, "--version") == 0) o->flags |= HAS_V;
       else if (strcmp(a, "--help") == 0) o->flags |= HAS_HELP;
       else if (strcmp(a, "--dump-ir") == 0) o->flags |= DUMP_IR;
-      else if (strncmp(a, "--device=", 9) == 0) {
+      else if (strcmp(a, "--sandbox") == 0) o->flags |= SANDBOX;
+      else if ((lim = collect_limit(argc, argv, &i, o)) != 0) {
+        if (lim < 0) goto usage;
+      } else if (strncmp(a, "--device=", 9) == 0) {
         o->device = a + 9;
         if (!*o->device) goto needs_device;
       } else if (strcmp(a, "--device") == 0) {
@@ -297,7 +364,7 @@ static int runargs(lua_State *L, char **argv, int n) {
   for (int i = 1; i < n; i++) {
     const char *a = argv[i];
     if (a[0] != '-') continue;
-    if (strcmp(a, "--device") == 0) { i++; continue; }
+    if (!strcmp(a, "--device") || !strcmp(a, "--max-memory") || !strcmp(a, "--timeout")) { i++; continue; }
     if (a[1] == 'e' || a[1] == 'l') {
       const char *extra = a[2] ? a + 2 : argv[++i];
       int status = a[1] == 'e' ? dostring(L, extra, "=(command line)") : dolibrary(L, extra);
@@ -647,7 +714,7 @@ static int pushline(lua_State *L, int firstline) {
 static int addreturn(lua_State *L) {
   const char *line = lua_tostring(L, -1);
   const char *retline = lua_pushfstring(L, "return %s;", line);
-  int status = luaL_loadbuffer(L, retline, strlen(retline), "=stdin");
+  int status = luaL_loadbufferx(L, retline, strlen(retline), "=stdin", load_mode);
   if (status == LUA_OK) {
     lua_remove(L, -2);
     saveline(line);
@@ -677,7 +744,7 @@ static int multiline(lua_State *L) {
   for (;;) {
     size_t len;
     const char *line = lua_tolstring(L, 1, &len);
-    int status = luaL_loadbuffer(L, line, len, "=stdin");
+    int status = luaL_loadbufferx(L, line, len, "=stdin", load_mode);
     if (!incomplete(L, status)) {
       saveline(line);
       return status;
@@ -687,7 +754,7 @@ static int multiline(lua_State *L) {
     if (r == 0) {
       end_eof_line();
       saveline(line);
-      return luaL_loadbuffer(L, line, len, "=stdin"); /* the "<eof>" error again, to report it */
+      return luaL_loadbufferx(L, line, len, "=stdin", load_mode); /* the "<eof>" error again, to report it */
     }
     lua_pushliteral(L, "\n");
     lua_insert(L, -2);
@@ -784,11 +851,26 @@ static void doREPL(lua_State *L) {
 
 /* ---- main ---- */
 
+/* --max-memory, --timeout and --sandbox, after GRACE_INIT (the user's own setup) and before everything else. */
+static int apply_limits(lua_State *L, const Options *o) {
+  limits = (grace_lua_limits){.max_tensor_bytes = o->max_memory, .max_lua_bytes = o->max_memory,
+                              .timeout = o->timeout};
+  limits_on = o->max_memory || o->timeout > 0;
+  int status = limits_on ? grace_lua_set_limits(L, &limits) : LUA_OK;
+  lua_sethook(L, NULL, 0, 0);   /* armed again by each chunk */
+  if (status == LUA_OK && (o->flags & SANDBOX)) {
+    load_mode = "t";
+    status = grace_lua_sandbox(L);
+  }
+  if (status != LUA_OK) report(L, status);
+  return status;
+}
+
 /* Everything runs in protected mode, so that even an out-of-memory while setting up is a message. */
 static int pmain(lua_State *L) {
   int argc = (int)lua_tointeger(L, 1);
   char **argv = lua_touserdata(L, 2);
-  Options o = {0, 0, NULL};
+  Options o = {0, 0, NULL, 0, 0};
   luaL_checkversion(L);
   if (collect_args(argc, argv, &o) != 0) return 0;
   if (o.flags & HAS_HELP) {
@@ -825,6 +907,7 @@ static int pmain(lua_State *L) {
    * (it is still referenced when the step runs) would wait for a major one, holding megabytes */
   lua_gc(L, LUA_GCINC, 0, 0, 0);
   if (!(o.flags & NO_ENV) && handle_init(L) != LUA_OK) return 0;
+  if (apply_limits(L, &o) != LUA_OK) return 0;
   if (!runargs(L, argv, o.script)) return 0;
   if (o.script < argc && handle_script(L, argv + o.script) != LUA_OK) return 0;
   if (o.flags & HAS_I)

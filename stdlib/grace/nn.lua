@@ -8,11 +8,13 @@ local nn = {}
 local sqrt, fmt = math.sqrt, string.format
 
 -- Errors name the caller's file:line rather than this file: a shape mistake is the script's, not ours.
-local THIS = debug.getinfo(1, "S").source
+-- getinfo is kept here: a sandbox (grace_lua_sandbox) loads this module, then takes `debug` from scripts.
+local getinfo = debug.getinfo
+local THIS = getinfo(1, "S").source
 local function fail(msg)
   local level = 2
   while true do
-    local info = debug.getinfo(level, "Sl")
+    local info = getinfo(level, "Sl")
     if not info then break end
     if info.source ~= THIS and info.what ~= "C" and info.currentline > 0 then
       msg = info.short_src .. ":" .. info.currentline .. ": " .. msg
