@@ -21,7 +21,7 @@ expected: [$3]"; }
 has() { case "$2" in *"$3"*) ok 0 "$1" ;; *) ok 1 "$1" "got: [$2]
 expected to contain: [$3]" ;; esac; }
 
-echo "1..27"
+echo "1..25"
 
 # ---- --max-memory: tensors ----
 out=$("$GRACE" --max-memory 1M -e '
