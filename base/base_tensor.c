@@ -32,21 +32,41 @@ int vm_is_contiguous(const grace_tensor *t) {
   return 1;
 }
 
-static grace_status check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes, size_t elsize,
-                                size_t *bytes) {
+grace_status vm_check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes) {
   if (ndim < 0 || ndim > GRACE_MAX_DIMS)
     return vm_err(vm, GRACE_EARG, "%s: %d dims requested, at most %d are supported", op, ndim, GRACE_MAX_DIMS);
-  uint64_t n = 1;
-  for (int d = 0; d < ndim; d++) {
+  for (int d = 0; d < ndim; d++)
     if (sizes[d] < 0)
       return vm_err(vm, GRACE_EARG, "%s: negative size %lld in shape %s", op, (long long)sizes[d],
                     vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
-    if (sizes[d] && n > (UINT64_C(1) << 48) / (uint64_t)sizes[d])
-      return vm_err(vm, GRACE_ENOMEM, "%s: shape %s is too large", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
-    n *= (uint64_t)sizes[d];
-  }
+  if (vm_numel_checked(ndim, sizes) < 0)
+    return vm_err(vm, GRACE_ESHAPE, "%s: shape %s is too large (more than 2^60 elements)", op,
+                  vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
+  return GRACE_OK;
+}
+
+static grace_status check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes, size_t elsize,
+                                size_t *bytes) {
+  grace_status st = vm_check_shape(vm, op, ndim, sizes);
+  if (st != GRACE_OK) return st;
+  uint64_t n = (uint64_t)vm_numel(ndim, sizes);
+  if (n > (UINT64_C(1) << 48))   /* storage: more than any host or device has, and bytes stay far from overflow */
+    return vm_err(vm, GRACE_ENOMEM, "%s: shape %s is too large", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
   *bytes = (size_t)n * elsize;
   return GRACE_OK;
+}
+
+/* Whether a view (sizes, strides, offset in elements) reads and writes only inside a storage of nel elements:
+ * the last line of defence against shape arithmetic gone wrong in any op, as an out-of-storage view is memory
+ * corruption. An empty view touches nothing. */
+static int view_in_storage(int ndim, const int64_t *sizes, const int64_t *strides, int64_t offset, int64_t nel) {
+  int64_t lo = offset, hi = offset, step;
+  if (vm_numel_checked(ndim, sizes) == 0) return offset >= 0 && offset <= nel;
+  for (int d = 0; d < ndim; d++) {
+    if (!vm_mul_ok(sizes[d] - 1, strides[d], &step)) return 0;
+    if (!(step < 0 ? vm_add_ok(lo, step, &lo) : vm_add_ok(hi, step, &hi))) return 0;
+  }
+  return lo >= 0 && hi < nel;
 }
 
 grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_device dev, int ndim,
@@ -84,6 +104,14 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
 
 grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim, const int64_t *sizes,
                              const int64_t *strides, int64_t offset) {
+  if (vm_check_shape(vm, op, ndim, sizes) != GRACE_OK) return NULL;
+  int64_t nel = (int64_t)(base->storage->nbytes / grace_dtype_size(base->dtype));
+  if (!view_in_storage(ndim, sizes, strides, offset, nel)) {
+    vm_err(vm, GRACE_EINTERNAL, "%s: a view of shape %s, strides %s, offset %lld does not lie within its storage "
+           "of %lld elements", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes),
+           vm_fmt_shape((char[128]){0}, 128, ndim, strides), (long long)offset, (long long)nel);
+    return NULL;
+  }
   grace_tensor *t = vm_alloc(vm, sizeof *t);
   if (!t) { vm_err(vm, GRACE_ENOMEM, "%s: out of host memory", op); return NULL; }
   memset(t, 0, sizeof *t);
