@@ -54,4 +54,42 @@ tap.section("1. shape arithmetic that overflows int64", function()
   raises(function() return grace.zeros(3):expand(2, BIG, 3) end, {"expand", "too large"}, "expand a new leading dim")
 end)
 
+tap.section("2. empty dims: no division by zero, no loop over nothing", function()
+  local B = 1 << 40
+  local function empty(shape)
+    return function(t)
+      local sz = t:size()
+      if #sz ~= #shape then return false end
+      for i = 1, #shape do if sz[i] ~= shape[i] then return false end end
+      return true
+    end
+  end
+  gives(function() return grace.zeros(B, 0):cumsum(2) end, empty{B, 0}, "cumsum over dim 2 of [2^40, 0] (was a hang)")
+  gives(function() return grace.zeros(B, 0):cumsum(1) end, empty{B, 0}, "cumsum over dim 1 of [2^40, 0]")
+  gives(function() return grace.zeros(B, 0):softmax(1) end, empty{B, 0}, "softmax over dim 1 of [2^40, 0] (was SIGFPE)")
+  gives(function() return grace.zeros(B, 0):log_softmax(1) end, empty{B, 0}, "log_softmax over dim 1 of [2^40, 0]")
+  gives(function() return grace.zeros(B, 0):softmax(2) end, empty{B, 0}, "softmax over the empty dim")
+  gives(function() return grace.zeros(B, 0):sum(1) end, empty{0}, "sum over the long dim of [2^40, 0]")
+  gives(function() return grace.zeros(0, 5):mean(1) end, function(t) local v = t[5]:item() return t:numel() == 5 and v ~= v end,
+        "mean over the empty dim of [0, 5] is nan")
+  gives(function() return grace.zeros(B, 0) * 2 + 1 end, empty{B, 0}, "pointwise on [2^40, 0]")
+  gives(function() return grace.zeros(B, 0):t():contiguous() end, empty{0, B}, "contiguous of a transposed [2^40, 0]")
+  gives(function() return grace.zeros(B, 0):matmul(grace.zeros(0, 0)) end, empty{B, 0}, "matmul [2^40, 0] x [0, 0]")
+  gives(function() return grace.zeros(B, 0):sort(2) end, empty{B, 0}, "sort of [2^40, 0]")
+  gives(function() return grace.zeros(3, 0):sum(2) end, function(t) return t:size(1) == 3 and t:sum():item() == 0 end,
+        "sum over an empty dim is 0")
+  gives(function() return grace.zeros(3, 0):prod(2) end, function(t) return t:sum():item() == 3 end,
+        "prod over an empty dim is 1")
+  gives(function() return grace.zeros(3, 0):mean(2) end, function(t) local v = t[1]:item() return v ~= v end,
+        "mean over an empty dim is nan")
+  gives(function() return grace.zeros(4, 0):cumsum(1) end, empty{4, 0}, "cumsum of [4, 0]")
+  gives(function() return grace.zeros(0, 4):softmax(2) end, empty{0, 4}, "softmax of [0, 4]")
+  raises(function() return grace.zeros(3, 0):max(2) end, {"max", "zero-size dim"}, "max over an empty dim")
+  raises(function() return grace.zeros(B, 0):tolist() end, {"tolist", "[1099511627776, 0]", "tables"},
+         "tolist of [2^40, 0] (was memory without bound)")
+  gives(function() return grace.zeros(3, 0):tolist() end, function(t) return #t == 3 and #t[1] == 0 end,
+        "tolist of [3, 0]")
+  gives(function() return grace.zeros(0):tolist() end, function(t) return #t == 0 end, "tolist of [0]")
+end)
+
 tap.done()
