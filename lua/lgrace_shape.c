@@ -297,11 +297,11 @@ static int cat_like(lua_State *L, grace_op op) {
   a.ndims = 1;
   a.dims[0] = lua_isnoneornil(L, 2) ? 0 : lg_dim(L, c, 2, name);
   lua_settop(L, 2);
-  /* the list keeps its tensors alive: borrowed pointers are enough */
+  /* a reference to each: an __index metamethod may make a tensor nothing else holds, or close an earlier one */
   grace_tensor **in = lua_newuserdatauv(L, (size_t)n * sizeof *in, 0);
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
-    in[i - 1] = lg_totensor(L, -1);
+    in[i - 1] = lg_is_tensor(L, -1) && lg_totensor(L, -1) ? lg_check(L, c, -1, name) : NULL;
     if (!in[i - 1]) return lg_errorf(L, c, "%s: element %lld of the list is a %s, expected a tensor", name, (long long)i,
                                      luaL_typename(L, -1));
     lua_pop(L, 1);

@@ -92,4 +92,76 @@ tap.section("2. empty dims: no division by zero, no loop over nothing", function
   gives(function() return grace.zeros(0):tolist() end, function(t) return #t == 0 end, "tolist of [0]")
 end)
 
+tap.section("3. Lua code run in the middle of a binding call", function()
+  -- an __index that closes the list's first tensor once it was read, and makes tensors nothing else holds
+  local a = grace.ones(2)
+  local proxy = setmetatable({}, {
+    __len = function() return 3 end,
+    __index = function(_, i)
+      if i == 1 then return a end
+      do local z <close> = a end; collectgarbage(); collectgarbage()
+      return grace.full({2}, i)
+    end})
+  gives(function() return grace.cat(proxy) end,
+        function(t) local l = t:tolist() return #l == 6 and l[1] == 1 and l[2] == 1 and l[3] == 2 and l[6] == 3 end,
+        "cat: __index closes an element already read")
+  -- a shape table whose metamethods close the tensor being reshaped
+  local x = grace.arange(0, 6)
+  local shape = setmetatable({}, {
+    __len = function() do local z <close> = x end; collectgarbage(); return 2 end,
+    __index = function(_, i) collectgarbage(); return i == 1 and 2 or 3 end})
+  gives(function() return x:reshape(shape) end, function(t) return t:size(1) == 2 and t[2][3]:item() == 5 end,
+        "reshape: __len closes the input")
+  -- finalizers that call grace, run by the allocations of binding calls holding wrapped numbers
+  local made = 0
+  local function litter(n)
+    for _ = 1, n do
+      setmetatable({}, {__gc = function() made = made + 1; local _ = (grace.ones(3) * 2 + 1):sum() end})
+    end
+  end
+  local ok, err = pcall(function()
+    local y, c = grace.ones(4), grace.zeros(4):bool()
+    local s = 0
+    for i = 1, 300 do
+      litter(20)
+      s = s + (y * 1.5 + i):sum():item() + grace.where(c, y, 2.5):sum():item()
+    end
+    return s
+  end)
+  tap.ok(ok and made > 0, "binary ops and where with finalizers calling grace" .. (ok and "" or ": " .. tostring(err)))
+  -- a compiled call with dynamic numbers while finalizers run
+  local f = grace.compile(function(t, p, q) return t * p + q end, {dynamic = true})
+  local ok2, v2 = pcall(function()
+    local r = 0
+    for i = 1, 50 do litter(20); r = f(grace.ones(3), i + 0.5, 0.25):sum():item() end
+    return r
+  end)
+  tap.ok(ok2 and v2 == 3 * 50.75, "compiled calls with dynamic numbers and finalizers calling grace")
+  -- an error raised by a metamethod in the middle of a call leaves nothing behind that a later call frees twice
+  for i = 1, 3 do
+    local bad = setmetatable({}, {__len = function() return 2 end, __index = function() error("boom " .. i) end})
+    raises(function() return grace.ones(2):reshape(bad) end, {"boom"}, "an error from __index, round " .. i)
+  end
+  tap.is(getmetatable(grace.ones(1)).__gc, nil, "getmetatable(x) does not give __gc")
+  tap.is(getmetatable(grace.ones(1)).__name, "grace.Tensor", "getmetatable(x).__name is still grace.Tensor")
+  raises(function() return setmetatable(grace.ones(1), {}) end, {"table expected"}, "setmetatable on a tensor")
+end)
+
+tap.section("4. limits of fixed-size arrays", function()
+  local f = grace.compile(function(t, ...)
+    for _, v in ipairs({...}) do t = t + v end
+    return t
+  end, {dynamic = true})
+  local args = {}
+  for i = 1, 40 do args[i] = i + 0.5 end
+  gives(function() return f(grace.zeros(2), table.unpack(args)) end, function(t) return t[1]:item() == 840 end,
+        "40 dynamic numbers (was: internal error: too many temporaries)")
+  local list = {}
+  for i = 1, 100 do list[i] = grace.full({1}, i) end
+  gives(function() return grace.cat(list) end, function(t) return t:numel() == 100 and t[100]:item() == 100 end,
+        "cat of 100 tensors")
+  gives(function() return grace.ones(2) + 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12 + 13 + 14 + 15 + 16 + 17 end,
+        function(t) return t[1]:item() == 154 end, "17 numbers in one expression")
+end)
+
 tap.done()
