@@ -125,6 +125,7 @@ static void put_func(sbuf *b, const grace_ir *ir, int ind) {
 }
 
 const char *grace_ir_text(grace_ir *ir) {
+  if (!ir) return NULL;
   sbuf b = {.ir = ir};
   put_func(&b, ir, 0);
   if (b.oom) {
@@ -427,6 +428,9 @@ static grace_status parse_func(lexer *Lp, grace_ir **out) {
 }
 
 grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
+  if (!vm) return GRACE_EARG;
+  if (!text || !out) return vm_err(vm, GRACE_EARG, "parse: a NULL argument");
+  *out = NULL;
   lexer L = {.s = text, .line = 1, .vm = vm};
   skip_lines(&L);
   grace_status st = parse_func(&L, out);

@@ -6,6 +6,7 @@
 #include "base/base.h"
 
 grace_status grace_ir_verify(grace_ir *ir) {
+  if (!ir) return GRACE_EARG;
   grace_vm *vm = ir->vm;
   int seen_in[256] = {0}, seen_sc[256] = {0};
   for (int v = 0; v < ir->nval; v++) {   /* a parsed type's sizes are the text's */
