@@ -49,16 +49,17 @@ grace_status grace_ir_verify(grace_ir *ir) {
                              k->first_result, k->nin, want, loc);
     if (k->nout < 1 || k->nout > ir_op_results(k->op, &k->attrs))
       return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) has %d results", name, k->first_result, k->nout);
-    const ir_type *in[64];
-    if (k->nin > 64)   /* more than inference is given here (a cat of many) */
-      return grace_set_error(vm, GRACE_EUNSUPPORTED, "verify: %s (%%%d) has %d inputs, more than 64 cannot be verified",
-                             name, k->first_result, k->nin);
+    const ir_type *small[64], **in = small;   /* a cat of many takes more than 64 */
+    size_t bytes = sizeof *in * (size_t)k->nin;
+    if (k->nin > 64 && !(in = vm_alloc(vm, bytes)))
+      return grace_set_error(vm, GRACE_ENOMEM, "verify: out of host memory for %d inputs", k->nin);
     for (int j = 0; j < k->nin; j++) {
       int32_t v = ir->args[k->first_arg + j];
       in[j] = v < 0 ? NULL : &ir->vals[v].type;
     }
     ir_type res[2];
     grace_status st = ir_infer(vm, k->op, k->nin, in, &k->attrs, k->nout, res);
+    if (in != small) vm_free(vm, in, bytes);
     if (st != GRACE_OK) {
       char msg[512];
       snprintf(msg, sizeof msg, "%s", grace_last_error(vm));

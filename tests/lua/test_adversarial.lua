@@ -162,6 +162,9 @@ tap.section("4. limits of fixed-size arrays", function()
   for i = 1, 100 do list[i] = grace.full({1}, i) end
   gives(function() return grace.cat(list) end, function(t) return t:numel() == 100 and t[100]:item() == 100 end,
         "cat of 100 tensors")
+  local g = grace.compile(function(...) return grace.cat({...}) * 2 end)
+  gives(function() g(table.unpack(list)); return g(table.unpack(list)) end,
+        function(t) return t:numel() == 100 and t[100]:item() == 200 end, "a compiled cat of 100 tensors (verify of >64 inputs)")
   gives(function() return grace.ones(2) + 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9 + 10 + 11 + 12 + 13 + 14 + 15 + 16 + 17 end,
         function(t) return t[1]:item() == 154 end, "17 numbers in one expression")
 end)
