@@ -158,7 +158,7 @@ check:
 	@$(PROVE) $(CHECK_TESTS)
 
 asan:   # GRACE_SANITIZED: tests that bound the process's resident size skip (the sanitizer holds freed memory)
-	GRACE_SANITIZED=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+	GRACE_SANITIZED=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DGRACE_SYSTEM_MALLOC" test
 
 demo: $(BUILD)/grace
 	$(BUILD)/grace examples/transformer_block.lua

@@ -89,7 +89,29 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
 /* New tensor sharing base's storage (offset and strides in elements). */
 grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim,
                              const int64_t *sizes, const int64_t *strides, int64_t offset);
-int64_t vm_numel(int ndim, const int64_t *sizes);
+int64_t vm_numel(int ndim, const int64_t *sizes);   /* of a shape already checked (every tensor's is) */
+
+/* ---- checked shape arithmetic: every size, stride, offset and element count computed from a caller's numbers
+ * goes through these, since a product or sum that wraps around int64 makes a view larger than its storage. ---- */
+/* The most elements a shape may have, counting only its nonzero sizes (so that the product of any subset of a
+ * shape's sizes, as kernels compute over outer or inner dims, fits too), and 8 bytes each still fit an int64. */
+#define VM_MAX_NUMEL (INT64_C(1) << 60)
+static inline int vm_mul_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+static inline int vm_add_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_add_overflow(a, b, r); }
+static inline int vm_sub_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_sub_overflow(a, b, r); }
+/* A shape's element count, or -1 when a size is negative or its nonzero sizes multiply past VM_MAX_NUMEL. */
+static inline int64_t vm_numel_checked(int ndim, const int64_t *sizes) {
+  int64_t nz = 1, zero = 0;
+  if (ndim < 0 || ndim > GRACE_MAX_DIMS) return -1;
+  for (int d = 0; d < ndim; d++) {
+    if (sizes[d] < 0) return -1;
+    if (sizes[d] == 0) { zero = 1; continue; }
+    if (!vm_mul_ok(nz, sizes[d], &nz) || nz > VM_MAX_NUMEL) return -1;
+  }
+  return zero ? 0 : nz;
+}
+/* The same with the message: "op: shape [..] is too large (...)" or "op: negative size ...". */
+grace_status vm_check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes);
 void vm_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
 static inline char *vm_ptr(const grace_tensor *t) {
   return (char *)t->storage->data + (size_t)t->offset * grace_dtype_size(t->dtype);

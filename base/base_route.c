@@ -56,6 +56,8 @@ grace_status vm_route_prepare(grace_vm *vm, grace_op *opp, int nin, grace_tensor
   if ((unsigned)op >= GRACE_NOPS) return vm_err(vm, GRACE_EARG, "grace_run: invalid op %d", (int)op);
   const char *name = grace_op_name(op);
   if (!attrs) attrs = &none;
+  if ((nin > 0 && !in) || (nout > 0 && !out))
+    return vm_err(vm, GRACE_EARG, "%s: the %s array is NULL", name, !out && nout > 0 ? "output" : "input");
   for (int i = 0; i < nout; i++) out[i] = NULL;
   if (grace_op_ninputs(op) >= 0 ? nin != grace_op_ninputs(op) : nin < 1)
     return vm_err(vm, GRACE_EARG, "%s: expected %s%d tensor input%s, got %d", name, grace_op_ninputs(op) < 0 ? "at least " : "",

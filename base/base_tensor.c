@@ -32,21 +32,41 @@ int vm_is_contiguous(const grace_tensor *t) {
   return 1;
 }
 
-static grace_status check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes, size_t elsize,
-                                size_t *bytes) {
+grace_status vm_check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes) {
   if (ndim < 0 || ndim > GRACE_MAX_DIMS)
     return vm_err(vm, GRACE_EARG, "%s: %d dims requested, at most %d are supported", op, ndim, GRACE_MAX_DIMS);
-  uint64_t n = 1;
-  for (int d = 0; d < ndim; d++) {
+  for (int d = 0; d < ndim; d++)
     if (sizes[d] < 0)
       return vm_err(vm, GRACE_EARG, "%s: negative size %lld in shape %s", op, (long long)sizes[d],
                     vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
-    if (sizes[d] && n > (UINT64_C(1) << 48) / (uint64_t)sizes[d])
-      return vm_err(vm, GRACE_ENOMEM, "%s: shape %s is too large", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
-    n *= (uint64_t)sizes[d];
-  }
+  if (vm_numel_checked(ndim, sizes) < 0)
+    return vm_err(vm, GRACE_ESHAPE, "%s: shape %s is too large (more than 2^60 elements)", op,
+                  vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
+  return GRACE_OK;
+}
+
+static grace_status check_shape(grace_vm *vm, const char *op, int ndim, const int64_t *sizes, size_t elsize,
+                                size_t *bytes) {
+  grace_status st = vm_check_shape(vm, op, ndim, sizes);
+  if (st != GRACE_OK) return st;
+  uint64_t n = (uint64_t)vm_numel(ndim, sizes);
+  if (n > (UINT64_C(1) << 48))   /* storage: more than any host or device has, and bytes stay far from overflow */
+    return vm_err(vm, GRACE_ENOMEM, "%s: shape %s is too large", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes));
   *bytes = (size_t)n * elsize;
   return GRACE_OK;
+}
+
+/* Whether a view (sizes, strides, offset in elements) reads and writes only inside a storage of nel elements:
+ * the last line of defence against shape arithmetic gone wrong in any op, as an out-of-storage view is memory
+ * corruption. An empty view touches nothing. */
+static int view_in_storage(int ndim, const int64_t *sizes, const int64_t *strides, int64_t offset, int64_t nel) {
+  int64_t lo = offset, hi = offset, step;
+  if (vm_numel_checked(ndim, sizes) == 0) return offset >= 0 && offset <= nel;
+  for (int d = 0; d < ndim; d++) {
+    if (!vm_mul_ok(sizes[d] - 1, strides[d], &step)) return 0;
+    if (!(step < 0 ? vm_add_ok(lo, step, &lo) : vm_add_ok(hi, step, &hi))) return 0;
+  }
+  return lo >= 0 && hi < nel;
 }
 
 grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_device dev, int ndim,
@@ -90,6 +110,14 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
 
 grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim, const int64_t *sizes,
                              const int64_t *strides, int64_t offset) {
+  if (vm_check_shape(vm, op, ndim, sizes) != GRACE_OK) return NULL;
+  int64_t nel = (int64_t)(base->storage->nbytes / grace_dtype_size(base->dtype));
+  if (!view_in_storage(ndim, sizes, strides, offset, nel)) {
+    vm_err(vm, GRACE_EINTERNAL, "%s: a view of shape %s, strides %s, offset %lld does not lie within its storage "
+           "of %lld elements", op, vm_fmt_shape((char[128]){0}, 128, ndim, sizes),
+           vm_fmt_shape((char[128]){0}, 128, ndim, strides), (long long)offset, (long long)nel);
+    return NULL;
+  }
   grace_tensor *t = vm_alloc(vm, sizeof *t);
   if (!t) { vm_err(vm, GRACE_ENOMEM, "%s: out of host memory", op); return NULL; }
   memset(t, 0, sizeof *t);
@@ -120,8 +148,17 @@ void grace_tensor_release(grace_tensor *t) {
   vm_free(vm, t, sizeof *t);
 }
 
+/* The public functions' NULL checks: an error status, with the message where there is a VM to hold it. */
+#define NEED(vm, cond, what)                                                                                   \
+  do {                                                                                                         \
+    if (!(vm)) return GRACE_EARG;                                                                              \
+    if (!(cond)) return vm_err((vm), GRACE_EARG, "%s: a NULL argument", (what));                               \
+  } while (0)
+
 grace_status grace_tensor_empty(grace_vm *vm, grace_dtype dt, grace_device dev, int ndim, const int64_t *sizes,
                                 grace_tensor **out) {
+  NEED(vm, out && (sizes || ndim == 0), "empty");
+  if ((unsigned)dev > GRACE_CUDA) return vm_err(vm, GRACE_EARG, "empty: invalid device %d", (int)dev);
   *out = vm_tensor_new(vm, "empty", dt, dev, ndim, sizes);
   if (!*out) return vm->status;
   return vm->trace && vm->hooks ? vm->hooks->created(vm, *out) : GRACE_OK;
@@ -129,6 +166,7 @@ grace_status grace_tensor_empty(grace_vm *vm, grace_dtype dt, grace_device dev, 
 
 grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, const int64_t *sizes, grace_dtype src_dt,
                                     const void *data, grace_tensor **out) {
+  NEED(vm, out && data && (sizes || ndim == 0), "tensor");
   *out = NULL;
   if ((unsigned)src_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "tensor: invalid source dtype");
   grace_tensor *t = vm_tensor_new(vm, "tensor", dt, GRACE_CPU, ndim, sizes);
@@ -147,6 +185,7 @@ grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, cons
 }
 
 grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out) {
+  NEED(vm, out, "scalar");
   grace_tensor *t = vm_tensor_new(vm, "scalar", is_integer ? GRACE_INT64 : GRACE_FLOAT64, GRACE_CPU, 0, NULL);
   if (!t) { *out = NULL; return vm->status; }
   if (is_integer) *(int64_t *)vm_ptr(t) = (int64_t)v;
@@ -157,6 +196,7 @@ grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_t
 }
 
 grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out) {
+  NEED(vm, out, "scalar");
   grace_tensor *t = vm_tensor_new(vm, "scalar", GRACE_INT64, GRACE_CPU, 0, NULL);
   if (!t) { *out = NULL; return vm->status; }
   *(int64_t *)vm_ptr(t) = v;
@@ -165,22 +205,41 @@ grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out
   return GRACE_OK;
 }
 
-int grace_tensor_ndim(const grace_tensor *t) { return t->ndim; }
-const int64_t *grace_tensor_sizes(const grace_tensor *t) { return t->sizes; }
-const int64_t *grace_tensor_strides(const grace_tensor *t) { vm_materialize(t); return t->strides; }
-int64_t grace_tensor_offset(const grace_tensor *t) { vm_materialize(t); return t->offset; }
-int64_t grace_tensor_numel(const grace_tensor *t) { return vm_numel(t->ndim, t->sizes); }
-grace_dtype grace_tensor_dtype(const grace_tensor *t) { return t->dtype; }
-grace_device grace_tensor_device(const grace_tensor *t) { return t->storage->device; }
-int grace_tensor_is_contiguous(const grace_tensor *t) { vm_materialize(t); return vm_is_contiguous(t); }
-int grace_tensor_is_scalar(const grace_tensor *t) { return t->wrapped; }
+/* The accessors of a NULL tensor give 0 or NULL: the host's bug, not a crash. */
+int grace_tensor_ndim(const grace_tensor *t) { return t ? t->ndim : 0; }
+const int64_t *grace_tensor_sizes(const grace_tensor *t) { return t ? t->sizes : NULL; }
+const int64_t *grace_tensor_strides(const grace_tensor *t) {
+  if (!t) return NULL;
+  vm_materialize(t);
+  return t->strides;
+}
+int64_t grace_tensor_offset(const grace_tensor *t) {
+  if (!t) return 0;
+  vm_materialize(t);
+  return t->offset;
+}
+int64_t grace_tensor_numel(const grace_tensor *t) { return t ? vm_numel(t->ndim, t->sizes) : 0; }
+grace_dtype grace_tensor_dtype(const grace_tensor *t) { return t ? t->dtype : GRACE_FLOAT32; }
+grace_device grace_tensor_device(const grace_tensor *t) { return t ? t->storage->device : GRACE_CPU; }
+int grace_tensor_is_contiguous(const grace_tensor *t) {
+  if (!t) return 0;
+  vm_materialize(t);
+  return vm_is_contiguous(t);
+}
+int grace_tensor_is_scalar(const grace_tensor *t) { return t ? t->wrapped : 0; }
 uint64_t grace_tensor_version(const grace_tensor *t) {
+  if (!t) return 0;
   vm_materialize(t);
   vm_note_read(t, "reading its version counter");
   return t->storage->version;
 }
-const void *grace_tensor_storage_id(const grace_tensor *t) { vm_materialize(t); return t->storage; }
+const void *grace_tensor_storage_id(const grace_tensor *t) {
+  if (!t) return NULL;
+  vm_materialize(t);
+  return t->storage;
+}
 void *grace_tensor_data(grace_tensor *t) {
+  if (!t) return NULL;
   vm_note_read(t, "taking its data pointer");
   return t->storage->device == GRACE_CPU ? vm_ptr(t) : NULL;
 }
@@ -207,6 +266,7 @@ grace_status vm_to_host(grace_vm *vm, const grace_tensor *t, grace_tensor **out)
 }
 
 grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
+  NEED(vm, t && dst, "read");
   vm_note_read(t, "reading its elements (item, tolist, print)");
   if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
   if (t->storage->device != GRACE_CPU) {   /* through a host copy of the span it covers */

@@ -19,7 +19,9 @@ static grace_status reshape_shape(grace_vm *vm, const char *op, int nd, const in
       infer = d;
     } else if (shape[d] < 0)
       return vm_err(vm, GRACE_EARG, "%s: invalid size %lld", op, (long long)shape[d]);
-    else known *= shape[d];
+    else if (!vm_mul_ok(known, shape[d], &known))   /* wrapped around, it could equal numel */
+      return vm_err(vm, GRACE_ESHAPE, "%s: shape %s is too large (input of shape %s)", op, SHP(a->nshape, a->shape),
+                    SHP(nd, sizes));
   }
   int bad = infer >= 0 && (known == 0 || numel % known != 0);   /* -1 stands for no whole size */
   if (infer >= 0 && !bad) {
@@ -102,8 +104,8 @@ static grace_status move_dims(grace_vm *vm, grace_op op, int nd, const int64_t *
   }
 }
 
-grace_status vm_view_shape(grace_vm *vm, grace_op op, int nd, const int64_t *sizes, const grace_attrs *a, int *ond,
-                           int64_t *osz, int *from) {
+static grace_status view_shape(grace_vm *vm, grace_op op, int nd, const int64_t *sizes, const grace_attrs *a, int *ond,
+                               int64_t *osz, int *from) {
   const char *name = grace_op_name(op);
   int d0;
   grace_status s;
@@ -125,7 +127,7 @@ grace_status vm_view_shape(grace_vm *vm, grace_op op, int nd, const int64_t *siz
     if (op == GRACE_OP_SELECT && (start < 0 || start >= n))
       return vm_err(vm, GRACE_EINDEX, "select: index %lld out of range for dim %d of size %lld (shape %s)",
                     (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), d0 + b, (long long)n, SHP(nd, sizes));
-    if (op == GRACE_OP_NARROW && (start < 0 || start > n || a->i1 < 0 || start + a->i1 > n))
+    if (op == GRACE_OP_NARROW && (start < 0 || start > n || a->i1 < 0 || a->i1 > n - start))   /* no overflow */
       return vm_err(vm, GRACE_EINDEX, "narrow: start %lld with length %lld is out of range for dim %d of size %lld",
                     (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), (long long)a->i1, d0 + b, (long long)n);
     for (int d = 0; d < nd; d++) {
@@ -143,6 +145,13 @@ grace_status vm_view_shape(grace_vm *vm, grace_op op, int nd, const int64_t *siz
   default:
     return vm_err(vm, GRACE_EINTERNAL, "%s: not a view op", name);
   }
+}
+
+grace_status vm_view_shape(grace_vm *vm, grace_op op, int nd, const int64_t *sizes, const grace_attrs *a, int *ond,
+                           int64_t *osz, int *from) {
+  grace_status s = view_shape(vm, op, nd, sizes, a, ond, osz, from);
+  /* expand multiplies the element count without a product anywhere: its result shape must be checked whole */
+  return s != GRACE_OK ? s : vm_check_shape(vm, grace_op_name(op), *ond, osz);
 }
 
 /* Strides for viewing x as shape without a copy (ATen's computeStride); 0 when impossible. */

@@ -2,6 +2,8 @@
  * the interpreter (cpu_interp.c), storage in host memory through the VM's allocator. */
 #include <string.h>
 #include "cpu/cpu_kernels.h"
+#include "ir/ir_check.h"
+#include "ir/ir.h"
 
 static cpu_op_fn cpu_family(grace_op op) {
   switch (op) {
@@ -24,10 +26,39 @@ static cpu_op_fn cpu_family(grace_op op) {
   }
 }
 
+/* Results that are all empty need no kernel: made here, their kernel never runs. Kernels loop over outer dims and
+ * divide by inner sizes, which a zero-size dim elsewhere makes loops over nothing (the 2^40 rows of a cumsum over
+ * [2^40, 0]) or divisions by zero (softmax over dim 1 of [n, 0]). 1: done (or failed, status in *st). */
+static int empty_results(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
+                         grace_tensor **out, grace_status *st) {
+  ir_type ty[4];
+  switch (grace_op_kind(op)) {   /* views share storage, in-place ops return their input, creations loop over numel */
+  case GRACE_KIND_VIEW: case GRACE_KIND_INPLACE: case GRACE_KIND_CREATE: return 0;
+  default: break;
+  }
+  if (op == GRACE_OP_COPY_ || op == GRACE_OP_FILL_ || op == GRACE_OP_INDEX_COPY_ || op == GRACE_OP_INDEX_PUT_ ||
+      nout < 1 || nout > 4)
+    return 0;
+  if (vm_infer_tensors(vm, op, nin, in, a, nout, ty) != GRACE_OK) return 0;   /* the kernel says the error */
+  for (int i = 0; i < nout; i++) if (vm_numel(ty[i].ndim, ty[i].sizes) != 0) return 0;
+  for (int i = 0; i < nout; i++) {
+    out[i] = vm_tensor_new(vm, grace_op_name(op), ty[i].dtype, GRACE_CPU, ty[i].ndim, ty[i].sizes);
+    if (!out[i]) {
+      while (i > 0) { grace_tensor_release(out[--i]); out[i] = NULL; }
+      *st = vm->status;
+      return 1;
+    }
+  }
+  *st = GRACE_OK;
+  return 1;
+}
+
 static grace_status cpu_run_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                                int nout, grace_tensor **out) {
   cpu_op_fn fn = cpu_family(op);
+  grace_status st;
   if (!fn) return vm_err(vm, GRACE_EUNSUPPORTED, "%s: no CPU kernel", grace_op_name(op));
+  if (empty_results(vm, op, nin, in, a, nout, out, &st)) return st;
   return fn(vm, op, nin, in, a, nout, out);
 }
 

@@ -85,6 +85,11 @@ typedef struct grace_config {
 
 /* NULL cfg gives the defaults. On failure returns NULL and, if err is not NULL, writes a message there. */
 grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen);
+/* Frees the VM and everything it holds. Lifetimes: every tensor, IR and function made with a VM belongs to it and
+ * must be released (grace_tensor_release, grace_ir_free, ...) before grace_vm_free; none may be used after it, nor
+ * after its own release. Pointers a function returns (grace_tensor_sizes, grace_last_error, grace_ir_text) are valid
+ * until the object changes or is released. A NULL pointer where a function takes one is an error status (GRACE_EARG,
+ * with the message in grace_last_error where there is a VM); an accessor of a NULL tensor gives 0 or NULL. */
 void grace_vm_free(grace_vm *vm);
 const char *grace_last_error(const grace_vm *vm);
 const char *grace_status_name(grace_status st);

@@ -102,10 +102,20 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
       return vm_err(vm, GRACE_EARG, "arange: bounds %g to %g are inconsistent with step %g", start, end, step);
     nd = 1;
     if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {   /* exact integer range */
+      /* in uint64: the distance between two int64 fits there, not in int64 (mininteger to maxinteger) */
       int64_t s = a->ia, e = a->ib, k = a->ic;
-      shape[0] = k > 0 ? (e > s ? (e - s + k - 1) / k : 0) : (s > e ? (s - e - k - 1) / -k : 0);
-    } else
-      shape[0] = (int64_t)ceil((end - start) / step);
+      uint64_t span = k > 0 ? (e > s ? (uint64_t)e - (uint64_t)s : 0) : (s > e ? (uint64_t)s - (uint64_t)e : 0);
+      uint64_t uk = k > 0 ? (uint64_t)k : (uint64_t)0 - (uint64_t)k, n = span / uk + (span % uk != 0);
+      if (n > (uint64_t)VM_MAX_NUMEL)
+        return vm_err(vm, GRACE_ESHAPE, "arange: %lld to %lld by %lld is too many elements", (long long)s,
+                      (long long)e, (long long)k);
+      shape[0] = (int64_t)n;
+    } else {
+      double n = ceil((end - start) / step);
+      if (!(n <= (double)VM_MAX_NUMEL))   /* the cast of a larger double to int64 is undefined */
+        return vm_err(vm, GRACE_ESHAPE, "arange: %g to %g by %g is too many elements", start, end, step);
+      shape[0] = (int64_t)n;
+    }
   } else if (op == GRACE_OP_LINSPACE) {
     if (a->i0 < 0) return vm_err(vm, GRACE_EARG, "linspace: number of steps must be non-negative, got %lld", (long long)a->i0);
     nd = 1;
@@ -120,12 +130,8 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
     if (a->i1 <= a->i0) return vm_err(vm, GRACE_EARG, "randint: empty range [%lld, %lld)", (long long)a->i0, (long long)a->i1);
   }
   /* as vm_tensor_new says them, so the IR rejects what eager creation would */
-  if (nd < 0 || nd > GRACE_MAX_DIMS)
-    return vm_err(vm, GRACE_EARG, "%s: %d dims requested, at most %d are supported", name, nd, GRACE_MAX_DIMS);
-  for (int d = 0; d < nd; d++)
-    if (shape[d] < 0)
-      return vm_err(vm, GRACE_EARG, "%s: negative size %lld in shape %s", name, (long long)shape[d],
-                    vm_fmt_shape((char[128]){0}, 128, nd, shape));
+  grace_status st = vm_check_shape(vm, name, nd, shape);
+  if (st != GRACE_OK) return st;
   *dtype = dt;
   *ndim = nd;
   return GRACE_OK;

@@ -88,8 +88,32 @@ grace_status ir_exec_sub(grace_ir *sub, int nin, grace_tensor *const *in, int no
   return sub->vm->backend[ir_exec_device(sub)]->run_program(sub, nin, in, nout, out);
 }
 
+/* What an executor indexes with, in range: an IR made by the builder is so by construction and a parsed one was
+ * verified, but either may have been changed since; a wrong index here reads past the inputs or the values. */
+static grace_status check_indices(grace_ir *ir) {
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    int lim = k->op == IR_OP_INPUT ? ir->ninputs : k->op == IR_OP_SCALAR ? ir->nscalars
+            : k->op == IR_OP_CONST ? ir->nconst : -1;
+    if (k->nin < 0 || k->nout < 0 || k->first_arg < 0 || k->first_arg > ir->narg - k->nin || k->first_result < 0 ||
+        k->first_result > ir->nval - k->nout || (lim >= 0 && (k->input_index < 0 || k->input_index >= lim)))
+      return vm_err(ir->vm, GRACE_EARG, "run: '%s': instruction %d refers past the program's inputs or values "
+                    "(grace_ir_verify says more)", ir->name, i);
+    for (int j = 0; j < k->nin; j++)
+      if (ir->args[k->first_arg + j] < -1 || ir->args[k->first_arg + j] >= k->first_result)
+        return vm_err(ir->vm, GRACE_EARG, "run: '%s': instruction %d uses a value not defined before it", ir->name, i);
+  }
+  for (int i = 0; i < ir->nout; i++)
+    if (ir->outputs[i] < 0 || ir->outputs[i] >= ir->nval)
+      return vm_err(ir->vm, GRACE_EARG, "run: '%s': output %d is not a value", ir->name, i);
+  return GRACE_OK;
+}
+
 grace_status ir_exec_check_call(grace_ir *ir, int nin, int nout) {
   grace_vm *vm = ir->vm;
+  if (nin < 0 || nout < 0) return vm_err(vm, GRACE_EARG, "run: negative counts (%d inputs, %d outputs)", nin, nout);
+  grace_status st = check_indices(ir);
+  if (st != GRACE_OK) return st;
   if (nin != ir->ninputs + ir->nscalars)
     return vm_err(vm, GRACE_EARG, "run: '%s' takes %d tensor inputs and %d scalars, got %d values", ir->name, ir->ninputs,
                   ir->nscalars, nin);

@@ -8,6 +8,7 @@
 #include "ir/ir.h"
 #include "ir/ir_pointwise.h"
 #include "ir/ir_infer.h"
+#include "base/base.h"
 
 static const char *short_names[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"};
 
@@ -312,7 +313,20 @@ static grace_status infer_matmul(grace_vm *vm, const ir_type *x, const ir_type *
   return GRACE_OK;
 }
 
+static grace_status infer_op(grace_vm *vm, int op, int nin, const ir_type *const *in, const grace_attrs *a, int nout,
+                             ir_type *out);
+
+/* Every op's result shape checked in one place (vm_check_shape): a rule that multiplies or adds sizes (repeat,
+ * expand, broadcast, cat) may make one past VM_MAX_NUMEL, which kernels could not index without overflow. */
 grace_status ir_infer(grace_vm *vm, int op, int nin, const ir_type *const *in, const grace_attrs *a, int nout, ir_type *out) {
+  grace_status st = infer_op(vm, op, nin, in, a, nout, out);
+  const char *name = op < GRACE_NOPS ? grace_op_name((grace_op)op) : ir_op_name(op);
+  /* the first result: the others (indices of max, ...) have its shape or a fixed one */
+  return st != GRACE_OK || nout < 1 ? st : (grace_status)vm_check_shape(vm, name, out[0].ndim, out[0].sizes);
+}
+
+static grace_status infer_op(grace_vm *vm, int op, int nin, const ir_type *const *in, const grace_attrs *a, int nout,
+                             ir_type *out) {
   if (op >= GRACE_NOPS) return grace_set_error(vm, GRACE_EINTERNAL, "%s: inputs have no inferred type", ir_op_name(op));
   grace_op gop = (grace_op)op;
   const char *name = grace_op_name(gop);

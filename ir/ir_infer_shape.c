@@ -87,7 +87,9 @@ static grace_status infer_repeat(grace_vm *vm, const ir_type *x, const grace_att
     if (a->shape[d] < 0)
       return grace_set_error(vm, GRACE_EARG, "repeat: repeat counts must be >= 0, got %lld in dim %d",
                              (long long)a->shape[d], d + grace_index_base(vm));
-    o->sizes[d] = (xd >= 0 ? x->sizes[xd] : 1) * a->shape[d];
+    if (!vm_mul_ok(xd >= 0 ? x->sizes[xd] : 1, a->shape[d], &o->sizes[d]))
+      return grace_set_error(vm, GRACE_ESHAPE, "repeat: %lld repeats of shape %s in dim %d are too many",
+                             (long long)a->shape[d], SHAPE(x), d + grace_index_base(vm));
     o->sym[d] = xd >= 0 && a->shape[d] == 1 ? x->sym[xd] : 0;
   }
   return GRACE_OK;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "base/base.h"
 
 typedef struct { grace_ir *ir; char *buf; size_t len, cap; int oom; } sbuf;
 
@@ -124,6 +125,7 @@ static void put_func(sbuf *b, const grace_ir *ir, int ind) {
 }
 
 const char *grace_ir_text(grace_ir *ir) {
+  if (!ir) return NULL;
   sbuf b = {.ir = ir};
   put_func(&b, ir, 0);
   if (b.oom) {
@@ -426,7 +428,21 @@ static grace_status parse_func(lexer *Lp, grace_ir **out) {
 }
 
 grace_status grace_ir_parse(grace_vm *vm, const char *text, grace_ir **out) {
+  if (!vm) return GRACE_EARG;
+  if (!text || !out) return vm_err(vm, GRACE_EARG, "parse: a NULL argument");
+  *out = NULL;
   lexer L = {.s = text, .line = 1, .vm = vm};
   skip_lines(&L);
-  return parse_func(&L, out);
+  grace_status st = parse_func(&L, out);
+  if (st != GRACE_OK) return st;
+  /* text can say anything: an input index past the inputs, a type inference would not give. Verified here, a
+   * parsed program is as safe to run as one the builder made. */
+  if ((st = grace_ir_verify(*out)) != GRACE_OK) {
+    char msg[VM_ERRLEN];
+    snprintf(msg, sizeof msg, "%s", vm->err);
+    grace_ir_free(*out);
+    *out = NULL;
+    return vm_err(vm, GRACE_EARG, "parse: %s", msg);
+  }
+  return GRACE_OK;
 }

@@ -3,10 +3,18 @@
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "base/base.h"
 
 grace_status grace_ir_verify(grace_ir *ir) {
+  if (!ir) return GRACE_EARG;
   grace_vm *vm = ir->vm;
   int seen_in[256] = {0}, seen_sc[256] = {0};
+  for (int v = 0; v < ir->nval; v++) {   /* a parsed type's sizes are the text's */
+    const ir_type *t = &ir->vals[v].type;
+    if ((unsigned)t->dtype >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "verify: %%%d has an invalid dtype", v);
+    grace_status st = vm_check_shape(vm, "verify", t->ndim, t->sizes);
+    if (st != GRACE_OK) return st;
+  }
   for (int i = 0; i < ir->ninst; i++) {
     const ir_inst *k = &ir->insts[i];
     const char *name = ir_op_name(k->op);
@@ -41,13 +49,17 @@ grace_status grace_ir_verify(grace_ir *ir) {
                              k->first_result, k->nin, want, loc);
     if (k->nout < 1 || k->nout > ir_op_results(k->op, &k->attrs))
       return grace_set_error(vm, GRACE_EINTERNAL, "verify: %s (%%%d) has %d results", name, k->first_result, k->nout);
-    const ir_type *in[64];
-    for (int j = 0; j < k->nin && j < 64; j++) {
+    const ir_type *small[64], **in = small;   /* a cat of many takes more than 64 */
+    size_t bytes = sizeof *in * (size_t)k->nin;
+    if (k->nin > 64 && !(in = vm_alloc(vm, bytes)))
+      return grace_set_error(vm, GRACE_ENOMEM, "verify: out of host memory for %d inputs", k->nin);
+    for (int j = 0; j < k->nin; j++) {
       int32_t v = ir->args[k->first_arg + j];
       in[j] = v < 0 ? NULL : &ir->vals[v].type;
     }
     ir_type res[2];
     grace_status st = ir_infer(vm, k->op, k->nin, in, &k->attrs, k->nout, res);
+    if (in != small) vm_free(vm, in, bytes);
     if (st != GRACE_OK) {
       char msg[512];
       snprintf(msg, sizeof msg, "%s", grace_last_error(vm));

@@ -133,7 +133,17 @@ static int m_tolist(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "tolist");
   grace_dtype dt = grace_tensor_dtype(x);
-  int64_t n = grace_tensor_numel(x);
+  int64_t n = grace_tensor_numel(x), tables = 0, level = 1;
+  /* tables, one per index of the dims before the last: an empty tensor has no elements to bound them, so
+   * [2^40, 0] would make 2^40 empty tables (memory without bound); a tensor with elements has at most ndim per one */
+  for (int d = 0; d < grace_tensor_ndim(x) - 1 && level > 0; d++) {
+    if (__builtin_mul_overflow(level, grace_tensor_sizes(x)[d], &level) ||
+        __builtin_add_overflow(tables, level, &tables))
+      tables = INT64_MAX, level = 0;
+  }
+  if (tables > (1 << 20) && tables / GRACE_MAX_DIMS > n)
+    return lg_errorf(L, c, "tolist: a tensor of shape %s would make %lld nested tables for %lld elements", LG_SHAPE(x),
+                     (long long)tables, (long long)n);
   void *buf = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * 8, 0);   /* collected even if we raise */
   list_src s = {buf, grace_dtype_is_float(dt) ? 0 : dt == GRACE_BOOL ? 2 : 1, 0};
   if (grace_tensor_read(c->vm, x, s.kind ? GRACE_INT64 : GRACE_FLOAT64, buf) != GRACE_OK) return lg_fail(L, c);

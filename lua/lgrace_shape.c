@@ -160,7 +160,9 @@ static int m_split(lua_State *L) {
       len[i] = lg_int(L, c, -1, "split", "a size");
       lua_pop(L, 1);
       if (len[i] < 0) return lg_errorf(L, c, "split: sizes must be >= 0, got %lld", (long long)len[i]);
-      sum += len[i];
+      if (__builtin_add_overflow(sum, len[i], &sum))   /* lua/ sees only grace.h: the builtin itself */
+        return lg_errorf(L, c, "split: sizes sum past the largest integer (dim %d has size %lld)", d + 1,
+                         (long long)total);
     }
     if (sum != total)
       return lg_errorf(L, c, "split: sizes sum to %lld but dim %d has size %lld (shape %s)", (long long)sum, d + 1,
@@ -169,7 +171,8 @@ static int m_split(lua_State *L) {
     int64_t size = lg_int(L, c, 2, "split", "size");
     if (size <= 0 && !(size == 0 && total == 0))
       return lg_errorf(L, c, "split: size must be positive, got %lld", (long long)size);
-    n = total == 0 ? 1 : (total + size - 1) / size;
+    n = total == 0 ? 1 : total / size + (total % size != 0);   /* ceil without total + size - 1 overflowing */
+    if (n > (1 << 24)) return lg_errorf(L, c, "split: too many pieces (%lld)", (long long)n);
     len = pieces_buf(L, n);
     for (int64_t i = 0; i < n; i++) len[i] = total - i * size < size ? total - i * size : size;
   }
@@ -184,8 +187,9 @@ static int m_chunk(lua_State *L) {
   int64_t k = lg_int(L, c, 2, "chunk", "the number of chunks");
   if (k <= 0) return lg_errorf(L, c, "chunk: the number of chunks must be positive, got %lld", (long long)k);
   int d = split_dim(L, c, x, 3, "chunk");
-  int64_t total = grace_tensor_sizes(x)[d], size = (total + k - 1) / k;
-  int64_t n = total == 0 ? 1 : (total + size - 1) / size;
+  /* ceilings without total + k - 1 overflowing; size is 0 only when total is */
+  int64_t total = grace_tensor_sizes(x)[d], size = total / k + (total % k != 0);
+  int64_t n = total == 0 ? 1 : total / size + (total % size != 0);
   int64_t *len = pieces_buf(L, n);
   for (int64_t i = 0; i < n; i++) len[i] = total - i * size < size ? total - i * size : size;
   return push_pieces(L, c, x, d, (int)n, len);
@@ -293,11 +297,11 @@ static int cat_like(lua_State *L, grace_op op) {
   a.ndims = 1;
   a.dims[0] = lua_isnoneornil(L, 2) ? 0 : lg_dim(L, c, 2, name);
   lua_settop(L, 2);
-  /* the list keeps its tensors alive: borrowed pointers are enough */
+  /* a reference to each: an __index metamethod may make a tensor nothing else holds, or close an earlier one */
   grace_tensor **in = lua_newuserdatauv(L, (size_t)n * sizeof *in, 0);
   for (lua_Integer i = 1; i <= n; i++) {
     lua_geti(L, 1, i);
-    in[i - 1] = lg_totensor(L, -1);
+    in[i - 1] = lg_is_tensor(L, -1) && lg_totensor(L, -1) ? lg_check(L, c, -1, name) : NULL;
     if (!in[i - 1]) return lg_errorf(L, c, "%s: element %lld of the list is a %s, expected a tensor", name, (long long)i,
                                      luaL_typename(L, -1));
     lua_pop(L, 1);

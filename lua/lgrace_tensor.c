@@ -10,37 +10,96 @@
 static char ctx_key;   /* its address keys the context in the registry */
 
 /* ---- context and temporaries ---- */
-void lg_drop(lg_ctx *c) {
-  while (c->ntmp > 0) {
-    c->ntmp--;
-    grace_tensor_release(c->tmp[c->ntmp]);
-    c->tmp[c->ntmp] = NULL;
+static const void *call_id(lua_State *L) {
+  lua_Debug ar;
+  return lua_getstack(L, 0, &ar) ? (const void *)ar.i_ci : NULL;
+}
+
+static void release_if(lg_ctx *c, int (*dead)(lg_ctx *, const lg_tmp *, void *), void *ud) {
+  int k = 0;
+  for (int i = 0; i < c->ntmp; i++) {
+    if (dead(c, &c->tmp[i], ud)) grace_tensor_release(c->tmp[i].t);
+    else c->tmp[k++] = c->tmp[i];
   }
+  c->ntmp = k;
+}
+
+static int of_current_call(lg_ctx *c, const lg_tmp *t, void *ud) { return t->L == c->L && t->ci == c->ci; }
+static int any_tmp(lg_ctx *c, const lg_tmp *t, void *ud) { return 1; }
+
+/* The temporaries of the call that kept the last one. After a nested call (from Lua code run in the middle of this
+ * one) that is the nested call's: this call's stay until the next call on its state sees them dead, never freed
+ * early. */
+void lg_drop(lg_ctx *c) {
+  if (c->ntmp) release_if(c, of_current_call, NULL);
 }
 
 static int ctx_gc(lua_State *L) {
   lg_ctx *c = lua_touserdata(L, 1);
-  if (c) lg_drop(c);
+  if (!c) return 0;
+  if (c->tmp) release_if(c, any_tmp, NULL);
+  if (c->tmp && c->tmp != c->inline_tmp) {
+    void *ud;
+    lua_Alloc f = lua_getallocf(L, &ud);
+    f(ud, c->tmp, sizeof *c->tmp * (size_t)c->cap, 0);
+  }
+  c->tmp = NULL;
   return 0;
+}
+
+/* A temporary of state L is dead when its call is not on L's call stack, as after an error raised through it.
+ * Another state's (a coroutine's) stay: that state may be suspended in a resume from here. */
+typedef struct { const void *live[64]; int nlive; } live_calls;
+static int dead_in_state(lg_ctx *c, const lg_tmp *t, void *ud) {
+  live_calls *lc = ud;
+  if (t->L != c->L) return 0;
+  for (int i = 0; i < lc->nlive; i++) if (lc->live[i] == t->ci) return 0;
+  return lc->nlive < 64;   /* a stack deeper than that was not walked: keep rather than free a live one */
 }
 
 lg_ctx *lg_begin(lua_State *L) {
   lua_rawgetp(L, LUA_REGISTRYINDEX, &ctx_key);
   lg_ctx *c = lua_touserdata(L, -1);
   lua_pop(L, 1);
-  if (!c) luaL_error(L, "grace: the module is not open");
-  if (c->ntmp) lg_drop(c);   /* left over by an error raised in an earlier call */
+  if (!c || !c->tmp) luaL_error(L, "grace: the module is not open");
+  c->L = L;
+  c->ci = call_id(L);
+  if (c->ntmp) {   /* left over by an error in an earlier call, or held by calls this one runs inside */
+    live_calls lc = {.nlive = 0};
+    lua_Debug ar;
+    for (int level = 1; lc.nlive < 64 && lua_getstack(L, level, &ar); level++) lc.live[lc.nlive++] = ar.i_ci;
+    release_if(c, dead_in_state, &lc);
+  }
   return c;
 }
 
 grace_tensor *lg_keep(lua_State *L, lg_ctx *c, grace_tensor *t) {
   if (!t) return NULL;
-  if (c->ntmp == LG_MAXTMP) {
-    grace_tensor_release(t);
-    lg_errorf(L, c, "grace: internal error: too many temporaries");
+  if (c->ntmp == c->cap) {
+    void *ud;
+    lua_Alloc f = lua_getallocf(L, &ud);
+    int cap = c->cap * 2;
+    lg_tmp *p = cap > (1 << 26) ? NULL : f(ud, NULL, 0, sizeof *p * (size_t)cap);   /* no GC runs in f */
+    if (!p) {
+      grace_tensor_release(t);
+      lg_errorf(L, c, "grace: out of memory for %d temporaries", c->ntmp + 1);
+    }
+    memcpy(p, c->tmp, sizeof *p * (size_t)c->ntmp);
+    if (c->tmp != c->inline_tmp) f(ud, c->tmp, sizeof *c->tmp * (size_t)c->cap, 0);
+    c->tmp = p;
+    c->cap = cap;
   }
-  c->tmp[c->ntmp++] = t;
+  c->L = L;   /* this call's: a nested call that ran since lg_begin set its own */
+  c->ci = call_id(L);
+  c->tmp[c->ntmp++] = (lg_tmp){t, c->L, c->ci};
   return t;
+}
+
+/* A reference to the tensor at idx for the rest of the call: Lua code run in the middle of it (a metamethod, a
+ * finalizer, a __close) may close the userdata or drop the last reference to it. */
+static grace_tensor *hold(lua_State *L, lg_ctx *c, grace_tensor *t) {
+  grace_tensor_retain(t);
+  return lg_keep(L, c, t);
 }
 
 int lg_fail(lua_State *L, lg_ctx *c) {
@@ -75,7 +134,7 @@ int lg_is_tensor(lua_State *L, int idx) { return luaL_testudata(L, idx, LG_TENSO
 
 grace_tensor *lg_check(lua_State *L, lg_ctx *c, int idx, const char *op) {
   grace_tensor **p = luaL_testudata(L, idx, LG_TENSOR);
-  if (p && *p) return *p;
+  if (p && *p) return hold(L, c, *p);
   if (p) lg_errorf(L, c, "%s: the tensor was closed", op);
   lg_errorf(L, c, "%s: expected a tensor, got %s", op, luaL_typename(L, idx));
   return NULL;
@@ -87,7 +146,7 @@ grace_tensor *lg_operand(lua_State *L, lg_ctx *c, int idx, const char *op) {
   switch (lua_type(L, idx)) {
   case LUA_TUSERDATA: {
     grace_tensor **p = luaL_testudata(L, idx, LG_TENSOR);
-    if (p && *p) return *p;
+    if (p && *p) return hold(L, c, *p);
     if (p) lg_errorf(L, c, "%s: the tensor was closed", op);
     break;
   }
@@ -495,6 +554,8 @@ void lgrace_open_tensor(lua_State *L) {
   if (lua_isnil(L, -1)) {
     lg_ctx *c = lua_newuserdatauv(L, sizeof *c, 0);
     memset(c, 0, sizeof *c);
+    c->tmp = c->inline_tmp;
+    c->cap = LG_NTMP;
     c->vm = lgrace_vm(L);
     c->gc_next = LG_GC_MIN;
     lua_newtable(L);
@@ -545,6 +606,12 @@ void lgrace_open_tensor(lua_State *L) {
   lua_pushinteger(L, GRACE_OP_NEG);
   lua_pushcclosure(L, m_unary, 1);
   lua_setfield(L, mt, "__unm");
+  /* getmetatable(x) gives a description, not the metatable: a script that reached __gc or __close could free a
+   * tensor other userdata still hold, or one a binding call is using */
+  lua_createtable(L, 0, 1);
+  lua_pushstring(L, LG_TENSOR);
+  lua_setfield(L, -2, "__name");
+  lua_setfield(L, mt, "__metatable");
 
   /* the module: dtype names first (grace.bool is "bool", not the method), then constructors, then every
    * method as a function taking the tensor first, where the name is still free */

@@ -9,21 +9,36 @@
 #include "lua/lgrace.h"
 
 #define LG_TENSOR "grace.Tensor"
-#define LG_MAXTMP 16
+#define LG_NTMP 16   /* temporaries held inline; more (cat of many tensors) grow a heap array */
 #define LG_SIZE "grace.Size"   /* the metatable of sizes (x:size(), x.shape, x:stride()) */
 
-/* Per Lua state. Wrapped numbers and intermediate results live in tmp while a C function runs: a Lua
- * error (longjmp) cannot leak them, because the next lg_begin, or the context's __gc, releases them. */
+/* A temporary and the call that holds it: the Lua state and its CallInfo (lua_Debug's i_ci, used only as the
+ * call's identity). */
+typedef struct lg_tmp {
+  grace_tensor *t;
+  lua_State *L;
+  const void *ci;
+} lg_tmp;
+
+/* Per Lua state. Wrapped numbers, intermediate results and references to the call's tensor arguments live in tmp
+ * while a C function runs: a Lua error (longjmp) cannot leak them, because the next lg_begin, or the context's
+ * __gc, releases them. Lua code can run in the middle of a call (a metamethod of an argument, a finalizer run by
+ * an allocation, a __close) and call grace again: each temporary is tagged with its call, so that a nested call
+ * releases only its own, and a call's leftovers (of an error) go once that call is seen dead. */
 typedef struct lg_ctx {
   grace_vm *vm;
-  int ntmp;
-  grace_tensor *tmp[LG_MAXTMP];
+  int ntmp, cap;
+  lg_tmp *tmp;                  /* inline, or a heap array of cap entries */
+  lg_tmp inline_tmp[LG_NTMP];
+  lua_State *L;                 /* the call that kept the last temporary: lg_drop releases its temporaries */
+  const void *ci;
   size_t gc_pending, gc_next;   /* lg_account: tensor bytes not yet told to the collector, the batch size */
 } lg_ctx;
 
 /* Every entry point (a function Lua calls) starts with this; helpers take the ctx instead. */
 lg_ctx *lg_begin(lua_State *L);
-/* Takes ownership of one reference to t (may be NULL) until lg_drop; returns t. */
+/* Takes ownership of one reference to t (may be NULL) until lg_drop; returns t. Raises (t released) when memory
+ * for it runs out. */
 grace_tensor *lg_keep(lua_State *L, lg_ctx *c, grace_tensor *t);
 void lg_drop(lg_ctx *c);
 /* Releases the temporaries and raises the VM's last error (resp. a formatted one) at the script line. */

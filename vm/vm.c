@@ -26,11 +26,29 @@ static void hook_hold(grace_vm *vm, int delta) {
 }
 static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold};
 
+#ifdef GRACE_SYSTEM_MALLOC
+/* Under sanitizers (make asan): mimalloc's pages hide a use after free or an overflow from ASan, the system's
+ * allocator does not. */
+#include <malloc.h>
+static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
+  (void)ud; (void)osize;
+  if (nsize == 0) { free(ptr); return NULL; }
+  if (align < sizeof(void *)) align = sizeof(void *);
+  void *p = aligned_alloc(align, (nsize + align - 1) / align * align);
+  if (p && ptr) {
+    size_t old = malloc_usable_size(ptr);
+    memcpy(p, ptr, old < nsize ? old : nsize);
+    free(ptr);
+  }
+  return p;
+}
+#else
 static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
   (void)ud; (void)osize;
   if (nsize == 0) { mi_free(ptr); return NULL; }
   return mi_realloc_aligned(ptr, nsize, align);
 }
+#endif
 
 grace_vm *grace_vm_new(const grace_config *cfg, char *err, size_t errlen) {
   grace_config def = {0};
