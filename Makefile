@@ -139,7 +139,9 @@ else
   PROVE_QUIET := -Q
   TEST_LOGS := $(abspath $(BUILD))/test-logs
 endif
-PROVE = GRACE=$(abspath $(BUILD)/grace) GRACE_TEST_LOGS=$(TEST_LOGS) prove -j$(JOBS) $(PROVE_QUIET) \
+# Tests that build C programs take the dependency flags of a DEPS_PREFIX build (empty otherwise).
+PROVE = GRACE=$(abspath $(BUILD)/grace) GRACE_TEST_LOGS=$(TEST_LOGS) $(if $(DEPS_PREFIX),GRACE_DEP_CFLAGS="$(DEP_INC)" \
+  GRACE_DEP_LIBS="$(DEP_LIB)") prove -j$(JOBS) $(PROVE_QUIET) \
   --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS)
 
 test-programs: all $(CTEST_BIN) $(EXAMPLES)   # what the tests run (a recipe, so make says nothing when all are built)

@@ -56,11 +56,11 @@ static int fact_dims(lua_State *L, const char *op, int strides) {
   grace_tensor *x = lg_check(L, c, 1, op);
   const int64_t *v = strides ? grace_tensor_strides(x) : grace_tensor_sizes(x);
   int nd = grace_tensor_ndim(x);
-  if (lua_isnoneornil(L, 2)) return lg_push_size(L, nd, v);
+  if (lua_isnoneornil(L, 2)) return lg_done(c, lg_push_size(L, nd, v));
   if (nd == 0) return lg_errorf(L, c, "%s: a 0-d tensor has no dims", op);
   int d = lg_norm_dim(L, c, lg_dim(L, c, 2, op), nd, op);
   lua_pushinteger(L, (lua_Integer)v[d]);
-  return 1;
+  return lg_done(c, 1);
 }
 static int m_size(lua_State *L) { return fact_dims(L, "size", 0); }
 static int m_stride(lua_State *L) { return fact_dims(L, "stride", 1); }
@@ -68,25 +68,25 @@ static int m_stride(lua_State *L) { return fact_dims(L, "stride", 1); }
 static int m_dim(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   lua_pushinteger(L, grace_tensor_ndim(lg_check(L, c, 1, "dim")));
-  return 1;
+  return lg_done(c, 1);
 }
 
 static int m_numel(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   lua_pushinteger(L, (lua_Integer)grace_tensor_numel(lg_check(L, c, 1, "numel")));
-  return 1;
+  return lg_done(c, 1);
 }
 
 static int m_is_contiguous(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   lua_pushboolean(L, grace_tensor_is_contiguous(lg_check(L, c, 1, "is_contiguous")));
-  return 1;
+  return lg_done(c, 1);
 }
 
 static int m_version(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   lua_pushinteger(L, (lua_Integer)grace_tensor_version(lg_check(L, c, 1, "version")));
-  return 1;
+  return lg_done(c, 1);
 }
 
 static int m_item(lua_State *L) {
@@ -107,7 +107,7 @@ static int m_item(lua_State *L) {
     if (dt == GRACE_BOOL) lua_pushboolean(L, v != 0);
     else lua_pushinteger(L, (lua_Integer)v);
   }
-  return 1;
+  return lg_done(c, 1);
 }
 
 typedef struct { const void *buf; int kind; int64_t pos; } list_src;   /* kind: 0 float, 1 int, 2 bool */
@@ -150,7 +150,7 @@ static int m_tolist(lua_State *L) {
   lua_checkstack(L, GRACE_MAX_DIMS * 2 + 4);
   if (grace_tensor_ndim(x) == 0) push_elem(L, &s);
   else push_list(L, &s, 0, grace_tensor_ndim(x), grace_tensor_sizes(x));
-  return 1;
+  return lg_done(c, 1);
 }
 
 /* ---- conversions ---- */

@@ -431,7 +431,7 @@ static int m_tensors(lua_State *L) {
   if (grace_op_noutputs(op) == 0) {
     if (grace_run(c->vm, op, nin, in, NULL, 0, NULL) != GRACE_OK) return lg_fail(L, c);
     lua_settop(L, 1);
-    return 1;
+    return lg_done(c, 1);
   }
   return lg_run(L, c, op, nin, in, NULL, grace_op_noutputs(op) > 1 ? 1 : grace_op_noutputs(op));
 }
@@ -471,7 +471,7 @@ static int t_index(lua_State *L) {
     if (field == 1) lua_pushstring(L, grace_dtype_name(grace_tensor_dtype(x)));
     else if (field == 2) lua_pushstring(L, grace_device_name(grace_tensor_device(x)));
     else lg_push_size(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
-    return 1;
+    return lg_done(c, 1);
   }
   if (kt == LUA_TTABLE || lg_is_tensor(L, 2)) return lg_index_get(L);   /* x[{...}], x[mask], x[idx] */
   lg_ctx *c = lg_begin(L);
@@ -520,7 +520,7 @@ static int t_len(lua_State *L) {
   grace_tensor *x = lg_check(L, c, 1, "len");
   if (grace_tensor_ndim(x) == 0) return lg_errorf(L, c, "len: a 0-d tensor has no length (use x:item())");
   lua_pushinteger(L, (lua_Integer)grace_tensor_sizes(x)[0]);
-  return 1;
+  return lg_done(c, 1);
 }
 
 static int t_lt(lua_State *L) { return luaL_error(L, "attempt to compare tensors with <: use x:lt(y) (or x:gt(y))"); }

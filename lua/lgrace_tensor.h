@@ -41,6 +41,9 @@ lg_ctx *lg_begin(lua_State *L);
  * for it runs out. */
 grace_tensor *lg_keep(lua_State *L, lg_ctx *c, grace_tensor *t);
 void lg_drop(lg_ctx *c);
+/* A call that returns values other than new tensors ends with this: its temporaries (the argument tensors it
+ * held) go now, not at the next call. Returns n. */
+static inline int lg_done(lg_ctx *c, int n) { lg_drop(c); return n; }
 /* Releases the temporaries and raises the VM's last error (resp. a formatted one) at the script line. */
 int lg_fail(lua_State *L, lg_ctx *c);
 int lg_errorf(lua_State *L, lg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -14,8 +14,8 @@ failed=0
 for i in $(seq 1 "$count"); do
   src=$tmp/snippet$i.c
   title=$(awk -v n="$i" '/^## / { h = substr($0, 4) } /^```c$/ && ++k == n { print h }' docs/c_api.md)
-  out=$(cc -std=c11 -Wall -Wextra -Werror -Iinclude -o "$tmp/s$i" "$src" "$build/libgrace.a" \
-        -lmimalloc -ljansson -lz -lm -ldl -lpthread ${GRACE_SANITIZED:+-fsanitize=address,undefined} 2>&1 \
+  out=$(cc -std=c11 -Wall -Wextra -Werror -Iinclude ${GRACE_DEP_CFLAGS:-} -o "$tmp/s$i" "$src" "$build/libgrace.a" \
+        ${GRACE_DEP_LIBS:-} -lmimalloc -ljansson -lz -lm -ldl -lpthread ${GRACE_SANITIZED:+-fsanitize=address,undefined} 2>&1 \
         && GRACE_DEVICE=cpu "$tmp/s$i" 2>&1)
   if [ $? -eq 0 ]; then echo "ok $i - docs/c_api.md: $title"; else
     echo "not ok $i - docs/c_api.md: $title"; printf '%s\n' "$out" | sed 's/^/# /'; failed=1; fi

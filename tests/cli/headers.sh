@@ -16,7 +16,7 @@ ok() {
   fi
 }
 echo "1..7"
-flags="-Wall -Wextra -pedantic -Werror -Iinclude -I/usr/include/lua5.4"
+flags="-Wall -Wextra -pedantic -Werror -Iinclude -I/usr/include/lua5.4 ${GRACE_DEP_CFLAGS:-}"
 for h in grace.h grace_ops.h grace_lua.h; do
   printf '#include "%s"\n#include "%s"\nint grace_header_test;\n' "$h" "$h" > "$tmp/h.c"   # twice: the guard
   out=$(cc -std=c11 $flags -c "$tmp/h.c" -o "$tmp/h.o" 2>&1); ok $? "$h compiles alone as C11 with -pedantic" "$out"
@@ -41,7 +41,7 @@ int main() {
   return 0;
 }
 CC
-out=$(g++ -std=c++11 $flags -o "$tmp/use" "$tmp/use.cc" "$build/libgrace.a" -lmimalloc -ljansson -lz -lm -ldl -lpthread \
+out=$(g++ -std=c++11 $flags -o "$tmp/use" "$tmp/use.cc" "$build/libgrace.a" ${GRACE_DEP_LIBS:-} -lmimalloc -ljansson -lz -lm -ldl -lpthread \
       ${GRACE_SANITIZED:+-fsanitize=address,undefined} 2>&1 && GRACE_DEVICE=cpu "$tmp/use" 2>&1)
 [ "$out" = 6 ]; ok $? "a C++ program links libgrace.a and sums [1, 2, 3]" "$out"
 [ $failed -eq 0 ]

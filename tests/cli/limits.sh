@@ -144,8 +144,8 @@ int main(void) {
   return 0;
 }
 EOF2
-if cc -std=c11 -Wall -Wextra -Werror -Iinclude -I/usr/include/lua5.4 -o "$tmp/host" "$tmp/host.c" "$B/libgrace_lua.a" \
-     "$B/libgrace.a" -llua5.4 -lmimalloc -ljansson -lz -lm -ldl -lpthread 2> "$tmp/cc.err"; then
+if cc -std=c11 -Wall -Wextra -Werror -Iinclude -I/usr/include/lua5.4 ${GRACE_DEP_CFLAGS:-} -o "$tmp/host" "$tmp/host.c" \
+     "$B/libgrace_lua.a" "$B/libgrace.a" ${GRACE_DEP_LIBS:-} -llua5.4 -lmimalloc -ljansson -lz -lm -ldl -lpthread 2> "$tmp/cc.err"; then
   out=$("$tmp/host" 2>&1); st=$?
   is "C host: exits 0" "$st" "0"
   is "C host: limits fire, re-arm, lift and close" "$out" "cap 1048576
