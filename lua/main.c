@@ -75,7 +75,7 @@ static void print_usage(FILE *f) {
           "  -l g=mod         require library 'mod' into global 'g'\n"
           "  -v, --version    show version information\n"
           "  -h, --help       show this help\n"
-          "  -E               ignore environment variables (GRACE_INIT, GRACE_DEVICE, LUA_PATH, LUA_CPATH)\n"
+          "  -E               ignore environment variables (GRACE_INIT, LUA_INIT*, GRACE_DEVICE, LUA_PATH*)\n"
           "  -W               turn warnings on\n"
           "  --device DEV     default device: cpu, cuda or auto (default: $GRACE_DEVICE, else auto)\n"
           "  --dump-ir        print the IR of every function grace.compile traces (as GRACE_LOG=ir)\n"
@@ -85,8 +85,8 @@ static void print_usage(FILE *f) {
           "  --               stop handling options\n"
           "  -                stop handling options and execute stdin\n"
           "With no script, %s starts the REPL when stdin is a terminal, and runs stdin otherwise.\n"
-          "GRACE_INIT (a chunk, or @file) runs before the options; the REPL history is kept in\n"
-          "$GRACE_HISTORY (default ~/.grace_history; empty: no history file).\n",
+          "GRACE_INIT, else LUA_INIT_5_4, else LUA_INIT (a chunk, or @file) runs before the options;\n"
+          "the REPL history is kept in $GRACE_HISTORY (default ~/.grace_history; empty: no history file).\n",
           PROGNAME, PROGNAME);
   fflush(f);
 }
@@ -231,12 +231,21 @@ static int handle_script(lua_State *L, char **argv) {
   return report(L, status);
 }
 
-/* GRACE_INIT: a chunk, or @file, run before the command line's chunks (like lua5.4's LUA_INIT). */
+/* The init chunk: GRACE_INIT, else LUA_INIT_5_4, else LUA_INIT; only the first that is set runs, as lua5.4 runs
+ * LUA_INIT_5_4 instead of LUA_INIT (the most specific wins, so a grace-only setup can shadow a Lua user's one).
+ * "@file" runs the file, anything else is a chunk named after its variable, so errors read "LUA_INIT:1: ..."
+ * as lua5.4's do. */
 static int handle_init(lua_State *L) {
-  const char *init = getenv("GRACE_INIT");
-  if (init == NULL) return LUA_OK;
-  if (init[0] == '@') return dofile(L, init + 1);
-  return dostring(L, init, "=GRACE_INIT");
+  static const char *const vars[] = {"GRACE_INIT", "LUA_INIT_" LUA_VERSION_MAJOR "_" LUA_VERSION_MINOR, "LUA_INIT"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *init = getenv(vars[i]);
+    if (init == NULL) continue;
+    if (init[0] == '@') return dofile(L, init + 1);
+    char chunkname[32];
+    snprintf(chunkname, sizeof chunkname, "=%s", vars[i]);
+    return dostring(L, init, chunkname);
+  }
+  return LUA_OK;
 }
 
 /* ---- command line ---- */
@@ -689,12 +698,28 @@ static int read_input(const char *prompt, char **out) {
   return read_plain(prompt, out);
 }
 
+/* _PROMPT and _PROMPT2 go through tostring, as in lua5.4 (a table with __tostring, a boolean: all shown).
+ * Called under pcall: lua5.4 lets a failing __tostring end the session; here it is reported and the default
+ * prompt is used, so a typo in a prompt object does not lose the REPL's state. */
+static int prompt_tostring(lua_State *L) {
+  luaL_tolstring(L, 1, NULL);
+  return 1;
+}
+
 /* Pushes the next input line (with "= expr" made "return expr" on a first line); returns like read_input. */
 static int pushline(lua_State *L, int firstline) {
   const char *name = firstline ? "_PROMPT" : "_PROMPT2";
   const char *prompt = firstline ? "> " : ">> ";
-  lua_getglobal(L, name); /* kept on the stack while reading, as the prompt may point into it */
-  if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) prompt = lua_tostring(L, -1);
+  /* the prompt string is kept on the stack while reading, as the prompt points into it */
+  if (lua_getglobal(L, name) != LUA_TNIL) {
+    lua_pushcfunction(L, prompt_tostring);
+    lua_insert(L, -2);
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK) prompt = lua_tostring(L, -1);
+    else {
+      report(L, LUA_ERRRUN);
+      lua_pushnil(L); /* in place of the prompt string, for the pop below */
+    }
+  }
   char *b = NULL;
   prompt_interrupted = 0;
   int r = read_input(prompt, &b);
