@@ -122,12 +122,13 @@ static void set_sigint(void (*handler)(int), int flags, struct sigaction *old) {
 
 /* ---- running chunks ---- */
 
-/* Message handler: turns any error object into a string and appends a traceback. */
+/* Message handler: turns any error object into a string and appends a traceback. An object whose __tostring
+ * gives a string is shown as that string alone, as lua5.4 does (it chose how it wants to be reported). */
 static int msghandler(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (msg == NULL) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-      msg = lua_tostring(L, -1);
+      return 1;
     else
       msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
