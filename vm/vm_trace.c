@@ -64,11 +64,20 @@ grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root) {
   if (v >= tr->nroot) {
     int n = tr->nroot ? tr->nroot : 64;
     while (n <= v) n *= 2;
-    grace_value *r = vm->alloc(vm->alloc_ud, tr->root, sizeof *r * (size_t)tr->nroot, sizeof *r * (size_t)n, VM_ALIGN);
-    if (!r) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    /* both arrays are sized by nroot: grow them as one, so a failure of either leaves both as they were */
+    grace_value *r = vm->alloc(vm->alloc_ud, NULL, 0, sizeof *r * (size_t)n, VM_ALIGN);
+    int *b = r ? vm->alloc(vm->alloc_ud, NULL, 0, sizeof *b * (size_t)n, VM_ALIGN) : NULL;
+    if (!b) {
+      vm_free(vm, r, sizeof *r * (size_t)n);
+      return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    }
+    if (tr->nroot) {
+      memcpy(r, tr->root, sizeof *r * (size_t)tr->nroot);
+      memcpy(b, tr->bumps, sizeof *b * (size_t)tr->nroot);
+    }
+    vm_free(vm, tr->root, sizeof *tr->root * (size_t)tr->nroot);
+    vm_free(vm, tr->bumps, sizeof *tr->bumps * (size_t)tr->nroot);
     tr->root = r;
-    int *b = vm->alloc(vm->alloc_ud, tr->bumps, sizeof *b * (size_t)tr->nroot, sizeof *b * (size_t)n, VM_ALIGN);
-    if (!b) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
     tr->bumps = b;
     for (int i = tr->nroot; i < n; i++) { r[i] = -1; b[i] = 0; }
     tr->nroot = n;
