@@ -188,7 +188,7 @@ int main(void) {
     st = workload(vm);
     cnt.fail_at = 0;
     const char *msg = grace_last_error(vm);
-    if (st == GRACE_OK) passed++;   /* an allocation the workload can do without (a cache): fine */
+    if (st == GRACE_OK) passed++;   /* an allocation the workload can do without (the CPU fusion plan): fine */
     else if (st != GRACE_ENOMEM && !(msg && msg[0])) {
       silent++;
       printf("# N=%ld: %s with no message\n", n, grace_status_name(st));
