@@ -196,6 +196,8 @@ static grace_status pass_subs(grace_ir *ir, const char *name, ir_pass_fn fn) {
 }
 
 grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out) {
+  if (!ir) return GRACE_EARG;
+  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "pass: a NULL argument");   /* names NULL: "default" */
   *out = NULL;
   const int npass = (int)(sizeof passes / sizeof *passes);
   char list[256];
