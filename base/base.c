@@ -16,6 +16,7 @@ const char *grace_status_name(grace_status st) {
 }
 
 grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...) {
+  if (!vm || !fmt) return st;   /* nowhere to keep a message: the status still says what failed */
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(vm->err, sizeof vm->err, fmt, ap);
@@ -25,6 +26,7 @@ grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...
 }
 
 void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize) {
+  if (!vm) return NULL;
   return vm->alloc(vm->alloc_ud, ptr, osize, nsize, VM_ALIGN);
 }
 
@@ -38,9 +40,9 @@ void *vm_calloc(grace_vm *vm, size_t n) {
 }
 void vm_free(grace_vm *vm, void *p, size_t n) { if (p) vm->alloc(vm->alloc_ud, p, n, 0, VM_ALIGN); }
 
-grace_device grace_default_device(const grace_vm *vm) { return vm->default_device; }
-int grace_index_base(const grace_vm *vm) { return vm->index_base; }
-void grace_manual_seed(grace_vm *vm, uint64_t seed) { vm->seed = seed; vm->rng_offset = 0; }
+grace_device grace_default_device(const grace_vm *vm) { return vm ? vm->default_device : GRACE_CPU; }
+int grace_index_base(const grace_vm *vm) { return vm ? vm->index_base : 0; }
+void grace_manual_seed(grace_vm *vm, uint64_t seed) { if (vm) { vm->seed = seed; vm->rng_offset = 0; } }
 
 double grace_clock(void) {
   struct timespec ts;
@@ -48,7 +50,9 @@ double grace_clock(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void grace_set_progress(grace_vm *vm, grace_progress_fn fn, void *ud) { vm->progress = fn; vm->progress_ud = ud; }
+void grace_set_progress(grace_vm *vm, grace_progress_fn fn, void *ud) {
+  if (vm) { vm->progress = fn; vm->progress_ud = ud; }
+}
 
 void vm_progress(grace_vm *vm, const char *fmt, ...) {
   if (!vm->progress) return;
@@ -82,6 +86,7 @@ grace_status grace_dtype_from_name(const char *name, grace_dtype *out) {
     {"float", GRACE_FLOAT32}, {"double", GRACE_FLOAT64}, {"half", GRACE_FLOAT16}, {"long", GRACE_INT64},
     {"int", GRACE_INT32}, {"byte", GRACE_UINT8},
   };
+  if (!name || !out) return GRACE_EARG;
   for (int i = 0; i < GRACE_NDTYPES; i++)
     if (!strcmp(name, dtype_info[i].name)) { *out = (grace_dtype)i; return GRACE_OK; }
   for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
@@ -119,6 +124,7 @@ grace_dtype grace_promote_types(grace_dtype a, grace_dtype b) { return vm_promot
 grace_dtype grace_result_type(int n, const grace_dtype *dtypes, const int *tiers) {
   grace_dtype tier[3] = {GRACE_BOOL, GRACE_BOOL, GRACE_BOOL};
   int has[3] = {0, 0, 0};
+  if (!dtypes || !tiers) n = 0;   /* nothing to promote: the neutral result, bool */
   for (int i = 0; i < n; i++) {
     int k = tiers[i] < 0 ? 0 : tiers[i] > 2 ? 2 : tiers[i];
     grace_dtype dt = dtypes[i];

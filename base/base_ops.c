@@ -13,6 +13,7 @@ int grace_op_ninputs(grace_op op) { return op_info[op].nin; }
 int grace_op_noutputs(grace_op op) { return op_info[op].nout; }
 
 grace_status grace_op_from_name(const char *name, grace_op *out) {
+  if (!name || !out) return GRACE_EARG;
   for (int i = 0; i < GRACE_NOPS; i++)
     if (!strcmp(op_info[i].name, name)) { *out = (grace_op)i; return GRACE_OK; }
   return GRACE_EARG;

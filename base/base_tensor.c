@@ -130,11 +130,11 @@ grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, i
 
 void grace_tensor_retain(grace_tensor *t) { if (t) t->refcount++; }
 
-size_t grace_tensor_bytes(const grace_vm *vm) { return vm->tensor_bytes; }
+size_t grace_tensor_bytes(const grace_vm *vm) { return vm ? vm->tensor_bytes : 0; }
 
-void grace_set_memory_limit(grace_vm *vm, size_t bytes) { vm->max_bytes = bytes; }
+void grace_set_memory_limit(grace_vm *vm, size_t bytes) { if (vm) vm->max_bytes = bytes; }
 
-size_t grace_memory_limit(const grace_vm *vm) { return vm->max_bytes; }
+size_t grace_memory_limit(const grace_vm *vm) { return vm ? vm->max_bytes : 0; }
 
 void grace_tensor_release(grace_tensor *t) {
   if (!t || --t->refcount > 0) return;
@@ -296,6 +296,8 @@ grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype 
 /* The element at index: its address, or for a device tensor a copy of it in buf. */
 static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64_t *index, const char **p,
                                 char buf[8]) {
+  if (!vm) return GRACE_EARG;
+  if (!t || (!index && t->ndim)) return vm_err(vm, GRACE_EARG, "get: a NULL argument");
   vm_note_read(t, "reading an element (item, tolist, print)");
   int64_t off = 0;
   for (int d = 0; d < t->ndim; d++) {
@@ -315,6 +317,7 @@ static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64
 grace_status grace_tensor_get(grace_vm *vm, const grace_tensor *t, const int64_t *index, double *out) {
   const char *p;
   char buf[8];
+  if (vm && !out) return vm_err(vm, GRACE_EARG, "get: a NULL argument");
   grace_status st = element_ptr(vm, t, index, &p, buf);
   if (st == GRACE_OK) *out = vm_load_f64(t->dtype, p);
   return st;
@@ -323,6 +326,7 @@ grace_status grace_tensor_get(grace_vm *vm, const grace_tensor *t, const int64_t
 grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int64_t *index, int64_t *out) {
   const char *p;
   char buf[8];
+  if (vm && !out) return vm_err(vm, GRACE_EARG, "get: a NULL argument");
   grace_status st = element_ptr(vm, t, index, &p, buf);
   if (st == GRACE_OK) *out = vm_load_i64(t->dtype, p);
   return st;
@@ -330,6 +334,9 @@ grace_status grace_tensor_get_int(grace_vm *vm, const grace_tensor *t, const int
 
 /* ---- shape helpers ---- */
 grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim, int *out) {
+  if (!vm) return GRACE_EARG;
+  if (!op) op = "?";   /* only names the op in the message */
+  if (!out) return vm_err(vm, GRACE_EARG, "%s: a NULL argument", op);
   int n = ndim > 0 ? ndim : 1;   /* a 0-d tensor accepts dim 0 / -1, as PyTorch */
   int64_t d = dim < 0 ? dim + n : dim;
   if (d < 0 || d >= n) {
@@ -343,6 +350,11 @@ grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim,
 
 grace_status grace_broadcast_shapes(grace_vm *vm, const char *op, int n, const int *ndims, const int64_t *const *sizes,
                                     int *ndim, int64_t *out) {
+  if (!vm) return GRACE_EARG;
+  if (!op) op = "?";
+  if (n < 0 || (n && (!ndims || !sizes)) || !ndim || !out) return vm_err(vm, GRACE_EARG, "%s: a NULL argument", op);
+  for (int i = 0; i < n; i++)
+    if (ndims[i] < 0 || (ndims[i] && !sizes[i])) return vm_err(vm, GRACE_EARG, "%s: a NULL or negative shape", op);
   int nd = 0;
   for (int i = 0; i < n; i++) if (ndims[i] > nd) nd = ndims[i];
   if (nd > GRACE_MAX_DIMS) return vm_err(vm, GRACE_EARG, "%s: more than %d dims", op, GRACE_MAX_DIMS);

@@ -15,8 +15,9 @@
 cuda_ctx *gpu_ctx(grace_vm *vm) { return cuda_get(vm); }
 
 void grace_device_stats_get(grace_vm *vm, grace_device_stats *out) {
+  if (!out) return;
   memset(out, 0, sizeof *out);
-  if (!vm->cuda || !cuda_usable(vm)) return;
+  if (!vm || !vm->cuda || !cuda_usable(vm)) return;
   cuda_ctx *c = cuda_get(vm);
   cuda_mem_stats m;
   cuda_compile_stats k;
@@ -29,15 +30,18 @@ void grace_device_stats_get(grace_vm *vm, grace_device_stats *out) {
 }
 
 void grace_device_reset_peak(grace_vm *vm) {
-  if (vm->cuda && cuda_usable(vm)) cuda_alloc_reset_peak(cuda_get(vm));
+  if (vm && vm->cuda && cuda_usable(vm)) cuda_alloc_reset_peak(cuda_get(vm));
 }
 
 grace_status grace_synchronize(grace_vm *vm) {
+  if (!vm) return GRACE_EARG;
   if (!vm->cuda || !cuda_usable(vm)) return GRACE_OK;
   return cuda_sync(cuda_get(vm));
 }
 
 grace_status grace_device_time(grace_vm *vm, grace_device dev, grace_timed_fn fn, void *ud, double *ms) {
+  if (!vm) return GRACE_EARG;
+  if (!fn || !ms) return vm_err(vm, GRACE_EARG, "device_time: a NULL argument");
   *ms = 0;
   if (dev != GRACE_CUDA) {
     double t0 = grace_clock();
@@ -65,7 +69,7 @@ grace_status grace_device_time(grace_vm *vm, grace_device dev, grace_timed_fn fn
 }
 
 void grace_empty_cache(grace_vm *vm) {
-  if (vm->cuda && cuda_usable(vm)) cuda_empty_cache(cuda_get(vm));
+  if (vm && vm->cuda && cuda_usable(vm)) cuda_empty_cache(cuda_get(vm));
 }
 
 /* ---- host <-> device ---- */

@@ -513,6 +513,7 @@ static int parse_mode(const char *e) {
 }
 
 grace_status grace_set_graphs(grace_vm *vm, const char *mode) {
+  if (!vm) return GRACE_EARG;
   if (!mode) { vm->launch_mode = 0; return GRACE_OK; }
   int m = parse_mode(mode);
   if (m == -3)
@@ -659,7 +660,9 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
 }
 
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
+  if (!out) return;
   memset(out, 0, sizeof *out);
+  if (!ir) return;
   out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
   const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
   if (!p) return;

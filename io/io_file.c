@@ -276,6 +276,8 @@ static grace_status pick_format(grace_vm *vm, const char *op, const char *path, 
 
 grace_status grace_load_file(grace_vm *vm, const char *path, grace_file_format fmt, grace_device dev,
                              grace_tensor_file **out) {
+  if (!vm) return GRACE_EARG;
+  if (!out) return grace_set_error(vm, GRACE_EARG, "load: a NULL argument");
   *out = NULL;
   if (!path) return grace_set_error(vm, GRACE_EARG, "load: no path");
   grace_status st = pick_format(vm, "load", path, &fmt);
@@ -314,6 +316,7 @@ static grace_status check_names(grace_vm *vm, const char *path, grace_file_forma
   for (int i = 0; i < n; i++) {
     if (!ts[i]) return grace_set_error(vm, GRACE_EARG, "save: tensor %d is NULL", i);
     if (fmt == GRACE_FILE_NPY) continue;
+    if (!names) return grace_set_error(vm, GRACE_EARG, "save: no names");
     if (!names[i] || !names[i][0]) return grace_set_error(vm, GRACE_EARG, "save: tensor %d has no name", i);
     for (int j = 0; j < i; j++) {   /* quadratic, but files hold hundreds of tensors at most, and only once a save */
       if (strcmp(names[i], names[j]) == 0)
@@ -326,6 +329,9 @@ static grace_status check_names(grace_vm *vm, const char *path, grace_file_forma
 grace_status grace_save_file(grace_vm *vm, const char *path, grace_file_format fmt, int n, const char *const *names,
                              grace_tensor *const *tensors, int nmeta, const char *const *meta_keys,
                              const char *const *meta_values) {
+  if (!vm) return GRACE_EARG;
+  if ((n > 0 && !tensors) || (nmeta > 0 && (!meta_keys || !meta_values)))
+    return grace_set_error(vm, GRACE_EARG, "save: a NULL argument");
   if (!path) return grace_set_error(vm, GRACE_EARG, "save: no path");
   grace_status st = pick_format(vm, "save", path, &fmt);
   if (st == GRACE_OK) st = check_names(vm, path, fmt, n, names, tensors, nmeta);

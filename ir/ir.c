@@ -64,6 +64,8 @@ int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped) {
 }
 
 int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int max) {
+  if (!a || !b) return -1;
+  if (!lits) max = 0;   /* counting is not asked for: any differing literal is a difference */
   if (a->ninst != b->ninst || a->nout != b->nout || a->nwrite != b->nwrite || a->nbreak != b->nbreak || a->nconst != b->nconst)
     return -1;
   if (memcmp(a->outputs, b->outputs, sizeof *a->outputs * (size_t)a->nout)) return -1;
@@ -90,6 +92,8 @@ int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int m
 }
 
 grace_status grace_ir_literal_value(const grace_ir *ir, int k, double *v, int64_t *iv, int *is_int) {
+  if (!ir) return GRACE_EARG;
+  if (!v || !iv || !is_int) return grace_set_error(ir->vm, GRACE_EARG, "literal: a NULL argument");
   if (k < 0 || k >= ir->ninst || ir->insts[k].op != IR_OP_LITERAL)
     return grace_set_error(ir->vm, GRACE_EARG, "literal: instruction %d is not a literal", k);
   *v = ir->insts[k].literal;
@@ -99,6 +103,7 @@ grace_status grace_ir_literal_value(const grace_ir *ir, int k, double *v, int64_
 }
 
 grace_status grace_ir_literal_to_scalar(grace_ir *ir, int k) {
+  if (!ir) return GRACE_EARG;
   if (k < 0 || k >= ir->ninst || ir->insts[k].op != IR_OP_LITERAL)
     return grace_set_error(ir->vm, GRACE_EARG, "literal: instruction %d is not a literal", k);
   ir->insts[k].op = IR_OP_SCALAR;
@@ -120,6 +125,7 @@ static int grow(grace_ir *ir, void **arr, int *cap, int need, size_t es) {
 #define GROW(ir, field, capf, need) grow((ir), (void **)&(ir)->field, &(ir)->capf, (need), sizeof *(ir)->field)
 
 grace_ir *grace_ir_new(grace_vm *vm, const char *name) {
+  if (!vm) return NULL;
   grace_ir *ir = grace_realloc(vm, NULL, 0, sizeof *ir);
   if (!ir) { grace_set_error(vm, GRACE_ENOMEM, "ir: out of host memory"); return NULL; }
   memset(ir, 0, sizeof *ir);
@@ -178,6 +184,8 @@ static grace_status check_value(grace_ir *ir, const char *op, grace_value v) {
 
 grace_status grace_ir_input(grace_ir *ir, grace_dtype dt, grace_device dev, int ndim, const int64_t *sizes,
                             grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if (!out || (ndim > 0 && !sizes)) return grace_set_error(ir->vm, GRACE_EARG, "input: a NULL argument");
   if (ndim < 0 || ndim > GRACE_MAX_DIMS || (unsigned)dt >= GRACE_NDTYPES)
     return grace_set_error(ir->vm, GRACE_EARG, "input: invalid type (%d dims)", ndim);
   ir_type t = {.dtype = dt, .device = dev, .ndim = ndim};
@@ -193,6 +201,8 @@ grace_status grace_ir_input(grace_ir *ir, grace_dtype dt, grace_device dev, int 
 }
 
 grace_status grace_ir_const(grace_ir *ir, grace_tensor *t, grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if (!t || !out) return grace_set_error(ir->vm, GRACE_EARG, "const: a NULL argument");
   ir_type ty = {.dtype = grace_tensor_dtype(t), .device = grace_tensor_device(t), .ndim = grace_tensor_ndim(t)};
   memcpy(ty.sizes, grace_tensor_sizes(t), sizeof(int64_t) * (size_t)ty.ndim);
   if (!GROW(ir, consts, cap_const, ir->nconst + 1)) return GRACE_ENOMEM;
@@ -206,6 +216,8 @@ grace_status grace_ir_const(grace_ir *ir, grace_tensor *t, grace_value *out) {
 }
 
 grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t) {
+  if (!ir) return GRACE_EARG;
+  if (!t) return grace_set_error(ir->vm, GRACE_EARG, "bind_const: a NULL tensor");
   if (index < 0 || index >= ir->nconst)
     return grace_set_error(ir->vm, GRACE_EARG, "bind_const: no captured tensor %d (the IR has %d)", index, ir->nconst);
   for (int i = 0; i < ir->ninst; i++) {
@@ -225,21 +237,25 @@ grace_status grace_ir_bind_const(grace_ir *ir, int index, grace_tensor *t) {
   return GRACE_OK;
 }
 
-grace_tensor *grace_ir_const_tensor(const grace_ir *ir, int k) { return k >= 0 && k < ir->nconst ? ir->consts[k].t : NULL; }
-int grace_ir_const_is_local(const grace_ir *ir, int k) { return k >= 0 && k < ir->nconst && ir->consts[k].local; }
+grace_tensor *grace_ir_const_tensor(const grace_ir *ir, int k) { return ir && k >= 0 && k < ir->nconst ? ir->consts[k].t : NULL; }
+int grace_ir_const_is_local(const grace_ir *ir, int k) { return ir && k >= 0 && k < ir->nconst && ir->consts[k].local; }
 
 int grace_ir_consts_current(const grace_ir *ir) {
+  if (!ir) return 0;   /* no IR has nothing current to run */
   for (int k = 0; k < ir->nconst; k++)
     if (ir->consts[k].t && grace_tensor_version(ir->consts[k].t) != ir->consts[k].version) return 0;
   return 1;
 }
 
 void grace_ir_recapture(grace_ir *ir) {
+  if (!ir) return;
   for (int k = 0; k < ir->nconst; k++)
     if (ir->consts[k].t) ir->consts[k].version = grace_tensor_version(ir->consts[k].t);
 }
 
 grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "scalar: a NULL argument");
   if ((unsigned)dt >= GRACE_NDTYPES) return grace_set_error(ir->vm, GRACE_EARG, "scalar: invalid dtype");
   ir_type t = {.dtype = dt, .device = GRACE_CPU, .ndim = 0};
   int32_t v = ir_append(ir, IR_OP_SCALAR, 0, NULL, NULL, 1, &t);
@@ -250,6 +266,8 @@ grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out) {
 }
 
 grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "literal: a NULL argument");
   ir_type t = {.dtype = is_integer ? GRACE_INT64 : GRACE_FLOAT64, .device = GRACE_CPU, .ndim = 0, .wrapped = 1};
   int32_t id = ir_append(ir, IR_OP_LITERAL, 0, NULL, NULL, 1, &t);
   if (id < 0) return GRACE_ENOMEM;
@@ -268,6 +286,8 @@ grace_status grace_ir_literal_int(grace_ir *ir, int64_t v, grace_value *out) {
 grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *in, const grace_attrs *attrs,
                          int nout, grace_value *out) {
   static const grace_attrs none = {0};
+  if (!ir) return GRACE_EARG;
+  if ((nin > 0 && !in) || !out) return grace_set_error(ir->vm, GRACE_EARG, "ir: a NULL argument");
   if ((unsigned)op >= GRACE_NOPS) return grace_set_error(ir->vm, GRACE_EARG, "ir: invalid op %d", (int)op);
   if (!attrs) attrs = &none;
   const char *name = grace_op_name(op);
@@ -294,6 +314,7 @@ grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *
 }
 
 grace_status grace_ir_set_location(grace_ir *ir, const char *where) {
+  if (!ir) return GRACE_EARG;
   if (!where) { ir->cur_loc = -1; return GRACE_OK; }
   for (int i = ir->nloc - 1; i >= 0; i--)
     if (!strcmp(ir->locs[i], where)) { ir->cur_loc = i; return GRACE_OK; }
@@ -308,6 +329,7 @@ grace_status grace_ir_set_location(grace_ir *ir, const char *where) {
 }
 
 grace_status grace_ir_output(grace_ir *ir, grace_value v) {
+  if (!ir) return GRACE_EARG;
   grace_status st = check_value(ir, "output", v);
   if (st != GRACE_OK) return st;
   if (!GROW(ir, outputs, cap_out, ir->nout + 1)) return GRACE_ENOMEM;
@@ -316,6 +338,7 @@ grace_status grace_ir_output(grace_ir *ir, grace_value v) {
 }
 
 grace_status grace_ir_write(grace_ir *ir, grace_value target, grace_value value) {
+  if (!ir) return GRACE_EARG;
   grace_status st;
   if ((st = check_value(ir, "write", target)) != GRACE_OK || (st = check_value(ir, "write", value)) != GRACE_OK) return st;
   int op = ir->insts[ir->vals[target].inst].op;
@@ -327,6 +350,8 @@ grace_status grace_ir_write(grace_ir *ir, grace_value target, grace_value value)
 }
 
 grace_status grace_ir_break(const grace_ir *ir, int k, int *after, const char **where) {
+  if (!ir) return GRACE_EARG;
+  if (!after || !where) return grace_set_error(ir->vm, GRACE_EARG, "break: a NULL argument");
   if (k < 0 || k >= ir->nbreak) return grace_set_error(ir->vm, GRACE_EARG, "break %d: the IR has %d", k, ir->nbreak);
   *after = ir->breaks[k].after;
   *where = ir->breaks[k].loc >= 0 ? ir->locs[ir->breaks[k].loc] : NULL;
@@ -341,6 +366,7 @@ grace_status ir_add_break(grace_ir *ir) {
 }
 
 int grace_ir_count(const grace_ir *ir, const char *what) {
+  if (!ir || !what) return 0;
   if (!strcmp(what, "breaks")) return ir->nbreak;
   if (!strcmp(what, "values")) return ir->nval;
   if (!strcmp(what, "writes")) return ir->nwrite;

@@ -11,7 +11,11 @@ grace_status ir_rw_begin(ir_rewriter *rw, grace_ir *src) {
   if (!rw->dst) return GRACE_ENOMEM;
   rw->nmap = src->nval;
   rw->map = grace_realloc(src->vm, NULL, 0, sizeof *rw->map * (size_t)(rw->nmap ? rw->nmap : 1));
-  if (!rw->map) { grace_ir_free(rw->dst); return grace_set_error(src->vm, GRACE_ENOMEM, "pass: out of host memory"); }
+  if (!rw->map) {
+    grace_ir_free(rw->dst);
+    rw->dst = NULL;   /* callers abort when dst is set: it must not be freed twice */
+    return grace_set_error(src->vm, GRACE_ENOMEM, "pass: out of host memory");
+  }
   for (int i = 0; i < rw->nmap; i++) rw->map[i] = -1;
   return GRACE_OK;
 }
@@ -192,6 +196,8 @@ static grace_status pass_subs(grace_ir *ir, const char *name, ir_pass_fn fn) {
 }
 
 grace_status grace_ir_pass(grace_ir *ir, const char *names, grace_ir **out) {
+  if (!ir) return GRACE_EARG;
+  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "pass: a NULL argument");   /* names NULL: "default" */
   *out = NULL;
   const int npass = (int)(sizeof passes / sizeof *passes);
   char list[256];

@@ -139,6 +139,9 @@ static grace_status gather(grace_ir *ir, const char *op, int n, const grace_valu
 
 grace_status grace_ir_cond(grace_ir *ir, grace_value pred, int nargs, const grace_value *args, grace_ir *then_ir,
                            grace_ir *else_ir, int nout, grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if ((nargs > 0 && !args) || !then_ir || !else_ir || (nout > 0 && !out))
+    return grace_set_error(ir->vm, GRACE_EARG, "cond: a NULL argument");
   if (nargs < 0 || nargs > 63) return grace_set_error(ir->vm, GRACE_EARG, "cond: %d arguments (at most 63)", nargs);
   if (nout > 64) return grace_set_error(ir->vm, GRACE_EARG, "cond: %d results (at most 64)", nout);
   if (then_ir && then_ir == else_ir) return grace_set_error(ir->vm, GRACE_EARG, "cond: then and else are one IR; give two");
@@ -154,6 +157,9 @@ grace_status grace_ir_cond(grace_ir *ir, grace_value pred, int nargs, const grac
 
 grace_status grace_ir_while(grace_ir *ir, int nstate, const grace_value *state, int ninv, const grace_value *inv,
                             grace_ir *cond_ir, grace_ir *body_ir, int64_t max_iters, grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if ((nstate > 0 && !state) || (ninv > 0 && !inv) || !cond_ir || !body_ir || !out)
+    return grace_set_error(ir->vm, GRACE_EARG, "while: a NULL argument");
   if (nstate < 1 || ninv < 0 || nstate + ninv > 64)
     return grace_set_error(ir->vm, GRACE_EARG, "while: %d state values and %d invariants (1 to 64 in all)", nstate, ninv);
   if (cond_ir && cond_ir == body_ir) return grace_set_error(ir->vm, GRACE_EARG, "while: cond and body are one IR; give two");

@@ -88,9 +88,11 @@ void grace_vm_free(grace_vm *vm) {
   vm->alloc(vm->alloc_ud, vm, sizeof *vm, 0, VM_ALIGN);
 }
 
-int grace_cuda_available(grace_vm *vm) { return cuda_usable(vm); }
+int grace_cuda_available(grace_vm *vm) { return vm ? cuda_usable(vm) : 0; }
 
 grace_status grace_set_default_device(grace_vm *vm, const char *name) {
+  if (!vm) return GRACE_EARG;
+  if (!name) return vm_err(vm, GRACE_EARG, "set_default_device: a NULL name");
   if (!strcmp(name, "cpu")) vm->default_device = GRACE_CPU;
   else if (!strcmp(name, "cuda")) {
     if (!grace_cuda_available(vm))
@@ -106,6 +108,7 @@ grace_status grace_set_default_device(grace_vm *vm, const char *name) {
 }
 
 const char *grace_backend_info(grace_vm *vm) {
+  if (!vm) return NULL;
   if (vm->default_device == GRACE_CUDA)
     snprintf(vm->info, sizeof vm->info, "cuda: %s", cuda_describe(vm));
   else

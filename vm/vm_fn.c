@@ -619,6 +619,7 @@ grace_status grace_fn_call(grace_fn *fn, int nargs, const grace_arg *args, int *
 
 /* ---- introspection ---- */
 void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
+  if (!out) return;
   memset(out, 0, sizeof *out);
   if (!fn) return;
   out->calls = fn->calls;

@@ -44,6 +44,9 @@ grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor
 }
 
 grace_status grace_trace_sub_begin(grace_vm *vm, grace_ir *sub, int nin, grace_tensor *const *in) {
+  if (!vm) return GRACE_EARG;
+  if (!sub || nin < 0 || (nin && !in)) return vm_err(vm, GRACE_EARG, "trace: a region needs its IR and inputs");
+  for (int i = 0; i < nin; i++) if (!in[i]) return vm_err(vm, GRACE_EARG, "trace: region input %d is NULL", i);
   vm_trace *outer = vm->trace;
   if (!outer || !grace_trace_active(vm)) return vm_err(vm, GRACE_EARG, "trace: no active trace to record a region in");
   if (outer->replay)   /* the host runs the region eagerly instead: a host read, as without regions */
@@ -90,11 +93,14 @@ static void pop(grace_vm *vm) {
 }
 
 void grace_trace_sub_abort(grace_vm *vm) {
-  if (vm->trace && vm->trace->parent) pop(vm);
+  if (vm && vm->trace && vm->trace->parent) pop(vm);
 }
 
 grace_status grace_trace_sub_end(grace_vm *vm, int nout, grace_tensor *const *out, int maxcap, grace_tensor **caps,
                                  int *ncap) {
+  if (!vm) return GRACE_EARG;
+  if (!ncap || nout < 0 || (nout && !out) || (maxcap > 0 && !caps))
+    return vm_err(vm, GRACE_EARG, "trace: a NULL argument ending a region");
   vm_trace *tr = vm->trace;
   *ncap = 0;
   if (!tr || !tr->parent) return vm_err(vm, GRACE_EARG, "trace: no region being recorded");
@@ -157,8 +163,14 @@ static grace_status refused(grace_vm *vm, grace_status st, grace_ir *a, grace_ir
 
 grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
                               grace_ir *else_ir, int nout, grace_tensor **res) {
+  if (!vm) return GRACE_EARG;   /* no VM: nothing to free the sub-programs with */
   vm_trace *tr = vm->trace;
   grace_value v[64], r[64];
+  if (!pred || nin < 0 || (nin && !in) || !then_ir || !else_ir || (nout > 0 && !res)) {
+    grace_ir_free(then_ir);
+    grace_ir_free(else_ir);
+    return vm_err(vm, GRACE_EARG, "trace: cond: a NULL argument");
+  }
   if (!tr || nin > 63 || nout > 64) {
     grace_ir_free(then_ir);
     grace_ir_free(else_ir);
@@ -177,8 +189,14 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
 
 grace_status grace_trace_while(grace_vm *vm, int nstate, int nin, grace_tensor *const *in, grace_ir *cond_ir,
                                grace_ir *body_ir, int64_t max_iters, grace_tensor **res) {
+  if (!vm) return GRACE_EARG;
   vm_trace *tr = vm->trace;
   grace_value v[64], r[64];
+  if (nin < 0 || (nin && !in) || !cond_ir || !body_ir || !res) {
+    grace_ir_free(cond_ir);
+    grace_ir_free(body_ir);
+    return vm_err(vm, GRACE_EARG, "trace: while_loop: a NULL argument");
+  }
   if (!tr || nin > 64 || nstate < 1 || nstate > nin) {
     grace_ir_free(cond_ir);
     grace_ir_free(body_ir);

@@ -14,8 +14,12 @@ static double now_ns(void) { return grace_clock() * 1e9; }
 static grace_ir *lead(vm_trace *tr) { return tr->paths[tr->lead]; }
 
 grace_status grace_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths, grace_where_fn where, void *ud) {
+  if (!vm) return GRACE_EARG;
+  if (!paths) return vm_err(vm, GRACE_EARG, "replay: no paths");
+  for (int i = 0; i < npaths && i < 64; i++)
+    if (!paths[i]) return vm_err(vm, GRACE_EARG, "replay: path %d is NULL", i);
   if (npaths < 1 || npaths > 64) return vm_err(vm, GRACE_EARG, "replay: %d paths (1 to 64 are possible)", npaths);
-  grace_status st = grace_trace_begin(vm, NULL, where, ud);
+  grace_status st = vm_trace_begin(vm, NULL, where, ud);
   if (st != GRACE_OK) return st;
   vm_trace *tr = vm->trace;
   tr->replay = 1;
@@ -248,6 +252,8 @@ grace_status vm_replay_flush(grace_vm *vm) {
 }
 
 grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded) {
+  if (!vm) return GRACE_EARG;
+  if (!recorded) return vm_err(vm, GRACE_EARG, "replay: a NULL argument");
   vm_trace *tr = vm->trace;
   *recorded = NULL;
   if (!tr || !(tr->replay || tr->owns_ir)) return vm_err(vm, GRACE_EARG, "replay: no active replay");

@@ -64,11 +64,20 @@ grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root) {
   if (v >= tr->nroot) {
     int n = tr->nroot ? tr->nroot : 64;
     while (n <= v) n *= 2;
-    grace_value *r = vm->alloc(vm->alloc_ud, tr->root, sizeof *r * (size_t)tr->nroot, sizeof *r * (size_t)n, VM_ALIGN);
-    if (!r) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    /* both arrays are sized by nroot: grow them as one, so a failure of either leaves both as they were */
+    grace_value *r = vm->alloc(vm->alloc_ud, NULL, 0, sizeof *r * (size_t)n, VM_ALIGN);
+    int *b = r ? vm->alloc(vm->alloc_ud, NULL, 0, sizeof *b * (size_t)n, VM_ALIGN) : NULL;
+    if (!b) {
+      vm_free(vm, r, sizeof *r * (size_t)n);
+      return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+    }
+    if (tr->nroot) {
+      memcpy(r, tr->root, sizeof *r * (size_t)tr->nroot);
+      memcpy(b, tr->bumps, sizeof *b * (size_t)tr->nroot);
+    }
+    vm_free(vm, tr->root, sizeof *tr->root * (size_t)tr->nroot);
+    vm_free(vm, tr->bumps, sizeof *tr->bumps * (size_t)tr->nroot);
     tr->root = r;
-    int *b = vm->alloc(vm->alloc_ud, tr->bumps, sizeof *b * (size_t)tr->nroot, sizeof *b * (size_t)n, VM_ALIGN);
-    if (!b) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
     tr->bumps = b;
     for (int i = tr->nroot; i < n; i++) { r[i] = -1; b[i] = 0; }
     tr->nroot = n;
@@ -80,6 +89,12 @@ grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root) {
 grace_value tr_root_of(vm_trace *tr, grace_value v) { return v >= 0 && v < tr->nroot ? tr->root[v] : -1; }
 
 grace_status grace_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where, void *ud) {
+  if (!vm) return GRACE_EARG;
+  if (!ir) return vm_err(vm, GRACE_EARG, "trace: no IR to record into");
+  return vm_trace_begin(vm, ir, where, ud);
+}
+
+grace_status vm_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where, void *ud) {
   if (vm->trace) return vm_err(vm, GRACE_EARG, "trace: a trace is already active (grace.compile inside a traced function?)");
   vm_trace *tr = vm_calloc(vm, sizeof *tr);
   if (!tr) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
@@ -88,14 +103,16 @@ grace_status grace_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where,
   return GRACE_OK;
 }
 
-int grace_trace_active(const grace_vm *vm) { return vm->trace != NULL && !vm->trace->paused; }
-void grace_trace_pause(grace_vm *vm) { if (vm->trace) vm->trace->paused++; }
-void grace_trace_resume(grace_vm *vm) { if (vm->trace && vm->trace->paused) vm->trace->paused--; }
+int grace_trace_active(const grace_vm *vm) { return vm && vm->trace != NULL && !vm->trace->paused; }
+void grace_trace_pause(grace_vm *vm) { if (vm && vm->trace) vm->trace->paused++; }
+void grace_trace_resume(grace_vm *vm) { if (vm && vm->trace && vm->trace->paused) vm->trace->paused--; }
 const char *grace_trace_problems(grace_vm *vm) {
-  return vm->trace && vm->trace->problems ? vm->trace->problems : "";
+  return vm && vm->trace && vm->trace->problems ? vm->trace->problems : "";
 }
 
 static grace_status declare(grace_vm *vm, grace_tensor *t, int scalar, grace_value *out) {
+  if (!vm) return GRACE_EARG;
+  if (!t || !out) return vm_err(vm, GRACE_EARG, "trace: a NULL argument");
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   if (tr->used && tr_find(tr, t)->t)
@@ -116,6 +133,8 @@ grace_status grace_trace_scalar(grace_vm *vm, grace_tensor *t, grace_value *out)
 static grace_status remake_view(grace_vm *vm, trace_slot *s);
 
 grace_status grace_trace_value(grace_vm *vm, grace_tensor *t, grace_value *out) {
+  if (!vm) return GRACE_EARG;
+  if (!t || !out) return vm_err(vm, GRACE_EARG, "trace: a NULL argument");
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   if (tr->used) {
@@ -355,6 +374,7 @@ void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
 }
 
 int grace_trace_mutated(const grace_vm *vm) {
+  if (!vm) return 0;
   const vm_trace *tr = vm->trace;
   if (!tr) return 0;
   for (int i = 0; i < tr->nslots; i++) {
@@ -366,11 +386,14 @@ int grace_trace_mutated(const grace_vm *vm) {
 }
 
 grace_status grace_trace_note(grace_vm *vm, const char *why) {
+  if (!vm) return GRACE_EARG;
+  if (!why) return vm_err(vm, GRACE_EARG, "trace: a note with no reason");
   if (!vm->trace) return vm_err(vm, GRACE_EARG, "trace: no active trace");
   return tr_problem(vm, "%s", why);
 }
 
 grace_status grace_trace_end(grace_vm *vm) {
+  if (!vm) return GRACE_EARG;
   while (vm->trace && vm->trace->parent) grace_trace_sub_abort(vm);   /* a host that failed inside a region */
   vm_trace *tr = vm->trace;
   if (!tr) return vm_err(vm, GRACE_EARG, "trace: no active trace");

@@ -63,6 +63,8 @@ grace_status vm_trace_created(grace_vm *vm, grace_tensor *t);
 int vm_trace_replaying(const grace_vm *vm);
 
 trace_slot *tr_find(vm_trace *tr, const grace_tensor *t);
+/* grace_trace_begin without its argument checks: a replay starts with no IR (it makes one if it records a path). */
+grace_status vm_trace_begin(grace_vm *vm, grace_ir *ir, grace_where_fn where, void *ud);
 grace_status tr_map_put(grace_vm *vm, grace_tensor *t, grace_value v);
 grace_status tr_problem(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 grace_status tr_set_root(grace_vm *vm, grace_value v, grace_value root);
