@@ -127,9 +127,6 @@ grace_status vm_to_host(grace_vm *vm, const grace_tensor *t, grace_tensor **out)
 /* Normalise a dim (negative counts from the end) against ndim; the error names op and shows dims in
  * the VM's index base (1-based for Lua). */
 #define vm_norm_dim grace_norm_dim
-/* NumPy broadcasting of n tensors (NULL entries skipped). */
-grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim,
-                          int64_t *sizes);
 /* Strides of t seen through a broadcast to (ndim, sizes): 0 on broadcast dims. t must broadcast. */
 void vm_broadcast_strides(const grace_tensor *t, int ndim, const int64_t *sizes, int64_t *strides);
 /* The same for the leading `own` dims of a tensor (tsizes, tstrides): a matmul operand's batch dims. */

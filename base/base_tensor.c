@@ -377,17 +377,6 @@ grace_status grace_broadcast_shapes(grace_vm *vm, const char *op, int n, const i
   return GRACE_OK;
 }
 
-grace_status vm_broadcast(grace_vm *vm, const char *op, int n, grace_tensor *const *ts, int *ndim, int64_t *sizes) {
-  int nds[8], k = 0;
-  const int64_t *szs[8];
-  for (int i = 0; i < n && k < 8; i++) {
-    if (!ts[i]) continue;
-    nds[k] = ts[i]->ndim;
-    szs[k++] = ts[i]->sizes;
-  }
-  return grace_broadcast_shapes(vm, op, k, nds, szs, ndim, sizes);
-}
-
 void vm_broadcast_dims(int own, const int64_t *tsizes, const int64_t *tstrides, int ndim, const int64_t *sizes,
                        int64_t *strides) {
   for (int d = 0; d < ndim; d++) {

@@ -78,18 +78,6 @@ const char *cg_ctype(grace_dtype dt) {
   }
 }
 
-const char *cg_calc_type(grace_dtype dt) {
-  switch (dt) {
-  case GRACE_FLOAT32: case GRACE_FLOAT16: case GRACE_BFLOAT16: return "float";
-  case GRACE_FLOAT64: return "double";
-  case GRACE_INT32: case GRACE_UINT8: return "int";
-  case GRACE_INT64: return "long long";
-  case GRACE_BOOL: return "unsigned char";
-  default: return "void";
-  }
-}
-
-
 void cg_prelude(cg_buf *b) { cg_puts(b, cg_src_prelude); }
 
 int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T) {

@@ -39,8 +39,6 @@ void cg_buf_free(cg_buf *b);
 /* ---- dtypes in generated code ---- */
 /* Storage type: "float", "double", "unsigned short" (f16, bf16: bits), "int", "long long", "unsigned char". */
 const char *cg_ctype(grace_dtype dt);
-/* Type arithmetic happens in: float for f32/f16/bf16, double, int, long long, and bool (unsigned char). */
-const char *cg_calc_type(grace_dtype dt);
 /* Emits the helpers every source starts with (f16/bf16 <-> float bit conversions, round-half-even, the Philox
  * generator, warp/block reduction helpers), once per source. */
 void cg_prelude(cg_buf *b);

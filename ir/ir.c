@@ -10,7 +10,6 @@ static const char *extra_names[] = {
 #undef IR_EXTRA_NAME
 };
 
-int ir_op_count(void) { return IR_NOPS; }
 
 const char *ir_op_name(int op) {
   if (op >= 0 && op < GRACE_NOPS) return grace_op_name((grace_op)op);

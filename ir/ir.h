@@ -102,7 +102,6 @@ struct grace_ir {
   void (*exec_free)(grace_ir *ir);
 };
 
-int ir_op_count(void);
 const char *ir_op_name(int op);
 int ir_op_from_name(const char *name);
 /* Number of results an instruction of op has in the IR: INPLACE ops give the updated tensor (functional form). */
