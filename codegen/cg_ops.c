@@ -250,7 +250,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
     dts[i] = dt;
   }
   grace_dtype d0 = s->dt[0];   /* dst's dtype */
-  if (s->tmpl == CGO_IADD && d0 != GRACE_FLOAT32 && d0 != GRACE_FLOAT64 && d0 != GRACE_INT32 && d0 != GRACE_INT64)
+  if (s->tmpl == CGO_IADD && !cg_ops_iadd_dtype(d0))
     return grace_set_error(vm, GRACE_EARG, "cg_ops: no atomic add for %s", grace_dtype_name(d0));
   int n = snprintf(k->name, sizeof k->name, "cgo_%s", tmpl_names[s->tmpl]);
   for (int i = 0; i < td->nptr && n < (int)sizeof k->name; i++)   /* a role named again (CAT's sources) is one dtype */

@@ -79,6 +79,11 @@ typedef enum cgo_tmpl {
   CGO_ATTN, CGO_CAT, CGO_NZ, CGO_IADD, CGO_NTMPL
 } cgo_tmpl;
 enum { CGO_NZ_COUNT, CGO_NZ_POS, CGO_NZ_VALUES, CGO_NZ_THREADS = 1024 };
+/* Whether the IADD template adds atomically into dt (float32, float64, int32, int64): the dtypes a device
+ * index_put_ with accumulate takes; the backend runs the others on the host. */
+static inline int cg_ops_iadd_dtype(grace_dtype dt) {
+  return dt == GRACE_FLOAT32 || dt == GRACE_FLOAT64 || dt == GRACE_INT32 || dt == GRACE_INT64;
+}
 
 enum { CGO_ATTN_SCALE = 1, CGO_ATTN_DIV = 2, CGO_ATTN_MASK = 4, CGO_ATTN_KEEP = 8, CGO_ATTN_F64 = 16,
        CGO_ATTN_TILED = 32, CGO_ATTN_SVAL = 64, CGO_ATTN_SPLIT = 128, CGO_ATTN_DECODE = 256 };

@@ -283,8 +283,7 @@ static int gpu_supports(grace_vm *vm, grace_op op, int nin, const vm_meta *in, c
       return 0;
     }
   }
-  if (op == GRACE_OP_INDEX_PUT_ && a && a->flag && nin >= 1 && in[0].dtype != GRACE_FLOAT32 &&
-      in[0].dtype != GRACE_FLOAT64 && in[0].dtype != GRACE_INT32 && in[0].dtype != GRACE_INT64) {
+  if (op == GRACE_OP_INDEX_PUT_ && a && a->flag && nin >= 1 && !cg_ops_iadd_dtype(in[0].dtype)) {
     snprintf(why, n, "index_put_ with accumulate into %s has no device kernel (no atomic add)", grace_dtype_name(in[0].dtype));
     return 0;
   }

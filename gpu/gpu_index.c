@@ -7,6 +7,7 @@
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_graph.h"
 #include "ir/ir_check.h"
+#include "codegen/cg_ops.h"
 
 typedef struct wbuf {
   int n;
@@ -151,8 +152,7 @@ static grace_status op_index_put(grace_vm *vm, int nin, grace_tensor *const *in,
   int k = nin - 2, acc = a && a->flag;
   grace_status s = vm_check_types(vm, GRACE_OP_INDEX_PUT_, nin, in, a);
   if (s == GRACE_OK) s = vm_check_writable(vm, "index_put_", dst);
-  if (s == GRACE_OK && acc && dst->dtype != GRACE_FLOAT32 && dst->dtype != GRACE_FLOAT64 && dst->dtype != GRACE_INT32 &&
-      dst->dtype != GRACE_INT64)
+  if (s == GRACE_OK && acc && !cg_ops_iadd_dtype(dst->dtype))
     s = vm_err(vm, GRACE_EUNSUPPORTED, "index_put_: accumulate into %s has no device kernel", grace_dtype_name(dst->dtype));
   for (int j = 0; j < k && s == GRACE_OK; j++)
     if (idx[j]->storage->device != GRACE_CUDA)
