@@ -176,7 +176,7 @@ static int l_manual_seed(lua_State *L) {
   return 0;
 }
 
-/* package.searchers entry: finds "grace.xxx" in the embedded standard library. */
+/* package.searchers entry: finds "grace.NAME" in the embedded standard library. */
 int lgrace_stdlib_searcher(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   for (const stdlib_file *f = grace_stdlib_files; f->name; f++) {

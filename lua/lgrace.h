@@ -12,7 +12,7 @@
 grace_vm *lgrace_vm(lua_State *L);
 /* Raises a Lua error with the VM's last message, prefixed by the script position. */
 int lgrace_error(lua_State *L, grace_vm *vm);
-/* A package.searchers entry that finds "grace.xxx" in the embedded standard library. */
+/* A package.searchers entry that finds "grace.NAME" in the embedded standard library. */
 int lgrace_stdlib_searcher(lua_State *L);
 
 #endif

@@ -2,7 +2,7 @@
 -- the REPL's help() (grace.help). This table is the one copy: tests/lua/test_help.lua checks that every function
 -- of grace and grace.Tensor has a line here and that every name here is documented in docs/lua_api.md.
 local opened = ...
-local grace = type(opened) == "table" and opened or require "grace"   -- require "grace.xxx" passes a name
+local grace = type(opened) == "table" and opened or require "grace"   -- require "grace.NAME" passes a name
 
 -- {names, line}: a line may document several names that share a signature
 local entries = {

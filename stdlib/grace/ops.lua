@@ -5,7 +5,7 @@
 -- the GPU draw the same numbers. The C binding (lua/lgrace.c) runs this chunk with the module table when grace
 -- opens and it adds each function to grace.Tensor (methods) and to the module where the name is free.
 local opened = ...
-local grace = type(opened) == "table" and opened or require "grace"   -- require "grace.xxx" passes a name
+local grace = type(opened) == "table" and opened or require "grace"   -- require "grace.NAME" passes a name
 local T = grace.Tensor
 
 local function floating(dt) return dt == "float32" or dt == "float64" or dt == "float16" or dt == "bfloat16" end
