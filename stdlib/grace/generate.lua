@@ -137,7 +137,8 @@ end
 -- new ones: [B, T + n] int64 (fewer when every row has produced eos; after its eos a row repeats eos), and a
 -- table {prefill_s, decode_s, first_token_s, new_tokens, tokens_per_s, steps = {prefill = f, decode = f}}.
 -- opts: max_new_tokens (32), temperature (1; 0 is greedy), top_k, top_p, eos, cache ("static" or "growing"),
--- compile (true), on_token(i, ids [B, 1]) (called after each new token; it may read it: a sync per token).
+-- compile (true), on_token(i, ids [B, 1], info) (called after each new token, with the table generate returns
+-- as it stands; reading the token is a sync per token).
 function M.generate(model, prompt, opts)
   opts = opts or {}
   local n, kind = check_opts(model, prompt, opts)
@@ -162,11 +163,12 @@ function M.generate(model, prompt, opts)
     if done then done = r[r.n] end
     return r[1]
   end
+  local info = {steps = s}
   local nxt = call(s.prefill, prompt, 1)
   sync()
-  local info = {first_token_s = grace.clock() - t0, steps = s}
+  info.first_token_s = grace.clock() - t0
   out[2] = nxt
-  if opts.on_token then opts.on_token(1, nxt) end
+  if opts.on_token then opts.on_token(1, nxt, info) end
   local t1 = grace.clock()
   local made = 1
   for i = 2, n do
@@ -174,7 +176,7 @@ function M.generate(model, prompt, opts)
     nxt = call(s.decode, nxt, T + i - 1)
     out[#out + 1] = nxt
     made = i
-    if opts.on_token then opts.on_token(i, nxt) end
+    if opts.on_token then opts.on_token(i, nxt, info) end
   end
   local ids = grace.cat(out, 2)
   sync()
