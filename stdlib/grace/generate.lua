@@ -42,8 +42,8 @@ function M.top_p(logits, p)
   local probs = logits:float():softmax(-1)
   -- lo: a threshold whose kept mass reaches p (0 keeps everything); hi: one whose kept mass falls short, or the
   -- largest probability when that alone reaches p
-  local lo = probs:sum(-1, true) * 0
   local hi = probs:max(-1, true)
+  local lo = grace.zeros_like(hi)
   for _ = 1, BISECT do
     local mid = (lo + hi) * 0.5
     local mass = grace.where(probs:ge(mid), probs, 0):sum(-1, true)
@@ -52,14 +52,14 @@ function M.top_p(logits, p)
     hi = grace.where(ok, hi, mid)
   end
   -- the largest probability alone may reach p: hi is then a threshold that works, and keeps less
-  local top_alone = probs:max(-1, true):ge(p)
+  local top_alone = hi:ge(p)
   local keep = probs:ge(grace.where(top_alone, hi, lo))
   return logits:masked_fill(keep:logical_not(), -math.huge)
 end
 
 -- The next token of each row of logits [B, V] (or [B, T, V]: the last position): [B, 1] int64, 1-based.
--- opts: temperature (0 or absent with no top_k/top_p: greedy, argmax), top_k, top_p. Sampling draws with
--- grace.multinomial (grace's Philox stream: the same tokens on every device for one seed).
+-- opts: temperature (default 1; 0 is greedy: the argmax), top_k, top_p, greedy (true: the argmax). Sampling draws
+-- with grace.multinomial (grace's Philox stream: the same tokens on every device for one seed).
 function M.sample(logits, opts)
   check_tensor("sample", logits)
   opts = opts or {}
@@ -79,8 +79,8 @@ local OPTS = {max_new_tokens = true, temperature = true, top_k = true, top_p = t
 local function check_opts(model, prompt, o)
   for k in pairs(o) do
     if not OPTS[k] then
-      error(fmt("generate: unknown option '%s' (max_new_tokens, temperature, top_k, top_p, eos, cache, compile, "
-                .. "on_token)", tostring(k)), 3)
+      error(fmt("generate: unknown option '%s' (max_new_tokens, temperature, top_k, top_p, greedy, eos, cache, "
+                .. "compile, on_token)", tostring(k)), 3)
     end
   end
   if type(model) ~= "table" or type(model.forward) ~= "function" or type(model.new_cache) ~= "function" then
@@ -108,7 +108,7 @@ local steps_of = setmetatable({}, {__mode = "k"})
 
 local function steps(model, kind, sopts, compile)
   local key = fmt("%s %s %s %s %s %s", kind, tostring(sopts.temperature), tostring(sopts.top_k),
-                  tostring(sopts.top_p), tostring(sopts.greedy), tostring(compile))
+                  tostring(sopts.top_p), tostring(sopts.greedy), tostring(compile ~= false))
   local per = steps_of[model] or {}
   steps_of[model] = per
   if per[key] then return per[key] end
@@ -136,7 +136,7 @@ end
 -- generate(model, prompt_ids, opts): prompt_ids [B, T] int64 (1-based token ids) followed by max_new_tokens
 -- new ones: [B, T + n] int64 (fewer when every row has produced eos; after its eos a row repeats eos), and a
 -- table {prefill_s, decode_s, first_token_s, new_tokens, tokens_per_s, steps = {prefill = f, decode = f}}.
--- opts: max_new_tokens (32), temperature (1; 0 is greedy), top_k, top_p, eos, cache ("static" or "growing"),
+-- opts: max_new_tokens (32), temperature (1; 0 is greedy), top_k, top_p, greedy, eos, cache ("static" or "growing"),
 -- compile (true), on_token(i, ids [B, 1], info) (called after each new token, with the table generate returns
 -- as it stands; reading the token is a sync per token).
 function M.generate(model, prompt, opts)
@@ -157,7 +157,8 @@ function M.generate(model, prompt, opts)
   local out = {prompt}
   local t0 = grace.clock()
   local function call(f, ids, pos)
-    local p = grace.tensor(pos, {device = dev})
+    -- a 0-d CPU tensor: on the GPU a word of the compiled program's argument table, not a copy per step
+    local p = grace.tensor(pos)
     local r = table.pack(f(ids, p, ck, cv, table.unpack(done and {done, eos} or {})))
     if kind == "growing" then ck, cv = r[2], r[3] end
     if done then done = r[r.n] end

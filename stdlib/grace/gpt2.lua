@@ -195,11 +195,11 @@ end
 function Model:forward(ids, pos, kind, ck, cv)
   local c = self.config
   local B, T = ids:size(1), ids:size(2)
-  if math.type(pos) == "integer" then pos = grace.tensor(pos, {device = ids.device}) end
+  if math.type(pos) == "integer" then pos = grace.tensor(pos) end
   local x = self:embed(ids, pos)
   local attend
   if kind == nil then
-    local mask = causal_mask(T, T, grace.tensor(1, {device = ids.device}), ids.device)
+    local mask = causal_mask(T, T, grace.tensor(1), ids.device)
     attend = function(_, q, k, v) return grace.attention(q, k, v, {mask = mask}) end
   elseif kind == "static" then
     local S = ck:size(3) // c.layers
