@@ -5,7 +5,8 @@
 -- uncompiled and with either cache, inside one compiled program without a graph break; multinomial's draws
 -- follow the weights within a bound from the binomial variance; top-k and top-p keep the sets worked out by hand
 -- (their values against NumPy: tests/conformance/test_generate.py). Also eos, gpt2.load of a saved Hugging
--- Face-layout file, argument errors, and examples/generate.lua --small.
+-- Face-layout file, argument errors, examples/generate.lua --small and the benchmark's grace side
+-- (bench/workloads/gpt2_generate.lua --small).
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local gpt2 = require "grace.gpt2"
@@ -251,6 +252,20 @@ section("examples/generate.lua --small", function()
   tap.ok(out:find("time to first token", 1, true) and out:find("tokens/s", 1, true),
          "it prints time to first token and tokens/s")
   tap.ok(not out:find("token 6/6", 1, true), "no progress line when stdout is not a terminal")
+  local json = os.tmpname()
+  p = io.popen(("'%s' bench/workloads/gpt2_generate.lua --small --batch 2 --dtype float32 --reps 1 --json '%s' 2>&1")
+               :format(arg[i], json))
+  out = p:read("a")
+  ok = p:close()
+  tap.ok(ok, "bench/workloads/gpt2_generate.lua --small runs")
+  local row = out:match("float32%s+2%s+static%s+compiled([^\n]*)")
+  local traces, records = (row or ""):match("%s(%d+)%s+(%d+)%s*$")
+  tap.ok(traces == "0" and records == "0", "its static compiled run: no trace or graph record after 3 tokens")
+  local f = io.open(json)
+  local text = f and f:read("a") or ""
+  if f then f:close() end
+  tap.ok(text:find('"tokens_per_s"', 1, true) and text:find('"traces_after_3_tokens": 0', 1, true), "it writes JSON")
+  os.remove(json)
 end)
 
 tap.done()
