@@ -11,15 +11,18 @@ local function check_tensor(op, x)
   if not grace.is_tensor(x) then error(fmt("%s: expected a tensor, got %s", op, type(x)), 3) end
 end
 
+-- The helpers are locals that never reach M or the table of compiled steps: a compiled step's guards walk what
+-- its upvalues reach, and that must stay the model and the sampling options.
+
 -- logits / t (t > 0).
-function M.temperature(logits, t)
+local function temperature(logits, t)
   check_tensor("temperature", logits)
   if type(t) ~= "number" or not (t > 0) then error("temperature: expected a number > 0, got " .. tostring(t), 2) end
   return t == 1 and logits or logits / t
 end
 
 -- The logits of the k largest of each row along the last dim kept, the others -inf (ties with the k-th kept).
-function M.top_k(logits, k)
+local function top_k(logits, k)
   check_tensor("top_k", logits)
   local n = logits:size(-1)
   if math.type(k) ~= "integer" or k < 1 then error("top_k: k must be a positive integer, got " .. tostring(k), 2) end
@@ -33,7 +36,7 @@ end
 -- Found without a sort: the threshold probability is bisected (BISECT halvings between 0 and the row's
 -- largest probability), each step a sum over the row, so it stays on the device and in one graph.
 local BISECT = 32
-function M.top_p(logits, p)
+local function top_p(logits, p)
   check_tensor("top_p", logits)
   if type(p) ~= "number" or not (p > 0 and p <= 1) then
     error("top_p: p must be a number in (0, 1], got " .. tostring(p), 2)
@@ -60,18 +63,19 @@ end
 -- The next token of each row of logits [B, V] (or [B, T, V]: the last position): [B, 1] int64, 1-based.
 -- opts: temperature (default 1; 0 is greedy: the argmax), top_k, top_p, greedy (true: the argmax). Sampling draws
 -- with grace.multinomial (grace's Philox stream: the same tokens on every device for one seed).
-function M.sample(logits, opts)
+local function sample(logits, opts)
   check_tensor("sample", logits)
   opts = opts or {}
   if logits:dim() == 3 then logits = logits:select(2, logits:size(2)) end
   if logits:dim() ~= 2 then error(fmt("sample: expected logits [B, V] or [B, T, V], got %s", tostring(logits.shape)), 2) end
   local t = opts.temperature or 1
   if t == 0 or opts.greedy then return logits:argmax(-1, true) end
-  local l = M.temperature(logits:float(), t)
-  if opts.top_k then l = M.top_k(l, opts.top_k) end
-  if opts.top_p then l = M.top_p(l, opts.top_p) end
+  local l = temperature(logits:float(), t)
+  if opts.top_k then l = top_k(l, opts.top_k) end
+  if opts.top_p then l = top_p(l, opts.top_p) end
   return l:softmax(-1):multinomial(1, {check = false})
 end
+M.temperature, M.top_k, M.top_p, M.sample = temperature, top_k, top_p, sample
 
 local OPTS = {max_new_tokens = true, temperature = true, top_k = true, top_p = true, eos = true, cache = true,
               compile = true, on_token = true, greedy = true}
@@ -114,7 +118,7 @@ local function steps(model, kind, sopts, compile)
   if per[key] then return per[key] end
   local function step(ids, pos, ck, cv, done, eos)
     local logits, nk, nv = model:forward(ids, pos, kind, ck, cv)
-    local nxt = M.sample(logits, sopts)
+    local nxt = sample(logits, sopts)
     if done then
       nxt = grace.where(done, eos, nxt)
       done = done:logical_or(nxt:eq(eos))
