@@ -59,13 +59,13 @@ if opt.device == "cuda" and not cuda_ok then usage("--device cuda but no usable 
 local CONFIG = opt.small and {layers = 2, d = 64, heads = 4, vocab = 512, max_pos = 64}
                           or {layers = 12, d = 768, heads = 12, vocab = 50257, max_pos = 1024}
 
+local Manifest = dofile(HERE .. "/manifest.lua")
 local manifest
 if opt.weights then
   local err
-  manifest, err = dofile(HERE .. "/manifest.lua").read(opt.weights)
+  manifest, err = Manifest.read(opt.weights)
   if not manifest then usage("--weights: " .. err) end
 end
-local Manifest = dofile(HERE .. "/manifest.lua")
 local function from_file(name, shape)
   local e = manifest[name] or error(fmt("--weights %s: no tensor '%s'", opt.weights, name), 0)
   if table.concat(e.shape, ",") ~= table.concat(shape, ",") then

@@ -194,7 +194,7 @@ end
 -- T new positions appended (the caches must hold pos - 1 positions).
 function Model:forward(ids, pos, kind, ck, cv)
   local c = self.config
-  local B, T = ids:size(1), ids:size(2)
+  local T = ids:size(2)
   if math.type(pos) == "integer" then pos = grace.tensor(pos) end
   local x = self:embed(ids, pos)
   local attend
@@ -204,13 +204,12 @@ function Model:forward(ids, pos, kind, ck, cv)
   elseif kind == "static" then
     local S = ck:size(3) // c.layers
     local mask = causal_mask(T, S, pos, ids.device)
-    local rows = grace.arange(T, {device = ids.device}) + (pos - 1)        -- 0-based offsets of the T positions
+    local rows = grace.arange(T, {device = ids.device}) + pos               -- the T positions, 1-based
     attend = function(i, q, k, v)
-      local at = rows + ((i - 1) * S + 1)
+      local at = rows + (i - 1) * S                                         -- block i's rows of the cache
       ck:index_copy_(3, at, k)
       cv:index_copy_(3, at, v)
-      local off = (i - 1) * S + 1
-      return grace.attention(q, ck:narrow(3, off, S), cv:narrow(3, off, S), {mask = mask})
+      return grace.attention(q, ck:narrow(3, (i - 1) * S + 1, S), cv:narrow(3, (i - 1) * S + 1, S), {mask = mask})
     end
   elseif kind == "growing" then
     local P = ck:size(4)
