@@ -127,11 +127,11 @@ for s in $stages; do
   generate)    # gpt2_generate: PyTorch (writes the weights, prompts and its greedy tokens), then grace on them
     echo "== gpt2_generate: PyTorch"
     gw="$OUT/generate_weights"
-    timeout ${GEN_TIMEOUT:-900} python3 bench/torch/gpt2_generate.py --device cuda --weights "$gw" \
+    timeout ${GEN_TIMEOUT:-900} python3 bench/torch/gpt2_generate.py --device cuda --weights "$gw" ${GEN_ARGS:-} \
       --json "$OUT/torch_generate.json" > "$OUT/torch_generate.txt" 2>&1 || { echo "torch side failed"; status=1; }
     tail -20 "$OUT/torch_generate.txt"
     echo "== gpt2_generate: grace"
-    timeout ${GEN_TIMEOUT:-900} $B/grace bench/workloads/gpt2_generate.lua --device cuda --weights "$gw" \
+    timeout ${GEN_TIMEOUT:-900} $B/grace bench/workloads/gpt2_generate.lua --device cuda --weights "$gw" ${GEN_ARGS:-} \
       --cache ${GEN_CACHE:-static,growing} --json "$OUT/grace_generate.json" > "$OUT/grace_generate.txt" 2>&1 || status=1
     tail -20 "$OUT/grace_generate.txt"
     python3 bench/torch/gpt2_generate.py --from-json "$OUT/torch_generate.json" \
