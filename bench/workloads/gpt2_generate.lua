@@ -10,8 +10,10 @@
 -- prompts are PyTorch's, and the greedy tokens are compared with PyTorch's when the folder has them.
 -- usage: grace bench/workloads/gpt2_generate.lua [--device cuda|cpu] [--small] [--batch 1,8]
 --          [--dtype float32,bfloat16] [--cache static[,growing]] [--modes compiled,eager] [--prompt 16]
---          [--new 256] [--reps 3] [--weights DIR] [--json out.json]
+--          [--new 256] [--reps 3] [--graphs auto] [--weights DIR] [--json out.json]
 -- --small: the tiny config of gpt2_decode (2 layers, d 64, vocab 512), 8-token prompt, 16 new tokens.
+-- --graphs MODE: grace.graphs' launch strategy for the compiled steps (auto: measured over their first calls, so
+-- CUDA graphs may be recorded after the 3rd token of a first process; indirect: recorded at once).
 local gpt2 = require "grace.gpt2"
 local gen = require "grace.generate"
 
@@ -21,12 +23,12 @@ local fmt = string.format
 local function usage(msg)
   io.stderr:write(msg and (msg .. "\n") or "", "usage: grace bench/workloads/gpt2_generate.lua [--device cuda|cpu] ",
     "[--small] [--batch 1,8] [--dtype float32,bfloat16] [--cache static,growing] [--modes compiled,eager] ",
-    "[--prompt N] [--new N] [--reps N] [--weights DIR] [--json out.json]\n")
+    "[--prompt N] [--new N] [--reps N] [--graphs auto|off|eager|copy|indirect] [--weights DIR] [--json out.json]\n")
   os.exit(2)
 end
 
 local opt = {device = "auto", batch = "1,8", dtype = "float32,bfloat16", cache = "static", modes = "compiled,eager",
-             reps = 3}
+             reps = 3, graphs = "auto"}
 do
   local a, i = arg or {}, 1
   while i <= #a do
@@ -51,6 +53,10 @@ local function int(v, what) return math.tointeger(tonumber(v)) or usage(what .. 
 opt.reps = int(opt.reps, "--reps")
 opt.prompt = int(opt.prompt or (opt.small and 8 or 16), "--prompt")
 opt.new = int(opt.new or (opt.small and 16 or 256), "--new")
+if grace.graphs then   -- applies to the steps compiled from here on
+  local ok, err = pcall(grace.graphs, opt.graphs)
+  if not ok then usage("--graphs: " .. tostring(err)) end
+end
 local cuda_ok = grace.cuda_available and grace.cuda_available()
 if opt.device == "auto" then opt.device = cuda_ok and "cuda" or "cpu" end
 if opt.device == "cuda" and not cuda_ok then usage("--device cuda but no usable CUDA device: " .. grace.backend()) end
@@ -139,6 +145,7 @@ local function run_config(dtype, B, kind, mode)
 end
 
 local result = {system = "grace", device = opt.device, backend = grace.backend(), small = opt.small or false,
+                graphs = opt.graphs,
                 config = CONFIG, prompt = opt.prompt, new_tokens = opt.new, reps = opt.reps,
                 method = "greedy generation with grace.generate; the first run traces and compiles (first_run_*; "
                   .. "the counts *_after_3_tokens run from its 3rd token through the timed runs), then reps "
