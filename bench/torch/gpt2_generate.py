@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 import traceback
+import types
 
 import numpy as np
 
@@ -43,7 +44,7 @@ import workloads as W  # noqa: E402  (the gpt2_decode weights: config, specs, ge
 ALL_MODES = ["eager", "reduce-overhead"]
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--small", action="store_true", help="gpt2_decode's tiny config, 8-token prompt, 16 new tokens")
@@ -58,38 +59,27 @@ def main():
     ap.add_argument("--compare", default=None, help="grace's JSON (gpt2_generate.lua --json) to print beside")
     ap.add_argument("--from-json", default=None, help="with --compare: PyTorch's JSON of an earlier run (no run now)")
     args = ap.parse_args()
-    if args.from_json:
-        if not args.compare:
-            ap.error("--from-json goes with --compare")
-        with open(args.from_json) as f:
-            compare(json.load(f), args.compare)
-        return 0
-    prompt_len = args.prompt or (8 if args.small else 16)
-    new = args.new or (16 if args.small else 256)
-    modes = args.modes.split(",")
-    for m in modes:
+    if args.from_json and not args.compare:
+        ap.error("--from-json goes with --compare")
+    args.prompt = args.prompt or (8 if args.small else 16)
+    args.new = args.new or (16 if args.small else 256)
+    args.modes = args.modes.split(",")
+    for m in args.modes:
         if m not in ALL_MODES:
             ap.error(f"unknown mode {m!r} (expected {', '.join(ALL_MODES)})")
-    batches = [int(b) for b in args.batch.split(",")]
-    dtypes = args.dtype.split(",")
-    c = W.config("gpt2_decode", args.small)
-    if prompt_len + new > c["max_pos"]:
-        ap.error(f"prompt {prompt_len} + new {new} exceed max_pos {c['max_pos']}")
+    args.batches = [int(b) for b in args.batch.split(",")]
+    args.dtypes = args.dtype.split(",")
+    for d in args.dtypes:
+        if d not in ("float32", "bfloat16"):
+            ap.error(f"unknown dtype {d!r} (expected float32, bfloat16)")
+    args.config = W.config("gpt2_decode", args.small)
+    if args.prompt + args.new > args.config["max_pos"]:
+        ap.error(f"prompt {args.prompt} + new {args.new} exceed max_pos {args.config['max_pos']}")
+    return args
 
-    # the weights of gpt2_decode, as NumPy arrays (its pool of caches and ids is not needed)
-    arrays = {name: W.generate(name, shape, init) for name, shape, init in W.specs("gpt2_decode", c)
-              if ".ids." not in name and ".past_" not in name}
-    prompts = {}
-    for B in batches:
-        name = f"gpt2_generate.prompt.b{B}.p{prompt_len}"
-        prompts[B] = W.generate(name, (B, prompt_len), ("randint", 0, c["vocab"]))
-    wdir = W.WeightDir(args.weights, args.small) if args.weights else None
-    if wdir:
-        for name, a in list(arrays.items()):
-            wdir.add(name, a)
-        for B in batches:
-            wdir.add(f"gpt2_generate.prompt.b{B}.p{prompt_len}", prompts[B])
 
+def torch_parts(device):
+    """torch, imported here (the --from-json path needs none), and the model and steps of gpt-fast's loop."""
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -97,34 +87,10 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    dev = torch.device(args.device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        print("gpt2_generate.py: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
-        return 2
-    cuda = dev.type == "cuda"
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
+    def param(t):
+        return nn.Parameter(t, requires_grad=False)
 
-    # CUDA graph captures, counted where CUDA graph trees begin one
-    captures = [0]
-    try:
-        G = torch.cuda.graphs.CUDAGraph
-        orig_begin = G.capture_begin
-
-        def capture_begin(self, *a, **k):
-            captures[0] += 1
-            return orig_begin(self, *a, **k)
-        G.capture_begin = capture_begin
-    except Exception:   # an unexpected layout: the count is reported as unknown
-        captures = None
-
-    def compiled_graphs():
-        from torch._dynamo.utils import counters
-        return counters["stats"]["unique_graphs"]
-
-    # ---- the model: gpt-fast's shape of it, GPT-2's layers (workloads.py's Gpt2Decode, with a static cache) ----
     class Block(nn.Module):
         def __init__(self, A, i, d):
             super().__init__()
@@ -132,30 +98,28 @@ def main():
 
             def lin(name, nin, nout):
                 m = nn.Linear(nin, nout, device="meta")
-                m.weight = nn.Parameter(A[p + name + ".weight"], requires_grad=False)
-                m.bias = nn.Parameter(A[p + name + ".bias"], requires_grad=False)
+                m.weight, m.bias = param(A[p + name + ".weight"]), param(A[p + name + ".bias"])
                 return m
 
             def ln(name):
                 m = nn.LayerNorm(d, eps=1e-5, device="meta")
-                m.weight = nn.Parameter(A[p + name + ".weight"], requires_grad=False)
-                m.bias = nn.Parameter(A[p + name + ".bias"], requires_grad=False)
+                m.weight, m.bias = param(A[p + name + ".weight"]), param(A[p + name + ".bias"])
                 return m
             self.ln1, self.ln2 = ln("ln1"), ln("ln2")
             self.attn, self.proj = lin("attn", d, 3 * d), lin("proj", d, d)
             self.fc, self.fcproj = lin("fc", d, 4 * d), lin("fcproj", 4 * d, d)
 
     class Gpt2(nn.Module):
+        """GPT-2 (workloads.py's Gpt2Decode) in gpt-fast's shape: a static KV cache per block, written at input_pos."""
+
         def __init__(self, A, c):
             super().__init__()
             self.d, self.H, self.L = c["d"], c["heads"], c["layers"]
             self.hd = self.d // self.H
-            self.wte = nn.Parameter(A["gpt2.wte"], requires_grad=False)
-            self.wpe = nn.Parameter(A["gpt2.wpe"], requires_grad=False)
+            self.wte, self.wpe = param(A["gpt2.wte"]), param(A["gpt2.wpe"])
             self.blocks = nn.ModuleList(Block(A, i, self.d) for i in range(1, self.L + 1))
             self.ln_f = nn.LayerNorm(self.d, eps=1e-5, device="meta")
-            self.ln_f.weight = nn.Parameter(A["gpt2.ln_f.weight"], requires_grad=False)
-            self.ln_f.bias = nn.Parameter(A["gpt2.ln_f.bias"], requires_grad=False)
+            self.ln_f.weight, self.ln_f.bias = param(A["gpt2.ln_f.weight"]), param(A["gpt2.ln_f.bias"])
 
         def setup_caches(self, B, S):
             w = self.wte
@@ -194,35 +158,145 @@ def main():
         except ImportError:
             return torch.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False, enable_math=True)
 
-    def generate(model, prompt, n, prefill_fn, decode_fn, math_decode, on_token=None):
-        """gpt-fast's generate, greedy: the tokens [B, T + n] and (time to first token, total) in seconds."""
-        T = prompt.shape[1]
-        t0 = time.perf_counter()
-        input_pos = torch.arange(0, T, device=prompt.device)
-        nxt = prefill_fn(model, prompt, input_pos).clone()
-        sync()
-        ttft = time.perf_counter() - t0
-        tokens = [nxt]
-        if on_token:
-            on_token(1)
-        input_pos = torch.tensor([T], device=prompt.device, dtype=torch.int64)
-        for i in range(2, n + 1):
-            if math_decode:
-                with math_sdpa():
-                    nxt = decode_fn(model, nxt, input_pos).clone()   # a CUDA graph's output is its next replay's
-            else:
-                nxt = decode_fn(model, nxt, input_pos).clone()
-            input_pos += 1
-            tokens.append(nxt)
-            if on_token:
-                on_token(i)
-        out = torch.cat([prompt] + tokens, dim=1)
-        sync()
-        return out, ttft, time.perf_counter() - t0
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
 
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+    return types.SimpleNamespace(torch=torch, Gpt2=Gpt2, prefill=prefill, decode_one_token=decode_one_token,
+                                 math_sdpa=math_sdpa, dev=dev, cuda=cuda, sync=sync)
+
+
+def count_captures(torch):
+    """A list whose [0] counts CUDA graph captures (wrapping CUDAGraph.capture_begin, where CUDA graph trees begin
+    each one), or None when torch's layout is not the expected one."""
+    captures = [0]
+    try:
+        G = torch.cuda.graphs.CUDAGraph
+        orig_begin = G.capture_begin
+
+        def capture_begin(self, *a, **k):
+            captures[0] += 1
+            return orig_begin(self, *a, **k)
+        G.capture_begin = capture_begin
+    except Exception:
+        return None
+    return captures
+
+
+def compiled_graphs():
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"]
+
+
+def generate(P, model, prompt, n, prefill_fn, decode_fn, math_decode, on_token=None):
+    """gpt-fast's generate, greedy: the tokens [B, T + n] and (time to first token, total) in seconds."""
+    torch = P.torch
+    T = prompt.shape[1]
+    t0 = time.perf_counter()
+    input_pos = torch.arange(0, T, device=prompt.device)
+    nxt = prefill_fn(model, prompt, input_pos).clone()
+    P.sync()
+    ttft = time.perf_counter() - t0
+    tokens = [nxt]
+    if on_token:
+        on_token(1)
+    input_pos = torch.tensor([T], device=prompt.device, dtype=torch.int64)
+    for i in range(2, n + 1):
+        if math_decode:
+            with P.math_sdpa():
+                nxt = decode_fn(model, nxt, input_pos).clone()   # a CUDA graph's output is its next replay's
+        else:
+            nxt = decode_fn(model, nxt, input_pos).clone()
+        input_pos += 1
+        tokens.append(nxt)
+        if on_token:
+            on_token(i)
+    out = torch.cat([prompt] + tokens, dim=1)
+    P.sync()
+    return out, ttft, time.perf_counter() - t0
+
+
+def run_mode(P, args, A, prompt, mode, captures):
+    """One configuration in one mode: the first run, then args.reps timed runs. Returns (record, tokens)."""
+    torch = P.torch
+    B, new = prompt.shape[0], args.new
+    r = {"batch": B, "mode": mode, "prompt": args.prompt, "new_tokens": new}
+    torch._dynamo.reset()
+    model = P.Gpt2(A, args.config)
+    model.setup_caches(B, args.prompt + new)
+    if mode == "eager":
+        pf, dc, math_decode = P.prefill, P.decode_one_token, False
+    else:   # gpt-fast: prefill compiled, decode compiled with CUDA graphs, decode attention in the math backend
+        pf = torch.compile(P.prefill, fullgraph=True)
+        dc = torch.compile(P.decode_one_token, mode="reduce-overhead", fullgraph=True)
+        math_decode = True
+    at3 = {}
+
+    def on_token(i):
+        if i == 3:
+            at3["graphs"] = compiled_graphs()
+            at3["captures"] = captures[0] if captures else None
+    ids, ttft, total = generate(P, model, prompt, new, pf, dc, math_decode, on_token)
+    r["first_run_first_token_ms"] = ttft * 1e3
+    r["first_run_tokens_per_s"] = B * new / total
+    tt, tps, dtps = [], [], []
+    for k in range(args.reps):
+        again, ttft, total = generate(P, model, prompt, new, pf, dc, math_decode)
+        if k == 0:
+            r["tokens_repeat"] = bool(torch.equal(again, ids))
+        tt.append(ttft * 1e3)
+        tps.append(B * new / total)
+        dtps.append(B * (new - 1) / (total - ttft) if new > 1 else 0.0)
+    r["first_token_ms"] = statistics.median(tt)
+    r["tokens_per_s"] = statistics.median(tps)
+    r["decode_tokens_per_s"] = statistics.median(dtps)
+    if at3:
+        r["graphs_compiled_after_3_tokens"] = compiled_graphs() - at3["graphs"]
+        if captures:
+            r["graph_records_after_3_tokens"] = captures[0] - at3["captures"]
+    return r, ids[:, args.prompt:].cpu()
+
+
+def print_row(r):
+    head = f"{r['dtype']:<9} {r['batch']:>5} {r['mode']:<16}"
+    if "error" in r:
+        print(f"{head} ERROR {r['error']}")
+        return
+    print(f"{head} {r['first_token_ms']:>10.2f} {r['tokens_per_s']:>10.1f} {r['decode_tokens_per_s']:>11.1f} "
+          f"{r['first_run_first_token_ms']:>9.1f} {str(r.get('graphs_compiled_after_3_tokens', '-')):>12} "
+          f"{str(r.get('graph_records_after_3_tokens', '-')):>14} {r['check']}")
+
+
+def main():
+    args = parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            compare(json.load(f), args.compare)
+        return 0
+    c = args.config
+    # the weights of gpt2_decode, as NumPy arrays (its pool of caches and ids is not needed), and the prompts
+    arrays = {name: W.generate(name, shape, init) for name, shape, init in W.specs("gpt2_decode", c)
+              if ".ids." not in name and ".past_" not in name}
+    prompts = {B: W.generate(f"gpt2_generate.prompt.b{B}.p{args.prompt}", (B, args.prompt), ("randint", 0, c["vocab"]))
+               for B in args.batches}
+    wdir = W.WeightDir(args.weights, args.small) if args.weights else None
+    if wdir:
+        for name, a in arrays.items():
+            wdir.add(name, a)
+        for B, a in prompts.items():
+            wdir.add(f"gpt2_generate.prompt.b{B}.p{args.prompt}", a)
+
+    P = torch_parts(args.device)
+    torch = P.torch
+    if P.cuda and not torch.cuda.is_available():
+        print("gpt2_generate.py: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    captures = count_captures(torch)
     result = {"system": "pytorch", "torch_version": torch.__version__, "device": args.device,
-              "device_name": torch.cuda.get_device_name() if cuda else "cpu", "small": args.small, "config": c,
-              "prompt": prompt_len, "new_tokens": new, "reps": args.reps,
+              "device_name": torch.cuda.get_device_name() if P.cuda else "cpu", "small": args.small, "config": c,
+              "prompt": args.prompt, "new_tokens": args.new, "reps": args.reps,
               "date_utc": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}",
               "float32_matmul": "highest (no TF32)",
               "method": "greedy generation, gpt-fast's loop with a static KV cache; the first run compiles "
@@ -230,60 +304,26 @@ def main():
                         "reps timed runs: first_token_ms (prefill, synchronized), tokens_per_s (batch * new tokens / "
                         "whole run), decode_tokens_per_s (batch * (new - 1) / decode time); medians",
               "runs": []}
-    print(f"gpt2_generate (PyTorch {torch.__version__}, {result['device_name']}): prompt {prompt_len}, {new} new "
-          f"tokens, greedy, the weights of gpt2_decode")
+    print(f"gpt2_generate (PyTorch {torch.__version__}, {result['device_name']}): prompt {args.prompt}, {args.new} "
+          f"new tokens, greedy, the weights of gpt2_decode")
     print(f"{'dtype':<9} {'batch':>5} {'mode':<16} {'TTFT ms':>10} {'tokens/s':>10} {'decode t/s':>11} {'1st TTFT':>9} "
           f"{'graphs>3tok':>12} {'captures>3tok':>14} check")
     failed = False
     with torch.no_grad():
-        for dtype_name in dtypes:
+        for dtype_name in args.dtypes:
             dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-            A = {k: torch.from_numpy(v).to(device=dev, dtype=dtype) for k, v in arrays.items()}
-            for B in batches:
-                prompt = torch.from_numpy(prompts[B]).to(dev)
+            A = {k: torch.from_numpy(v).to(device=P.dev, dtype=dtype) for k, v in arrays.items()}
+            for B in args.batches:
+                prompt = torch.from_numpy(prompts[B]).to(P.dev)
                 eager_tokens = None
-                for mode in modes:
-                    r = {"dtype": dtype_name, "batch": B, "mode": mode, "prompt": prompt_len, "new_tokens": new}
+                for mode in args.modes:
                     try:
-                        torch._dynamo.reset()
-                        model = Gpt2(A, c)
-                        model.setup_caches(B, prompt_len + new)
-                        if mode == "eager":
-                            pf, dc, math_decode = prefill, decode_one_token, False
-                        else:
-                            pf = torch.compile(prefill, fullgraph=True)
-                            dc = torch.compile(decode_one_token, mode="reduce-overhead", fullgraph=True)
-                            math_decode = True
-                        at3 = {}
-
-                        def on_token(i):
-                            if i == 3:
-                                at3["graphs"] = compiled_graphs()
-                                at3["captures"] = captures[0] if captures else None
-                        ids, ttft, total = generate(model, prompt, new, pf, dc, math_decode, on_token)
-                        r["first_run_first_token_ms"] = ttft * 1e3
-                        r["first_run_tokens_per_s"] = B * new / total
-                        tt, tps, dtps = [], [], []
-                        for k in range(args.reps):
-                            again, ttft, total = generate(model, prompt, new, pf, dc, math_decode)
-                            if k == 0:
-                                r["tokens_repeat"] = bool(torch.equal(again, ids))
-                            tt.append(ttft * 1e3)
-                            tps.append(B * new / total)
-                            dtps.append(B * (new - 1) / (total - ttft) if new > 1 else 0.0)
-                        r["first_token_ms"] = statistics.median(tt)
-                        r["tokens_per_s"] = statistics.median(tps)
-                        r["decode_tokens_per_s"] = statistics.median(dtps)
-                        if at3:
-                            r["graphs_compiled_after_3_tokens"] = compiled_graphs() - at3["graphs"]
-                            if captures:
-                                r["graph_records_after_3_tokens"] = captures[0] - at3["captures"]
+                        r, new_ids = run_mode(P, args, A, prompt, mode, captures)
                         checks = [] if r["tokens_repeat"] else ["RUNS DIFFER"]
-                        new_ids = ids[:, prompt_len:].cpu()
                         if mode == "eager":
                             eager_tokens = new_ids
                             if wdir:
-                                wdir.add(f"gpt2_generate.tokens.{dtype_name}.b{B}.p{prompt_len}.n{new}",
+                                wdir.add(f"gpt2_generate.tokens.{dtype_name}.b{B}.p{args.prompt}.n{args.new}",
                                          new_ids.numpy().astype(np.int64))
                         elif eager_tokens is not None:
                             same = int((new_ids == eager_tokens).sum())
@@ -292,20 +332,13 @@ def main():
                         r["check"] = ", ".join(checks)
                     except Exception as e:
                         traceback.print_exc()
-                        r = {"dtype": dtype_name, "batch": B, "mode": mode,
-                             "error": f"{type(e).__name__}: {e}".split("\n")[0]}
+                        r = {"batch": B, "mode": mode, "error": f"{type(e).__name__}: {e}".split("\n")[0]}
                         failed = True
+                    r["dtype"] = dtype_name
                     result["runs"].append(r)
-                    if "error" in r:
-                        print(f"{dtype_name:<9} {B:>5} {mode:<16} ERROR {r['error']}")
-                    else:
-                        print(f"{dtype_name:<9} {B:>5} {mode:<16} {r['first_token_ms']:>10.2f} {r['tokens_per_s']:>10.1f} "
-                              f"{r['decode_tokens_per_s']:>11.1f} {r['first_run_first_token_ms']:>9.1f} "
-                              f"{str(r.get('graphs_compiled_after_3_tokens', '-')):>12} "
-                              f"{str(r.get('graph_records_after_3_tokens', '-')):>14} {r['check']}")
-                    model = None
+                    print_row(r)
                     torch._dynamo.reset()
-                    if cuda:
+                    if P.cuda:
                         torch.cuda.empty_cache()
     if wdir:
         n = wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
