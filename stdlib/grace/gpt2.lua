@@ -216,11 +216,7 @@ function Model:forward(ids, pos, kind, ck, cv)
     local mask = T > 1 and causal_mask(T, P + T, pos, ids.device) or nil
     local ks, vs = {}, {}
     attend = function(i, q, k, v)
-      if P == 0 then   -- the first call: nothing to append to (and a view of an empty cache is refused)
-        ks[i], vs[i] = k, v
-      else
-        ks[i], vs[i] = grace.cat({ck[i], k}, 3), grace.cat({cv[i], v}, 3)
-      end
+      ks[i], vs[i] = grace.cat({ck[i], k}, 3), grace.cat({cv[i], v}, 3)
       return grace.attention(q, ks[i], vs[i], mask and {mask = mask} or nil)
     end
     for i = 1, c.layers do x = self:block(i, x, attend) end
