@@ -111,6 +111,9 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
 grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim, const int64_t *sizes,
                              const int64_t *strides, int64_t offset) {
   if (vm_check_shape(vm, op, ndim, sizes) != GRACE_OK) return NULL;
+  /* an empty view reads nothing, wherever it starts (x[2] of a [2, 0] tensor starts past a storage of 0
+   * elements, as in PyTorch): it starts at 0, so no pointer past its storage is ever formed */
+  if (vm_numel_checked(ndim, sizes) == 0) offset = 0;
   int64_t nel = (int64_t)(base->storage->nbytes / grace_dtype_size(base->dtype));
   if (!view_in_storage(ndim, sizes, strides, offset, nel)) {
     vm_err(vm, GRACE_EINTERNAL, "%s: a view of shape %s, strides %s, offset %lld does not lie within its storage "

@@ -17,6 +17,7 @@
 #   profile    each kernel of a compiled call under Nsight Compute (bench/profile_step.lua, PROFILE=variants)
 #   ab         this tree against the one in $BASE: a compiled call as a graph, alternating (AB=variants)
 #   envab      this tree under two environments ENV_A and ENV_B (e.g. GRACE_PDL=0), the same way
+#   generate   gpt2_generate: GPT-2 small generating 256 tokens, PyTorch (gpt-fast's loop) then grace, side by side
 #   suite      issue 8: PyTorch and grace workloads on shared weights, alone on the device, and the report
 # With no stage: suite (the benchmark suite against PyTorch: report.md, bench.json, report.png under $OUT).
 set -u
@@ -124,6 +125,19 @@ for s in $stages; do
     timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-50} \
       ${WEIGHTS_DIR:+--weights $WEIGHTS_DIR} --json "$OUT/grace.json" > "$OUT/grace_workloads.txt" 2>&1 || status=1
     tail -40 "$OUT/grace_workloads.txt" ;;
+  generate)    # gpt2_generate: PyTorch (writes the weights, prompts and its greedy tokens), then grace on them
+    echo "== gpt2_generate: PyTorch"
+    gw="$OUT/generate_weights"
+    timeout ${GEN_TIMEOUT:-900} python3 bench/torch/gpt2_generate.py --device cuda --weights "$gw" ${GEN_ARGS:-} \
+      --json "$OUT/torch_generate.json" > "$OUT/torch_generate.txt" 2>&1 || { echo "torch side failed"; status=1; }
+    tail -20 "$OUT/torch_generate.txt"
+    echo "== gpt2_generate: grace"
+    timeout ${GEN_TIMEOUT:-900} $B/grace bench/workloads/gpt2_generate.lua --device cuda --weights "$gw" ${GEN_ARGS:-} \
+      --cache ${GEN_CACHE:-static,growing} --json "$OUT/grace_generate.json" > "$OUT/grace_generate.txt" 2>&1 || status=1
+    tail -20 "$OUT/grace_generate.txt"
+    python3 bench/torch/gpt2_generate.py --from-json "$OUT/torch_generate.json" \
+      --compare "$OUT/grace_generate.json" 2>&1 | tee "$OUT/generate_compare.txt"
+    rm -rf "$gw" ;;
   suite)       # issue 8 in one go, alone on the device: PyTorch (writes the shared weights and its outputs),
                # grace on the same weights (checked against PyTorch), then the report (markdown, JSON, chart).
                # Each side ends with first calls in fresh processes, cold and warm compile cache, inside its own

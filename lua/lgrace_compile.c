@@ -301,7 +301,8 @@ static void push_libs(lua_State *L) {
     if (lua_istable(L, -1)) {
       lua_pushnil(L);
       while (lua_next(L, -2)) {
-        if (lua_istable(L, -1)) { lua_pushboolean(L, 1); lua_rawset(L, -5); }
+        /* stack: libs, package, loaded, name, module: libs[module] = true, leaving the name for lua_next */
+        if (lua_istable(L, -1)) { lua_pushboolean(L, 1); lua_rawset(L, -6); }
         else lua_pop(L, 1);
       }
     }

@@ -123,33 +123,15 @@ local sync = grace.synchronize or function() end
 local fmt = string.format
 
 ---------------------------------------------------------------------------------------------------------
--- weights: DIR/manifest.txt, one line per tensor: "name dtype d1,d2,... file" ("scalar" for a 0-d shape),
--- each file the raw little-endian elements; '#' starts a comment line.
+-- weights: the folder bench/torch/workloads.py writes (manifest.lua reads it)
 
 local manifest, ref_source = nil, "pytorch"
 if opt.weights then
-  local path = opt.weights .. "/manifest.txt"
-  local f, err = io.open(path, "r")
-  if not f then io.stderr:write("run.lua: --weights: ", err, "\n"); os.exit(2) end
-  manifest = {}
-  local ln = 0
-  for line in f:lines() do
-    ln = ln + 1
-    local src = line:match("^#%s*reference_source%s+(%S+)")
-    if src then ref_source = src end
-    if line:match("%S") and not line:match("^%s*#") then
-      local name, dtype, shape, file = line:match("^(%S+)%s+(%S+)%s+(%S+)%s+(%S+)%s*$")
-      if not name then error(fmt("%s:%d: expected 'name dtype shape file', got '%s'", path, ln, line), 0) end
-      local dims = {}
-      if shape ~= "scalar" then
-        for dstr in shape:gmatch("[^,]+") do
-          dims[#dims + 1] = math.tointeger(tonumber(dstr)) or error(fmt("%s:%d: bad shape '%s'", path, ln, shape), 0)
-        end
-      end
-      manifest[name] = {dtype = dtype, shape = dims, file = opt.weights .. "/" .. file}
-    end
-  end
-  f:close()
+  local Manifest = dofile(HERE .. "/manifest.lua")
+  local err
+  manifest, err = Manifest.read(opt.weights)
+  if not manifest then io.stderr:write("run.lua: --weights: ", err, "\n"); os.exit(2) end
+  ref_source = err
 end
 local ref_label = ref_source:match("^[^-]+")   -- "pytorch" or "numpy"; the JSON has the whole line
 

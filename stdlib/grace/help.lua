@@ -106,7 +106,7 @@ local entries = {
   {{"index_copy_"}, "x:index_copy_(dim, index, src): rows of src written at 1-based index, in place"},
   {{"masked_fill_", "clamp_"}, "x:masked_fill_(mask, v): in place forms"},
   {{"uniform_", "normal_"}, "x:uniform_([from=0] [, to=1]): filled in place from uniform (normal_([mean=0] [, std=1]))"},
-  {{"multinomial"}, "x:multinomial(n [, replacement=false]): 1-based category indices drawn from weights x (1-D or 2-D)"},
+  {{"multinomial"}, "x:multinomial(n [, replacement=false | {replacement=, check=true}]): 1-based category indices drawn from weights x (1-D or 2-D)"},
   -- nn
   {{"layer_norm"}, "grace.layer_norm(x, weight, bias [, eps=1e-5]): layer normalisation over the last dim"},
   {{"rms_norm"}, "grace.rms_norm(x, weight [, eps=1e-6]): RMS normalisation over the last dim"},

@@ -249,12 +249,25 @@ function ops.equal(x, y)
   return x:eq(y):all():item()
 end
 
--- x:multinomial(num_samples [, replacement=false]): 1-based category indices drawn from the rows of x (1-D or 2-D,
--- non-negative weights, not necessarily summing to 1), as torch.multinomial. With replacement: u * total against
--- the cumulative sums; without: the largest weight / Exp(1) keys (the exponential-races sampler). Both draw
--- with grace.rand, so a seed gives the same draws on every device.
+-- x:multinomial(num_samples [, replacement=false]) or x:multinomial(num_samples, {replacement=, check=true}):
+-- 1-based category indices drawn from the rows of x (1-D or 2-D, non-negative weights, not necessarily summing to
+-- 1), as torch.multinomial. With replacement: u * total against the cumulative sums; without, and for one
+-- sample either way: the largest weight / Exp(1) keys (the exponential-races sampler; one sample is their argmax,
+-- no cumulative sum or sort). Both draw with grace.rand, so a seed gives the same draws on every device.
+-- check = false skips the host read that validates the weights (invalid weights then give unspecified indices),
+-- so a compiled function samples without a graph break.
 function ops.multinomial(x, num_samples, replacement)
   if not grace.is_tensor(x) then error("multinomial: expected a tensor", 2) end
+  local check = true
+  if type(replacement) == "table" then
+    for k in pairs(replacement) do
+      if k ~= "replacement" and k ~= "check" then
+        error(("multinomial: unknown option '%s' (replacement, check)"):format(tostring(k)), 2)
+      end
+    end
+    check = replacement.check ~= false
+    replacement = replacement.replacement
+  end
   check_float("multinomial", x)
   if x:dim() ~= 1 and x:dim() ~= 2 then
     error(("multinomial: prob_dist must be 1 or 2 dim, got shape %s"):format(tostring(x.shape)), 2)
@@ -271,18 +284,22 @@ function ops.multinomial(x, num_samples, replacement)
     error(("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement (%d > %d)"):format(
       num_samples, c), 2)
   end
-  -- one host read for every check of the values (a graph break in a compiled function)
-  local bad = p:lt(0):logical_or(p:ne(p)):logical_or(p:eq(math.huge)):any()
-  local rows = p:gt(0):sum(2)
-  bad = bad:logical_or(rows:eq(0):any())
-  if not replacement then bad = bad:logical_or(rows:lt(num_samples):any()) end
-  if bad:item() then
-    error("multinomial: invalid distribution: weights must be finite and non-negative with a positive sum" ..
-      (replacement and "" or ", and without replacement at least num_samples of them positive"), 2)
+  if check then
+    -- one host read for every check of the values (a graph break in a compiled function)
+    local bad = p:lt(0):logical_or(p:ne(p)):logical_or(p:eq(math.huge)):any()
+    local rows = p:gt(0):sum(2)
+    bad = bad:logical_or(rows:eq(0):any())
+    if not replacement then bad = bad:logical_or(rows:lt(num_samples):any()) end
+    if bad:item() then
+      error("multinomial: invalid distribution: weights must be finite and non-negative with a positive sum" ..
+        (replacement and "" or ", and without replacement at least num_samples of them positive"), 2)
+    end
   end
   local opts = {dtype = p.dtype, device = p.device}
   local idx
-  if replacement then
+  if num_samples == 1 then
+    idx = (p / grace.rand({b, c}, opts):log():neg()):argmax(2, true)
+  elseif replacement then
     local cdf = p:cumsum(2)
     local u = grace.rand({b, num_samples, 1}, opts) * cdf:narrow(2, c, 1):unsqueeze(2)
     -- the category whose interval [cdf[j-1], cdf[j]) holds u: zero weights have empty intervals

@@ -992,4 +992,18 @@ section("float arguments: -0.0 and 0.0 differ", function()
   teq(f(one, -0.0), fn(one, -0.0), "s = -0.0 gives -inf")
 end)
 
+section("library tables are not guarded", function()
+  -- a function reaching the grace module (an upvalue, as any stdlib helper has) guards only its own state: the
+  -- module's hundreds of functions are code (a value of package.loaded), not state to check on every call
+  local G, w = require "grace", grace.randn(4)
+  local plain = function(x) return x * w end
+  local with_lib = function(x) local _ = G.is_tensor; return x * w end
+  local x = grace.randn(4)
+  local function guards(fn) return tonumber(explain(fn, x):match("(%d+) captured values")) end
+  tap.is(guards(with_lib), guards(plain), "the grace module as an upvalue adds no guards")
+  local polluted = false
+  for k in pairs(package) do if type(k) ~= "string" then polluted = true end end
+  tap.ok(not polluted, "finding the libraries leaves package as it was")
+end)
+
 tap.done()

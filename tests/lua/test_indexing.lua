@@ -66,4 +66,13 @@ tap.ok(k:stats().eager_calls >= 1, "masked_select makes the function run eagerly
 local _, why = k:ir()
 tap.ok(tostring(why):find("masked_select", 1, true) ~= nil, "the reason names masked_select: " .. tostring(why))
 
+-- views of a tensor with an empty dim: any position along the other dims is a valid empty view (PyTorch's
+-- x[2] of a [2, 0] tensor), and what is made from it is empty too (a growing cache starts as [layers, ..., 0, d])
+local e, one = grace.zeros({3, 2, 0, 4}, {dtype = "int64"}), grace.ones({2, 1, 4}, {dtype = "int64"})
+tap.is(tostring(e[3].shape), "{2, 0, 4}", "select past the start of an empty tensor's storage")
+tap.is(tostring(e:narrow(1, 2, 2).shape), "{2, 2, 0, 4}", "narrow of it")
+tap.is(list(grace.cat({e[2], one}, 2)), "1,1,1,1,1,1,1,1", "cat of an empty view and a tensor")
+local ce = grace.compile(function(c, k) return grace.cat({c[3], k}, 2) * 2 end)
+tap.is(list(ce(e, one)), "2,2,2,2,2,2,2,2", "the same compiled")
+
 tap.done()
