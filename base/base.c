@@ -43,6 +43,13 @@ void vm_free(grace_vm *vm, void *p, size_t n) { if (p) vm->alloc(vm->alloc_ud, p
 grace_device grace_default_device(const grace_vm *vm) { return vm ? vm->default_device : GRACE_CPU; }
 int grace_index_base(const grace_vm *vm) { return vm ? vm->index_base : 0; }
 void grace_manual_seed(grace_vm *vm, uint64_t seed) { if (vm) { vm->seed = seed; vm->rng_offset = 0; } }
+void grace_rng_state(const grace_vm *vm, uint64_t *seed, uint64_t *offset) {
+  if (seed) *seed = vm ? vm->seed : 0;
+  if (offset) *offset = vm ? vm->rng_offset : 0;
+}
+void grace_set_rng_state(grace_vm *vm, uint64_t seed, uint64_t offset) {
+  if (vm) { vm->seed = seed; vm->rng_offset = offset; }
+}
 
 double grace_clock(void) {
   struct timespec ts;

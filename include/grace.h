@@ -133,6 +133,10 @@ grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...
 /* The VM's host allocator (grace_alloc_fn semantics). */
 void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize);
 void grace_manual_seed(grace_vm *vm, uint64_t seed);
+/* The generator's state: its seed and its offset, the number of random ops that have drawn since the seed was set
+ * (each draws its elements from the stream at the next offset). Setting a saved state replays the same draws. */
+void grace_rng_state(const grace_vm *vm, uint64_t *seed, uint64_t *offset);
+void grace_set_rng_state(grace_vm *vm, uint64_t seed, uint64_t offset);
 /* Seconds on a monotonic clock (for timing; the origin is arbitrary). */
 double grace_clock(void);
 /* Work that can take long (NVRTC compiling a kernel, recording and measuring CUDA graphs) calls fn(ud, what) as it

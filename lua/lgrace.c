@@ -176,6 +176,24 @@ static int l_manual_seed(lua_State *L) {
   return 0;
 }
 
+/* grace.get_rng_state() -> seed, offset; grace.set_rng_state(seed, offset) */
+static int l_get_rng_state(lua_State *L) {
+  uint64_t seed, offset;
+  grace_rng_state(lgrace_vm(L), &seed, &offset);
+  lua_pushinteger(L, (lua_Integer)seed);
+  lua_pushinteger(L, (lua_Integer)offset);
+  return 2;
+}
+
+static int l_set_rng_state(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  lua_Integer seed = luaL_checkinteger(L, 1), offset = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, offset >= 0, 2, "the offset counts random ops drawn: it cannot be negative");
+  if (grace_trace_active(vm)) grace_trace_note(vm, "graph break: grace.set_rng_state inside a compiled function");
+  grace_set_rng_state(vm, (uint64_t)seed, (uint64_t)offset);
+  return 0;
+}
+
 /* package.searchers entry: finds "grace.NAME" in the embedded standard library. */
 int lgrace_stdlib_searcher(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
@@ -234,6 +252,8 @@ static const luaL_Reg grace_funcs[] = {
   {"device", l_device},
   {"cuda_available", l_cuda_available},
   {"manual_seed", l_manual_seed},
+  {"get_rng_state", l_get_rng_state},
+  {"set_rng_state", l_set_rng_state},
   {"synchronize", l_synchronize},
   {"graphs", l_graphs},
   {"matmul_backend", l_matmul_backend},

@@ -167,11 +167,18 @@ static int cond_traced(lua_State *L, lg_ctx *c, grace_tensor *p, int nargs) {
   region_rec r = {0};
   grace_tensor *in[MAXT * 2], *res[2][MAXT];
   int nin = tensors_at(L, 4, nargs, in), r0[2], nr[2];
+  /* both functions run to be recorded, and each draws random numbers as it would alone, from the same place in
+   * the stream; the generator then goes on from where the branch this call takes left it */
+  uint64_t seed, off0, off[2];
+  grace_rng_state(vm, &seed, &off0);
   int code = record(L, vm, &r, 0, "cond", "then", 2, 4, nargs, nin, in, &r0[0], &nr[0], res[0]);
   if (code == REC_EAGER) { rec_free(&r); return -1; }
   if (code != REC_OK) return rec_fail(L, c, &r, code);
+  grace_rng_state(vm, NULL, &off[0]);
+  grace_set_rng_state(vm, seed, off0);
   for (int i = 0; i < r.ncap[0]; i++) in[nin + i] = r.caps[0][i];   /* else sees then's captures as inputs too */
   code = record(L, vm, &r, 1, "cond", "else", 3, 4, nargs, nin + r.ncap[0], in, &r0[1], &nr[1], res[1]);
+  grace_rng_state(vm, NULL, &off[1]);
   if (code != REC_OK) return rec_fail(L, c, &r, code == REC_EAGER ? REC_ERROR : code);
   if (!branches_agree(&r, nr[0], res[0], nr[1], res[1])) return rec_fail(L, c, &r, REC_ERROR);
   if (nin + r.ncap[0] + r.ncap[1] > MAXT - 1) {
@@ -190,6 +197,7 @@ static int cond_traced(lua_State *L, lg_ctx *c, grace_tensor *p, int nargs) {
   grace_trace_resume(vm);
   if (!okp) return rec_fail(L, c, &r, REC_ERROR);
   int b = take ? 0 : 1, n = nr[b];
+  grace_set_rng_state(vm, seed, off[b]);
   grace_tensor *out[MAXT];
   for (int i = 0; i < n; i++) { out[i] = res[b][i]; grace_tensor_retain(out[i]); }
   grace_status st = grace_trace_cond(vm, p, all, in, r.sub[0], r.sub[1], n, out);
@@ -273,6 +281,9 @@ static int while_traced(lua_State *L, lg_ctx *c, int ns, lua_Integer max) {
   grace_tensor *in[MAXT * 2], *res[2][MAXT];
   int r0[2], nr[2];
   for (int i = 0; i < ns; i++) in[i] = lg_totensor(L, 4 + i);
+  /* recording runs each function once; the loop then runs from the generator's state before them */
+  uint64_t seed, off0;
+  grace_rng_state(vm, &seed, &off0);
   int code = record(L, vm, &r, 0, "while_loop", "cond", 1, 4, ns, ns, in, &r0[0], &nr[0], res[0]);
   if (code == REC_EAGER) { rec_free(&r); return -1; }
   if (code != REC_OK) return rec_fail(L, c, &r, code);
@@ -304,6 +315,7 @@ static int while_traced(lua_State *L, lg_ctx *c, int ns, lua_Integer max) {
   int all = ns + r.ncap[0];
   for (int i = 0; i < r.ncap[1]; i++) in[all++] = r.caps[1][i];
   /* this call's values: the loop run eagerly, outside the program being recorded */
+  grace_set_rng_state(vm, seed, off0);
   lua_pushcfunction(L, loop_eager);
   lua_pushvalue(L, 1);
   lua_pushvalue(L, 2);

@@ -299,9 +299,6 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
   if (op == GRACE_OP_MASKED_SELECT || op == GRACE_OP_NONZERO)   /* the result's size is a value the program cannot know */
     return tr_problem(vm, "%s: its result's shape depends on the values of its input, so it cannot be part of a compiled "
                       "program (a graph break that runs eagerly)", grace_op_name(op));
-  if (tr->parent && (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT))
-    /* tracing runs both branches, and a branch the compiled program skips would not draw: streams would differ */
-    return tr_problem(vm, "%s inside a cond or while_loop function cannot be compiled yet", grace_op_name(op));
   tr->paused++;   /* nothing below is part of the program */
   char loc[256] = "";
   if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);

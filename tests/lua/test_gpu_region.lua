@@ -48,6 +48,26 @@ tap.is(cf:stats().traces, 1, "one trace for both outcomes")
 local dp = function(x, y) return f(x:sum():gt(0), x, y) end   -- the predicate computed on the device
 compare("cond, predicate computed on the device", dp, {{x, y}, {-x, y}, {x:abs(), y}})
 
+-- random numbers inside the branches: the device draws what the eager CPU call draws for the same seed, and the
+-- generator goes on from the branch taken
+local rf = function(p, x)
+  local r = grace.cond(p, function(a) return a + grace.rand(1000, {device = a.device}) end,
+                          function(a) return a * grace.randn(1000, {device = a.device}) end, x)
+  return r - grace.rand(1000, {device = x.device})
+end
+local crf = grace.compile(rf)
+for k, pv in ipairs({true, false, false, true}) do
+  grace.manual_seed(300 + k)
+  local want = rf(grace.tensor(pv), x)
+  local _, ow = grace.get_rng_state()
+  grace.manual_seed(300 + k)
+  local got = crf(grace.tensor(pv), to_dev(x))
+  local _, og = grace.get_rng_state()
+  tap.ok(close(got, want) and og == ow, ("random draws in a %s branch, call %d: as the eager CPU call (offset %d vs %d)"):format(
+    pv and "then" or "else", k, og, ow))
+end
+tap.is(crf:stats().traces, 1, "random draws in branches: one trace")
+
 local loop = function(x, limit)
   return grace.while_loop(function(n, v) return v:abs():sum():lt(limit) end,
                           function(n, v) return n + 1, grace.cond(n:remainder(2):eq(0), function(u) return u * 2 end,

@@ -3,8 +3,9 @@
 -- 0, 1 and many iterations, max_iters, nesting both ways, and every error with the message it must give. Compiled
 -- (grace.compile), against the same Lua functions run eagerly: one trace for calls that take different branches or
 -- loop a different number of times, hits without retracing, the region in f:ir(), tensors from outside a branch
--- passed as explicit arguments, nested regions, and what cannot be compiled (a host read or a random draw inside
--- a branch, a region in a function with graph breaks) running eagerly with its reason.
+-- passed as explicit arguments, nested regions, random numbers inside regions drawing what the eager call draws
+-- (and leaving the generator where it leaves it), and what cannot be compiled (a host read inside a branch, a region
+-- in a function with graph breaks) running eagerly with its reason.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
@@ -200,15 +201,64 @@ section("what runs eagerly", function()
   tap.ok(same_list(list(g(grace.tensor(true), X())), map2(want, want, function(u) return u * s end)), "region and break: right")
   local _, gwhy = g:ir()
   tap.ok(tostring(gwhy):find("graph breaks cannot be replayed yet", 1, true), "region and break: says why: " .. tostring(gwhy))
-  local h = grace.compile(function(p, x) return grace.cond(p, function(a) return a + grace.rand(4) end, add, x, x) end)
-  h(grace.tensor(true), X())
-  local _, hwhy = h:ir()
-  tap.ok(tostring(hwhy):find("rand inside a cond or while_loop function", 1, true), "random in a branch: says why: " .. tostring(hwhy))
   -- a Lua number read by a branch: a literal of the sub-program, so a new value traces again
   local k = grace.compile(function(p, x, n) return grace.cond(p, function(a) return a * n end, function(a) return a end, x) end)
   tap.ok(same_list(list(k(grace.tensor(true), X(), 2)), map2(XV, XV, function(u) return u * 2 end)) and
          same_list(list(k(grace.tensor(true), X(), 3)), map2(XV, XV, function(u) return u * 3 end)),
          "a number used inside a branch: right for each value")
+end)
+
+section("random numbers inside regions", function()
+  -- the generator's state saved and set again replays the same draws
+  grace.manual_seed(5)
+  local s0, o0 = grace.get_rng_state()
+  local a = list(grace.rand(3))
+  local _, o1 = grace.get_rng_state()
+  grace.set_rng_state(s0, o0)
+  tap.ok(s0 == 5 and o1 == o0 + 1 and same_list(list(grace.rand(3)), a), "get_rng_state / set_rng_state replay a draw")
+  tap.raises(function() grace.set_rng_state(1, -1) end, {"cannot be negative"}, "a negative offset is refused")
+  -- each branch draws as the eager call would, and what follows the region goes on from the branch taken
+  local function f(p, x)
+    local y = grace.cond(p, function(u) return u + grace.rand(4) end,
+                            function(u) return u - grace.randn(4) * 2 + grace.rand(4) end, x)
+    return y * grace.rand(4)
+  end
+  local cf = grace.compile(f)
+  local good = 0
+  for i, pv in ipairs({true, false, false, true, false}) do
+    grace.manual_seed(100 + i)
+    local want = list(f(grace.tensor(pv), X()))
+    local _, ow = grace.get_rng_state()
+    grace.manual_seed(100 + i)
+    local got = list(cf(grace.tensor(pv), X()))
+    local _, og = grace.get_rng_state()
+    if same_list(got, want, 1e-6) and og == ow then good = good + 1
+    else tap.diag(("call %d (%s): offsets %d vs %d"):format(i, tostring(pv), og, ow)) end
+  end
+  local s = cf:stats()
+  tap.ok(good == 5, "cond with draws in both branches: each call's values and generator offset as eager (" .. good .. "/5)")
+  tap.ok(s.traces == 1 and s.hits == 4 and s.eager_calls == 0,
+         ("... from one trace (traces %d, hits %d, eager %d)"):format(s.traces, s.hits, s.eager_calls))
+  -- a loop draws once an iteration, as many as it runs
+  local function g(n, x)
+    local _, r = grace.while_loop(function(i) return i:lt(n) end,
+                                  function(i, u) return i + 1, u + grace.rand(4) end, {grace.zeros({}), x})
+    return r
+  end
+  local cg = grace.compile(g)
+  good = 0
+  for i, n in ipairs({3, 0, 1, 5}) do
+    grace.manual_seed(200 + i)
+    local want = list(g(grace.tensor(n * 1.0), X()))
+    local _, ow = grace.get_rng_state()
+    grace.manual_seed(200 + i)
+    local got = list(cg(grace.tensor(n * 1.0), X()))
+    local _, og = grace.get_rng_state()
+    if same_list(got, want, 1e-6) and og == ow then good = good + 1 end
+  end
+  tap.ok(good == 4 and cg:stats().traces == 1,
+         ("while_loop drawing in its body, 3, 0, 1 and 5 iterations: as eager, one trace (%d/4, traces %d)"):format(
+           good, cg:stats().traces))
 end)
 
 section("the IR text of a compiled region round-trips", function()
