@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "vm/vm_fn.h"
+#include "vm/vm_trace.h"
 
 /* ---- guards on arguments ---- */
 static void tensor_guard(fn_guard *g, const grace_tensor *t) {
@@ -136,6 +137,7 @@ static uint64_t keep_handle(grace_fn *fn, uint64_t h) {
 void fn_entry_free(grace_fn *fn, fn_entry *e) {
   if (!e) return;
   grace_ir_free(e->ir);
+  vm_parts_free(fn->vm, e->parts);
   for (int k = 0; k < e->ntree; k++) grace_ir_free(e->tree[k]);
   for (int i = 0; i < e->nargs && i < FN_MAXARGS; i++) if (e->args[i].kind == FG_HOST) release_handle(fn, e->args[i].host);
   for (int j = 0; j < e->nret && j < FN_MAXARGS; j++)
@@ -354,7 +356,8 @@ static grace_status call_eager(grace_fn *fn, int nargs, const grace_arg *args, i
 static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int *nres, grace_arg *res,
                                int maxres) {
   grace_vm *vm = fn->vm;
-  grace_status st = grace_replay_begin(vm, e->tree, e->ntree, fn->host.where, fn->ud);
+  if (!e->parts && !(e->parts = vm_parts_new(vm))) return grace_set_error(vm, GRACE_ENOMEM, "%s: out of host memory", fn->name);
+  grace_status st = vm_replay_begin(vm, e->tree, e->ntree, fn->host.where, fn->ud, e->parts);
   if (st != GRACE_OK) return st;
   for (int k = 0; k < e->ninput; k++) {
     grace_value v;
@@ -629,6 +632,10 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
   out->recaptures = fn->recaptures;
   out->replays = fn->replays;
   out->entries = fn->nentries;
+  for (int k = 0; k < fn->nentries; k++) {
+    out->partitions += vm_parts_count(fn->entries[k]->parts);
+    out->partition_runs += vm_parts_runs(fn->entries[k]->parts);
+  }
   out->eager = fn->eager_forever;
   out->name = fn->name;
   out->last_miss = fn->last_miss;
@@ -648,6 +655,13 @@ grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_i
   if (paths) *paths = e->tree;
   if (npaths) *npaths = e->ntree;
   return e->ir;
+}
+
+grace_ir *grace_fn_entry_partition(const grace_fn *fn, int k, int j, int *path, int *index) {
+  if (path) *path = -1;
+  if (index) *index = -1;
+  if (!fn || k < 0 || k >= fn->nentries || j < 0) return NULL;
+  return vm_parts_prog(fn->entries[k]->parts, j, path, index);
 }
 
 long grace_fn_entry_hits(const grace_fn *fn, int k) {

@@ -35,6 +35,7 @@ typedef struct fn_entry {
   grace_ir *ir;
   grace_ir *tree[FN_MAXPATHS];
   int ntree;
+  struct vm_parts *parts;               /* tree: the partitions between breaks as programs (vm/vm_part.c) */
   int nargs;
   fn_guard args[FN_MAXARGS];
   int input_arg[FN_MAXARGS], ninput;    /* IR tensor input k is argument input_arg[k] */
