@@ -1,0 +1,124 @@
+/* test_part_fake.c: the partitions of a compiled function with a graph break (vm/vm_part.c) on the CUDA backend's
+ * graphs, on the fake driver of test_graph_fake.c (kernels do nothing, so no value is checked here; the GPU test
+ * tests/lua/test_gpu_partitions.lua does that). A C host computes e = exp(x), reads sum(e) on the host (the break),
+ * then returns e * 2 + 1. Checked: both partitions become programs; with graphs forced (copies, indirection) each
+ * partition's program is captured once and replayed on every later call, so a call launches two graphs and no
+ * kernel of its own; no partition falls back to eager launches; the second partition reads the first one's output
+ * as an input (with indirection by pointer: no bytes of it are copied). NVRTC compiles the kernels for real; without
+ * it the file skips. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "grace.h"
+#include "cuda/cuda_graph.h"
+#include "cuda/cuda_internal.h"
+#include "tap.h"
+
+#include "c/fake_cuda.h"
+
+static grace_vm *vm;
+
+static grace_status h_call(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR) return GRACE_EHOST;
+  grace_tensor *e = NULL, *m = NULL, *two = NULL, *one = NULL, *d = NULL, *y = NULL;
+  double host = 0;
+  grace_status st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &e, NULL, 1, &m);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, m, GRACE_FLOAT64, &host);   /* the break */
+  (void)host;   /* the fake driver computes nothing: the host takes the same branch whatever it reads */
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){e, two}, NULL, 1, &d);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){d, one}, NULL, 1, &y);
+  grace_tensor_release(e); grace_tensor_release(m); grace_tensor_release(two); grace_tensor_release(one);
+  grace_tensor_release(d);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+static const grace_host host = {.call = h_call};
+
+static void forced(const char *mode, grace_launch_strategy want) {
+  grace_set_graphs(vm, mode);
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL;
+  int64_t n = 4096;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (grace_fn_new(vm, "part", &host, NULL, NULL, &fn) != GRACE_OK || !x) { ok(0, "%s: setup", mode); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  int bad = 0;
+  long g_before = 0, k_before = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 5) { g_before = graph_launches; k_before = kernel_launches; }
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, 1, &a, &nr, r, 1) != GRACE_OK || nr != 1) {
+      printf("# call %d: %s\n", i + 1, grace_last_error(vm));
+      bad++;
+    }
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  is_int(bad, 0, "%s: 10 calls run", mode);
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  is_int(s.partitions, 2, "%s: the two partitions became programs", mode);
+  is_int(s.partition_runs, 18, "%s: each of the 9 calls after the trace ran both programs", mode);
+  is_int(graph_launches - g_before, 10, "%s: calls 6 to 10 launch two graphs each", mode);
+  is_int(kernel_launches - k_before, 0, "%s: and no kernel outside them", mode);
+  for (int j = 0; j < 2; j++) {
+    int path = -1, index = -1;
+    grace_ir *part = grace_fn_entry_partition(fn, 0, j, &path, &index);
+    grace_graph_info gi;
+    grace_ir_graph_info(part, &gi);
+    ok(part && index == j && path == 0, "%s: partition %d of path 1", mode, j + 1);
+    ok(gi.managed && gi.decided && gi.chosen == want && !gi.ineligible[0] && !gi.why[want][0],
+       "%s: partition %d runs as the forced strategy, no eager fallback (%s)", mode, j + 1,
+       gi.ineligible[0] ? gi.ineligible : gi.why[want]);
+    is_int(gi.captures, 1, "%s: partition %d captured once", mode, j + 1);
+    if (j == 1 && want == GRACE_LAUNCH_INDIRECT)
+      ok(gi.copy_bytes <= 64, "indirect: the second partition reads the first one's output by pointer (%zu bytes copied)",
+         gi.copy_bytes);
+    if (j == 1 && want == GRACE_LAUNCH_COPY)
+      ok(gi.copy_bytes >= (size_t)n * 4, "copy: the second partition's input is copied into its placeholder (%zu bytes)",
+         gi.copy_bytes);
+  }
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
+int main(void) {
+  char dir[] = "/tmp/grace-part-fake-XXXXXX";
+  if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);   /* no launch decisions from earlier runs */
+  grace_config cfg = {0};
+  cfg.device = "cpu";
+  char err[256];
+  vm = grace_vm_new(&cfg, err, sizeof err);
+  if (!vm) { printf("not ok 1 - grace_vm_new: %s\n1..1\n", err); return 1; }
+  const char *why = cuda_nvrtc_why(vm);
+  if (why) {
+    printf("1..0 # SKIP no NVRTC to compile the kernels: %s\n", why);
+    grace_vm_free(vm);
+    return 0;
+  }
+  install_fake(vm);
+  forced("copy", GRACE_LAUNCH_COPY);
+  forced("indirect", GRACE_LAUNCH_INDIRECT);
+  grace_vm_free(vm);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[sizeof dir + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.') unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  return tap_done();
+}
