@@ -181,7 +181,7 @@ static void graph_status(const grace_ir *ir, ir_placement *p) {
 
 void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n) {
   why[0] = 0;
-  if (ir->nwrite) { snprintf(why, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
+  /* in-place writes do not stop a graph: they happen inside it, and each replay advances the versions */
   for (int i = 0; i < ir->nout; i++)
     if (vtype(ir, ir->outputs[i])->device != GRACE_CUDA) { snprintf(why, n, "output %d is a host tensor", i + 1); return; }
   /* random numbers do not stop a graph: with parameter indirection the generator's offset is a per-call word */

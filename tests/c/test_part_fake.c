@@ -94,6 +94,107 @@ static void forced(const char *mode, grace_launch_strategy want) {
   grace_set_graphs(vm, NULL);
 }
 
+/* ---- state updated in place inside a graph ---- */
+/* sgd(w, g): w -= 0.1 * g, returning nothing; running(x): stat = 0.9 * stat + 0.1 * mean(x), stat a tensor the host
+ * holds (a capture of the program), returning stat's sum */
+static grace_tensor *stat;
+static grace_status h_sgd(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud; (void)res; (void)maxres;
+  *nres = 0;
+  if (nargs != 2) return GRACE_EHOST;
+  grace_tensor *lr = NULL, *d = NULL, *nw = NULL;   /* w:sub_(0.1 * g), as x:sub_ does it: the new value copied in */
+  grace_status st = grace_tensor_scalar(vm, 0.1, 0, &lr);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){args[1].t, lr}, NULL, 1, &d);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUB, 2, (grace_tensor *[]){args[0].t, d}, NULL, 1, &nw);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){args[0].t, nw}, NULL, 0, NULL);
+  grace_tensor_release(lr);
+  grace_tensor_release(d);
+  grace_tensor_release(nw);
+  return st == GRACE_OK ? GRACE_OK : GRACE_EHOST;
+}
+static grace_status h_running(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1) return GRACE_EHOST;
+  grace_tensor *a = NULL, *b = NULL, *m = NULL, *mm = NULL, *y = NULL, *t1 = NULL, *t2 = NULL;
+  grace_status st = grace_tensor_scalar(vm, 0.9, 0, &a);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 0.1, 0, &b);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MEAN, 1, &args[0].t, &(grace_attrs){.ndims = 1, .dims = {0}}, 1, &m);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){m, b}, NULL, 1, &mm);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){stat, a}, NULL, 1, &t1);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){stat, t1}, NULL, 0, NULL);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){stat, mm}, NULL, 1, &t2);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){stat, t2}, NULL, 0, NULL);
+  grace_tensor_release(t1); grace_tensor_release(t2);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &stat, NULL, 1, &y);
+  grace_tensor_release(a); grace_tensor_release(b); grace_tensor_release(m); grace_tensor_release(mm);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+/* Runs fn 10 times on args; returns the failures; g and k: graph and kernel launches of calls 6 to 10. */
+static int ten_calls(grace_fn *fn, int nargs, const grace_arg *args, long *g, long *k) {
+  int bad = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 5) { *g = graph_launches; *k = kernel_launches; }
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, nargs, args, &nr, r, 1) != GRACE_OK) { printf("# call %d: %s\n", i + 1, grace_last_error(vm)); bad++; }
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  *g = graph_launches - *g;
+  *k = kernel_launches - *k;
+  return bad;
+}
+
+static void state(const char *mode, grace_launch_strategy want) {
+  grace_set_graphs(vm, mode);
+  int64_t n = 1024;
+  grace_tensor *w = NULL, *gr = NULL, *x = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &w);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &gr);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, (int64_t[]){8, n}, &x);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &stat);
+  static const grace_host sgd_host = {.call = h_sgd}, run_host = {.call = h_running};
+  grace_fn *sgd = NULL, *run = NULL;
+  grace_fn_new(vm, "sgd", &sgd_host, NULL, NULL, &sgd);
+  grace_fn_new(vm, "running", &run_host, NULL, NULL, &run);
+  if (!w || !gr || !x || !stat || !sgd || !run) { ok(0, "%s: state setup", mode); return; }
+  grace_arg a[2] = {{.kind = GRACE_ARG_TENSOR, .t = w}, {.kind = GRACE_ARG_TENSOR, .t = gr}};
+  uint64_t v0 = grace_tensor_version(w);
+  long g = 0, k = 0;
+  is_int(ten_calls(sgd, 2, a, &g, &k), 0, "%s: sgd: 10 calls run", mode);
+  is_int((long)(grace_tensor_version(w) - v0), 10, "%s: sgd: w's version advanced once per call, as eager sub_", mode);
+  grace_graph_info gi;
+  grace_ir_graph_info(grace_fn_entry_ir(sgd, 0, NULL, NULL, NULL), &gi);
+  ok(gi.decided && gi.chosen == want && !gi.ineligible[0] && !gi.why[want][0] && gi.captures == 1,
+     "%s: sgd: the writing program is captured once as the forced strategy (%s)", mode, gi.ineligible[0] ? gi.ineligible : gi.why[want]);
+  ok(g == 5 && k == 0, "%s: sgd: calls 6 to 10 replay the graph, no kernel outside it (%ld graphs, %ld kernels)", mode, g, k);
+  if (want == GRACE_LAUNCH_INDIRECT)
+    ok(gi.copy_bytes <= 64, "indirect: sgd: the weight is updated where it lives, not copied (%zu bytes per call)", gi.copy_bytes);
+  else
+    ok(gi.copy_bytes >= (size_t)n * 4 * 3, "copy: sgd: the weight is copied in and back (%zu bytes per call)", gi.copy_bytes);
+
+  grace_arg xa = {.kind = GRACE_ARG_TENSOR, .t = x};
+  uint64_t s0 = grace_tensor_version(stat);
+  is_int(ten_calls(run, 1, &xa, &g, &k), 0, "%s: running statistic: 10 calls run (the capture's version tracked)", mode);
+  is_int((long)(grace_tensor_version(stat) - s0), 20, "%s: running statistic: two in-place ops per call advance its version by 2", mode);
+  grace_ir_graph_info(grace_fn_entry_ir(run, 0, NULL, NULL, NULL), &gi);
+  ok(gi.decided && gi.chosen == want && gi.captures == 1 && g == 5 && k == 0,
+     "%s: running statistic: captured once, replayed, no eager launches (%ld graphs, %ld kernels)", mode, g, k);
+  grace_fn_stats fs;
+  grace_fn_get_stats(run, &fs);
+  is_int(fs.traces, 1, "%s: running statistic: one trace (the capture's new versions are the program's own)", mode);
+  grace_fn_free(sgd);
+  grace_fn_free(run);
+  grace_tensor_release(w); grace_tensor_release(gr); grace_tensor_release(x); grace_tensor_release(stat);
+  stat = NULL;
+  grace_set_graphs(vm, NULL);
+}
+
 int main(void) {
   char dir[] = "/tmp/grace-part-fake-XXXXXX";
   if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);   /* no launch decisions from earlier runs */
@@ -111,6 +212,8 @@ int main(void) {
   install_fake(vm);
   forced("copy", GRACE_LAUNCH_COPY);
   forced("indirect", GRACE_LAUNCH_INDIRECT);
+  state("copy", GRACE_LAUNCH_COPY);
+  state("indirect", GRACE_LAUNCH_INDIRECT);
   grace_vm_free(vm);
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
