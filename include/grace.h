@@ -513,6 +513,7 @@ typedef struct grace_fn_stats {
   int entries;
   int partitions;                         /* partitions between graph breaks compiled into programs of their own */
   long partition_runs;                    /* times such a program ran (once per partition per replayed call) */
+  long staged_bytes;                      /* host tensors copied to the device ahead of programs, in bytes */
   int eager;                              /* runs eagerly for good (the cache limit) */
   const char *name;
   const char *last_miss;                  /* the last guard failure ("" none) */

@@ -763,6 +763,7 @@ static int compiled_stats(lua_State *L) {
   lua_pushinteger(L, s.entries); lua_setfield(L, -2, "entries");
   lua_pushinteger(L, s.partitions); lua_setfield(L, -2, "partitions");
   lua_pushinteger(L, s.partition_runs); lua_setfield(L, -2, "partition_runs");
+  lua_pushinteger(L, s.staged_bytes); lua_setfield(L, -2, "staged_bytes");
   return 1;
 }
 

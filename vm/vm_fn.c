@@ -138,6 +138,7 @@ void fn_entry_free(grace_fn *fn, fn_entry *e) {
   if (!e) return;
   grace_ir_free(e->ir);
   vm_parts_free(fn->vm, e->parts);
+  fn_moves_free(fn->vm, e->moves);
   for (int k = 0; k < e->ntree; k++) grace_ir_free(e->tree[k]);
   for (int i = 0; i < e->nargs && i < FN_MAXARGS; i++) if (e->args[i].kind == FG_HOST) release_handle(fn, e->args[i].host);
   for (int j = 0; j < e->nret && j < FN_MAXARGS; j++)
@@ -217,6 +218,8 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
     if (grace_ir_pass(e->ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) {
       grace_ir_free(e->ir);
       e->ir = opt;
+      if (fn_place_rewrite(vm, e) != GRACE_OK)
+        snprintf(e->why, sizeof e->why, "placement: %.1000s", grace_last_error(vm));
       if (fn_log_topic("ir")) {
         fprintf(stderr, "grace: after %s:\n%s", FN_COMPILE_PASSES, grace_ir_text(e->ir));
         fn_log_plan(vm, e->ir);
@@ -227,6 +230,10 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
   if (!e->why[0] && fn_log_topic("placement")) {
     char prefix[300];
     snprintf(prefix, sizeof prefix, "grace: placement of %s: ", fn->name);
+    for (const char *p = fn_moves_text(e->moves), *q; *p; p = *q ? q + 1 : q) {   /* one line per decision */
+      if (!(q = strchr(p, '\n'))) q = p + strlen(p);
+      fprintf(stderr, "%s%.*s\n", prefix, (int)(q - p), p);
+    }
     fn_log_placement(vm, e->ir ? e->ir : e->tree[e->ntree - 1], prefix);
   }
   if (e->why[0]) {
@@ -301,10 +308,10 @@ grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres,
 /* Runs entry e's program on the arguments; results into res. */
 static grace_status run_entry(grace_fn *fn, fn_entry *e, const grace_arg *args, int *nres, grace_arg *res) {
   grace_vm *vm = fn->vm;
-  grace_tensor *in[2 * FN_MAXARGS], *out[FN_MAXARGS], *scal[FN_MAXARGS];
+  grace_tensor *in[2 * FN_MAXARGS], *out[FN_MAXARGS], *scal[FN_MAXARGS], *staged[FN_MAXARGS];
   int n = 0, ns = 0;
-  grace_status st = GRACE_OK;
   for (int k = 0; k < e->ninput; k++) in[n++] = args[e->input_arg[k]].t;
+  grace_status st = fn_place_inputs(vm, e, in, staged);
   for (int k = 0; k < e->nscalar && st == GRACE_OK; k++) {
     const grace_arg *a = &args[e->scalar_arg[k]];
     scal[ns] = NULL;
@@ -314,6 +321,7 @@ static grace_status run_entry(grace_fn *fn, fn_entry *e, const grace_arg *args, 
   int nout = grace_ir_count(e->ir, "outputs");
   if (st == GRACE_OK) st = grace_ir_run(e->ir, n, in, nout, out);
   for (int k = 0; k < ns; k++) grace_tensor_release(scal[k]);
+  for (int k = 0; k < e->ninput; k++) grace_tensor_release(staged[k]);
   if (st != GRACE_OK) return st;
   for (int j = 0; j < e->nret; j++) {
     int r = e->ret_output[j];
@@ -635,6 +643,7 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
   for (int k = 0; k < fn->nentries; k++) {
     out->partitions += vm_parts_count(fn->entries[k]->parts);
     out->partition_runs += vm_parts_runs(fn->entries[k]->parts);
+    out->staged_bytes += (long)fn_moves_bytes(fn->entries[k]->moves);
   }
   out->eager = fn->eager_forever;
   out->name = fn->name;

@@ -159,6 +159,13 @@ grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, ch
   grace_ir *prog = e->ir ? e->ir : e->ntree ? e->tree[0] : NULL;
   if (prog) explain_program(fn->vm, prog, &b);
   else sb_add(&b, "  runs eagerly (no compiled partition):\n    %s\n", e->why);
+  const char *moves = fn_moves_text(e->moves);
+  if (*moves) sb_add(&b, "  placement rewrites (host tensors the program only moves to the device):\n");
+  for (const char *p = moves, *q; *p; p = *q ? q + 1 : q) {
+    q = strchr(p, '\n');
+    if (!q) q = p + strlen(p);
+    sb_add(&b, "    %.*s\n", (int)(q - p), p);
+  }
   explain_guards(fn, e, &b);
   fn_entry_free(fn, e);
   return GRACE_OK;

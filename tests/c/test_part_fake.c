@@ -1,11 +1,18 @@
-/* test_part_fake.c: the partitions of a compiled function with a graph break (vm/vm_part.c) on the CUDA backend's
- * graphs, on the fake driver of test_graph_fake.c (kernels do nothing, so no value is checked here; the GPU test
- * tests/lua/test_gpu_partitions.lua does that). A C host computes e = exp(x), reads sum(e) on the host (the break),
- * then returns e * 2 + 1. Checked: both partitions become programs; with graphs forced (copies, indirection) each
- * partition's program is captured once and replayed on every later call, so a call launches two graphs and no
- * kernel of its own; no partition falls back to eager launches; the second partition reads the first one's output
- * as an input (with indirection by pointer: no bytes of it are copied). NVRTC compiles the kernels for real; without
- * it the file skips. */
+/* test_part_fake.c: on the fake driver of test_graph_fake.c (kernels do nothing, so no value a kernel computes is
+ * checked; the GPU tests tests/lua/test_gpu_partitions.lua, test_gpu_state.lua and test_gpu_placement.lua do that),
+ * what grace decides and records for three kinds of program that used to run eagerly:
+ *   - partitions (vm/vm_part.c): a C host computes e = exp(x), reads sum(e) on the host (the break), then returns
+ *     e * 2 + 1. Both partitions become programs; with graphs forced (copies, indirection) each is captured once
+ *     and replayed on every later call (two graphs a call, no kernel outside them); the second reads the first
+ *     one's output as an input (with indirection by pointer: no bytes of it copied);
+ *   - state written in place (ir/ir_exec.c, gpu/gpu_graph.c): an SGD step writing its weight argument and a running
+ *     statistic written into a captured tensor are captured as graphs, replayed with no kernel outside them, the
+ *     versions advance as eagerly (once per in-place op), with indirection no byte of the state is copied, with
+ *     copies the weight is copied in and back;
+ *   - placement (vm/vm_place.c, gpu/gpu_stage.c): a host argument moved to the device inside the function is staged
+ *     ahead of the program (bytes counted), a captured host tensor becomes a device constant (made again, with the
+ *     new contents, once the tensor is written), the program is one graph, explain lists both decisions.
+ * NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +202,78 @@ static void state(const char *mode, grace_launch_strategy want) {
   grace_set_graphs(vm, NULL);
 }
 
+/* ---- placement: a per-call host input and a captured host tensor moved to the device ---- */
+/* model(x): exp(x:cuda()) + bias:cuda(), x a host argument, bias a host tensor the host holds (a capture) */
+static grace_tensor *bias;
+static grace_status h_model(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1) return GRACE_EHOST;
+  grace_attrs to = {.device = GRACE_CUDA};
+  grace_tensor *xd = NULL, *bd = NULL, *e = NULL, *y = NULL;
+  grace_status st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &args[0].t, &to, 1, &xd);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &bias, &to, 1, &bd);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &xd, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){e, bd}, NULL, 1, &y);
+  grace_tensor_release(xd); grace_tensor_release(bd); grace_tensor_release(e);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+static void placement(void) {
+  grace_set_graphs(vm, "indirect");
+  int64_t n = 2048;
+  grace_tensor *x = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 1, &n, &x);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 1, &n, &bias);
+  static const grace_host model_host = {.call = h_model};
+  grace_fn *fn = NULL;
+  grace_fn_new(vm, "model", &model_host, NULL, NULL, &fn);
+  if (!x || !bias || !fn) { ok(0, "placement: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  long g = 0, k = 0;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "placement: 10 calls with a host input run");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  grace_ir *ir = grace_fn_entry_ir(fn, 0, NULL, NULL, NULL);
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.decided && gi.chosen == GRACE_LAUNCH_INDIRECT && !gi.ineligible[0] && gi.captures == 1,
+     "placement: the program with a per-call host input is one graph (%s)", gi.ineligible);
+  ok(g == 5 && k == 0, "placement: calls 6 to 10 replay it, no kernel outside it (%ld graphs, %ld kernels)", g, k);
+  is_int(s.staged_bytes, 9 * n * 4, "placement: the input is staged ahead of the program on each call after the trace "
+         "(%ld bytes)", s.staged_bytes);
+  const char *text = grace_ir_text(ir);
+  ok(text && !strstr(text, " to ") && strstr(text, "cuda"), "placement: no move is left inside the program");
+  char buf[8192];
+  grace_status xs = grace_fn_explain(fn, 1, &a, buf, sizeof buf);
+  ok(xs == GRACE_OK && strstr(buf, "input #0") && strstr(buf, "-> staged") &&
+     strstr(buf, "captured #0") && strstr(buf, "-> device constant"), "placement: explain lists both decisions");
+  /* the captured tensor written: its device constant is made again, the program stays */
+  double one = 1;
+  grace_tensor *o = NULL;
+  grace_tensor_scalar(vm, one, 0, &o);
+  grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){bias, o}, NULL, 0, NULL);
+  grace_tensor_release(o);
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "placement: after the captured tensor changed, calls run");
+  grace_fn_get_stats(fn, &s);
+  ok(s.traces == 1 && s.eager_calls == 0, "placement: no new trace, no eager call");
+  ir = grace_fn_entry_ir(fn, 0, NULL, NULL, NULL);
+  grace_tensor *dc = grace_ir_const_tensor(ir, 0);
+  static float back[2048];
+  int ones = dc && grace_tensor_device(dc) == GRACE_CUDA && grace_tensor_read(vm, dc, GRACE_FLOAT32, back) == GRACE_OK;
+  for (int i = 0; ones && i < n; i++) ones = back[i] == 1.0f;
+  ok(ones, "placement: the device constant was made again from the written tensor (all ones now)");
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_tensor_release(bias);
+  bias = NULL;
+  grace_set_graphs(vm, NULL);
+}
+
 int main(void) {
   char dir[] = "/tmp/grace-part-fake-XXXXXX";
   if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);   /* no launch decisions from earlier runs */
@@ -214,6 +293,7 @@ int main(void) {
   forced("indirect", GRACE_LAUNCH_INDIRECT);
   state("copy", GRACE_LAUNCH_COPY);
   state("indirect", GRACE_LAUNCH_INDIRECT);
+  placement();
   grace_vm_free(vm);
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
