@@ -37,7 +37,7 @@ vm_parts *vm_parts_new(grace_vm *vm) { return vm_calloc(vm, sizeof(vm_parts)); }
 
 static void seg_free(grace_vm *vm, vm_seg *s) {
   grace_ir_free(s->prog);
-  vm_free(vm, s->pre, sizeof *s->pre * (size_t)(s->npre ? s->npre : 1));
+  vm_free(vm, s->pre, sizeof *s->pre * (size_t)(s->n ? s->n : 1));   /* room for every deferred op */
   vm_free(vm, s->ins, sizeof *s->ins * (size_t)(s->nin ? s->nin : 1));
   vm_free(vm, s->outs, sizeof *s->outs * (size_t)(s->nout ? s->nout : 1));
 }
@@ -171,7 +171,7 @@ static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n
   b.pre = vm_calloc(vm, nv);
   b.tens = vm_alloc(vm, sizeof *b.tens * nt);
   b.last = vm_alloc(vm, sizeof *b.last * nt * 4);
-  seg->pre = vm_alloc(vm, sizeof *seg->pre * (size_t)n);
+  seg->pre = vm_alloc(vm, sizeof *seg->pre * (size_t)(n ? n : 1));
   grace_status st = b.map && b.inside && b.pre && b.tens && b.last && seg->pre ? GRACE_OK
                     : vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
   if (st == GRACE_OK) {
