@@ -265,10 +265,18 @@ static grace_status scalar_word(grace_ir *ir, const gg_scalar *s, grace_tensor *
   return grace_tensor_read(ir->vm, t, s->dt, w);
 }
 
-/* The program's in-place writes, for the replays to finish (gg->wr): each into an input or a capture. */
-static grace_status record_writes(grace_ir *ir, gg_graph *gg) {
+/* The program's in-place writes, for the replays to finish (gg->wr): each into a device input or capture (a write
+ * into host memory would happen once, while capturing, and never on a replay: such a program is not graphed). */
+static grace_status record_writes(grace_ir *ir, gg_graph *gg, grace_tensor *const *in) {
   grace_vm *vm = ir->vm;
   if (!ir->nwrite) return GRACE_OK;
+  for (int w = 0; w < ir->nwrite; w++) {
+    const ir_inst *k = &ir->insts[ir->vals[ir->writes[w].target].inst];
+    const grace_tensor *t = k->op == IR_OP_INPUT ? in[k->input_index] : ir->consts[k->input_index].t;
+    if (!t || t->storage->device != GRACE_CUDA)
+      return vm_err(vm, GRACE_EUNSUPPORTED, "graph: the program writes a host tensor in place (%s %d)",
+                    k->op == IR_OP_INPUT ? "input" : "captured tensor", k->input_index + vm->index_base);
+  }
   if (ir->nwrite > 64) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 64 tensors written in place");
   if (!(gg->wr = vm_calloc(vm, sizeof *gg->wr * (size_t)ir->nwrite))) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
   for (int w = 0; w < ir->nwrite; w++) {
@@ -352,7 +360,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     gg->in[i].bytes = (size_t)span * grace_dtype_size(t->dtype);
   }
   CUgraph graph = NULL;
-  if (st == GRACE_OK) st = record_writes(ir, gg);
+  if (st == GRACE_OK) st = record_writes(ir, gg, in);
   if (st == GRACE_OK) {
     if ((st = cuda_capture_begin(c)) == GRACE_OK) {
       /* nothing runs in a capture: the generator's offset goes back, and each replay advances it as eager would;

@@ -3,7 +3,9 @@
  * rewrite: the device executor (gpu/gpu_exec.c, gpu/gpu_graph.c) already lifts host numbers into the graph's argument
  * table while capturing, so the IR needs no change for them; what this adds is the decision made visible and
  * explained per value (GRACE_LOG=placement, grace.explain), and the cases that still keep a partition from being a
- * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. */
+ * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. The
+ * rewrites that move host tensors with dims out of a compiled program (staged arguments, device constants) are
+ * vm/vm_place.c's; a compiled function's report is of its program after them. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

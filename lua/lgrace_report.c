@@ -122,6 +122,12 @@ int lg_report(lua_State *L) {
   snprintf(line, sizeof line, "grace.report: %s\n", name);
   luaL_addstring(&b, line);
   if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
+  grace_fn_stats fs;
+  grace_fn_get_stats(lg_compiled_fn(L, 1, NULL), &fs);
+  if (fs.staged_bytes) {
+    snprintf(line, sizeof line, "  host inputs staged to the device ahead of the programs: %ld bytes so far\n", fs.staged_bytes);
+    luaL_addstring(&b, line);
+  }
   for (int i = 0; i < n; i++) {
     const grace_graph_info *gi = &p[i].gi;
     char path[64] = "";

@@ -3,7 +3,7 @@
  * otherwise it traces the host function by running it once under a core trace and caches the IR with guards on
  * what the trace depended on: the arguments (tensor types, numbers and booleans by value, host values by identity),
  * their aliasing, and whatever the host's own guard checks (captured values it reads). Functions with graph breaks
- * are replayed; numbers that change may become dynamic scalars (fn_promote); what cannot be compiled runs eagerly,
+ * are replayed, each partition between breaks a program of its own (vm_part.c); numbers that change may become dynamic scalars (fn_promote); what cannot be compiled runs eagerly,
  * and the host hears why once. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -75,7 +75,6 @@ typedef struct builder {
   grace_ir *ir;
   int32_t *map;           /* per path value: its value in ir, -1 none */
   int8_t *inside;         /* per path value: made by an op of the program */
-  int8_t *pre;            /* per path value: made by a view made before the program */
   /* per tensor from before the partition or made in it: its latest value in ir, and its in-place writes */
   grace_tensor **tens;
   int32_t *last, *root, *writes, *def;
@@ -165,14 +164,13 @@ static grace_status add_inst(builder *b, int j) {
 static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n, vm_seg *seg) {
   const grace_ir *p = tr->paths[tr->lead];
   size_t nv = (size_t)(p->nval ? p->nval : 1), nt = (size_t)(2 * n + 2 * p->nval + 1);
-  builder b = {vm, tr, p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+  builder b = {vm, tr, p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
   b.map = vm_alloc(vm, sizeof *b.map * nv);
   b.inside = vm_calloc(vm, nv);
-  b.pre = vm_calloc(vm, nv);
   b.tens = vm_alloc(vm, sizeof *b.tens * nt);
   b.last = vm_alloc(vm, sizeof *b.last * nt * 4);
   seg->pre = vm_alloc(vm, sizeof *seg->pre * (size_t)(n ? n : 1));
-  grace_status st = b.map && b.inside && b.pre && b.tens && b.last && seg->pre ? GRACE_OK
+  grace_status st = b.map && b.inside && b.tens && b.last && seg->pre ? GRACE_OK
                     : vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
   if (st == GRACE_OK) {
     b.root = b.last + nt; b.writes = b.root + nt; b.def = b.writes + nt;
@@ -191,7 +189,7 @@ static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n
       int32_t v = p->args[k->first_arg + a];
       outside = v < 0 || !b.inside[v];
     }
-    for (int r = 0; r < k->nout; r++) (outside ? b.pre : b.inside)[k->first_result + r] = 1;
+    for (int r = 0; r < k->nout; r++) b.inside[k->first_result + r] = (int8_t)!outside;
     if (outside) seg->pre[seg->npre++] = list[i];
     else st = add_inst(&b, list[i]);
   }
@@ -212,21 +210,20 @@ static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n
     if (b.root[s] < 0) seg->outs[no++] = b.def[s];
     else if (b.ir->insts[b.ir->vals[b.root[s]].inst].op == IR_OP_INPUT) seg->ins[ni++] = b.def[s];
   }
-  if (st == GRACE_OK && seg->npre == n) st = vm_err(vm, GRACE_EUNSUPPORTED, "views only: nothing to compute");
-  if (st == GRACE_OK) st = grace_ir_verify(b.ir);
-  if (st == GRACE_OK) {
+  if (st == GRACE_OK && seg->npre == n) snprintf(seg->why, sizeof seg->why, "views only: nothing to compute");
+  else if (st == GRACE_OK) st = grace_ir_verify(b.ir);
+  if (st == GRACE_OK && !seg->why[0]) {
     grace_ir *opt = NULL;
     if (grace_ir_pass(b.ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) { grace_ir_free(b.ir); b.ir = opt; }
     seg->prog = b.ir;
     b.ir = NULL;
-  } else {
+  } else if (st != GRACE_OK) {
     snprintf(seg->why, sizeof seg->why, "%.159s", vm->err);
     st = st == GRACE_ENOMEM ? st : GRACE_OK;   /* not a program: it runs op by op */
   }
   grace_ir_free(b.ir);
   vm_free(vm, b.map, sizeof *b.map * nv);
   vm_free(vm, b.inside, nv);
-  vm_free(vm, b.pre, nv);
   vm_free(vm, b.tens, sizeof *b.tens * nt);
   vm_free(vm, b.last, sizeof *b.last * nt * 4);
   return st;

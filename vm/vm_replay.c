@@ -2,8 +2,9 @@
  * call; each op it calls is matched against the paths recorded for it and deferred, its results standing
  * as pending tensors; a host read (the break) or the end of the call runs what was deferred, in order.
  * Different outcomes at a break lead to different op sequences: the recorded paths form a tree by their
- * shared prefixes, and a call that leaves every path is recorded from that point as a new one. Deferral is
- * what later lets a partition run as one CUDA graph; on the CPU it runs op by op. */
+ * shared prefixes, and a call that leaves every path is recorded from that point as a new one. What was deferred
+ * runs as its partition's program (vm_part.c: passes, fusion, kernels, a CUDA graph where that pays); without the
+ * function's partitions (grace_replay_begin), or where a call leaves the paths, op by op. */
 #include <stdio.h>
 #include "vm/vm_trace.h"
 
