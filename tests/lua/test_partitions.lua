@@ -1,7 +1,8 @@
 -- test_partitions.lua: a compiled function with graph breaks runs each partition between breaks as a program of its
 -- own (vm/vm_part.c), on the CPU: counted through f:stats() (partitions made, partition programs run), listed by
 -- f:ir() and grace.explain; results checked against plain Lua arithmetic over the same numbers, on both outcomes of
--- the break; in-place writes inside a partition leave the tensor and its version counter as eager would.
+-- the break; in-place writes inside a partition leave the tensor and its version counter as eager would; a view of
+-- the argument read at the break; an error inside a partition's program.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
@@ -92,5 +93,19 @@ for _, i in ipairs({1, 2, 1, 2, 1, 2}) do
 end
 tap.is(hbad, 0, "a view of the argument read at the break: results equal arithmetic by hand")
 tap.is(ch:stats().partitions, 3, "and the partitions are programs (the one before the break shared by both paths)")
+
+-- an error inside a partition's program: raised with the op's name, and the next call runs
+local function pick(x, idx)
+  local s = x:sum():item()
+  return x:index_select(1, idx) * (s > 0 and 1 or -1)
+end
+local cp = grace.compile(pick)
+local x4 = grace.tensor({1, 2, 3, 4}):float()
+for _ = 1, 3 do cp(x4, grace.tensor({1, 3})) end
+local ok_err, err = pcall(cp, x4, grace.tensor({1, 9}))
+tap.ok(not ok_err and tostring(err):find("index_select", 1, true) ~= nil,
+       "an index out of range inside a partition's program is an error naming the op")
+tap.ok(same_list(cp(x4, grace.tensor({2, 4})), {2, 4}), "and the next call runs")
+tap.ok(cp:stats().partitions == 2, "the partitions stayed programs")
 
 tap.done()
