@@ -72,4 +72,13 @@ int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n);
 /* Runs an IR program on the device (grace_ir_run's device branch). */
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 
+/* gpu_stage.c: host tensors copied ahead of a device program through page-locked staging buffers (one ring per
+ * owner). gpu_stage_to_device: a fresh device tensor holding host's contents, its copy queued on the stream (a
+ * tensor that is not a contiguous host tensor is copied plainly). gpu_stage_bytes: bytes moved so far. */
+typedef struct gpu_stage gpu_stage;
+gpu_stage *gpu_stage_new(grace_vm *vm);
+void gpu_stage_free(grace_vm *vm, gpu_stage *s);
+grace_status gpu_stage_to_device(grace_vm *vm, gpu_stage *s, grace_tensor *host, grace_tensor **out);
+size_t gpu_stage_bytes(const gpu_stage *s);
+
 #endif

@@ -58,6 +58,9 @@ typedef struct gg_out {
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
 } gg_out;
 typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim; char op[24]; } gg_check;
+/* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
+ * `bumps` per replay, as the eager ops would */
+typedef struct gg_write { int input, cst, bumps; } gg_write;
 typedef struct gg_sig {
   int present, device, dtype, ndim, aligned;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
@@ -87,6 +90,8 @@ typedef struct gg_graph {
   uint64_t rng0, rng_total;   /* the VM's generator offset when capture began, and how far one call advances it */
   int ncheck;
   gg_check chk[GG_CHECKS];
+  gg_write *wr;
+  int nwr;
   int64_t *chk_host;      /* page-locked: the flags read back after a replay */
 } gg_graph;
 
@@ -143,6 +148,7 @@ static void graph_free(grace_vm *vm, gg_graph *gg) {
   vm_free(vm, gg->out, sizeof *gg->out * (size_t)(gg->nout ? gg->nout : 1));
   vm_free(vm, gg->grp, sizeof *gg->grp * (size_t)(gg->nout ? gg->nout : 1));
   vm_free(vm, gg->dyn, sizeof *gg->dyn * (size_t)GG_WORDS);
+  vm_free(vm, gg->wr, sizeof *gg->wr * (size_t)(gg->nwr ? gg->nwr : 1));
   vm_free(vm, gg, sizeof *gg);
 }
 
@@ -259,6 +265,45 @@ static grace_status scalar_word(grace_ir *ir, const gg_scalar *s, grace_tensor *
   return grace_tensor_read(ir->vm, t, s->dt, w);
 }
 
+/* The program's in-place writes, for the replays to finish (gg->wr): each into a device input or capture (a write
+ * into host memory would happen once, while capturing, and never on a replay: such a program is not graphed). */
+static grace_status record_writes(grace_ir *ir, gg_graph *gg, grace_tensor *const *in) {
+  grace_vm *vm = ir->vm;
+  if (!ir->nwrite) return GRACE_OK;
+  for (int w = 0; w < ir->nwrite; w++) {
+    const ir_inst *k = &ir->insts[ir->vals[ir->writes[w].target].inst];
+    const grace_tensor *t = k->op == IR_OP_INPUT ? in[k->input_index] : ir->consts[k->input_index].t;
+    if (!t || t->storage->device != GRACE_CUDA)
+      return vm_err(vm, GRACE_EUNSUPPORTED, "graph: the program writes a host tensor in place (%s %d)",
+                    k->op == IR_OP_INPUT ? "input" : "captured tensor", k->input_index + vm->index_base);
+  }
+  if (ir->nwrite > 64) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 64 tensors written in place");
+  if (!(gg->wr = vm_calloc(vm, sizeof *gg->wr * (size_t)ir->nwrite))) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
+  for (int w = 0; w < ir->nwrite; w++) {
+    const ir_inst *k = &ir->insts[ir->vals[ir->writes[w].target].inst];
+    gg->wr[w] = (gg_write){k->op == IR_OP_INPUT ? k->input_index : -1, k->op == IR_OP_CONST ? k->input_index : -1,
+                           ir->writes[w].bumps > 0 ? ir->writes[w].bumps : 1};
+  }
+  gg->nwr = ir->nwrite;
+  return GRACE_OK;
+}
+
+/* After a replay: a written input that some node wrote through its placeholder gets the new contents copied back
+ * (with parameter indirection the kernels write the input itself: nothing to copy), and every written tensor's
+ * version advances as the eager ops would have advanced it. */
+static grace_status finish_writes(grace_ir *ir, gg_graph *gg, grace_tensor *const *in) {
+  grace_status st = GRACE_OK;
+  for (int w = 0; w < gg->nwr && st == GRACE_OK; w++) {
+    const gg_write *x = &gg->wr[w];
+    grace_tensor *t = x->input >= 0 ? in[x->input] : ir->consts[x->cst].t;
+    if (x->input >= 0 && gg->in[x->input].copy)
+      st = cuda_copy_device(gpu_ctx(ir->vm), gpu_ptr(t), gg->in[x->input].ph, gg->in[x->input].bytes);
+    t->storage->version += (uint64_t)x->bumps;
+    if (x->cst >= 0) ir->consts[x->cst].version = t->storage->version;
+  }
+  return st;
+}
+
 /* Records exec's launches for these inputs into a graph of strategy strat. On failure *why says why. */
 static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strategy strat, int nin,
                             grace_tensor *const *in, int nout, gg_graph **out) {
@@ -315,13 +360,20 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     gg->in[i].bytes = (size_t)span * grace_dtype_size(t->dtype);
   }
   CUgraph graph = NULL;
+  if (st == GRACE_OK) st = record_writes(ir, gg, in);
   if (st == GRACE_OK) {
     if ((st = cuda_capture_begin(c)) == GRACE_OK) {
-      /* nothing runs in a capture: the generator's offset goes back, and each replay advances it as eager would */
+      /* nothing runs in a capture: the generator's offset goes back, and each replay advances it as eager would;
+       * so do the versions of captured tensors the program writes in place */
       gg->rng0 = vm->rng_offset;
+      uint64_t cver[64];
+      for (int k = 0; k < gg->nwr; k++)
+        if (gg->wr[k].cst >= 0) cver[k] = ir->consts[gg->wr[k].cst].t->storage->version;
       vm->graph_cap = gg;
       st = exec(ir, nin, args, nout, res);
       vm->graph_cap = NULL;
+      for (int k = 0; k < gg->nwr; k++)
+        if (gg->wr[k].cst >= 0) ir->consts[gg->wr[k].cst].t->storage->version = ir->consts[gg->wr[k].cst].version = cver[k];
       gg->rng_total = vm->rng_offset - gg->rng0;
       vm->rng_offset = gg->rng0;
     }
@@ -427,6 +479,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
       if (!gg->grp[g].direct) cuda_capture_drop(c, gg->cap, gg->grp[g].base);
     gg->copy_bytes = sizeof(uint64_t) * (size_t)(gg->hi - gg->lo);
     for (int i = 0; i < nin; i++) if (gg->in[i].copy) gg->copy_bytes += gg->in[i].bytes;
+    for (int w = 0; w < gg->nwr; w++) if (gg->wr[w].input >= 0 && gg->in[gg->wr[w].input].copy) gg->copy_bytes += gg->in[gg->wr[w].input].bytes;
     for (int g = 0; g < gg->ngrp; g++) if (gg->grp[g].direct) gg->copy_bytes += gg->grp[g].bytes;
   }
   if (st != GRACE_OK) {
@@ -474,6 +527,7 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   if (!gg->nreplay++ || dt < gg->replay_us_min) gg->replay_us_min = dt;
   for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
     if (gg->grp[g].direct) st = cuda_copy_device(c, fb + gg->grp[g].at, gg->grp[g].base, gg->grp[g].bytes);
+  if (st == GRACE_OK) st = finish_writes(ir, gg, in);
   /* index checks: as eager, the call waits for them (so a bad index fails this call, not a later one) */
   for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
     st = cuda_copy_to_host_async(c, &gg->chk_host[k], gg->chk[k].flag, sizeof(int64_t));

@@ -515,6 +515,9 @@ grace_status grace_fn_call(grace_fn *fn, int nargs, const grace_arg *args, int *
 typedef struct grace_fn_stats {
   long calls, hits, traces, eager_calls, recaptures, replays;
   int entries;
+  int partitions;                         /* partitions between graph breaks compiled into programs of their own */
+  long partition_runs;                    /* times such a program ran (once per partition per replayed call) */
+  long staged_bytes;                      /* host tensors copied to the device ahead of programs, in bytes */
   int eager;                              /* runs eagerly for good (the cache limit) */
   const char *name;
   const char *last_miss;                  /* the last guard failure ("" none) */
@@ -527,6 +530,10 @@ int grace_fn_entry_count(const grace_fn *fn);
  * paths of a function with breaks (*npaths of them; paths may be NULL). NULL with no such entry. */
 grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_ir *const **paths, int *npaths);
 long grace_fn_entry_hits(const grace_fn *fn, int k);
+/* The j-th (0-based) partition of entry k that became a program of its own (a function with breaks: the ops between
+ * two breaks, with its own passes, kernels and launch decision), with the path it was recorded on and its index
+ * among that path's partitions (both 0-based); NULL when there is no such partition. */
+grace_ir *grace_fn_entry_partition(const grace_fn *fn, int k, int j, int *path, int *index);
 /* Traces the host function once on args, without caching or counting it, and writes into buf (n bytes) what grace
  * does with it: partitions, ops by kind, graph breaks, placement, dynamic scalars of fn, guards. The results are
  * dropped. GRACE_EHOST: the host code failed. */

@@ -148,6 +148,7 @@ void grace_ir_free(grace_ir *ir) {
   if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
   if (ir->plan) grace_realloc(vm, ir->plan, sizeof *ir->plan * (size_t)ir->ninst, 0);
   if (ir->plan_members) grace_realloc(vm, ir->plan_members, sizeof *ir->plan_members * (size_t)ir->nplan_members, 0);
+  if (ir->direct) grace_realloc(vm, ir->direct, (size_t)ir->ndirect, 0);
   grace_realloc(vm, ir, sizeof *ir, 0);
 }
 

@@ -96,6 +96,10 @@ struct grace_ir {
    * plan_members[-2 - plan[k]] (a count, then the members) */
   int32_t *plan, *plan_members;
   int nplan_members, planned;
+  /* per instruction (ir_exec.c, made on the first run; ndirect the instruction count it was made for): 1 where an
+   * in-place op writes the input or capture itself instead of an updated copy */
+  int8_t *direct;
+  int ndirect;
   /* what an executor derived from this IR (generated kernels, launch plans), freed with the IR; the IR only
    * calls exec_free, so it stays independent of any backend */
   void *exec;

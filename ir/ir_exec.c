@@ -18,6 +18,91 @@ static grace_status input_error(grace_vm *vm, const char *what, int index, const
                 ir_type_str(t, want, sizeof want), grace_dtype_name(x->dtype), VM_SHAPE(x));
 }
 
+/* Marks in anc[] the instructions whose results instruction i depends on, directly or not (anc zeroed first). */
+static void ancestors(const grace_ir *ir, int i, int8_t *anc, int32_t *stack) {
+  memset(anc, 0, (size_t)(ir->ninst ? ir->ninst : 1));
+  int sp = 0;
+  stack[sp++] = i;
+  while (sp > 0) {
+    const ir_inst *k = &ir->insts[stack[--sp]];
+    for (int a = 0; a < k->nin; a++) {
+      int32_t v = ir->args[k->first_arg + a];
+      if (v < 0 || anc[ir->vals[v].inst]) continue;
+      anc[ir->vals[v].inst] = 1;
+      stack[sp++] = ir->vals[v].inst;
+    }
+  }
+}
+
+/* Whether in-place instruction i may write the tensor of r's versions itself: every reader of a value holding its
+ * contents from before i (derived[]: earlier versions and views of them) is i or something i depends on, so it runs
+ * before i whatever order the executor picks among independent groups, and none of them is returned. */
+static int safe_in_place(const grace_ir *ir, int i, const int8_t *derived, int8_t *anc, int32_t *stack) {
+  const ir_inst *ki = &ir->insts[i];
+  ancestors(ir, i, anc, stack);
+  for (int j = 0; j < ir->ninst; j++) {
+    const ir_inst *k = &ir->insts[j];
+    if (j == i || anc[j]) continue;
+    for (int a = 0; a < k->nin; a++) {
+      int32_t v = ir->args[k->first_arg + a];
+      if (v >= 0 && v < ki->first_result && derived[v]) return 0;
+    }
+  }
+  for (int o = 0; o < ir->nout; o++) if (ir->outputs[o] < ki->first_result && derived[ir->outputs[o]]) return 0;
+  return 1;
+}
+
+/* Which in-place instructions may write the input or capture itself (ir->direct): for each written target, when
+ * every in-place op on it applies to its latest version (no view of it is written) and is safe (above), the ops run
+ * on the tensor itself, as eager runs them: no copy of the state is made, the version counter advances once per op,
+ * and the write-back has nothing left to copy. Otherwise each op updates a copy and the write-back copies it in. */
+static int8_t *direct_plan(grace_ir *ir) {
+  grace_vm *vm = ir->vm;
+  size_t ni = (size_t)(ir->ninst ? ir->ninst : 1), nv = (size_t)(ir->nval ? ir->nval : 1);
+  if (ir->direct && ir->ndirect == (int)ni) return ir->direct;
+  if (ir->direct) grace_realloc(vm, ir->direct, (size_t)ir->ndirect, 0);
+  ir->ndirect = (int)ni;
+  ir->direct = grace_realloc(vm, NULL, 0, ni);
+  int8_t *derived = grace_realloc(vm, NULL, 0, nv * 2 + ni);
+  int32_t *stack = grace_realloc(vm, NULL, 0, sizeof *stack * ni);
+  if (!ir->direct || !derived || !stack) {   /* no plan: every in-place op on a copy, as before */
+    grace_realloc(vm, derived, nv * 2 + ni, 0);
+    grace_realloc(vm, stack, sizeof *stack * ni, 0);
+    if (!ir->direct) ir->ndirect = 0;
+    else memset(ir->direct, 0, ni);
+    return ir->direct;
+  }
+  memset(ir->direct, 0, ni);
+  int8_t *version = derived + nv, *anc = derived + 2 * nv;
+  for (int w = 0; w < ir->nwrite; w++) {
+    int32_t r = ir->writes[w].target;
+    memset(derived, 0, nv * 2);
+    derived[r] = version[r] = 1;
+    int ok = 1;
+    for (int i = ir->vals[r].inst + 1; i < ir->ninst && ok; i++) {
+      const ir_inst *k = &ir->insts[i];
+      int32_t a0 = k->nin > 0 ? ir->args[k->first_arg] : -1;
+      int kind = k->op < GRACE_NOPS ? (int)grace_op_kind((grace_op)k->op) : -1;
+      if (a0 < 0 || !derived[a0] || (kind != GRACE_KIND_VIEW && kind != GRACE_KIND_INPLACE)) continue;
+      if (kind == GRACE_KIND_INPLACE) ok = version[a0] && safe_in_place(ir, i, derived, anc, stack);
+      for (int x = 0; x < k->nout; x++) {
+        derived[k->first_result + x] = 1;
+        version[k->first_result + x] = kind == GRACE_KIND_INPLACE;
+      }
+    }
+    if (!ok || !version[ir->writes[w].value]) continue;
+    for (int i = 0; i < ir->ninst; i++) {
+      const ir_inst *k = &ir->insts[i];
+      if (k->op < GRACE_NOPS && k->nin > 0 && grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE &&
+          ir->args[k->first_arg] >= 0 && version[ir->args[k->first_arg]])
+        ir->direct[i] = 1;
+    }
+  }
+  grace_realloc(vm, derived, nv * 2 + ni, 0);
+  grace_realloc(vm, stack, sizeof *stack * ni, 0);
+  return ir->direct;
+}
+
 /* Runs instruction k alone into val[]. */
 grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_tensor **val) {
   grace_vm *vm = ir->vm;
@@ -55,6 +140,13 @@ grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_te
     for (int j = 0; j < k->nin && j < 64; j++) {
       int32_t v = ir->args[k->first_arg + j];
       args[j] = v < 0 ? NULL : val[v];
+    }
+    const int8_t *direct = grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE ? direct_plan(ir) : NULL;
+    if (direct && direct[i] && args[0]) {
+      /* on the input or capture itself (direct_plan says when that is safe): its version advances as eagerly */
+      st = vm_route(vm, (grace_op)k->op, k->nin, args, &k->attrs, 0, NULL);
+      if (st == GRACE_OK) { grace_tensor_retain(args[0]); *res = args[0]; }
+      return st;
     }
     if (grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE) {
       /* functional form: the result is an updated copy; the caller writes it back where it belongs */
@@ -145,6 +237,9 @@ grace_status ir_exec_write_back(grace_ir *ir, grace_tensor **val, grace_status s
       bumps = ir->vals[value].nwrites;
     }
     grace_tensor *dst = val[target], *src = val[value];
+    const ir_inst *tk = &ir->insts[ir->vals[target].inst];
+    if (dst && dst == src && tk->op == IR_OP_CONST)   /* written in place: the capture's version is its own */
+      ir->consts[tk->input_index].version = dst->storage->version;
     if (!dst || !src || dst == src) continue;
     grace_status ws = vm_route(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, NULL, 0, NULL);
     if (ws == GRACE_OK) dst->storage->version += (uint64_t)(bumps > 0 ? bumps - 1 : 0);   /* as many as eager made */

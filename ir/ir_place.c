@@ -3,7 +3,9 @@
  * rewrite: the device executor (gpu/gpu_exec.c, gpu/gpu_graph.c) already lifts host numbers into the graph's argument
  * table while capturing, so the IR needs no change for them; what this adds is the decision made visible and
  * explained per value (GRACE_LOG=placement, grace.explain), and the cases that still keep a partition from being a
- * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. */
+ * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. The
+ * rewrites that move host tensors with dims out of a compiled program (staged arguments, device constants) are
+ * vm/vm_place.c's; a compiled function's report is of its program after them. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -181,7 +183,7 @@ static void graph_status(const grace_ir *ir, ir_placement *p) {
 
 void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n) {
   why[0] = 0;
-  if (ir->nwrite) { snprintf(why, n, "it writes into its arguments (in-place updates run eagerly)"); return; }
+  /* in-place writes do not stop a graph: they happen inside it, and each replay advances the versions */
   for (int i = 0; i < ir->nout; i++)
     if (vtype(ir, ir->outputs[i])->device != GRACE_CUDA) { snprintf(why, n, "output %d is a host tensor", i + 1); return; }
   /* random numbers do not stop a graph: with parameter indirection the generator's offset is a per-call word */

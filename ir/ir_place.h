@@ -53,7 +53,7 @@ void ir_place_free(grace_vm *vm, ir_placement *p);
  * ("no device partition ...", "one device partition ...", "N device partitions ..."). Writes at most n bytes
  * (terminated when n > 0) and returns the length the whole report needs, without the terminator. */
 size_t ir_place_report(const grace_ir *ir, const ir_placement *p, char *buf, size_t n);
-/* Why ir as a whole is never run as a CUDA graph (it writes into its arguments, returns a host tensor), into why
+/* Why ir as a whole is never run as a CUDA graph (it returns a host tensor), into why
  * (n bytes); "" when it may be. The device executor (gpu/gpu_graph.c) and the report above share this rule. */
 void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n);
 

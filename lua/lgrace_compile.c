@@ -762,6 +762,9 @@ static int compiled_stats(lua_State *L) {
   for (int i = 0, k = 1; i < MAXARGS; i++) if (s.dynamic[i]) { lua_pushinteger(L, i + 1); lua_rawseti(L, -2, k++); }
   lua_setfield(L, -2, "dynamic_args");
   lua_pushinteger(L, s.entries); lua_setfield(L, -2, "entries");
+  lua_pushinteger(L, s.partitions); lua_setfield(L, -2, "partitions");
+  lua_pushinteger(L, s.partition_runs); lua_setfield(L, -2, "partition_runs");
+  lua_pushinteger(L, s.staged_bytes); lua_setfield(L, -2, "staged_bytes");
   return 1;
 }
 
@@ -783,6 +786,15 @@ static int compiled_ir(lua_State *L) {
       const char *t = grace_ir_text(paths[p]);
       if (!t) return lgrace_error(L, lgrace_vm(L));
       lua_pushfstring(L, "-- path %d of %d (replayed: the Lua code runs, ops are matched and run at the breaks)\n", p + 1, npaths);
+      luaL_addvalue(&b);
+      luaL_addstring(&b, t);
+    }
+    int path, index;
+    grace_ir *part;
+    for (int j = 0; (part = grace_fn_entry_partition(cp->fn, (int)k - 1, j, &path, &index)); j++) {
+      const char *t = grace_ir_text(part);
+      if (!t) return lgrace_error(L, lgrace_vm(L));
+      lua_pushfstring(L, "-- partition %d of path %d (compiled: its own passes, kernels and launch decision)\n", index + 1, path + 1);
       luaL_addvalue(&b);
       luaL_addstring(&b, t);
     }

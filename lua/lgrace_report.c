@@ -7,10 +7,11 @@
 static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection"};
 
 /* Pushes one program's launch figures as a table. */
-static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path) {
+static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, int partition) {
   lua_createtable(L, 0, 16);
   lua_pushinteger(L, entry); lua_setfield(L, -2, "entry");
   if (path) { lua_pushinteger(L, path); lua_setfield(L, -2, "path"); }
+  if (partition) { lua_pushinteger(L, partition); lua_setfield(L, -2, "partition"); }
   lua_pushboolean(L, gi->managed); lua_setfield(L, -2, "on_device");
   lua_pushinteger(L, gi->calls); lua_setfield(L, -2, "calls");
   lua_pushinteger(L, gi->captures); lua_setfield(L, -2, "captures");
@@ -41,13 +42,14 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushnumber(L, gi->replay_host_us_mean); lua_setfield(L, -2, "replay_host_us_mean");
 }
 
-/* A device program of a compiled function: its launch figures, its entry and path (0: not a path). */
+/* A device program of a compiled function: its launch figures, its entry, path and partition (0: not one). */
 typedef struct program_info {
   grace_graph_info gi;
-  int entry, path;
+  int entry, path, partition;
 } program_info;
 
-/* The device programs of the compiled function at index 1 (entries, and paths of functions with breaks), in a
+/* The device programs of the compiled function at index 1 (entries, paths of functions with breaks and their
+ * partitions compiled into programs), in a
  * userdata pushed on the stack (collected with it); *n of them. */
 static program_info *collect_programs(lua_State *L, int *n) {
   grace_fn *fn = lg_compiled_fn(L, 1, NULL);
@@ -57,6 +59,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
     int np;
     grace_fn_entry_ir(fn, k, NULL, NULL, &np);
     cap += 1 + np;
+    for (int j = 0; grace_fn_entry_partition(fn, k, j, NULL, NULL); j++) cap++;
   }
   program_info *p = lua_newuserdatauv(L, sizeof *p * (size_t)(cap ? cap : 1), 0);
   for (int k = 0; k < ne; k++) {
@@ -69,7 +72,17 @@ static program_info *collect_programs(lua_State *L, int *n) {
       grace_ir_graph_info(ir, &p[*n].gi);
       if (!p[*n].gi.managed) continue;
       p[*n].entry = k + 1;
+      p[*n].partition = 0;
       p[(*n)++].path = j + 1;
+    }
+    int path, index;
+    grace_ir *part;
+    for (int j = 0; (part = grace_fn_entry_partition(fn, k, j, &path, &index)); j++) {
+      grace_ir_graph_info(part, &p[*n].gi);
+      if (!p[*n].gi.managed) continue;
+      p[*n].entry = k + 1;
+      p[*n].path = path + 1;
+      p[(*n)++].partition = index + 1;
     }
   }
   return p;
@@ -79,7 +92,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
 static void push_programs(lua_State *L, const program_info *p, int n) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
-    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path);
+    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path, p[i].partition);
     lua_rawseti(L, -2, i + 1);
   }
 }
@@ -109,10 +122,17 @@ int lg_report(lua_State *L) {
   snprintf(line, sizeof line, "grace.report: %s\n", name);
   luaL_addstring(&b, line);
   if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
+  grace_fn_stats fs;
+  grace_fn_get_stats(lg_compiled_fn(L, 1, NULL), &fs);
+  if (fs.staged_bytes) {
+    snprintf(line, sizeof line, "  host inputs staged to the device ahead of the programs: %ld bytes so far\n", fs.staged_bytes);
+    luaL_addstring(&b, line);
+  }
   for (int i = 0; i < n; i++) {
     const grace_graph_info *gi = &p[i].gi;
-    char path[32] = "";
-    if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
+    char path[64] = "";
+    if (p[i].partition) snprintf(path, sizeof path, " path %d partition %d", p[i].path, p[i].partition);
+    else if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
     const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";
     snprintf(line, sizeof line, "  program %d%s: %s%s after %ld calls; %d kernels per graph, %zu bytes copied per call, "
              "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy,

@@ -3,12 +3,13 @@
  * otherwise it traces the host function by running it once under a core trace and caches the IR with guards on
  * what the trace depended on: the arguments (tensor types, numbers and booleans by value, host values by identity),
  * their aliasing, and whatever the host's own guard checks (captured values it reads). Functions with graph breaks
- * are replayed; numbers that change may become dynamic scalars (fn_promote); what cannot be compiled runs eagerly,
+ * are replayed, each partition between breaks a program of its own (vm_part.c); numbers that change may become dynamic scalars (fn_promote); what cannot be compiled runs eagerly,
  * and the host hears why once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "vm/vm_fn.h"
+#include "vm/vm_trace.h"
 
 /* ---- guards on arguments ---- */
 static void tensor_guard(fn_guard *g, const grace_tensor *t) {
@@ -136,6 +137,8 @@ static uint64_t keep_handle(grace_fn *fn, uint64_t h) {
 void fn_entry_free(grace_fn *fn, fn_entry *e) {
   if (!e) return;
   grace_ir_free(e->ir);
+  vm_parts_free(fn->vm, e->parts);
+  fn_moves_free(fn->vm, e->moves);
   for (int k = 0; k < e->ntree; k++) grace_ir_free(e->tree[k]);
   for (int i = 0; i < e->nargs && i < FN_MAXARGS; i++) if (e->args[i].kind == FG_HOST) release_handle(fn, e->args[i].host);
   for (int j = 0; j < e->nret && j < FN_MAXARGS; j++)
@@ -215,6 +218,8 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
     if (grace_ir_pass(e->ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) {
       grace_ir_free(e->ir);
       e->ir = opt;
+      if (fn_place_rewrite(vm, e) != GRACE_OK)
+        snprintf(e->why, sizeof e->why, "placement: %.1000s", grace_last_error(vm));
       if (fn_log_topic("ir")) {
         fprintf(stderr, "grace: after %s:\n%s", FN_COMPILE_PASSES, grace_ir_text(e->ir));
         fn_log_plan(vm, e->ir);
@@ -225,6 +230,10 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
   if (!e->why[0] && fn_log_topic("placement")) {
     char prefix[300];
     snprintf(prefix, sizeof prefix, "grace: placement of %s: ", fn->name);
+    for (const char *p = fn_moves_text(e->moves), *q; *p; p = *q ? q + 1 : q) {   /* one line per decision */
+      if (!(q = strchr(p, '\n'))) q = p + strlen(p);
+      fprintf(stderr, "%s%.*s\n", prefix, (int)(q - p), p);
+    }
     fn_log_placement(vm, e->ir ? e->ir : e->tree[e->ntree - 1], prefix);
   }
   if (e->why[0]) {
@@ -299,10 +308,10 @@ grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres,
 /* Runs entry e's program on the arguments; results into res. */
 static grace_status run_entry(grace_fn *fn, fn_entry *e, const grace_arg *args, int *nres, grace_arg *res) {
   grace_vm *vm = fn->vm;
-  grace_tensor *in[2 * FN_MAXARGS], *out[FN_MAXARGS], *scal[FN_MAXARGS];
+  grace_tensor *in[2 * FN_MAXARGS], *out[FN_MAXARGS], *scal[FN_MAXARGS], *staged[FN_MAXARGS];
   int n = 0, ns = 0;
-  grace_status st = GRACE_OK;
   for (int k = 0; k < e->ninput; k++) in[n++] = args[e->input_arg[k]].t;
+  grace_status st = fn_place_inputs(vm, e, in, staged);
   for (int k = 0; k < e->nscalar && st == GRACE_OK; k++) {
     const grace_arg *a = &args[e->scalar_arg[k]];
     scal[ns] = NULL;
@@ -312,6 +321,7 @@ static grace_status run_entry(grace_fn *fn, fn_entry *e, const grace_arg *args, 
   int nout = grace_ir_count(e->ir, "outputs");
   if (st == GRACE_OK) st = grace_ir_run(e->ir, n, in, nout, out);
   for (int k = 0; k < ns; k++) grace_tensor_release(scal[k]);
+  for (int k = 0; k < e->ninput; k++) grace_tensor_release(staged[k]);
   if (st != GRACE_OK) return st;
   for (int j = 0; j < e->nret; j++) {
     int r = e->ret_output[j];
@@ -354,7 +364,8 @@ static grace_status call_eager(grace_fn *fn, int nargs, const grace_arg *args, i
 static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int *nres, grace_arg *res,
                                int maxres) {
   grace_vm *vm = fn->vm;
-  grace_status st = grace_replay_begin(vm, e->tree, e->ntree, fn->host.where, fn->ud);
+  if (!e->parts && !(e->parts = vm_parts_new(vm))) return grace_set_error(vm, GRACE_ENOMEM, "%s: out of host memory", fn->name);
+  grace_status st = vm_replay_begin(vm, e->tree, e->ntree, fn->host.where, fn->ud, e->parts);
   if (st != GRACE_OK) return st;
   for (int k = 0; k < e->ninput; k++) {
     grace_value v;
@@ -629,6 +640,11 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
   out->recaptures = fn->recaptures;
   out->replays = fn->replays;
   out->entries = fn->nentries;
+  for (int k = 0; k < fn->nentries; k++) {
+    out->partitions += vm_parts_count(fn->entries[k]->parts);
+    out->partition_runs += vm_parts_runs(fn->entries[k]->parts);
+    out->staged_bytes += (long)fn_moves_bytes(fn->entries[k]->moves);
+  }
   out->eager = fn->eager_forever;
   out->name = fn->name;
   out->last_miss = fn->last_miss;
@@ -648,6 +664,13 @@ grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_i
   if (paths) *paths = e->tree;
   if (npaths) *npaths = e->ntree;
   return e->ir;
+}
+
+grace_ir *grace_fn_entry_partition(const grace_fn *fn, int k, int j, int *path, int *index) {
+  if (path) *path = -1;
+  if (index) *index = -1;
+  if (!fn || k < 0 || k >= fn->nentries || j < 0) return NULL;
+  return vm_parts_prog(fn->entries[k]->parts, j, path, index);
 }
 
 long grace_fn_entry_hits(const grace_fn *fn, int k) {

@@ -35,6 +35,8 @@ typedef struct fn_entry {
   grace_ir *ir;
   grace_ir *tree[FN_MAXPATHS];
   int ntree;
+  struct vm_parts *parts;               /* tree: the partitions between breaks as programs (vm/vm_part.c) */
+  struct fn_moves *moves;               /* ir: host tensors it moves to the device, placed ahead (vm/vm_place.c) */
   int nargs;
   fn_guard args[FN_MAXARGS];
   int input_arg[FN_MAXARGS], ninput;    /* IR tensor input k is argument input_arg[k] */
@@ -76,6 +78,17 @@ void fn_entry_free(grace_fn *fn, fn_entry *e);
 void fn_release_results(grace_fn *fn, int nres, grace_arg *res);
 /* "float32 [2, 3]" (and " (strided)") */
 const char *fn_tensor_desc(const fn_guard *g, char *buf, size_t n);
+
+/* vm_place.c: placement rewrites of e->ir (host tensors it only moves to the device: arguments staged ahead of the
+ * program per call, captured tensors made device constants); fn_place_inputs: before a run, in[0..e->ninput) with the
+ * staged ones replaced by their device copies (new references in staged[], NULL where none) and the device constants
+ * of captured tensors written since made again. */
+typedef struct fn_moves fn_moves;
+grace_status fn_place_rewrite(grace_vm *vm, fn_entry *e);
+grace_status fn_place_inputs(grace_vm *vm, fn_entry *e, grace_tensor **in, grace_tensor **staged);
+void fn_moves_free(grace_vm *vm, fn_moves *m);
+const char *fn_moves_text(const fn_moves *m);   /* the decisions, one line each ("" none) */
+size_t fn_moves_bytes(const fn_moves *m);       /* bytes staged so far */
 
 /* vm_fn_explain.c */
 int fn_log_topic(const char *topic);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "vm/vm_fn.h"
+#include "ir/ir.h"
 
 static const char *const log_topics[] = {"ir", "placement", NULL};
 
@@ -70,6 +71,22 @@ static void place_lines(grace_vm *vm, grace_ir *ir, const char *prefix, sbuf *b)
 
 void fn_log_placement(grace_vm *vm, grace_ir *ir, const char *prefix) { place_lines(vm, ir, prefix, NULL); }
 
+/* A function with breaks: its partitions, each compiled into a program of its own when first replayed. */
+static void explain_partitions(grace_ir *prog, sbuf *b) {
+  int nb = grace_ir_count(prog, "breaks"), from = 0;
+  sb_add(b, "  partitions (each becomes a program of its own the first time a call replays it: passes, fusion, kernels "
+         "and its own launch decision; a partition reads what earlier ones computed without copies):\n");
+  for (int k = 0; k <= nb; k++) {
+    int after = prog->ninst - 1, ops = 0;
+    const char *where = NULL;
+    if (k < nb) grace_ir_break(prog, k, &after, &where);
+    for (int i = from; i <= after && i < prog->ninst; i++) ops += prog->insts[i].op < GRACE_NOPS;
+    sb_add(b, "    partition %d: %d op%s, %s%s\n", k + 1, ops, ops == 1 ? "" : "s", k < nb ? "ends at the break at " : "ends the call",
+           k < nb ? (where ? where : "(unknown place)") : "");
+    from = after + 1;
+  }
+}
+
 /* The program's partitions, ops by kind, breaks and placement. */
 static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
   const char *text = grace_ir_text(prog);
@@ -99,6 +116,7 @@ static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
     sb_add(b, "    %s: a tensor's value is read on the host (item, tolist, tostring, print); keep it a tensor "
            "(grace.where instead of if) to remove the break\n", where ? where : "(unknown place)");
   }
+  if (nb) explain_partitions(prog, b);
   sb_add(b, "  placement:\n");
   place_lines(vm, prog, "    ", b);
 }
@@ -141,6 +159,13 @@ grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, ch
   grace_ir *prog = e->ir ? e->ir : e->ntree ? e->tree[0] : NULL;
   if (prog) explain_program(fn->vm, prog, &b);
   else sb_add(&b, "  runs eagerly (no compiled partition):\n    %s\n", e->why);
+  const char *moves = fn_moves_text(e->moves);
+  if (*moves) sb_add(&b, "  placement rewrites (host tensors the program only moves to the device):\n");
+  for (const char *p = moves, *q; *p; p = *q ? q + 1 : q) {
+    q = strchr(p, '\n');
+    if (!q) q = p + strlen(p);
+    sb_add(&b, "    %.*s\n", (int)(q - p), p);
+  }
   explain_guards(fn, e, &b);
   fn_entry_free(fn, e);
   return GRACE_OK;

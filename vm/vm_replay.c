@@ -2,8 +2,9 @@
  * call; each op it calls is matched against the paths recorded for it and deferred, its results standing
  * as pending tensors; a host read (the break) or the end of the call runs what was deferred, in order.
  * Different outcomes at a break lead to different op sequences: the recorded paths form a tree by their
- * shared prefixes, and a call that leaves every path is recorded from that point as a new one. Deferral is
- * what later lets a partition run as one CUDA graph; on the CPU it runs op by op. */
+ * shared prefixes, and a call that leaves every path is recorded from that point as a new one. What was deferred
+ * runs as its partition's program (vm_part.c: passes, fusion, kernels, a CUDA graph where that pays); without the
+ * function's partitions (grace_replay_begin), or where a call leaves the paths, op by op. */
 #include <stdio.h>
 #include "vm/vm_trace.h"
 
@@ -14,6 +15,11 @@ static double now_ns(void) { return grace_clock() * 1e9; }
 static grace_ir *lead(vm_trace *tr) { return tr->paths[tr->lead]; }
 
 grace_status grace_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths, grace_where_fn where, void *ud) {
+  return vm_replay_begin(vm, paths, npaths, where, ud, NULL);
+}
+
+grace_status vm_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths, grace_where_fn where, void *ud,
+                             vm_parts *parts) {
   if (!vm) return GRACE_EARG;
   if (!paths) return vm_err(vm, GRACE_EARG, "replay: no paths");
   for (int i = 0; i < npaths && i < 64; i++)
@@ -23,6 +29,7 @@ grace_status grace_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths
   if (st != GRACE_OK) return st;
   vm_trace *tr = vm->trace;
   tr->replay = 1;
+  tr->parts = parts;
   tr->paths = paths;
   tr->npaths = npaths;
   tr->alive = npaths == 64 ? ~0ull : (1ull << npaths) - 1;
@@ -104,7 +111,7 @@ static grace_tensor *shell(grace_vm *vm, const ir_type *ty) {
 }
 
 /* The shell takes the computed tensor's storage and layout. */
-static void become(grace_tensor *shell, grace_tensor *r) {
+void vm_replay_become(grace_tensor *shell, grace_tensor *r) {
   vm_storage *old = shell->storage;
   r->storage->refcount++;
   shell->storage = r->storage;
@@ -118,7 +125,9 @@ static void become(grace_tensor *shell, grace_tensor *r) {
  * whose prefix is the one matched so far. */
 static grace_status diverge(grace_vm *vm) {
   vm_trace *tr = vm->trace;
-  grace_status st = vm_replay_flush(vm);
+  int n = tr->npending;
+  tr->npending = 0;   /* a prefix ending here is no partition: op by op */
+  grace_status st = vm_replay_run_ops(vm, tr->pending, n);
   if (st != GRACE_OK) return st;
   grace_ir *src = lead(tr), *ir = grace_ir_new(vm, src->name);
   if (!ir) return vm->status;
@@ -214,15 +223,20 @@ grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
 grace_status vm_replay_flush(grace_vm *vm) {
   vm_trace *tr = vm->trace;
   if (!tr || !tr->npending) return GRACE_OK;
-  grace_ir *p = lead(tr);
   int n = tr->npending;
   tr->npending = 0;
+  return tr->parts ? vm_part_flush(vm, tr->pending, n) : vm_replay_run_ops(vm, tr->pending, n);
+}
+
+grace_status vm_replay_run_ops(grace_vm *vm, const int32_t *list, int n) {
+  vm_trace *tr = vm->trace;
+  grace_ir *p = lead(tr);
   tr->paused++;   /* grace_run executes for real below */
   int was = tr->replay;
   tr->replay = 0;
   grace_status st = GRACE_OK;
   for (int j = 0; j < n && st == GRACE_OK; j++) {
-    const ir_inst *k = &p->insts[tr->pending[j]];
+    const ir_inst *k = &p->insts[list[j]];
     grace_tensor *args[64], *res[4] = {0};
     for (int i = 0; i < k->nin; i++) {
       int32_t v = p->args[k->first_arg + i];
@@ -237,7 +251,7 @@ grace_status vm_replay_flush(grace_vm *vm) {
       grace_tensor *s = tr->val[k->first_result + r];
       if (res[r]->dtype != s->dtype || res[r]->ndim != s->ndim || memcmp(res[r]->sizes, s->sizes, sizeof(int64_t) * (size_t)s->ndim))
         st = vm_err(vm, GRACE_EINTERNAL, "replay: %s computed %s, recorded %s", grace_op_name((grace_op)k->op), VM_SHAPE(res[r]), VM_SHAPE(s));
-      else become(s, res[r]);
+      else vm_replay_become(s, res[r]);
     }
     for (int r = 0; r < k->nout; r++) grace_tensor_release(res[r]);
     if (st != GRACE_OK && k->loc >= 0) {

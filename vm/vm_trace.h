@@ -10,6 +10,7 @@
  * its parent when next used. parent/vop/va: how a view was made, to turn a write through it into an
  * update of its base, and to remake it. */
 #define STALE (-2)
+typedef struct vm_parts vm_parts;
 typedef struct {
   grace_tensor *t;
   grace_value v;
@@ -44,6 +45,7 @@ struct vm_trace {
   grace_tensor **val;           /* per value of the prefix: the tensor standing for it */
   int nval;
   int32_t *pending;             /* instructions matched but not run yet */
+  vm_parts *parts;              /* the function's partitions as programs (vm_part.c); NULL: op by op */
   int npending, cap_pending;
   double replay_ns;             /* host time spent matching, for the report */
   long replayed_ops;
@@ -85,8 +87,27 @@ void tr_free(grace_vm *vm);
  * the recorded paths (then the trace records from here and grace_run executes the op). */
 grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a, int nout,
                           grace_tensor **out, int *handled);
-/* Runs the deferred instructions, so every tensor of the call holds its value. */
+/* Runs the deferred instructions, so every tensor of the call holds its value: as the partition's program when
+ * the replay has parts, else op by op. */
 grace_status vm_replay_flush(grace_vm *vm);
+/* grace_replay_begin with the partitions of the function (kept by its owner across calls; NULL: op by op). */
+grace_status vm_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths, grace_where_fn where, void *ud,
+                             vm_parts *parts);
+/* Runs instructions list[0..n) of the lead path one at a time through grace_run. */
+grace_status vm_replay_run_ops(grace_vm *vm, const int32_t *list, int n);
+/* Pending tensor shell takes r's storage and layout (r keeps its own reference). */
+void vm_replay_become(grace_tensor *shell, grace_tensor *r);
+
+/* partitions (vm_part.c) */
+vm_parts *vm_parts_new(grace_vm *vm);
+void vm_parts_free(grace_vm *vm, vm_parts *p);
+/* The deferred instructions list[0..n) of the lead path, run as their partition's program (made the first time). */
+grace_status vm_part_flush(grace_vm *vm, const int32_t *list, int n);
+/* Partitions made into programs; the k-th of them (its path and its index among the path's partitions). */
+int vm_parts_count(const vm_parts *p);
+grace_ir *vm_parts_prog(const vm_parts *p, int k, int *path, int *index);
+/* Calls of partitions that ran their program. */
+long vm_parts_runs(const vm_parts *p);
 /* grace_trace_input/_scalar while replaying: t stands for the next input of the paths. */
 grace_status vm_replay_input(grace_vm *vm, grace_tensor *t, int scalar, grace_value *out);
 

@@ -47,12 +47,14 @@ import numpy as np
 import wl_control   # the control-flow workloads (branch, early_exit, greedy_loop)
 
 NPOOL = 8
-WORKLOADS = ["mlp", "eos", "st", "gpt2_decode"] + wl_control.WORKLOADS
+WORKLOADS = ["mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace"] + wl_control.WORKLOADS
 VARIANTS = {  # workload -> [(variant name, dtype name)]
     "mlp": [("mlp", "float32")],
     "eos": [("eos", "float32")],
     "st": [("st", "float32")],
     "gpt2_decode": [("gpt2_decode_fp32", "float32"), ("gpt2_decode_bf16", "bfloat16")],
+    "cpu_input": [("cpu_input", "float32")],
+    "kv_inplace": [("kv_inplace", "float32")],
     **wl_control.VARIANTS,
 }
 ALL_MODES = ["eager", "compile", "reduce-overhead"]
@@ -76,6 +78,11 @@ def config(name, small):
     if name == "gpt2_decode":
         return (dict(layers=2, d=64, heads=4, vocab=512, cached=16, max_pos=64) if small
                 else dict(layers=12, d=768, heads=12, vocab=50257, cached=128, max_pos=1024))
+    if name == "cpu_input":
+        return config("mlp", small)
+    if name == "kv_inplace":
+        return (dict(layers=2, d=64, heads=4, vocab=512, cached=16, max_seq=32, max_pos=64) if small
+                else dict(layers=12, d=768, heads=12, vocab=50257, cached=128, max_seq=256, max_pos=1024))
     raise ValueError(name)
 
 
@@ -116,6 +123,39 @@ def specs(name, c):
         ln("st.ln_f")
         for k in range(1, NPOOL + 1):
             s.append((f"st.x.{k}", (c["batch"], c["seq"], d), ("normal", 1)))
+    elif name == "cpu_input":
+        d = c["d"]
+        for i in range(1, c["layers"] + 1):
+            s.append((f"cpuin.fc{i}.weight", (d, d), ("normal", math.sqrt(2 / d))))
+            s.append((f"cpuin.fc{i}.bias", (d,), ("normal", 0.02)))
+        for k in range(1, NPOOL + 1):
+            s.append((f"cpuin.x.{k}", (c["batch"], d), ("normal", 1)))
+    elif name == "kv_inplace":
+        d, H, L = c["d"], c["heads"], c["layers"]
+
+        def ln(p):
+            s.append((p + ".weight", (d,), ("normal", 0.1, 1)))
+            s.append((p + ".bias", (d,), ("normal", 0.1)))
+        s.append(("kv.wte", (c["vocab"], d), ("normal", 0.02)))
+        s.append(("kv.wpe", (c["max_pos"], d), ("normal", 0.01)))
+        for i in range(1, L + 1):
+            p = f"kv.h{i}."
+            ln(p + "ln1")
+            s.append((p + "attn.weight", (3 * d, d), ("normal", 0.02)))
+            s.append((p + "attn.bias", (3 * d,), ("normal", 0.02)))
+            s.append((p + "proj.weight", (d, d), ("normal", 0.02)))
+            s.append((p + "proj.bias", (d,), ("normal", 0.02)))
+            ln(p + "ln2")
+            s.append((p + "fc.weight", (4 * d, d), ("normal", 0.02)))
+            s.append((p + "fc.bias", (4 * d,), ("normal", 0.02)))
+            s.append((p + "fcproj.weight", (d, 4 * d), ("normal", 0.02)))
+            s.append((p + "fcproj.bias", (d,), ("normal", 0.02)))
+        ln("kv.ln_f")
+        for i in range(1, L + 1):
+            s.append((f"kv.cache_k.{i}", (1, H, c["max_seq"], d // H), ("normal", 1)))
+            s.append((f"kv.cache_v.{i}", (1, H, c["max_seq"], d // H), ("normal", 1)))
+        for k in range(1, NPOOL + 1):
+            s.append((f"kv.ids.{k}", (1, 1), ("randint", 0, c["vocab"])))
     elif name == "gpt2_decode":
         d, H, L = c["d"], c["heads"], c["layers"]
 
@@ -202,7 +242,7 @@ class WeightDir:
 
 
 # ---------------------------------------------------------------------------------------------------
-# NumPy float64 versions of the four models, for --write-only: a reference independent of both grace and
+# NumPy float64 versions of the models, for --write-only: a reference independent of both grace and
 # PyTorch (written as "<variant>.ref.1" when torch is not used), so the file path and run.lua's reference
 # check can be tested on a machine without torch. A PyTorch run writes PyTorch's outputs instead.
 
@@ -237,12 +277,33 @@ def numpy_reference(wname, dtype_name, A, c):
     def lin(x, p):
         return x @ W(p + ".weight").T + W(p + ".bias")
 
-    if wname == "mlp":
-        x = W("mlp.x.1")
+    if wname in ("mlp", "cpu_input"):
+        pre = "mlp" if wname == "mlp" else "cpuin"
+        x = W(f"{pre}.x.1")
         for i in range(1, c["layers"] + 1):
-            x = lin(x, f"mlp.fc{i}")
+            x = lin(x, f"{pre}.fc{i}")
             x = 0.5 * x * (1 + erf(x / math.sqrt(2)))
         return x
+    if wname == "kv_inplace":
+        d, H, S, pos = c["d"], c["heads"], c["max_seq"], c["cached"]   # pool input 1: position `cached`
+        hd = d // H
+        wte = W("kv.wte")
+        x = wte[A["kv.ids.1"]] + W("kv.wpe")[pos:pos + 1]                   # [1, 1, d]
+        masked = (np.arange(S) > pos).reshape(1, 1, 1, S)
+        for i in range(1, c["layers"] + 1):
+            p = f"kv.h{i}."
+            qkv = lin(ln(x, p + "ln1"), p + "attn")
+            q, k, v = (qkv[..., j * d:(j + 1) * d].reshape(1, 1, H, hd).transpose(0, 2, 1, 3) for j in range(3))
+            K, V = W(f"kv.cache_k.{i}").copy(), W(f"kv.cache_v.{i}").copy()
+            K[:, :, pos:pos + 1] = k
+            V[:, :, pos:pos + 1] = v
+            att = np.where(masked, -np.inf, q @ K.transpose(0, 1, 3, 2) / math.sqrt(hd))
+            o = (softmax(att) @ V).transpose(0, 2, 1, 3).reshape(1, 1, d)
+            x = x + lin(o, p + "proj")
+            h = lin(ln(x, p + "ln2"), p + "fc")
+            h = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+            x = x + lin(h, p + "fcproj")
+        return ln(x, "kv.ln_f") @ wte.T
     if wname == "eos":
         T, S, p = W("eos.T.1"), W("eos.S.1"), W("eos.p.1")
         rw = (((T * -1.120083e-6 + 1.001685e-4) * T - 9.095290e-3) * T + 6.793952e-2) * T + 999.842594
@@ -525,6 +586,47 @@ def main():
             x = F.layer_norm(x, (d,), w["ln_f_weight"], w["ln_f_bias"], 1e-5)
             return F.linear(x, w["wte"]), torch.stack(new_k), torch.stack(new_v)
 
+    class CpuInput(Mlp):
+        """The mlp model fed a host tensor every call, moved to the device inside forward (PyGraph's case)."""
+        def forward(self, x):
+            return super().forward(x.to(dev))
+
+    class KvInplace(nn.Module):
+        """A GPT-2 decode step with a static cache written in place at a 0-d position (gpt-fast's recipe)."""
+        def __init__(self, T, c):
+            super().__init__()
+            self.d, self.H, self.L, self.S = c["d"], c["heads"], c["layers"], c["max_seq"]
+            self.hd = self.d // self.H
+            self.scale = 1 / math.sqrt(self.hd)
+            self.w = nn.ParameterDict({k.replace("kv.", "").replace(".", "_"): P(v) for k, v in T.items()
+                                       if k.startswith("kv.") and ".ids." not in k and ".cache_" not in k})
+            for i in range(1, self.L + 1):
+                self.register_buffer(f"ck{i}", T[f"kv.cache_k.{i}"].clone())
+                self.register_buffer(f"cv{i}", T[f"kv.cache_v.{i}"].clone())
+            self.register_buffer("slots", torch.arange(self.S, device=dev))
+
+        def forward(self, ids, pos):
+            w, d, H, hd = self.w, self.d, self.H, self.hd
+            at = pos.reshape(1)
+            x = F.embedding(ids, w["wte"]) + w["wpe"].index_select(0, at)       # [1, 1, d]
+            masked = (self.slots > pos).reshape(1, 1, 1, self.S)
+            for i in range(1, self.L + 1):
+                p = f"h{i}_"
+                h = F.layer_norm(x, (d,), w[p + "ln1_weight"], w[p + "ln1_bias"], 1e-5)
+                q, k, v = F.linear(h, w[p + "attn_weight"], w[p + "attn_bias"]).split(d, dim=-1)
+                q = q.reshape(1, 1, H, hd).transpose(1, 2)
+                K, V = getattr(self, f"ck{i}"), getattr(self, f"cv{i}")
+                K.index_copy_(2, at, k.reshape(1, 1, H, hd).transpose(1, 2))
+                V.index_copy_(2, at, v.reshape(1, 1, H, hd).transpose(1, 2))
+                att = ((q @ K.transpose(-2, -1)) * self.scale).masked_fill(masked, float("-inf")).softmax(-1)
+                o = (att @ V).transpose(1, 2).reshape(1, 1, d)
+                x = x + F.linear(o, w[p + "proj_weight"], w[p + "proj_bias"])
+                h = F.layer_norm(x, (d,), w[p + "ln2_weight"], w[p + "ln2_bias"], 1e-5)
+                m = F.gelu(F.linear(h, w[p + "fc_weight"], w[p + "fc_bias"]), approximate="tanh")
+                x = x + F.linear(m, w[p + "fcproj_weight"], w[p + "fcproj_bias"])
+            x = F.layer_norm(x, (d,), w["ln_f_weight"], w["ln_f_bias"], 1e-5)
+            return F.linear(x, w["wte"])
+
     def build(wname, dtype_name, c, vname):
         dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
 
@@ -545,6 +647,16 @@ def main():
             return (St(T, c), [(T[f"st.x.{k}"],) for k in range(1, NPOOL + 1)],
                     f"{c['layers']} pre-norm encoder layers, d {c['d']}, {c['heads']} heads, FFN {c['ffn']}, "
                     f"batch {c['batch']}, seq {c['seq']}, scale a 0-d CPU tensor")
+        if wname == "cpu_input":
+            Tm = {k.replace("cpuin.", "mlp."): v for k, v in T.items()}
+            return (CpuInput(Tm, c), [(T[f"cpuin.x.{k}"].cpu(),) for k in range(1, NPOOL + 1)],
+                    f"{c['layers']} x (Linear {c['d']}->{c['d']} + GELU), batch {c['batch']}, "
+                    f"the input a host tensor moved inside forward")
+        if wname == "kv_inplace":
+            pool = [(T[f"kv.ids.{k}"], torch.tensor(c["cached"] + k - 1, device=dev)) for k in range(1, NPOOL + 1)]
+            return (KvInplace(T, c), pool,
+                    f"GPT-2 decode step, {c['layers']} layers, d {c['d']}, {c['heads']} heads, vocab {c['vocab']}, "
+                    f"static cache of {c['max_seq']} written in place at a 0-d position, {dtype_name}")
         if wname == "gpt2_decode":
             pool = [(T[f"gpt2.ids.{k}"], T[f"gpt2.past_k.{k}"], T[f"gpt2.past_v.{k}"]) for k in range(1, NPOOL + 1)]
             return (Gpt2Decode(T, c), pool,

@@ -18,7 +18,8 @@
 -- printed, the other workloads and modes still run, and timings are still taken and written.
 
 local HERE = (arg and arg[0] or "bench/workloads/run.lua"):match("^(.*)/[^/]*$") or "."
-local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode", "branch", "early_exit", "greedy_loop"}
+local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace", "branch", "early_exit",
+                   "greedy_loop"}
 local NPOOL = 8
 
 -- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
@@ -43,7 +44,7 @@ local TOL = {
 
 local function usage(msg)
   io.stderr:write((msg and (msg .. "\n") or ""),
-    "usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,st,gpt2_decode[_fp32|_bf16]]\n",
+    "usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,st,gpt2_decode[_fp32|_bf16],cpu_input,kv_inplace]\n",
     "         [--iters N] [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]\n",
     "         [--device-time-calls N (default 50)] [--fresh MODES (default compiled,full; none: skip)]\n",
     "         [--rounds N (interleaved comparison of the modes; default 10, 0: skip)]\n",

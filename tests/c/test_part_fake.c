@@ -1,0 +1,307 @@
+/* test_part_fake.c: on the fake driver of test_graph_fake.c (kernels do nothing, so no value a kernel computes is
+ * checked; the GPU tests tests/lua/test_gpu_partitions.lua, test_gpu_state.lua and test_gpu_placement.lua do that),
+ * what grace decides and records for three kinds of program that used to run eagerly:
+ *   - partitions (vm/vm_part.c): a C host computes e = exp(x), reads sum(e) on the host (the break), then returns
+ *     e * 2 + 1. Both partitions become programs; with graphs forced (copies, indirection) each is captured once
+ *     and replayed on every later call (two graphs a call, no kernel outside them); the second reads the first
+ *     one's output as an input (with indirection by pointer: no bytes of it copied);
+ *   - state written in place (ir/ir_exec.c, gpu/gpu_graph.c): an SGD step writing its weight argument and a running
+ *     statistic written into a captured tensor are captured as graphs, replayed with no kernel outside them, the
+ *     versions advance as eagerly (once per in-place op), with indirection no byte of the state is copied, with
+ *     copies the weight is copied in and back;
+ *   - placement (vm/vm_place.c, gpu/gpu_stage.c): a host argument moved to the device inside the function is staged
+ *     ahead of the program (bytes counted), a captured host tensor becomes a device constant (made again, with the
+ *     new contents, once the tensor is written), the program is one graph, explain lists both decisions.
+ * NVRTC compiles the kernels for real; without it the file skips. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "grace.h"
+#include "cuda/cuda_graph.h"
+#include "cuda/cuda_internal.h"
+#include "tap.h"
+
+#include "c/fake_cuda.h"
+
+static grace_vm *vm;
+
+static grace_status h_call(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR) return GRACE_EHOST;
+  grace_tensor *e = NULL, *m = NULL, *two = NULL, *one = NULL, *d = NULL, *y = NULL;
+  double host = 0;
+  grace_status st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &e, NULL, 1, &m);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, m, GRACE_FLOAT64, &host);   /* the break */
+  (void)host;   /* the fake driver computes nothing: the host takes the same branch whatever it reads */
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){e, two}, NULL, 1, &d);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){d, one}, NULL, 1, &y);
+  grace_tensor_release(e); grace_tensor_release(m); grace_tensor_release(two); grace_tensor_release(one);
+  grace_tensor_release(d);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+static const grace_host host = {.call = h_call};
+
+static void forced(const char *mode, grace_launch_strategy want) {
+  grace_set_graphs(vm, mode);
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL;
+  int64_t n = 4096;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (grace_fn_new(vm, "part", &host, NULL, NULL, &fn) != GRACE_OK || !x) { ok(0, "%s: setup", mode); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  int bad = 0;
+  long g_before = 0, k_before = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 5) { g_before = graph_launches; k_before = kernel_launches; }
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, 1, &a, &nr, r, 1) != GRACE_OK || nr != 1) {
+      printf("# call %d: %s\n", i + 1, grace_last_error(vm));
+      bad++;
+    }
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  is_int(bad, 0, "%s: 10 calls run", mode);
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  is_int(s.partitions, 2, "%s: the two partitions became programs", mode);
+  is_int(s.partition_runs, 18, "%s: each of the 9 calls after the trace ran both programs", mode);
+  is_int(graph_launches - g_before, 10, "%s: calls 6 to 10 launch two graphs each", mode);
+  is_int(kernel_launches - k_before, 0, "%s: and no kernel outside them", mode);
+  for (int j = 0; j < 2; j++) {
+    int path = -1, index = -1;
+    grace_ir *part = grace_fn_entry_partition(fn, 0, j, &path, &index);
+    grace_graph_info gi;
+    grace_ir_graph_info(part, &gi);
+    ok(part && index == j && path == 0, "%s: partition %d of path 1", mode, j + 1);
+    ok(gi.managed && gi.decided && gi.chosen == want && !gi.ineligible[0] && !gi.why[want][0],
+       "%s: partition %d runs as the forced strategy, no eager fallback (%s)", mode, j + 1,
+       gi.ineligible[0] ? gi.ineligible : gi.why[want]);
+    is_int(gi.captures, 1, "%s: partition %d captured once", mode, j + 1);
+    if (j == 1 && want == GRACE_LAUNCH_INDIRECT)
+      ok(gi.copy_bytes <= 64, "indirect: the second partition reads the first one's output by pointer (%zu bytes copied)",
+         gi.copy_bytes);
+    if (j == 1 && want == GRACE_LAUNCH_COPY)
+      ok(gi.copy_bytes >= (size_t)n * 4, "copy: the second partition's input is copied into its placeholder (%zu bytes)",
+         gi.copy_bytes);
+  }
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
+/* ---- state updated in place inside a graph ---- */
+/* sgd(w, g): w -= 0.1 * g, returning nothing; running(x): stat = 0.9 * stat + 0.1 * mean(x), stat a tensor the host
+ * holds (a capture of the program), returning stat's sum */
+static grace_tensor *stat;
+static grace_status h_sgd(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud; (void)res; (void)maxres;
+  *nres = 0;
+  if (nargs != 2) return GRACE_EHOST;
+  grace_tensor *lr = NULL, *d = NULL, *nw = NULL;   /* w:sub_(0.1 * g), as x:sub_ does it: the new value copied in */
+  grace_status st = grace_tensor_scalar(vm, 0.1, 0, &lr);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){args[1].t, lr}, NULL, 1, &d);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUB, 2, (grace_tensor *[]){args[0].t, d}, NULL, 1, &nw);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){args[0].t, nw}, NULL, 0, NULL);
+  grace_tensor_release(lr);
+  grace_tensor_release(d);
+  grace_tensor_release(nw);
+  return st == GRACE_OK ? GRACE_OK : GRACE_EHOST;
+}
+static grace_status h_running(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1) return GRACE_EHOST;
+  grace_tensor *a = NULL, *b = NULL, *m = NULL, *mm = NULL, *y = NULL, *t1 = NULL, *t2 = NULL;
+  grace_status st = grace_tensor_scalar(vm, 0.9, 0, &a);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 0.1, 0, &b);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MEAN, 1, &args[0].t, &(grace_attrs){.ndims = 1, .dims = {0}}, 1, &m);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){m, b}, NULL, 1, &mm);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){stat, a}, NULL, 1, &t1);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){stat, t1}, NULL, 0, NULL);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){stat, mm}, NULL, 1, &t2);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){stat, t2}, NULL, 0, NULL);
+  grace_tensor_release(t1); grace_tensor_release(t2);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &stat, NULL, 1, &y);
+  grace_tensor_release(a); grace_tensor_release(b); grace_tensor_release(m); grace_tensor_release(mm);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+/* Runs fn 10 times on args; returns the failures; g and k: graph and kernel launches of calls 6 to 10. */
+static int ten_calls(grace_fn *fn, int nargs, const grace_arg *args, long *g, long *k) {
+  int bad = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 5) { *g = graph_launches; *k = kernel_launches; }
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, nargs, args, &nr, r, 1) != GRACE_OK) { printf("# call %d: %s\n", i + 1, grace_last_error(vm)); bad++; }
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  *g = graph_launches - *g;
+  *k = kernel_launches - *k;
+  return bad;
+}
+
+static void state(const char *mode, grace_launch_strategy want) {
+  grace_set_graphs(vm, mode);
+  int64_t n = 1024;
+  grace_tensor *w = NULL, *gr = NULL, *x = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &w);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &gr);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, (int64_t[]){8, n}, &x);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &stat);
+  static const grace_host sgd_host = {.call = h_sgd}, run_host = {.call = h_running};
+  grace_fn *sgd = NULL, *run = NULL;
+  grace_fn_new(vm, "sgd", &sgd_host, NULL, NULL, &sgd);
+  grace_fn_new(vm, "running", &run_host, NULL, NULL, &run);
+  if (!w || !gr || !x || !stat || !sgd || !run) { ok(0, "%s: state setup", mode); return; }
+  grace_arg a[2] = {{.kind = GRACE_ARG_TENSOR, .t = w}, {.kind = GRACE_ARG_TENSOR, .t = gr}};
+  uint64_t v0 = grace_tensor_version(w);
+  long g = 0, k = 0;
+  is_int(ten_calls(sgd, 2, a, &g, &k), 0, "%s: sgd: 10 calls run", mode);
+  is_int((long)(grace_tensor_version(w) - v0), 10, "%s: sgd: w's version advanced once per call, as eager sub_", mode);
+  grace_graph_info gi;
+  grace_ir_graph_info(grace_fn_entry_ir(sgd, 0, NULL, NULL, NULL), &gi);
+  ok(gi.decided && gi.chosen == want && !gi.ineligible[0] && !gi.why[want][0] && gi.captures == 1,
+     "%s: sgd: the writing program is captured once as the forced strategy (%s)", mode, gi.ineligible[0] ? gi.ineligible : gi.why[want]);
+  ok(g == 5 && k == 0, "%s: sgd: calls 6 to 10 replay the graph, no kernel outside it (%ld graphs, %ld kernels)", mode, g, k);
+  if (want == GRACE_LAUNCH_INDIRECT)
+    ok(gi.copy_bytes <= 64, "indirect: sgd: the weight is updated where it lives, not copied (%zu bytes per call)", gi.copy_bytes);
+  else
+    ok(gi.copy_bytes >= (size_t)n * 4 * 3, "copy: sgd: the weight is copied in and back (%zu bytes per call)", gi.copy_bytes);
+
+  grace_arg xa = {.kind = GRACE_ARG_TENSOR, .t = x};
+  uint64_t s0 = grace_tensor_version(stat);
+  is_int(ten_calls(run, 1, &xa, &g, &k), 0, "%s: running statistic: 10 calls run (the capture's version tracked)", mode);
+  is_int((long)(grace_tensor_version(stat) - s0), 20, "%s: running statistic: two in-place ops per call advance its version by 2", mode);
+  grace_ir_graph_info(grace_fn_entry_ir(run, 0, NULL, NULL, NULL), &gi);
+  ok(gi.decided && gi.chosen == want && gi.captures == 1 && g == 5 && k == 0,
+     "%s: running statistic: captured once, replayed, no eager launches (%ld graphs, %ld kernels)", mode, g, k);
+  grace_fn_stats fs;
+  grace_fn_get_stats(run, &fs);
+  is_int(fs.traces, 1, "%s: running statistic: one trace (the capture's new versions are the program's own)", mode);
+  grace_fn_free(sgd);
+  grace_fn_free(run);
+  grace_tensor_release(w); grace_tensor_release(gr); grace_tensor_release(x); grace_tensor_release(stat);
+  stat = NULL;
+  grace_set_graphs(vm, NULL);
+}
+
+/* ---- placement: a per-call host input and a captured host tensor moved to the device ---- */
+/* model(x): exp(x:cuda()) + bias:cuda(), x a host argument, bias a host tensor the host holds (a capture) */
+static grace_tensor *bias;
+static grace_status h_model(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1) return GRACE_EHOST;
+  grace_attrs to = {.device = GRACE_CUDA};
+  grace_tensor *xd = NULL, *bd = NULL, *e = NULL, *y = NULL;
+  grace_status st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &args[0].t, &to, 1, &xd);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &bias, &to, 1, &bd);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &xd, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){e, bd}, NULL, 1, &y);
+  grace_tensor_release(xd); grace_tensor_release(bd); grace_tensor_release(e);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+static void placement(void) {
+  grace_set_graphs(vm, "indirect");
+  int64_t n = 2048;
+  grace_tensor *x = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 1, &n, &x);
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 1, &n, &bias);
+  static const grace_host model_host = {.call = h_model};
+  grace_fn *fn = NULL;
+  grace_fn_new(vm, "model", &model_host, NULL, NULL, &fn);
+  if (!x || !bias || !fn) { ok(0, "placement: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  long g = 0, k = 0;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "placement: 10 calls with a host input run");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  grace_ir *ir = grace_fn_entry_ir(fn, 0, NULL, NULL, NULL);
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.decided && gi.chosen == GRACE_LAUNCH_INDIRECT && !gi.ineligible[0] && gi.captures == 1,
+     "placement: the program with a per-call host input is one graph (%s)", gi.ineligible);
+  ok(g == 5 && k == 0, "placement: calls 6 to 10 replay it, no kernel outside it (%ld graphs, %ld kernels)", g, k);
+  is_int(s.staged_bytes, 9 * n * 4, "placement: the input is staged ahead of the program on each call after the trace "
+         "(%ld bytes)", s.staged_bytes);
+  const char *text = grace_ir_text(ir);
+  ok(text && !strstr(text, " to ") && strstr(text, "cuda"), "placement: no move is left inside the program");
+  char buf[8192];
+  grace_status xs = grace_fn_explain(fn, 1, &a, buf, sizeof buf);
+  ok(xs == GRACE_OK && strstr(buf, "input #0") && strstr(buf, "-> staged") &&
+     strstr(buf, "captured #0") && strstr(buf, "-> device constant"), "placement: explain lists both decisions");
+  /* the captured tensor written: its device constant is made again, the program stays */
+  double one = 1;
+  grace_tensor *o = NULL;
+  grace_tensor_scalar(vm, one, 0, &o);
+  grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){bias, o}, NULL, 0, NULL);
+  grace_tensor_release(o);
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "placement: after the captured tensor changed, calls run");
+  grace_fn_get_stats(fn, &s);
+  ok(s.traces == 1 && s.eager_calls == 0, "placement: no new trace, no eager call");
+  ir = grace_fn_entry_ir(fn, 0, NULL, NULL, NULL);
+  grace_tensor *dc = grace_ir_const_tensor(ir, 0);
+  static float back[2048];
+  int ones = dc && grace_tensor_device(dc) == GRACE_CUDA && grace_tensor_read(vm, dc, GRACE_FLOAT32, back) == GRACE_OK;
+  for (int i = 0; ones && i < n; i++) ones = back[i] == 1.0f;
+  ok(ones, "placement: the device constant was made again from the written tensor (all ones now)");
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_tensor_release(bias);
+  bias = NULL;
+  grace_set_graphs(vm, NULL);
+}
+
+int main(void) {
+  char dir[] = "/tmp/grace-part-fake-XXXXXX";
+  if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);   /* no launch decisions from earlier runs */
+  grace_config cfg = {0};
+  cfg.device = "cpu";
+  char err[256];
+  vm = grace_vm_new(&cfg, err, sizeof err);
+  if (!vm) { printf("not ok 1 - grace_vm_new: %s\n1..1\n", err); return 1; }
+  const char *why = cuda_nvrtc_why(vm);
+  if (why) {
+    printf("1..0 # SKIP no NVRTC to compile the kernels: %s\n", why);
+    grace_vm_free(vm);
+    return 0;
+  }
+  install_fake(vm);
+  forced("copy", GRACE_LAUNCH_COPY);
+  forced("indirect", GRACE_LAUNCH_INDIRECT);
+  state("copy", GRACE_LAUNCH_COPY);
+  state("indirect", GRACE_LAUNCH_INDIRECT);
+  placement();
+  grace_vm_free(vm);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[sizeof dir + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.') unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  return tap_done();
+}

@@ -1,0 +1,313 @@
+/* vm_part.c: the partitions of a function with graph breaks as programs (DESIGN: "Partitions, shapes and state").
+ * Replay defers the ops of a call between two breaks; at the break they run. The first time a partition is met it
+ * becomes an IR program of its own, built from the recorded path: the values it reads from before it (inputs of the
+ * function, tensors earlier partitions computed, captured tensors, numbers) are its inputs, captures and literals,
+ * every tensor it hands to the host is an output, and an in-place write to a tensor from before it is a write-back.
+ * The program goes through the whole-program passes, fusion and code generation, and its device backend makes its
+ * own launch decision (eager, graph+copies, graph+indirection), as a straight-line compiled function's program does.
+ * Later calls run it with the tensors of this call: a partition reads its parent's outputs as inputs, by pointer.
+ * Views of tensors from before the partition are made first, outside it (a view computes nothing, and an output
+ * that is a view of an input cannot be fresh memory of a graph). Partitions are keyed by their span of the path
+ * and the path they were recorded on, so the paths of the tree share the partitions of their common prefix. */
+#include <stdio.h>
+#include "vm/vm_trace.h"
+#include "vm/vm_fn.h"
+
+typedef struct vm_seg {
+  int start, end, n;      /* the path's instructions start..end, n of them deferred (consts and literals are not) */
+  int path;               /* the path it was recorded on: it serves a call while that path still matches */
+  int index;              /* partitions of the path before it (the breaks before start) */
+  grace_ir *prog;         /* NULL: runs op by op (why says why) */
+  int32_t *pre;           /* views of tensors from before the partition, made before the program runs */
+  int npre;
+  int32_t *ins;           /* per program input: the path value whose tensor it takes */
+  int32_t *outs;          /* per program output: the path value whose tensor takes it */
+  int nin, nout;
+  long runs;
+  char why[160];
+} vm_seg;
+
+struct vm_parts {
+  vm_seg *s;
+  int n, cap;
+  long runs;              /* calls of a partition that ran its program */
+};
+
+vm_parts *vm_parts_new(grace_vm *vm) { return vm_calloc(vm, sizeof(vm_parts)); }
+
+static void seg_free(grace_vm *vm, vm_seg *s) {
+  grace_ir_free(s->prog);
+  vm_free(vm, s->pre, sizeof *s->pre * (size_t)(s->n ? s->n : 1));   /* room for every deferred op */
+  vm_free(vm, s->ins, sizeof *s->ins * (size_t)(s->nin ? s->nin : 1));
+  vm_free(vm, s->outs, sizeof *s->outs * (size_t)(s->nout ? s->nout : 1));
+}
+
+void vm_parts_free(grace_vm *vm, vm_parts *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n; i++) seg_free(vm, &p->s[i]);
+  vm_free(vm, p->s, sizeof *p->s * (size_t)p->cap);
+  vm_free(vm, p, sizeof *p);
+}
+
+int vm_parts_count(const vm_parts *p) {
+  int n = 0;
+  for (int i = 0; p && i < p->n; i++) n += p->s[i].prog != NULL;
+  return n;
+}
+
+long vm_parts_runs(const vm_parts *p) { return p ? p->runs : 0; }
+
+grace_ir *vm_parts_prog(const vm_parts *p, int k, int *path, int *index) {
+  for (int i = 0; p && i < p->n; i++) {
+    if (!p->s[i].prog || k--) continue;
+    if (path) *path = p->s[i].path;
+    if (index) *index = p->s[i].index;
+    return p->s[i].prog;
+  }
+  return NULL;
+}
+
+/* ---- building a partition's program from the path ---- */
+typedef struct builder {
+  grace_vm *vm;
+  vm_trace *tr;
+  const grace_ir *path;
+  grace_ir *ir;
+  int32_t *map;           /* per path value: its value in ir, -1 none */
+  int8_t *inside;         /* per path value: made by an op of the program */
+  /* per tensor from before the partition or made in it: its latest value in ir, and its in-place writes */
+  grace_tensor **tens;
+  int32_t *last, *root, *writes, *def;
+  int ntens;
+} builder;
+
+static int tensor_slot(builder *b, grace_tensor *t) {
+  for (int i = 0; i < b->ntens; i++) if (b->tens[i] == t) return i;
+  return -1;
+}
+
+/* Path value v, from before the program: a literal, a capture, or an input bound to its tensor of this call. */
+static grace_status outside_value(builder *b, int32_t v, int32_t *out) {
+  const ir_inst *k = &b->path->insts[b->path->vals[v].inst];
+  const ir_type *ty = &b->path->vals[v].type;
+  grace_tensor *t = b->tr->val[v];
+  if (k->op == IR_OP_LITERAL) {
+    int32_t r = ir_append(b->ir, IR_OP_LITERAL, 0, NULL, NULL, 1, ty);
+    if (r < 0) return vm_err(b->vm, GRACE_ENOMEM, "partition: out of host memory");
+    b->ir->insts[b->ir->ninst - 1].literal = k->literal;
+    b->ir->insts[b->ir->ninst - 1].iliteral = k->iliteral;
+    *out = r;
+    return GRACE_OK;
+  }
+  if (!t) return vm_err(b->vm, GRACE_EUNSUPPORTED, "partition: value %%%d has no tensor", v);
+  int s = tensor_slot(b, t);
+  if (s >= 0) { *out = b->last[s]; return GRACE_OK; }
+  grace_value r;
+  grace_status st = k->op == IR_OP_CONST && !b->path->consts[k->input_index].local
+                        ? grace_ir_const(b->ir, t, &r)   /* a captured tensor: by identity and version */
+                        : grace_ir_input(b->ir, ty->dtype, ty->device, ty->ndim, ty->sizes, &r);
+  if (st != GRACE_OK) return st;
+  s = b->ntens++;
+  b->tens[s] = t;
+  b->last[s] = b->root[s] = r;
+  b->writes[s] = 0;
+  b->def[s] = v;
+  *out = r;
+  return GRACE_OK;
+}
+
+/* Instruction j of the path, appended to the program with its arguments mapped. */
+static grace_status add_inst(builder *b, int j) {
+  const grace_ir *p = b->path;
+  const ir_inst *k = &p->insts[j];
+  int32_t args[64];
+  grace_status st = GRACE_OK;
+  if (k->nin > 64) return vm_err(b->vm, GRACE_EUNSUPPORTED, "partition: an op with %d inputs", k->nin);
+  for (int i = 0; i < k->nin && st == GRACE_OK; i++) {
+    int32_t v = p->args[k->first_arg + i];
+    if (v < 0) args[i] = -1;
+    else if (b->inside[v]) args[i] = b->map[v];
+    else st = outside_value(b, v, &args[i]);
+  }
+  if (st != GRACE_OK) return st;
+  ir_type types[4];
+  for (int r = 0; r < k->nout && r < 4; r++) types[r] = p->vals[k->first_result + r].type;
+  grace_ir_set_location(b->ir, k->loc >= 0 ? p->locs[k->loc] : NULL);
+  int32_t r0 = ir_append(b->ir, k->op, k->nin, args, &k->attrs, k->nout, types);
+  if (r0 < 0) return vm_err(b->vm, GRACE_ENOMEM, "partition: out of host memory");
+  for (int r = 0; r < k->nout; r++) b->map[k->first_result + r] = r0 + r;
+  if (grace_op_kind((grace_op)k->op) != GRACE_KIND_INPLACE) {
+    for (int r = 0; r < k->nout; r++) {   /* a tensor the host gets: an output (its latest value) */
+      grace_tensor *t = b->tr->val[k->first_result + r];
+      int s = b->ntens++;
+      b->tens[s] = t;
+      b->last[s] = r0 + r;
+      b->root[s] = -1;
+      b->writes[s] = 0;
+      b->def[s] = k->first_result + r;
+    }
+    return GRACE_OK;
+  }
+  /* in place: the written tensor's new value; for a tensor from before the partition, a write-back */
+  int s = tensor_slot(b, b->tr->val[k->first_result]);
+  if (s < 0) return vm_err(b->vm, GRACE_EINTERNAL, "partition: an in-place write to a tensor not seen");
+  b->last[s] = r0;
+  b->writes[s]++;
+  if (b->root[s] >= 0) {
+    b->ir->vals[r0].root = b->root[s];
+    b->ir->vals[r0].nwrites = b->writes[s];
+  }
+  return GRACE_OK;
+}
+
+/* The program of the deferred instructions list[0..n) into seg (seg->prog NULL and why set where it cannot be one). */
+static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n, vm_seg *seg) {
+  const grace_ir *p = tr->paths[tr->lead];
+  size_t nv = (size_t)(p->nval ? p->nval : 1), nt = (size_t)(2 * n + 2 * p->nval + 1);
+  builder b = {vm, tr, p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
+  b.map = vm_alloc(vm, sizeof *b.map * nv);
+  b.inside = vm_calloc(vm, nv);
+  b.tens = vm_alloc(vm, sizeof *b.tens * nt);
+  b.last = vm_alloc(vm, sizeof *b.last * nt * 4);
+  seg->pre = vm_alloc(vm, sizeof *seg->pre * (size_t)(n ? n : 1));
+  grace_status st = b.map && b.inside && b.tens && b.last && seg->pre ? GRACE_OK
+                    : vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
+  if (st == GRACE_OK) {
+    b.root = b.last + nt; b.writes = b.root + nt; b.def = b.writes + nt;
+    char name[80];
+    int index = 0;
+    while (index < p->nbreak && p->breaks[index].after < list[0]) index++;
+    seg->index = index;
+    snprintf(name, sizeof name, "%.48s_part%d", p->name, index % 1000000 + 1);
+    if (!(b.ir = grace_ir_new(vm, name))) st = vm->status;
+  }
+  /* views of tensors from before the partition (transitively) are made before it; everything else is the program */
+  for (int i = 0; i < n && st == GRACE_OK; i++) {
+    const ir_inst *k = &p->insts[list[i]];
+    int outside = grace_op_kind((grace_op)k->op) == GRACE_KIND_VIEW;
+    for (int a = 0; a < k->nin && outside; a++) {
+      int32_t v = p->args[k->first_arg + a];
+      outside = v < 0 || !b.inside[v];
+    }
+    for (int r = 0; r < k->nout; r++) b.inside[k->first_result + r] = (int8_t)!outside;
+    if (outside) seg->pre[seg->npre++] = list[i];
+    else st = add_inst(&b, list[i]);
+  }
+  for (int s = 0; s < b.ntens && st == GRACE_OK; s++) {
+    if (b.root[s] < 0) st = grace_ir_output(b.ir, b.last[s]), seg->nout++;
+    else if (b.writes[s]) {
+      st = grace_ir_write(b.ir, b.root[s], b.last[s]);
+      if (st == GRACE_OK) b.ir->writes[b.ir->nwrite - 1].bumps = b.writes[s];
+    }
+  }
+  if (st == GRACE_OK) {
+    seg->nin = b.ir->ninputs;
+    seg->ins = vm_alloc(vm, sizeof *seg->ins * (size_t)(seg->nin ? seg->nin : 1));
+    seg->outs = vm_alloc(vm, sizeof *seg->outs * (size_t)(seg->nout ? seg->nout : 1));
+    if (!seg->ins || !seg->outs) st = vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
+  }
+  for (int s = 0, ni = 0, no = 0; s < b.ntens && st == GRACE_OK; s++) {
+    if (b.root[s] < 0) seg->outs[no++] = b.def[s];
+    else if (b.ir->insts[b.ir->vals[b.root[s]].inst].op == IR_OP_INPUT) seg->ins[ni++] = b.def[s];
+  }
+  if (st == GRACE_OK && seg->npre == n) snprintf(seg->why, sizeof seg->why, "views only: nothing to compute");
+  else if (st == GRACE_OK) st = grace_ir_verify(b.ir);
+  if (st == GRACE_OK && !seg->why[0]) {
+    grace_ir *opt = NULL;
+    if (grace_ir_pass(b.ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) { grace_ir_free(b.ir); b.ir = opt; }
+    seg->prog = b.ir;
+    b.ir = NULL;
+  } else if (st != GRACE_OK) {
+    snprintf(seg->why, sizeof seg->why, "%.159s", vm->err);
+    st = st == GRACE_ENOMEM ? st : GRACE_OK;   /* not a program: it runs op by op */
+  }
+  grace_ir_free(b.ir);
+  vm_free(vm, b.map, sizeof *b.map * nv);
+  vm_free(vm, b.inside, nv);
+  vm_free(vm, b.tens, sizeof *b.tens * nt);
+  vm_free(vm, b.last, sizeof *b.last * nt * 4);
+  return st;
+}
+
+/* ---- running ---- */
+static int fits(const ir_type *ty, const grace_tensor *t) {
+  if (!t || t->pending || ty->dtype != t->dtype || ty->ndim != t->ndim || ty->device != t->storage->device) return 0;
+  for (int d = 0; d < t->ndim; d++) if (ty->sizes[d] != t->sizes[d]) return 0;
+  return 1;
+}
+
+/* Runs seg's program on this call's tensors; *ran 0 when they do not fit it (nothing ran then). */
+static grace_status run_seg(grace_vm *vm, vm_trace *tr, vm_parts *P, vm_seg *seg, int *ran) {
+  grace_ir *ir = seg->prog;
+  grace_tensor *in[256], *out[256];
+  *ran = 0;
+  if (seg->nin > 256 || seg->nout > 256) return GRACE_OK;
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *k = &ir->insts[i];
+    if (k->op != IR_OP_INPUT) continue;
+    in[k->input_index] = tr->val[seg->ins[k->input_index]];
+    if (!fits(&ir->vals[k->first_result].type, in[k->input_index])) return GRACE_OK;
+  }
+  /* a program that writes in place into one input must not find another input sharing its storage */
+  for (int i = 0; i < seg->nin && ir->nwrite; i++)
+    for (int j = 0; j < i; j++) if (in[i]->storage == in[j]->storage) return GRACE_OK;
+  if (!grace_ir_consts_current(ir)) grace_ir_recapture(ir);   /* a captured tensor an earlier partition wrote */
+  *ran = 1;
+  grace_status st = grace_ir_run(ir, seg->nin, in, seg->nout, out);
+  if (st != GRACE_OK) return st;
+  for (int j = 0; j < seg->nout; j++) {
+    grace_tensor *s = tr->val[seg->outs[j]];
+    if (st == GRACE_OK && s->pending) {
+      if (!fits(&tr->paths[tr->lead]->vals[seg->outs[j]].type, out[j]))
+        st = vm_err(vm, GRACE_EINTERNAL, "partition %s: output %d is %s, recorded %s", ir->name, j + 1, VM_SHAPE(out[j]),
+                    VM_SHAPE(s));
+      else vm_replay_become(s, out[j]);
+    }
+    grace_tensor_release(out[j]);
+  }
+  seg->runs++;
+  P->runs++;
+  return st;
+}
+
+static vm_seg *find(vm_parts *P, const vm_trace *tr, const int32_t *list, int n) {
+  for (int i = 0; i < P->n; i++) {
+    vm_seg *s = &P->s[i];
+    if (s->start == list[0] && s->end == list[n - 1] && s->n == n && (tr->alive >> s->path & 1)) return s;
+  }
+  return NULL;
+}
+
+grace_status vm_part_flush(grace_vm *vm, const int32_t *list, int n) {
+  vm_trace *tr = vm->trace;
+  vm_parts *P = tr->parts;
+  vm_seg *seg = find(P, tr, list, n);
+  if (!seg) {
+    if (P->n == P->cap) {
+      int nc = P->cap ? 2 * P->cap : 8;
+      vm_seg *ns = vm->alloc(vm->alloc_ud, P->s, sizeof *ns * (size_t)P->cap, sizeof *ns * (size_t)nc, VM_ALIGN);
+      if (!ns) return vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
+      P->s = ns;
+      P->cap = nc;
+    }
+    seg = &P->s[P->n];
+    memset(seg, 0, sizeof *seg);
+    *seg = (vm_seg){.start = list[0], .end = list[n - 1], .n = n, .path = tr->lead};
+    grace_status st = build(vm, tr, list, n, seg);
+    if (st != GRACE_OK) { seg_free(vm, seg); return st; }
+    P->n++;
+  }
+  if (!seg->prog) return vm_replay_run_ops(vm, list, n);
+  grace_status st = vm_replay_run_ops(vm, seg->pre, seg->npre);
+  int ran = 0;
+  if (st == GRACE_OK) st = run_seg(vm, tr, P, seg, &ran);
+  if (st == GRACE_OK && !ran) {   /* this call's tensors do not fit the program: op by op, all but the views made */
+    for (int i = 0, m = 0; i < n; i++) {
+      int made = 0;
+      for (int j = 0; j < seg->npre && !made; j++) made = seg->pre[j] == list[i];
+      if (!made) tr->pending[m++] = list[i];
+    }
+    st = vm_replay_run_ops(vm, tr->pending, n - seg->npre);
+  }
+  return st;
+}
