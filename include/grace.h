@@ -274,8 +274,9 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
  * run while tracing is part of the traced program). The graph stays while its tensors live: backward may run again
  * over it. Tensors an op saved for its derivative are checked by version: one written in place after the op ran is an
  * error of the backward that needs it, naming the op. An op with no derivative is an error of the backward that
- * reaches it; an in-place op (copy_, fill_, index_put_, index_copy_) touching a tensor that requires grad is an error
- * while grad mode is on (write under grad mode off, as an optimizer's update does). Gradients of an op's input have
+ * reaches it. While grad mode is on, an in-place op (copy_, fill_, index_put_, index_copy_) may not write a value
+ * that requires grad, nor overwrite a result of a recorded op (write under grad mode off, as an optimizer's update
+ * does); it may overwrite a leaf that requires grad (loading weights). Gradients of an op's input have
  * the input's shape and dtype. ---- */
 int grace_grad_enabled(const grace_vm *vm);
 /* Turns recording on or off (no_grad / enable_grad); returns the previous setting. */

@@ -45,11 +45,14 @@ static const char *what_of(const grace_tensor *t) {
   return t->grad_fn ? "a result of an op that requires grad" : "a tensor that requires grad";
 }
 
-/* Before an op runs: an in-place write touching a tensor that requires grad has no derivative. */
+/* Before an op runs: an in-place write has no derivative, so it may not take a value that requires grad (the
+ * gradient would be lost) nor overwrite a result of a recorded op (its node would describe a value it no longer
+ * holds). Overwriting a leaf that requires grad (loading weights) is allowed: a backward that needs the old value
+ * finds the version changed. */
 grace_status vm_grad_check(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in) {
   if (vm->no_grad || grace_op_kind(op) != GRACE_KIND_INPLACE) return GRACE_OK;
   for (int i = 0; i < nin; i++)
-    if (wants_grad(in[i]))
+    if (i == 0 ? in[i] && in[i]->grad_fn : wants_grad(in[i]))
       return vm_err(vm, GRACE_EUNSUPPORTED, "%s: input %d (shape %s) is %s: autograd has no derivative of an in-place "
                     "write; write under grace.no_grad (an optimizer's update), or use an op that makes a new tensor",
                     grace_op_name(op), i + 1, VM_SHAPE(in[i]), what_of(in[i]));
