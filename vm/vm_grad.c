@@ -19,7 +19,7 @@ static void node_free(grace_vm *vm, vm_gnode *n) {
     grace_tensor_release(n->next[i].leaf);
   }
   for (int j = 0; j < n->nout; j++) grace_tensor_release(n->gout[j]);
-  size_t ni = (size_t)(n->nin ? n->nin : 1);
+  size_t ni = (size_t)n->nin;
   vm_free(vm, n->next, sizeof *n->next * ni);
   vm_free(vm, n->in, sizeof *n->in * ni);
   vm_free(vm, n->in_ver, sizeof *n->in_ver * ni);
@@ -59,20 +59,23 @@ grace_status vm_grad_check(grace_vm *vm, grace_op op, int nin, grace_tensor *con
   return GRACE_OK;
 }
 
+/* Whether result t of an op gets a node: a floating-point tensor, not one of the inputs handed back. */
+static int differentiable(const grace_tensor *t, int nin, grace_tensor *const *in) {
+  if (!t || !grace_dtype_is_float(t->dtype)) return 0;
+  for (int i = 0; i < nin; i++)
+    if (t == in[i]) return 0;
+  return 1;
+}
+
 grace_status vm_grad_record(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                             int nout, grace_tensor **out) {
   int any = 0, anyf = 0;
   for (int i = 0; i < nin; i++) any |= wants_grad(in[i]);
-  if (!any || vm->no_grad) return GRACE_OK;
-  if (grace_op_kind(op) == GRACE_KIND_INPLACE) return GRACE_OK;
-  for (int j = 0; j < nout; j++) {
-    int self = 0;
-    for (int i = 0; i < nin; i++) self |= out[j] == in[i];
-    anyf |= out[j] && !self && grace_dtype_is_float(out[j]->dtype);
-  }
+  if (!any || vm->no_grad || grace_op_kind(op) == GRACE_KIND_INPLACE) return GRACE_OK;
+  for (int j = 0; j < nout; j++) anyf |= differentiable(out[j], nin, in);
   if (!anyf) return GRACE_OK;
   vm_gnode *n = vm_calloc(vm, sizeof *n);
-  size_t ni = (size_t)(nin ? nin : 1), no = (size_t)nout;
+  size_t ni = (size_t)nin, no = (size_t)nout;   /* both at least 1 here */
   if (n) {
     n->next = vm_calloc(vm, sizeof *n->next * ni);
     n->in = vm_calloc(vm, sizeof *n->in * ni);
@@ -110,9 +113,7 @@ grace_status vm_grad_record(grace_vm *vm, grace_op op, int nin, grace_tensor *co
     }
   }
   for (int j = 0; j < nout; j++) {
-    int self = 0;
-    for (int i = 0; i < nin; i++) self |= out[j] == in[i];
-    if (!out[j] || self || !grace_dtype_is_float(out[j]->dtype)) continue;
+    if (!differentiable(out[j], nin, in)) continue;
     n->out[j] = out[j];
     n->out_ver[j] = out[j]->storage->version;
     out[j]->grad_fn = n;
@@ -439,6 +440,7 @@ grace_status grace_tensor_set_requires_grad(grace_tensor *t, int on) {
 
 grace_status grace_tensor_set_grad(grace_tensor *t, grace_tensor *g) {
   if (!t) return GRACE_EARG;
+  if (g == t) return vm_err(t->vm, GRACE_EARG, "grad: a tensor cannot be its own gradient (clone it)");
   if (g && (g->ndim != t->ndim || memcmp(g->sizes, t->sizes, sizeof *t->sizes * (size_t)t->ndim)))
     return vm_err(t->vm, GRACE_ESHAPE, "grad: a gradient of shape %s for a tensor of shape %s", VM_SHAPE(g),
                   VM_SHAPE(t));

@@ -248,9 +248,11 @@ function Module:load_state_dict(sd, opts)
   if strict and #unexpected > 0 then errs[#errs + 1] = "unexpected keys: " .. quoted(unexpected) end
   for _, w in ipairs(wrong) do errs[#errs + 1] = w end
   if #errs > 0 then fail(fmt("%s: nothing was loaded: %s", who, table.concat(errs, "; "))) end
-  for _, name in ipairs(names) do
-    if sd[name] ~= nil then own[name]:copy_(sd[name]) end
-  end
+  grace.no_grad(function()   -- loading is no op autograd records (the sources may be parameters too)
+    for _, name in ipairs(names) do
+      if sd[name] ~= nil then own[name]:copy_(sd[name]) end
+    end
+  end)
   return {missing_keys = missing, unexpected_keys = unexpected}
 end
 

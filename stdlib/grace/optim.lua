@@ -33,8 +33,6 @@ local function number(name, what, v, default, min)
   return v
 end
 
-local function zeros_like(p) return grace.zeros_like(p) end
-
 ---------------------------------------------------------------------------------------------------------
 local Optimizer = {}
 Optimizer.__index = Optimizer
@@ -85,7 +83,7 @@ setmetatable(SGD, {__index = Optimizer, __call = function(cls, params, opts)
   if self.nesterov and self.momentum == 0 then fail("SGD: nesterov needs a momentum") end
   self.state = {}
   if self.momentum ~= 0 then
-    for i, p in ipairs(self.params) do self.state[i] = {momentum_buffer = zeros_like(p)} end
+    for i, p in ipairs(self.params) do self.state[i] = {momentum_buffer = grace.zeros_like(p)} end
   end
   return self
 end})
@@ -128,7 +126,8 @@ setmetatable(AdamW, {__index = Optimizer, __call = function(cls, params, opts)
   self.state = {}
   for i, p in ipairs(self.params) do
     -- the step count per parameter, a tensor so that a compiled step counts without retracing
-    self.state[i] = {exp_avg = zeros_like(p), exp_avg_sq = zeros_like(p), step = grace.tensor(0, {dtype = "float64"})}
+    self.state[i] = {exp_avg = grace.zeros_like(p), exp_avg_sq = grace.zeros_like(p),
+                     step = grace.zeros({}, {dtype = "float64", device = p.device})}
   end
   return self
 end})

@@ -327,6 +327,7 @@ int main(void) {
                         grace_op_name((grace_op)op));
   check_none();
   check_engine();
+  is_int(grace_tensor_bytes(vm), 0, "every tensor the checks made is freed (no node keeps one alive)");
   grace_vm_free(vm);
   return tap_done();
 }
