@@ -222,7 +222,7 @@ static grace_status run1(grace_vm *vm, grace_op op, int nin, grace_tensor *const
   return grace_run(vm, op, nin, in, a, 1, out);
 }
 
-/* *acc += g (g: a new reference, taken). A fresh sum is a new tensor, so that no gradient aliases another's. */
+/* *acc += g (g: a new reference, taken), out of place: a gradient handed to two inputs is never changed under one. */
 static grace_status accumulate(grace_vm *vm, grace_tensor **acc, grace_tensor *g) {
   if (!*acc) { *acc = g; return GRACE_OK; }
   grace_tensor *in[2] = {*acc, g}, *s = NULL;

@@ -19,8 +19,6 @@ local function param_list(name, params)
   end
   for i, p in ipairs(params) do
     if not grace.is_tensor(p) then fail(fmt("%s: parameter %d is not a tensor", name, i)) end
-    if not p.requires_grad then fail(fmt("%s: parameter %d (shape %s) does not require grad", name, i,
-                                         "[" .. table.concat(p:size(), ", ") .. "]")) end
   end
   return params
 end
