@@ -69,7 +69,8 @@ const luaL_Reg lg_grad_methods[] = {
   {NULL, NULL}
 };
 
-/* A tensor or a list of tensors at idx into a temporary array of at most max; returns the count (0: a table). */
+/* A tensor or a list of tensors at idx into out (at most max; borrowed: the argument holds them); returns the count,
+ * *single whether idx was one tensor rather than a list. */
 static int tensors(lua_State *L, lg_ctx *c, int idx, const char *what, grace_tensor **out, int max, int *single) {
   *single = lg_is_tensor(L, idx);
   if (*single) { out[0] = lg_check(L, c, idx, "grad"); return 1; }
@@ -91,14 +92,14 @@ static int tensors(lua_State *L, lg_ctx *c, int idx, const char *what, grace_ten
 static int l_grad(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_tensor *outs[LG_GRAD_MAX], *ins[LG_GRAD_MAX], *seeds[LG_GRAD_MAX], *res[LG_GRAD_MAX];
-  int s1, s2, s3 = 0;
-  int no = tensors(L, c, 1, "outputs", outs, LG_GRAD_MAX, &s1);
-  int ni = tensors(L, c, 2, "inputs", ins, LG_GRAD_MAX, &s2);
-  int ns = lua_isnoneornil(L, 3) ? 0 : tensors(L, c, 3, "grad_outputs", seeds, LG_GRAD_MAX, &s3);
+  int single, one_input;
+  int no = tensors(L, c, 1, "outputs", outs, LG_GRAD_MAX, &single);
+  int ni = tensors(L, c, 2, "inputs", ins, LG_GRAD_MAX, &one_input);
+  int ns = lua_isnoneornil(L, 3) ? 0 : tensors(L, c, 3, "grad_outputs", seeds, LG_GRAD_MAX, &single);
   if (ns && ns != no) return lg_errorf(L, c, "grad: %d outputs and %d grad_outputs", no, ns);
   if (grace_grad(c->vm, no, outs, ns ? seeds : NULL, ni, ins, res) != GRACE_OK) return lg_fail(L, c);
   for (int k = 0; k < ni; k++) lg_keep(L, c, res[k]);   /* released by lg_drop; each pushed with its own reference */
-  if (s2) {
+  if (one_input) {
     if (!res[0]) { lua_pushnil(L); return lg_done(c, 1); }
     return lg_push(L, c, res[0]);
   }
