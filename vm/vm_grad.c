@@ -359,7 +359,8 @@ static grace_status backward(bw *b, int nroots, grace_tensor *const *roots, grac
     if (!roots[r]) return vm_err(vm, GRACE_EARG, "backward: tensor %d is NULL", r + 1);
     if (!wants_grad(roots[r]))
       return vm_err(vm, GRACE_EARG, "backward: tensor %d (shape %s) does not require grad: no input of the ops that "
-                    "made it requires grad, or it was made under grace.no_grad", r + 1, VM_SHAPE(roots[r]));
+                    "made it requires grad, it was made under grace.no_grad, or it is a result of a compiled call "
+                    "(call backward inside the compiled function)", r + 1, VM_SHAPE(roots[r]));
   }
   int was = vm->no_grad;
   vm->no_grad = 1;   /* the derivatives' own ops are not recorded */
