@@ -308,23 +308,27 @@ static grace_status step(bw *b, vm_gnode *n) {
     st = vm_vjp_none(&c); break;
   }
   if (st == GRACE_OK) st = c.st;
-  for (int i = 0; i < n->nin && st == GRACE_OK; i++) {
-    if (!gin[i] || !vm_gneeds(n, i)) continue;
+  /* the gradients kept, the rule's temporaries and the outputs' gradients dropped: a gradient only this step holds
+   * becomes a leaf's grad as it is, without a copy (to_leaf) */
+  for (int i = 0; i < n->nin; i++) {
+    if (st == GRACE_OK && gin[i] && vm_gneeds(n, i)) grace_tensor_retain(gin[i]);
+    else gin[i] = NULL;
+  }
+  for (int k = 0; k < c.ntmp; k++) grace_tensor_release(c.tmp[k]);
+  grace_realloc(vm, c.tmp, sizeof *c.tmp * (size_t)c.cap, 0);
+  for (int j = 0; j < n->nout; j++) { grace_tensor_release(n->gout[j]); n->gout[j] = NULL; }
+  for (int i = 0; i < n->nin; i++) {
     grace_tensor *g = gin[i];
-    grace_tensor_retain(g);
-    if ((st = conform(vm, n->in[i], &g, 0)) != GRACE_OK) { grace_tensor_release(g); break; }
-    if (n->next[i].node) {
-      vm_gnode *p = n->next[i].node;
-      st = accumulate(vm, &p->gout[n->next[i].slot], g);
-    } else {
+    if (!g) continue;
+    if (st == GRACE_OK) st = conform(vm, n->in[i], &g, 0);
+    if (st != GRACE_OK) { grace_tensor_release(g); continue; }   /* after an error: only releases */
+    if (n->next[i].node) st = accumulate(vm, &n->next[i].node->gout[n->next[i].slot], g);
+    else {
       st = to_leaf(b, n->next[i].leaf, g);
       grace_tensor_release(g);
     }
   }
-  for (int k = 0; k < c.ntmp; k++) grace_tensor_release(c.tmp[k]);
-  grace_realloc(vm, c.tmp, sizeof *c.tmp * (size_t)c.cap, 0);
   if (gin != gin_static) vm_free(vm, gin, sizeof *gin * (size_t)n->nin);
-  for (int j = 0; j < n->nout; j++) { grace_tensor_release(n->gout[j]); n->gout[j] = NULL; }
   return st;
 }
 
