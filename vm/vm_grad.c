@@ -213,7 +213,7 @@ static grace_status collect(bw *b, int nroots, grace_tensor *const *roots) {
   for (int k = 0; k < b->n; k++)   /* the array is the worklist */
     for (int i = 0; i < b->nodes[k]->nin; i++)
       if ((st = push_node(b, b->nodes[k]->next[i].node)) != GRACE_OK) return st;
-  qsort(b->nodes, (size_t)b->n, sizeof *b->nodes, cmp_seq);
+  if (b->n > 1) qsort(b->nodes, (size_t)b->n, sizeof *b->nodes, cmp_seq);   /* none when the roots are leaves */
   return GRACE_OK;
 }
 
