@@ -40,6 +40,8 @@ struct grace_vm {
   int matmul_mode;               /* grace_set_matmul: 0 unset (GRACE_MATMUL decides), else gpu_mm_choice + 1 */
   size_t tensor_bytes;           /* in the storages of live tensors, host and device (grace_tensor_bytes) */
   size_t max_bytes;              /* cap on tensor_bytes (grace_set_memory_limit), 0: none */
+  int no_grad;                   /* autograd's recording is off (grace_set_grad_enabled) */
+  uint64_t grad_seq;             /* autograd nodes recorded so far (their order) */
   grace_progress_fn progress;    /* grace_set_progress */
   void *progress_ud;
   char info[160];
@@ -63,6 +65,10 @@ struct grace_tensor {
   int ndim;
   int wrapped;                   /* a host number made by grace_tensor_scalar */
   int pending;                   /* made by a replay, its value not computed yet (vm_replay.c) */
+  int requires_grad;             /* a leaf whose gradient backward accumulates into grad */
+  struct vm_gnode *grad_fn;      /* the autograd node that made it (vm/vm_grad.c), NULL for a leaf */
+  int grad_slot;                 /* which output of grad_fn it is */
+  grace_tensor *grad;            /* accumulated gradient of a leaf, or NULL */
   int64_t sizes[GRACE_MAX_DIMS];
   int64_t strides[GRACE_MAX_DIMS];
   int64_t offset;                /* elements */
@@ -306,6 +312,8 @@ struct vm_hooks {
   void (*materialize)(grace_vm *vm, const grace_tensor *t);
   /* Pauses (+1) or resumes (-1) recording: computing that is no op of the traced program (a pass folding). */
   void (*hold)(grace_vm *vm, int delta);
+  /* A dying tensor made by an op autograd recorded: drops its node (vm/vm_grad.c). */
+  void (*grad_drop)(grace_tensor *t);
 };
 static inline void vm_materialize(const grace_tensor *t) {
   if ((t->pending || t->vm->trace) && t->vm->hooks) t->vm->hooks->materialize(t->vm, t);

@@ -142,6 +142,8 @@ size_t grace_memory_limit(const grace_vm *vm) { return vm ? vm->max_bytes : 0; }
 void grace_tensor_release(grace_tensor *t) {
   if (!t || --t->refcount > 0) return;
   grace_vm *vm = t->vm;
+  if (t->grad_fn && vm->hooks) vm->hooks->grad_drop(t);
+  grace_tensor_release(t->grad);
   vm_storage *s = t->storage;
   if (--s->refcount == 0) {
     vm->tensor_bytes -= s->nbytes;

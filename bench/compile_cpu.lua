@@ -3,6 +3,7 @@
 -- compiled), an 8-layer MLP (Linear 256 + GELU, batch 8) and a GPT-2 style block (d 256, 4 heads, 16 tokens).
 -- Usage: grace bench/compile_cpu.lua [reps]
 local nn = require "grace.nn"
+grace.set_grad_enabled(false)   -- inference: autograd records nothing (as torch.no_grad)
 local reps = tonumber(arg and arg[1]) or 20
 grace.manual_seed(0)
 

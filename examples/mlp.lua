@@ -2,6 +2,7 @@
 -- but 256 wide by default so it is quick on the CPU. Prints the output shape, a few values, the time per forward.
 -- usage: grace examples/mlp.lua [width=256] [depth=8] [batch=8] [iters=20] [seed=0] [device=cpu|cuda] [dtype=float32]
 local nn = require "grace.nn"
+grace.set_grad_enabled(false)   -- inference: autograd records nothing (as torch.no_grad)
 
 local cfg = {width = 256, depth = 8, batch = 8, iters = 20, seed = 0, device = nil, dtype = "float32"}
 for _, a in ipairs(arg or {}) do

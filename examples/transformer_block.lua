@@ -3,6 +3,7 @@
 -- checks the cache writes, the positions and the causal mask against each other.
 -- usage: grace examples/transformer_block.lua [d=256] [heads=4] [seq=16] [batch=1] [steps=4] [iters=10] [seed=0] [device=cpu|cuda]
 local nn = require "grace.nn"
+grace.set_grad_enabled(false)   -- inference: autograd records nothing (as torch.no_grad)
 
 local cfg = {d = 256, heads = 4, seq = 16, batch = 1, steps = 4, iters = 10, seed = 0, device = nil}
 for _, a in ipairs(arg or {}) do

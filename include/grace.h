@@ -272,6 +272,40 @@ grace_status grace_op_from_name(const char *name, grace_op *out);
 grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in,
                        const grace_attrs *attrs, int nout, grace_tensor **out);
 
+/* ---- autograd (reverse mode, eager). While grad mode is on (the default), every grace_run whose inputs include a
+ * tensor that requires grad records a node; the op's floating-point results then require grad too. A backward walks
+ * those nodes from the outputs back and computes each op's derivative with ops run through grace_run (so a backward
+ * run while tracing is part of the traced program). The graph stays while its tensors live: backward may run again
+ * over it. Tensors an op saved for its derivative are checked by version: one written in place after the op ran is an
+ * error of the backward that needs it, naming the op. An op with no derivative is an error of the backward that
+ * reaches it. While grad mode is on, an in-place op (copy_, fill_, index_put_, index_copy_) may not write a value
+ * that requires grad, nor overwrite a result of a recorded op (write under grad mode off, as an optimizer's update
+ * does); it may overwrite a leaf that requires grad (loading weights). Gradients of an op's input have
+ * the input's shape and dtype. ---- */
+int grace_grad_enabled(const grace_vm *vm);
+/* Turns recording on or off (no_grad / enable_grad); returns the previous setting. */
+int grace_set_grad_enabled(grace_vm *vm, int on);
+/* A leaf (a tensor no recorded op made) that requires grad accumulates its gradient into its grad. Only
+ * floating-point tensors can; a non-leaf cannot be turned off (grace_detach gives one that does not require grad). */
+grace_status grace_tensor_set_requires_grad(grace_tensor *t, int on);
+int grace_tensor_requires_grad(const grace_tensor *t);   /* a leaf that does, or a result of a recorded op */
+int grace_tensor_is_leaf(const grace_tensor *t);
+const char *grace_tensor_grad_fn(const grace_tensor *t);   /* the name of the op that made it, NULL for a leaf */
+/* The accumulated gradient (borrowed; NULL: none yet); set_grad replaces it (NULL clears it; else same shape and
+ * dtype, the tensor is retained). */
+grace_tensor *grace_tensor_grad(const grace_tensor *t);
+grace_status grace_tensor_set_grad(grace_tensor *t, grace_tensor *g);
+/* A view of t sharing its storage that does not require grad. */
+grace_status grace_detach(grace_vm *vm, grace_tensor *t, grace_tensor **out);
+/* Backward from outputs[0..n): grads[i] the gradient of outputs[i] (grads NULL, or an entry NULL: ones, for a
+ * one-element output only). Gradients are summed into the grad of every leaf that requires grad and was reached: the
+ * first one is stored, later ones are added in place. */
+grace_status grace_backward(grace_vm *vm, int n, grace_tensor *const *outputs, grace_tensor *const *grads);
+/* The gradients of outputs (seeded as grace_backward) with respect to inputs[0..nin) (each requires grad, leaf or
+ * not): out[k] a new reference, NULL where no path leads from inputs[k] to the outputs. No grad is touched. */
+grace_status grace_grad(grace_vm *vm, int nout, grace_tensor *const *outputs, grace_tensor *const *grads, int nin,
+                        grace_tensor *const *inputs, grace_tensor **out);
+
 /* ---- the IR: SSA functions built by a tracer or by C code, verified, printed, parsed, run ---- */
 typedef struct grace_ir grace_ir;
 typedef int32_t grace_value;          /* an SSA value of one grace_ir; negative: none */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <lauxlib.h>
 #include <lualib.h>
 #include "lua/lgrace.h"
@@ -60,6 +61,14 @@ static int vm_gc(lua_State *L) {
   if (box && box->vm && box->owned) grace_vm_free(box->vm);
   if (box) box->vm = NULL;
   return 0;
+}
+
+/* isatty([stream="stdout"]): whether stdout (or "stderr", "stdin") is a terminal: a script's progress line */
+static int l_isatty(lua_State *L) {
+  static const char *const names[] = {"stdin", "stdout", "stderr", NULL};
+  int which = luaL_checkoption(L, 1, "stdout", names);
+  lua_pushboolean(L, isatty(which));
+  return 1;
 }
 
 static int l_backend(lua_State *L) {
@@ -249,6 +258,7 @@ static void open_stdlib_part(lua_State *L, const char *name) {
 
 static const luaL_Reg grace_funcs[] = {
   {"backend", l_backend},
+  {"isatty", l_isatty},
   {"device", l_device},
   {"cuda_available", l_cuda_available},
   {"manual_seed", l_manual_seed},
@@ -313,6 +323,8 @@ int luaopen_grace(lua_State *L) {
   lgrace_open_compile(L);
   lgrace_open_io(L);
   open_stdlib_part(L, "grace.ops");    /* ops composed in Lua (dot, norm, median, ...) */
+  open_stdlib_part(L, "grace.loss");   /* the loss functions */
+  open_stdlib_part(L, "grace.optim");  /* grace.optim: optimizers and schedules */
   open_stdlib_part(L, "grace.help");   /* grace.help: the one-line docs */
   lgrace_open_region(L);
   return 1;

@@ -117,8 +117,9 @@ static int l_tensor(lua_State *L) {
   if (has_dev && a.device != grace_tensor_device(*slot)) {
     grace_attrs da = {0};
     da.device = a.device;
-    return lg_run(L, c, GRACE_OP_TO_DEVICE, 1, slot, &da, 1);
+    return lg_run(L, c, GRACE_OP_TO_DEVICE, 1, slot, &da, 1);   /* a leaf there when requires_grad */
   }
+  if (c->want_grad && grace_tensor_set_requires_grad(*slot, 1) != GRACE_OK) return lg_fail(L, c);
   return 1;
 }
 
@@ -139,7 +140,8 @@ static int shaped(lua_State *L, int which) {
   a.has_dtype = 1;
   if (which == 2) {
     grace_tensor **slot = lg_newslot(L);
-    if (grace_tensor_empty(c->vm, a.dtype, a.device, a.nshape, a.shape, slot) != GRACE_OK) return lg_fail(L, c);
+    if (grace_tensor_empty(c->vm, a.dtype, a.device, a.nshape, a.shape, slot) != GRACE_OK ||
+        (c->want_grad && grace_tensor_set_requires_grad(*slot, 1) != GRACE_OK)) return lg_fail(L, c);
     lg_account(L, c, *slot);
     return 1;
   }
@@ -278,7 +280,8 @@ static int like(lua_State *L, int which) {
   a.has_dtype = 1;
   if (which == 2) {
     grace_tensor **slot = lg_newslot(L);
-    if (grace_tensor_empty(c->vm, a.dtype, a.device, a.nshape, a.shape, slot) != GRACE_OK) return lg_fail(L, c);
+    if (grace_tensor_empty(c->vm, a.dtype, a.device, a.nshape, a.shape, slot) != GRACE_OK ||
+        (c->want_grad && grace_tensor_set_requires_grad(*slot, 1) != GRACE_OK)) return lg_fail(L, c);
     lg_account(L, c, *slot);
     return 1;
   }

@@ -64,6 +64,7 @@ lg_ctx *lg_begin(lua_State *L) {
   if (!c || !c->tmp) luaL_error(L, "grace: the module is not open");
   c->L = L;
   c->ci = call_id(L);
+  c->want_grad = 0;
   if (c->ntmp) {   /* left over by an error in an earlier call, or held by calls this one runs inside */
     live_calls lc = {.nlive = 0};
     lua_Debug ar;
@@ -195,6 +196,7 @@ int lg_run(lua_State *L, lg_ctx *c, grace_op op, int nin, grace_tensor *const *i
   }
   if (st != GRACE_OK) return lg_fail(L, c);
   for (int i = 0; i < nout; i++) *slot[i] = out[i];
+  if (c->want_grad && grace_tensor_set_requires_grad(out[0], 1) != GRACE_OK) return lg_fail(L, c);
   lg_drop(c);
   if (grace_op_kind(op) != GRACE_KIND_VIEW)
     for (int i = 0; i < nout; i++) lg_account(L, c, out[i]);
@@ -205,6 +207,7 @@ int lg_push(lua_State *L, lg_ctx *c, grace_tensor *t) {
   grace_tensor **slot = lg_newslot(L);
   grace_tensor_retain(t);
   *slot = t;
+  if (c->want_grad && grace_tensor_set_requires_grad(t, 1) != GRACE_OK) return lg_fail(L, c);
   lg_drop(c);
   return 1;
 }
@@ -341,8 +344,10 @@ void lg_opts(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, i
         lg_errorf(L, c, "%s: unknown device '%s' (expected cpu or cuda)", op, luaL_tolstring(L, -1, NULL));
       a->device = dev;
       if (has_device) *has_device = 1;
-    } else if (strcmp(k, "requires_grad")) {
-      lg_errorf(L, c, "%s: unknown option '%s' (expected dtype or device)", op, luaL_tolstring(L, -2, NULL));
+    } else if (!strcmp(k, "requires_grad")) {
+      c->want_grad = lua_toboolean(L, -1);
+    } else {
+      lg_errorf(L, c, "%s: unknown option '%s' (expected dtype, device or requires_grad)", op, luaL_tolstring(L, -2, NULL));
     }
     lua_pop(L, 1);
   }
@@ -465,9 +470,9 @@ static int t_index(lua_State *L) {
     if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
     const char *k = lua_tostring(L, 2);
     int field = !strcmp(k, "dtype") ? 1 : !strcmp(k, "device") ? 2 : !strcmp(k, "shape") ? 3 : 0;
-    if (!field) return 1;   /* nil */
     lg_ctx *c = lg_begin(L);
     grace_tensor *x = lg_check(L, c, 1, k);
+    if (!field) return lg_grad_field(L, c, x, k) ? 1 : lg_done(c, 1);   /* autograd's fields, else nil */
     if (field == 1) lua_pushstring(L, grace_dtype_name(grace_tensor_dtype(x)));
     else if (field == 2) lua_pushstring(L, grace_device_name(grace_tensor_device(x)));
     else lg_push_size(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
@@ -504,8 +509,10 @@ static int t_newindex(lua_State *L) {
   if (lua_type(L, 2) == LUA_TTABLE || lg_is_tensor(L, 2)) return lg_index_set(L);
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "x[i] = v");
+  if (lua_type(L, 2) == LUA_TSTRING && lg_grad_assign(L, c, x, lua_tostring(L, 2), 3)) return lg_done(c, 0);
   if (lua_type(L, 2) != LUA_TNUMBER)
-    return lg_errorf(L, c, "cannot assign to field '%s' of a tensor (only x[i] = v and x[{...}] = v)", luaL_tolstring(L, 2, NULL));
+    return lg_errorf(L, c, "cannot assign to field '%s' of a tensor (only x[i] = v, x[{...}] = v, x.grad and "
+                     "x.requires_grad)", luaL_tolstring(L, 2, NULL));
   grace_attrs a = {0};
   a.ndims = 1;
   a.i0 = lg_pos(L, c, 2, "select", "index");
@@ -591,6 +598,7 @@ void lgrace_open_tensor(lua_State *L) {
   luaL_setfuncs(L, lg_view_methods, 0);
   luaL_setfuncs(L, lg_index_methods, 0);
   luaL_setfuncs(L, lg_special_methods, 0);
+  luaL_setfuncs(L, lg_grad_methods, 0);
 
   lua_pushvalue(L, mt);
   luaL_setfuncs(L, tensor_meta, 0);
@@ -626,6 +634,7 @@ void lgrace_open_tensor(lua_State *L) {
   lua_pushvalue(L, mod);
   lg_open_create(L);
   luaL_setfuncs(L, lg_module_shape, 0);
+  luaL_setfuncs(L, lg_module_grad, 0);
   lua_pushcfunction(L, l_is_tensor);
   lua_setfield(L, mod, "is_tensor");
   lua_pop(L, 1);

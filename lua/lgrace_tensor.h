@@ -33,6 +33,7 @@ typedef struct lg_ctx {
   lua_State *L;                 /* the call that kept the last temporary: lg_drop releases its temporaries */
   const void *ci;
   size_t gc_pending, gc_next;   /* lg_account: tensor bytes not yet told to the collector, the batch size */
+  int want_grad;                /* the call's options said requires_grad = true: its result is made to require grad */
 } lg_ctx;
 
 /* Every entry point (a function Lua calls) starts with this; helpers take the ctx instead. */
@@ -106,6 +107,14 @@ extern const luaL_Reg lg_module_shape[];             /* lgrace_shape.c: cat, sta
 extern const luaL_Reg lg_index_methods[];            /* lgrace_index.c: index_put_ */
 int lg_index_get(lua_State *L);                      /* lgrace_index.c: x[key] for table and tensor keys */
 int lg_index_set(lua_State *L);                      /* lgrace_index.c: x[key] = v for them */
+
+/* lgrace_autograd.c: x.requires_grad, x.grad, x.is_leaf, x.grad_fn (pushes it, returns 1; 0: not one of them),
+ * assigning x.grad and x.requires_grad (v the value's index; returns 1 when k is one of them), the methods and the
+ * module functions */
+int lg_grad_field(lua_State *L, lg_ctx *c, grace_tensor *x, const char *k);
+int lg_grad_assign(lua_State *L, lg_ctx *c, grace_tensor *x, const char *k, int v);
+extern const luaL_Reg lg_grad_methods[];
+extern const luaL_Reg lg_module_grad[];
 
 /* ---- compiled functions (lgrace_compile.c) and their launch report (lgrace_report.c) ---- */
 /* The core object of the compiled function at idx (a Lua error if it is not one); *name its name, if asked. */

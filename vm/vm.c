@@ -9,6 +9,7 @@
 #include "cpu/cpu_kernels.h"
 #include "gpu/gpu_exec.h"
 #include "vm/vm_trace.h"
+#include "vm/vm_grad.h"
 
 /* ---- the hooks base/ calls into tracing and replay (base.h's vm_hooks) ---- */
 static grace_status hook_created(grace_vm *vm, grace_tensor *t) {
@@ -24,7 +25,7 @@ static void hook_hold(grace_vm *vm, int delta) {
   if (delta > 0) grace_trace_pause(vm);
   else grace_trace_resume(vm);
 }
-static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold};
+static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold, vm_grad_drop};
 
 #ifdef GRACE_SYSTEM_MALLOC
 /* Under sanitizers (make asan): mimalloc's pages hide a use after free or an overflow from ASan, the system's

@@ -1,16 +1,14 @@
 /* vm_dispatch.c: grace_run: an op routed to its backend (base/base_route.c), recorded into an active trace,
- * or matched and deferred by an active replay. */
+ * or matched and deferred by an active replay, and recorded for autograd (vm_grad.c) where an input requires
+ * grad. */
 #include <stdio.h>
 #include "base/base.h"
 #include "vm/vm_trace.h"
+#include "vm/vm_grad.h"
 
-grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
-                       int nout, grace_tensor **out) {
-  grace_device dev = GRACE_CPU;
-  int done = 0;
-  if (!vm) return GRACE_EARG;
-  grace_status ps = vm_route_prepare(vm, &op, nin, in, &attrs, nout, out, &dev, &done);
-  if (ps != GRACE_OK || done) return ps;
+static grace_status run(grace_vm *vm, grace_device dev, grace_op op, int nin, grace_tensor *const *in,
+                        const grace_attrs *attrs, int nout, grace_tensor **out) {
+  grace_status ps;
   if (vm_tracing(vm) && vm_trace_replaying(vm)) {
     int handled = 0;
     grace_status rs = vm_replay_op(vm, op, nin, in, attrs, nout, out, &handled);
@@ -26,5 +24,20 @@ grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *
     if (st != GRACE_OK)
       for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
   }
+  return st;
+}
+
+grace_status grace_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
+                       int nout, grace_tensor **out) {
+  grace_device dev = GRACE_CPU;
+  int done = 0;
+  if (!vm) return GRACE_EARG;
+  grace_status ps = vm_route_prepare(vm, &op, nin, in, &attrs, nout, out, &dev, &done);
+  if (ps != GRACE_OK || done) return ps;
+  int grad = !vm->no_grad;
+  if (grad && (ps = vm_grad_check(vm, op, nin, in)) != GRACE_OK) return ps;
+  grace_status st = run(vm, dev, op, nin, in, attrs, nout, out);
+  if (st == GRACE_OK && grad && (st = vm_grad_record(vm, op, nin, in, attrs, nout, out)) != GRACE_OK)
+    for (int i = 0; i < nout; i++) { grace_tensor_release(out[i]); out[i] = NULL; }
   return st;
 }

@@ -21,6 +21,9 @@ local HERE = (arg and arg[0] or "bench/workloads/run.lua"):match("^(.*)/[^/]*$")
 local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace", "branch", "early_exit",
                    "greedy_loop"}
 local NPOOL = 8
+-- Inference only, as the PyTorch side runs under torch.no_grad(): nn's parameters require grad, and recording
+-- autograd's nodes in the eager modes would time (and keep memory for) a backward that never comes.
+if grace.set_grad_enabled then grace.set_grad_enabled(false) end
 
 -- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
 -- launch strategy of the compiled function's device programs (grace.graphs): the ablation of issue 8, no

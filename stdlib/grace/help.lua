@@ -112,6 +112,18 @@ local entries = {
   {{"rms_norm"}, "grace.rms_norm(x, weight [, eps=1e-6]): RMS normalisation over the last dim"},
   {{"embedding"}, "grace.embedding(ids, weight): rows of weight at 1-based ids"},
   {{"attention"}, "grace.attention(q, k, v [, {mask=, scale=}]): scaled dot-product attention"},
+  -- autograd
+  {{"backward"}, "y:backward([grad]): gradients of y summed into the grad of every leaf that requires grad"},
+  {{"requires_grad_"}, "x:requires_grad_([flag=true]): x (a leaf) records ops for autograd; x.requires_grad reads it"},
+  {{"detach"}, "x:detach(): a view of x's storage that does not require grad"},
+  {{"grad"}, "grace.grad(outputs, inputs [, grad_outputs]): the gradients of inputs, leaving their grad alone"},
+  {{"no_grad", "enable_grad"}, "grace.no_grad(fn, ...): fn(...) with autograd's recording off (enable_grad: on)"},
+  {{"is_grad_enabled", "set_grad_enabled"}, "grace.is_grad_enabled(): whether ops are recorded (set_grad_enabled(flag))"},
+  -- losses
+  {{"cross_entropy"}, "grace.cross_entropy(input, target [, {ignore_index=, label_smoothing=, reduction=}]): log_softmax + nll"},
+  {{"nll_loss"}, "grace.nll_loss(logp, target [, {ignore_index=, reduction=}]): mean of -logp at the 1-based targets"},
+  {{"mse_loss"}, "grace.mse_loss(input, target [, {reduction=}]): mean squared error"},
+  {{"binary_cross_entropy_with_logits"}, "grace.binary_cross_entropy_with_logits(x, y [, {pos_weight=, reduction=}])"},
   -- compiling
   {{"compile"}, "grace.compile(fn [, opts]): a callable that traces fn into grace's IR and runs the compiled program"},
   {{"cond"}, "grace.cond(pred, then_fn, else_fn, ...): then_fn(...) or else_fn(...) by a 0-d pred; one region when compiled"},
@@ -122,6 +134,7 @@ local entries = {
   {{"graphs"}, "grace.graphs([mode]): CUDA graph strategy: auto, off, eager, copy, indirect"},
   {{"matmul_backend"}, "grace.matmul_backend([mode]): device matmuls by auto, grace or cublaslt"},
   {{"clock"}, "grace.clock(): a wall clock in seconds"},
+  {{"isatty"}, "grace.isatty([stream=\"stdout\"]): whether stdout (stderr, stdin) is a terminal"},
 }
 
 local line = {}

@@ -1,6 +1,7 @@
--- grace.nn: neural network modules (Linear, norms, activations, Sequential, MLP, attention with a KV cache,
--- a GPT-2 style TransformerBlock) written only against the public grace tensor API, so the same code runs
--- eagerly and under tracing, on every backend.
+-- grace.nn: neural network modules (Linear, norms, activations, Dropout, Sequential, MLP, attention with a KV cache,
+-- a GPT-2 style TransformerBlock, the losses as modules) and nn.init, written only against the public grace tensor
+-- API, so the same code runs eagerly and under tracing, on every backend. Parameters require grad (autograd), as
+-- PyTorch's nn.Parameter; modules start in training mode (module:eval() for inference: Dropout does nothing).
 local grace = require "grace"
 
 local nn = {}
@@ -63,7 +64,7 @@ local function class(name, parent)
   return setmetatable(cls, {
     __index = parent,
     __call = function(c, ...)
-      local obj = setmetatable({_param_names = {}, _child_names = {}}, c)
+      local obj = setmetatable({_param_names = {}, _child_names = {}, training = true}, c)
       obj:__init(...)
       return obj
     end,
@@ -82,6 +83,7 @@ function Module:forward() fail(self._class_name .. ": forward is not implemented
 -- Registration order is the parameter order: parameters of a module first, then each child's, as PyTorch.
 function Module:add_parameter(name, t)
   if rawget(self, name) == nil then table.insert(self._param_names, name) end
+  if is_tensor(t) and t.is_leaf and t.dtype:find("float") then t:requires_grad_() end
   rawset(self, name, t)
   return t
 end
@@ -136,7 +138,11 @@ function Module:to(...)
   self:_walk("", function(_, owner, k)
     local t = rawget(owner, k)
     local r = memo[t]
-    if r == nil then r = t:to(table.unpack(args, 1, n)); memo[t] = r end
+    if r == nil then
+      r = grace.no_grad(function() return t:to(table.unpack(args, 1, n)) end)
+      if r ~= t and t.requires_grad and r.dtype:find("float") then r:requires_grad_() end   -- a new leaf
+      memo[t] = r
+    end
     rawset(owner, k, r)
   end)
   return self
@@ -157,7 +163,7 @@ function Module:load_parameters(map, strict)
         fail(fmt("%s:load_parameters: '%s' has shape %s, the parameter has %s",
                  self._class_name, name, shape_str(src), shape_str(t)))
       end
-      t:copy_(src)
+      grace.no_grad(function() t:copy_(src) end)
     end
   end
   if strict then
@@ -167,6 +173,31 @@ function Module:load_parameters(map, strict)
   end
   return self
 end
+
+-- Clears every parameter's gradient: set_to_none (the default) makes grad nil; false zeroes it in place.
+function Module:zero_grad(set_to_none)
+  for _, p in ipairs(self:parameters()) do
+    if set_to_none == false then
+      local g = p.grad
+      if g then grace.no_grad(function() g:zero_() end) end
+    else
+      p.grad = nil
+    end
+  end
+  return self
+end
+
+-- Training mode (the default) or not (eval): for this module and its children; Dropout reads it.
+function Module:train(mode)
+  if mode == nil then mode = true end
+  rawset(self, "training", mode and true or false)
+  for _, k in ipairs(self._child_names) do
+    local child = rawget(self, k)
+    if child ~= nil then child:train(mode) end
+  end
+  return self
+end
+function Module:eval() return self:train(false) end
 
 -- PyTorch's state_dict: dotted name ("layers.1.weight") -> the parameter itself, not a copy (grace.save it, or
 -- clone the entries to keep a snapshot); the second result lists the names in parameter order.
@@ -217,9 +248,11 @@ function Module:load_state_dict(sd, opts)
   if strict and #unexpected > 0 then errs[#errs + 1] = "unexpected keys: " .. quoted(unexpected) end
   for _, w in ipairs(wrong) do errs[#errs + 1] = w end
   if #errs > 0 then fail(fmt("%s: nothing was loaded: %s", who, table.concat(errs, "; "))) end
-  for _, name in ipairs(names) do
-    if sd[name] ~= nil then own[name]:copy_(sd[name]) end
-  end
+  grace.no_grad(function()   -- loading is no op autograd records (the sources may be parameters too)
+    for _, name in ipairs(names) do
+      if sd[name] ~= nil then own[name]:copy_(sd[name]) end
+    end
+  end)
   return {missing_keys = missing, unexpected_keys = unexpected}
 end
 
@@ -270,6 +303,27 @@ local function place(m, opts)
   if opts and opts.dtype then m:to(opts.dtype) end
   return m
 end
+
+---------------------------------------------------------------------------------------------------------
+-- Dropout(p=0.5): in training mode, each element zeroed with probability p and the rest scaled by 1 / (1 - p);
+-- in eval mode the identity.
+local Dropout = class("Dropout", Module)
+nn.Dropout = Dropout
+
+function Dropout:__init(p)
+  p = p or 0.5
+  if type(p) ~= "number" or p < 0 or p > 1 then fail(fmt("Dropout: p must be a number in [0, 1], got %s", tostring(p))) end
+  self.p = p
+end
+
+function Dropout:forward(x)
+  if not self.training or self.p == 0 then return x end
+  if self.p == 1 then return x * 0 end
+  local keep = grace.rand_like(x):ge(self.p)
+  return grace.where(keep, x * (1 / (1 - self.p)), 0)
+end
+
+function Dropout:extra_repr() return fmt("p=%g", self.p) end
 
 ---------------------------------------------------------------------------------------------------------
 -- Linear: y = x W^T + b, W [out, in]; PyTorch's default init: U(-1/sqrt(in), 1/sqrt(in)) for W and b.
@@ -507,8 +561,10 @@ function MHA:forward(x, opts)
     if pos + T - 1 > ck:size(3) then
       fail(fmt("MultiheadAttention: positions %d..%d do not fit a cache of shape %s", pos, pos + T - 1, shape_str(ck)))
     end
-    ck:narrow(3, pos, T):copy_(k)
-    cv:narrow(3, pos, T):copy_(v)
+    grace.no_grad(function()   -- the cache is for inference: its keys and values carry no gradient
+      ck:narrow(3, pos, T):copy_(k)
+      cv:narrow(3, pos, T):copy_(v)
+    end)
     k = ck:narrow(3, 1, pos + T - 1)
     v = cv:narrow(3, 1, pos + T - 1)
   elseif opts and opts.pos ~= nil and opts.pos ~= 1 then
@@ -559,6 +615,76 @@ end
 
 function Block:new_cache(batch, max_seq, opts)
   return self.attn:new_cache(batch, max_seq, opts)
+end
+
+---------------------------------------------------------------------------------------------------------
+-- The losses as modules: loss = nn.CrossEntropyLoss(opts); loss(input, target) is grace.cross_entropy(input,
+-- target, opts), and so on.
+local function loss_module(name, fn)
+  local L = class(name, Module)
+  function L:__init(opts) self.opts = opts end
+  function L:forward(input, target) return grace[fn](input, target, self.opts) end
+  nn[name] = L
+end
+loss_module("CrossEntropyLoss", "cross_entropy")
+loss_module("NLLLoss", "nll_loss")
+loss_module("MSELoss", "mse_loss")
+loss_module("BCEWithLogitsLoss", "binary_cross_entropy_with_logits")
+
+---------------------------------------------------------------------------------------------------------
+-- nn.init: fills a tensor in place (without recording it for autograd) and returns it, as torch.nn.init. fan_in
+-- and fan_out are a weight's sizes(2) * receptive field and sizes(1) * receptive field ([out, in, ...]).
+local init = {}
+nn.init = init
+
+local function fans(t)
+  if t:dim() < 2 then fail(fmt("nn.init: fan in and fan out need a tensor of 2 or more dims, got shape %s", shape_str(t))) end
+  local rf = 1
+  for d = 3, t:dim() do rf = rf * t:size(d) end
+  return t:size(2) * rf, t:size(1) * rf
+end
+
+local function fill(t, f)
+  if not is_tensor(t) then fail("nn.init: expected a tensor, got " .. type(t)) end
+  grace.no_grad(function() f(t) end)
+  return t
+end
+
+local gains = {linear = 1, sigmoid = 1, tanh = 5 / 3, relu = sqrt(2)}
+local function gain_of(nonlinearity, a)
+  if nonlinearity == "leaky_relu" then return sqrt(2 / (1 + (a or 0.01) ^ 2)) end
+  local g = gains[nonlinearity or "leaky_relu"]
+  if not g then fail(fmt("nn.init: unknown nonlinearity '%s'", tostring(nonlinearity))) end
+  return g
+end
+function init.calculate_gain(nonlinearity, a) return gain_of(nonlinearity, a) end
+
+function init.uniform_(t, a, b) return fill(t, function(x) x:uniform_(a or 0, b or 1) end) end
+function init.normal_(t, mean, std) return fill(t, function(x) x:normal_(mean or 0, std or 1) end) end
+function init.constant_(t, v) return fill(t, function(x) x:fill_(v) end) end
+function init.zeros_(t) return init.constant_(t, 0) end
+function init.ones_(t) return init.constant_(t, 1) end
+function init.xavier_uniform_(t, gain)
+  local fi, fo = fans(t)
+  local b = (gain or 1) * sqrt(6 / (fi + fo))
+  return init.uniform_(t, -b, b)
+end
+function init.xavier_normal_(t, gain)
+  local fi, fo = fans(t)
+  return init.normal_(t, 0, (gain or 1) * sqrt(2 / (fi + fo)))
+end
+-- kaiming_*(t [, a=0] [, mode="fan_in"] [, nonlinearity="leaky_relu"])
+local function kaiming_std(t, a, mode, nonlinearity)
+  local fi, fo = fans(t)
+  local fan = (mode or "fan_in") == "fan_in" and fi or fo
+  return gain_of(nonlinearity or "leaky_relu", a or 0) / sqrt(fan)
+end
+function init.kaiming_uniform_(t, a, mode, nonlinearity)
+  local b = sqrt(3) * kaiming_std(t, a, mode, nonlinearity)
+  return init.uniform_(t, -b, b)
+end
+function init.kaiming_normal_(t, a, mode, nonlinearity)
+  return init.normal_(t, 0, kaiming_std(t, a, mode, nonlinearity))
 end
 
 return nn

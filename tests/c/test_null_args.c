@@ -69,6 +69,18 @@ T(set_memory_limit_null, (grace_set_memory_limit(NULL, 5), grace_memory_limit(NU
 T(set_graphs_null, EARG(grace_set_graphs(NULL, "auto")))
 T(set_matmul_null, EARG(grace_set_matmul(NULL, "auto")))
 
+/* ---- autograd ---- */
+T(grad_mode_null, grace_grad_enabled(NULL) == 0 && grace_set_grad_enabled(NULL, 1) == 0)
+T(grad_accessors_null, EARG(grace_tensor_set_requires_grad(NULL, 1)) && grace_tensor_requires_grad(NULL) == 0 &&
+                       grace_tensor_is_leaf(NULL) == 0 && grace_tensor_grad_fn(NULL) == NULL &&
+                       grace_tensor_grad(NULL) == NULL && EARG(grace_tensor_set_grad(NULL, NULL)))
+T(detach_null, EARG(grace_detach(NULL, x, &o)) && EARG(grace_detach(vm, NULL, &o)) && EARG(grace_detach(vm, x, NULL)))
+T(backward_null, EARG(grace_backward(NULL, 1, &x, NULL)) && EARG(grace_backward(vm, 1, NULL, NULL)) &&
+                 EARG(grace_backward(vm, 1, (grace_tensor *[]){NULL}, NULL)))
+T(grad_null, EARG(grace_grad(NULL, 1, &x, NULL, 1, &x, &o)) && EARG(grace_grad(vm, 1, NULL, NULL, 1, &x, &o)) &&
+             EARG(grace_grad(vm, 1, &x, NULL, 1, NULL, &o)) && EARG(grace_grad(vm, 1, &x, NULL, 1, &x, NULL)) &&
+             EARG(grace_grad(vm, 1, &x, NULL, 1, (grace_tensor *[]){NULL}, &o)))
+
 /* ---- dtypes, ops, shapes ---- */
 T(dtype_from_name_null, EARG(grace_dtype_from_name(NULL, &(grace_dtype){0})) && EARG(grace_dtype_from_name("float32", NULL)))
 T(op_from_name_null, EARG(grace_op_from_name(NULL, &(grace_op){0})) && EARG(grace_op_from_name("add", NULL)))
@@ -194,6 +206,7 @@ int main(void) {
   RUN(cuda_available_null) RUN(device_stats_null) RUN(reset_peak_null) RUN(synchronize_null) RUN(device_time_null)
   RUN(empty_cache_null) RUN(index_base_null) RUN(set_error_null) RUN(realloc_null) RUN(manual_seed_null) RUN(rng_state_null)
   RUN(set_progress_null) RUN(set_memory_limit_null) RUN(set_graphs_null) RUN(set_matmul_null)
+  RUN(grad_mode_null) RUN(grad_accessors_null) RUN(detach_null) RUN(backward_null) RUN(grad_null)
   RUN(dtype_from_name_null) RUN(op_from_name_null) RUN(norm_dim_null) RUN(broadcast_null) RUN(result_type_null)
   RUN(tensor_accessors_null) RUN(tensor_get_null) RUN(tensor_get_int_null)
   RUN(file_format_null) RUN(load_file_null) RUN(tensor_file_free_null) RUN(save_file_null)

@@ -69,8 +69,10 @@ section("weights updated in place", function()
   local c = check("linear+gelu before the update", f, x)
   -- an optimizer step: the weight and bias change in place; a compiled call must see the new values
   for step = 1, 2 do
-    lin.weight:copy_(lin.weight * 0.5 + 0.25)
-    lin.bias:copy_(lin.bias - 1)
+    grace.no_grad(function()   -- the parameters require grad: an update is no op autograd records
+      lin.weight:copy_(lin.weight * 0.5 + 0.25)
+      lin.bias:copy_(lin.bias - 1)
+    end)
     local ok, why = same(c(x), f(x))
     tap.ok(ok, ("linear+gelu after in-place update %d equals eager"):format(step))
     if not ok then io.write("# ", why, "\n") end
