@@ -148,12 +148,12 @@ for s in $stages; do
     echo "== benchmark suite: PyTorch"
     W=$PWD/.bench-weights
     rm -rf "$W"; mkdir -p "$W"
-    timeout ${TORCH_TIMEOUT:-300} python3 bench/torch/workloads.py --device cuda --iters ${WL_ITERS:-100} \
+    timeout ${TORCH_TIMEOUT:-300} python3 bench/torch/workloads.py --device cuda --iters ${WL_ITERS:-100} ${ONLY:+--only $ONLY} \
       --weights "$W" --json "$OUT/torch.json" --profile-budget ${TORCH_PROFILE_BUDGET:-45} \
       --fresh "${TORCH_FRESH-gpt2_decode_fp32}" --fresh-budget ${TORCH_FRESH_BUDGET:-60} > "$OUT/torch_workloads.txt" 2>&1 || { echo "torch side failed or timed out"; status=1; }
     tail -40 "$OUT/torch_workloads.txt"
     echo "== benchmark suite: grace"
-    timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-100} \
+    timeout ${WL_TIMEOUT:-240} $B/grace bench/workloads/run.lua --device cuda --iters ${WL_ITERS:-100} ${ONLY:+--only $ONLY} \
       --weights "$W" --json "$OUT/grace.json" --fresh ${WL_FRESH:-compiled,full} \
       --fresh-budget ${WL_FRESH_BUDGET:-90} > "$OUT/grace_workloads.txt" 2>&1 || status=1
     tail -60 "$OUT/grace_workloads.txt"
