@@ -19,6 +19,7 @@ local entries = {
    "grace.zeros_like(x [, opts]): a new tensor with x's shape, dtype and device"},
   {{"is_tensor"}, "grace.is_tensor(v): whether v is a tensor"},
   {{"manual_seed"}, "grace.manual_seed(n): seeds the random numbers (the same on every backend)"},
+  {{"get_rng_state", "set_rng_state"}, "grace.get_rng_state() -> seed, offset / grace.set_rng_state(seed, offset): save and restore the generator"},
   {{"fromfile"}, "grace.fromfile(path, dtype, shape [, offset_bytes]): a CPU tensor from raw little-endian elements"},
   {{"save"}, "grace.save(path, tensor_or_table [, {metadata=, format=}]): writes .safetensors, .npy or .npz (by extension)"},
   {{"load"}, "grace.load(path [, {device=, format=}]): reads .safetensors, .npy or .npz (a table of tensors, or a tensor for .npy)"},
