@@ -11,6 +11,7 @@
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_graph.h"
 #include "ir/ir_exec.h"
+#include "ir/ir_sym.h"
 
 cuda_ctx *gpu_ctx(grace_vm *vm) { return cuda_get(vm); }
 
@@ -560,6 +561,9 @@ static grace_status exec(grace_ir *ir, int nin, grace_tensor *const *in, int nou
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
   grace_status st = GRACE_OK;
   for (int i = 0; i < nout; i++) out[i] = NULL;
+  if (ir_sym_live(ir))   /* generated kernels and graphs are sized at codegen: symbolic sizes would run wrong */
+    return vm_err(ir->vm, GRACE_EUNSUPPORTED, "run: '%s' has symbolic sizes, which run on the CPU only for now; "
+                  "pin them (compile with dynamic = false) to run it on the GPU", ir->name);
   if (ir->exec && ir->exec_free != plan_free)
     return vm_err(ir->vm, GRACE_EINTERNAL, "run: the program is held by another executor");
   if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;
