@@ -2,7 +2,9 @@
  * inference implies (a pointwise op keeps its input's, a cat of one more row derives s + 1, a flatten 3*s); a
  * broadcast of two symbols relates them; a reshape to fixed sizes and a narrow bound or pin them; the text form
  * prints and parses the table back; and the CPU interpreter runs one program at several sizes, refusing sizes the
- * relations or bounds exclude. Expected values are worked out by hand from the inputs. */
+ * relations or bounds exclude; a compiled function (grace_fn, a C host) with dynamic_shapes retraces once symbolic,
+ * refuses unequal sizes through the relation guard, and with dynamic_dims is symbolic from its first trace. Expected
+ * values are worked out by hand from the inputs. */
 #include <stdlib.h>
 #include <string.h>
 #include "grace.h"
@@ -111,6 +113,77 @@ static void test_run(void) {
   grace_ir_free(ir);
 }
 
+/* A C host: the sum of two tensors (x + y, broadcast as eager). */
+static grace_status h_add(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 2 || maxres < 1) return GRACE_EHOST;
+  grace_tensor *y = NULL;
+  if (grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){args[0].t, args[1].t}, NULL, 1, &y) != GRACE_OK) return GRACE_EHOST;
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  *nres = 1;
+  return GRACE_OK;
+}
+
+/* Calls f on [n, 2] and [m, 2] filled 0.. and 100..; checks element (0, 1) is 1 + 101 and the row count. */
+static grace_status call_add(grace_fn *f, int64_t n, int64_t m, const char *what) {
+  grace_tensor *x = filled(n, 2, 0), *y = filled(m, 2, 100);
+  grace_arg args[2] = {{.kind = GRACE_ARG_TENSOR, .t = x}, {.kind = GRACE_ARG_TENSOR, .t = y}}, res[1];
+  int nres = 0;
+  grace_status st = grace_fn_call(f, 2, args, &nres, res, 1);
+  if (st == GRACE_OK) {
+    ok(grace_tensor_sizes(res[0].t)[0] == (n > m ? n : m) && ((const float *)grace_tensor_data(res[0].t))[1] == 102,
+       "%s: [%lld, 2] + [%lld, 2] is right", what, (long long)n, (long long)m);
+    grace_tensor_release(res[0].t);
+  }
+  grace_tensor_release(x);
+  grace_tensor_release(y);
+  return st;
+}
+
+static void test_fn(void) {
+  grace_host host = {.call = h_add};
+  grace_fn *f = NULL;
+  size_t bytes = grace_tensor_bytes(vm);
+  ok(grace_fn_new(vm, "add", &host, NULL, &(grace_fn_options){.cache_limit = 8, .dynamic_shapes = 1}, &f) == GRACE_OK,
+     "a function with dynamic shapes");
+  call_add(f, 3, 3, "first");
+  call_add(f, 5, 5, "second size");
+  grace_fn_stats st;
+  grace_fn_get_stats(f, &st);
+  is_int(st.traces, 2, "a size change retraces once");
+  is_int(st.symbolic_entries, 1, "the second entry is symbolic");
+  is_int(st.dynamic_dims[0], 1, "argument 1's dim 1 is symbolic");
+  for (int64_t n = 6; n <= 9; n++) call_add(f, n, n, "a new size");
+  grace_fn_get_stats(f, &st);
+  is_int(st.traces, 2, "new sizes hit the symbolic entry");
+  ok(call_add(f, 6, 7, "unequal") == GRACE_EHOST, "[6, 2] + [7, 2] fails in the host function, as eagerly");
+  grace_fn_get_stats(f, &st);
+  ok(strstr(st.last_miss, "s1") != NULL, "the miss names the relation: %s", st.last_miss);
+  char text[4096];
+  grace_tensor *x = filled(4, 2, 0), *y = filled(4, 2, 0);
+  grace_arg args[2] = {{.kind = GRACE_ARG_TENSOR, .t = x}, {.kind = GRACE_ARG_TENSOR, .t = y}};
+  ok(grace_fn_explain(f, 2, args, text, sizeof text) == GRACE_OK && strstr(text, "s2 == s1: argument 2 dim 1") &&
+     strstr(text, "argument 1 is a tensor float32 [s1, 2]"), "explain shows the symbols and the relation");
+  grace_tensor_release(x);
+  grace_tensor_release(y);
+  grace_fn_free(f);
+
+  grace_fn_options up = {.cache_limit = 8, .dynamic_dims = {1, 1}};
+  ok(grace_fn_new(vm, "add", &host, NULL, &up, &f) == GRACE_OK, "a function with dims asked up front");
+  for (int64_t n = 2; n <= 5; n++) call_add(f, n, n, "up front");
+  grace_fn_get_stats(f, &st);
+  is_int(st.traces, 1, "dims asked up front: one trace");
+  grace_fn_free(f);
+
+  ok(grace_fn_new(vm, "add", &host, NULL, &(grace_fn_options){.cache_limit = 8}, &f) == GRACE_OK, "the default");
+  for (int64_t n = 2; n <= 5; n++) call_add(f, n, n, "default");
+  grace_fn_get_stats(f, &st);
+  is_int(st.traces, 4, "by default in C, one trace per size");
+  grace_fn_free(f);
+  is_int(grace_tensor_bytes(vm), bytes, "no tensor left");
+}
+
 static void test_bad_text(void) {
   grace_ir *ir = NULL;
   ok(grace_ir_parse(vm, "func @b {\n  sym s2 hint=4 min=2\n  return\n}\n", &ir) != GRACE_OK, "a symbol out of order is refused");
@@ -128,6 +201,7 @@ int main(void) {
   if (!vm) { printf("1..0 # SKIP no VM: %s\n", err); return 1; }
   test_settle();
   test_run();
+  test_fn();
   test_bad_text();
   grace_vm_free(vm);
   return tap_done();
