@@ -44,13 +44,16 @@ import zlib
 
 import numpy as np
 
+import wl_control   # the control-flow workloads (branch, early_exit, greedy_loop)
+
 NPOOL = 8
-WORKLOADS = ["mlp", "eos", "st", "gpt2_decode"]
+WORKLOADS = ["mlp", "eos", "st", "gpt2_decode"] + wl_control.WORKLOADS
 VARIANTS = {  # workload -> [(variant name, dtype name)]
     "mlp": [("mlp", "float32")],
     "eos": [("eos", "float32")],
     "st": [("st", "float32")],
     "gpt2_decode": [("gpt2_decode_fp32", "float32"), ("gpt2_decode_bf16", "bfloat16")],
+    **wl_control.VARIANTS,
 }
 ALL_MODES = ["eager", "compile", "reduce-overhead"]
 # same tolerance rule as run.lua: max |got - want| <= tol * max |want|
@@ -61,6 +64,8 @@ TOL_VS_EAGER = {"float32": 1e-4, "bfloat16": 4e-2}
 # sizes (the same as config() in bench/workloads/<name>.lua)
 
 def config(name, small):
+    if name in wl_control.WORKLOADS:
+        return wl_control.config(name, small)
     if name == "mlp":
         return dict(layers=8, d=64, batch=8) if small else dict(layers=8, d=1024, batch=8)
     if name == "eos":
@@ -79,6 +84,8 @@ def config(name, small):
 # ("normal", std[, mean]), ("uniform", lo, hi), ("randint", lo, hi) (int64, hi exclusive)
 
 def specs(name, c):
+    if name in wl_control.WORKLOADS:
+        return wl_control.specs(name, c)
     s = []
     if name == "mlp":
         d = c["d"]
@@ -208,6 +215,8 @@ def bf16_round(a):
 
 def numpy_reference(wname, dtype_name, A, c):
     """The first result for pool input 1, in float64."""
+    if wname in wl_control.WORKLOADS:
+        return wl_control.numpy_reference(wname, A, c)
     def W(name):
         a = A[name]
         if a.dtype == np.float32 and dtype_name == "bfloat16":
@@ -516,7 +525,7 @@ def main():
             x = F.layer_norm(x, (d,), w["ln_f_weight"], w["ln_f_bias"], 1e-5)
             return F.linear(x, w["wte"]), torch.stack(new_k), torch.stack(new_v)
 
-    def build(wname, dtype_name, c):
+    def build(wname, dtype_name, c, vname):
         dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
 
         def tensor(name):
@@ -524,6 +533,8 @@ def main():
             return t.to(dt) if t.is_floating_point() else t
         names = [n for n, _, _ in specs(wname, c)]
         T = {n: tensor(n) for n in names}
+        if wname in wl_control.WORKLOADS:
+            return wl_control.build(wname, vname, T, c, torch, nn, F, P)
         if wname == "mlp":
             return (Mlp(T, c), [(T[f"mlp.x.{k}"],) for k in range(1, NPOOL + 1)],
                     f"{c['layers']} x (Linear {c['d']}->{c['d']} + GELU), batch {c['batch']}")
@@ -661,7 +672,7 @@ def main():
                 f = None
                 try:
                     if vname not in built:
-                        built[vname] = build(wname, dtype_name, config(wname, args.small))[:2]
+                        built[vname] = build(wname, dtype_name, config(wname, args.small), vname)[:2]
                     model, pool = built[vname]
                     torch._dynamo.reset()
                     f = model if mode == "eager" else torch.compile(model, **({} if mode == "compile" else {"mode": mode}))
@@ -684,7 +695,7 @@ def main():
         try:
             with torch.no_grad():
                 t0 = time.perf_counter()
-                model, pool, _ = build(wname, dtype_name, config(wname, args.small))
+                model, pool, _ = build(wname, dtype_name, config(wname, args.small), vname)
                 sync()
                 r["setup_s"] = time.perf_counter() - t0
                 f = model if mode == "eager" else torch.compile(model, **({"mode": mode} if mode != "compile" else {}))
@@ -756,7 +767,7 @@ def main():
             result["workloads"][vname] = entry
             errors = []
             try:
-                model, pool, desc = build(wname, dtype_name, c)
+                model, pool, desc = build(wname, dtype_name, c, vname)
                 entry["description"] = desc
                 e1, e2, want1, want2 = first_calls(model, pool)
             except Exception as e:   # recorded; the other workloads still run

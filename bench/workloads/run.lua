@@ -18,7 +18,7 @@
 -- printed, the other workloads and modes still run, and timings are still taken and written.
 
 local HERE = (arg and arg[0] or "bench/workloads/run.lua"):match("^(.*)/[^/]*$") or "."
-local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode"}
+local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode", "branch", "early_exit", "greedy_loop"}
 local NPOOL = 8
 
 -- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
@@ -163,7 +163,8 @@ local function nbytes(t) return t:numel() * ELEMENT_BYTES[t.dtype] end
 
 local function make_ctx(variant)
   -- bytes counts every tensor made here (weights and the whole pool), for the floor of run_variant
-  local ctx = {small = opt.small, device = opt.device, dtype = variant.dtype, npool = NPOOL, bytes = 0}
+  local ctx = {small = opt.small, device = opt.device, dtype = variant.dtype, variant = variant.name, npool = NPOOL,
+               bytes = 0}
   function ctx.tensor(name, shape, init)
     local t
     if manifest then

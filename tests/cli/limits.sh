@@ -21,7 +21,7 @@ expected: [$3]"; }
 has() { case "$2" in *"$3"*) ok 0 "$1" ;; *) ok 1 "$1" "got: [$2]
 expected to contain: [$3]" ;; esac; }
 
-echo "1..25"
+echo "1..28"
 
 # ---- --max-memory: tensors ----
 out=$("$GRACE" --max-memory 1M -e '
@@ -42,6 +42,28 @@ is "... and the run fails" "$st" "1"
 # garbage tensors are collected before the cap is reached: 200 x 4 MB through a 16 MB cap
 out=$("$GRACE" --max-memory 16M -e 'for i = 1, 200 do local x = grace.ones(1000, 1000) + 1 end print("done")' 2>&1)
 is "garbage tensors do not count against the cap" "$out" "done"
+
+# ---- --max-memory: tensors on the device (the cap counts device storage too) ----
+if "$GRACE" -e 'os.exit(grace.cuda_available() and 0 or 1)' > /dev/null 2>&1; then
+  out=$("$GRACE" --max-memory 16M -e '
+local a = grace.zeros(3000000, {device = "cuda"})   -- 12000000 bytes
+print(pcall(grace.zeros, 1000000, {device = "cuda"}))
+a = nil; collectgarbage()
+print(grace.zeros(3000000, {device = "cuda"}):sum():item())' 2>&1)
+  has "device tensor cap: the error names limit, use and request" "$out" \
+    "memory limit of 16777216 bytes reached (12000000 in use, 4000000 requested)"
+  has "... and after freeing, a big device tensor succeeds" "$out" "
+0.0"
+  out=$("$GRACE" --max-memory 16M -e '
+local f = grace.compile(function(x) return (x * 2 + 1):sum() end)
+local s = 0
+for i = 1, 100 do s = f(grace.ones(1000, 1000, {device = "cuda"})):item() end
+print(s)' 2>&1)
+  is "garbage device tensors and a compiled function's memory stay under a 16 MB cap over 100 calls of 4 MB" "$out" \
+    "3000000.0"
+else
+  for i in 1 2 3; do n=$((n + 1)); echo "ok $n # SKIP no CUDA device"; done
+fi
 
 # ---- --max-memory: the Lua heap ----
 out=$("$GRACE" --max-memory 4M -e '
