@@ -234,6 +234,7 @@ static int m_scatter(lua_State *L) {
     }
     grace_attrs e = {0};
     e.nshape = grace_tensor_ndim(in[1]);
+    grace_trace_size_read(c->vm, in[1], -1);   /* the number is expanded to these sizes */
     memcpy(e.shape, grace_tensor_sizes(in[1]), (size_t)e.nshape * sizeof(int64_t));
     in[2] = lg_run_tmp(L, c, GRACE_OP_EXPAND, 1, &in[2], &e);
   }

@@ -150,6 +150,37 @@ section("a reshape to sizes the host computed is specialised", function()
   tap.ok(grace.explain(g, grace.randn({4, 3})):find("s2 = 3*s1", 1, true), "explain: the flattened size is 3*s1")
 end)
 
+section("sizes the binding computes with", function()
+  -- zeros_like makes its shape from x's sizes: specialised, right at every size
+  local f = grace.compile(function(x) return grace.zeros_like(x) + 1, x * 2 end)
+  local all = true
+  for n = 2, 6 do
+    local a, b = f(grace.randn({n, 2}))
+    if a:size(1) ~= n or b:size(1) ~= n then all = false end
+  end
+  tap.ok(all, "zeros_like(x) has x's rows at every size")
+  tap.is(f:stats().symbolic_entries, 0, "zeros_like: no symbolic entry")
+  -- a negative index is resolved by the op at run time: it stays symbolic
+  local g = grace.compile(function(x) return x[-1] * 3 end)
+  all = true
+  for n = 2, 6 do
+    local x = grace.randn({n, 2})
+    if maxdiff(g(x), x[n] * 3) ~= 0 then all = false end
+  end
+  tap.ok(all, "x[-1] is the last row at every size")
+  tap.ok(traces(g) <= 2, "x[-1]: at most 2 traces (" .. traces(g) .. ")")
+  -- chunk computes the pieces' lengths from the size: specialised
+  local function halves(x) local p = x:chunk(2, 1) return p[1]:sum(1) + p[2]:sum(1) end
+  local h = grace.compile(halves)
+  all = true
+  for n = 2, 9 do
+    local x = grace.randn({n, 2})
+    if maxdiff(h(x), halves(x)) > 1e-6 then all = false end
+  end
+  tap.ok(all, "chunk(2) right at every size")
+  tap.is(h:stats().symbolic_entries, 0, "chunk: no symbolic entry")
+end)
+
 section("opts.dynamic", function()
   local function f0(x) return x:relu() + 1 end
   local f = grace.compile(f0, {dynamic = false})
