@@ -123,13 +123,15 @@ static const char *alias_miss(const fn_entry *e, int nargs, const grace_arg *arg
 }
 
 /* Why the symbolic sizes of the call's tensors break the bounds or relations of e's program (NULL: they do not). */
-static const char *sym_miss(const fn_entry *e, int nargs, const grace_arg *args, char *buf, size_t n) {
+static const char *sym_miss(grace_fn *fn, const fn_entry *e, int nargs, const grace_arg *args, char *buf, size_t n) {
   const grace_ir *ir = e->ir;
   if (!ir || !ir->nsyms) return NULL;
-  int64_t vals[65];
-  if (ir->nsyms >= 65) return "too many symbolic sizes";
-  memset(vals, 0, sizeof vals);
-  for (int i = 0; i < nargs; i++) {
+  int64_t small[64], *vals = small;   /* per free symbol: the size this call gives it */
+  size_t bytes = sizeof *vals * (size_t)(ir->nsyms + 1);
+  if (ir->nsyms >= 64 && !(vals = grace_realloc(fn->vm, NULL, 0, bytes))) return "out of host memory checking sizes";
+  memset(vals, 0, bytes);
+  const char *miss = NULL;
+  for (int i = 0; i < nargs && !miss; i++) {
     const fn_guard *g = &e->args[i];
     if (g->kind != FG_TENSOR) continue;
     const int64_t *sz = grace_tensor_sizes(args[i].t);
@@ -142,12 +144,14 @@ static const char *sym_miss(const fn_entry *e, int nargs, const grace_arg *args,
         if (sz[d] < s->min) ir_sym_str(ir, r, rel, sizeof rel);
         else snprintf(rel, sizeof rel, "sizes equal to s%d, which is %lld here", (int)r, (long long)vals[r]);
         snprintf(buf, n, "argument %d dim %d has size %lld, the program needs %s", i + 1, d + 1, (long long)sz[d], rel);
-        return buf;
+        miss = buf;
+        break;
       }
       vals[r] = sz[d];
     }
   }
-  return NULL;
+  if (vals != small) grace_realloc(fn->vm, vals, bytes, 0);
+  return miss;
 }
 
 /* Why entry e does not take this call (NULL: it does); an argument's miss is also noted in fn->last_miss. */
@@ -157,7 +161,7 @@ static const char *entry_miss(grace_fn *fn, const fn_entry *e, int nargs, const 
     miss = arg_miss(fn, &e->args[i], &args[i], buf, n);
     if (miss) snprintf(fn->last_miss, sizeof fn->last_miss, "argument %d: %.370s", i + 1, miss);
   }
-  if (!miss && (miss = sym_miss(e, nargs, args, buf, n))) snprintf(fn->last_miss, sizeof fn->last_miss, "%.390s", miss);
+  if (!miss && (miss = sym_miss(fn, e, nargs, args, buf, n))) snprintf(fn->last_miss, sizeof fn->last_miss, "%.390s", miss);
   if (!miss) miss = alias_miss(e, nargs, args);
   if (!miss && e->guard && fn->host.guard_check && !fn->host.guard_check(fn->ud, e->guard, nargs, args, buf, n))
     miss = buf[0] ? buf : "a value the host guards changed";
@@ -300,6 +304,7 @@ static void host_abort(grace_fn *fn) {
 static void settle_guards(grace_fn *fn, fn_entry *e) {
   grace_ir *ir = e->ir;
   if (ir && (ir_has_region(ir) || ir_exec_device(ir) != GRACE_CPU)) ir_sym_pin_all(ir, "runs at traced sizes");
+  for (int k = 0; k < e->ntree; k++) ir_sym_pin_all(e->tree[k], "a function with graph breaks runs at traced sizes");
   for (int i = 0; i < e->nargs; i++) {
     fn_guard *g = &e->args[i];
     if (g->kind != FG_TENSOR) continue;
@@ -308,7 +313,7 @@ static void settle_guards(grace_fn *fn, fn_entry *e) {
       int32_t r = ir ? ir_sym_root(ir, g->sym[d]) : 0;
       if (r && !ir->syms[r - 1].pinned) continue;
       g->sym[d] = 0;
-      if (ir) fn->pinned_dims[i] |= 1u << d;
+      if (ir || e->ntree) fn->pinned_dims[i] |= 1u << d;   /* (an entry that runs eagerly proved nothing) */
     }
   }
 }
