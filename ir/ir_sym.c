@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir_sym.h"
+#include "ir/ir_pass.h"
 #include "base/base.h"
 
 enum { SYM_MAXROOTS = 16 };
@@ -249,6 +250,22 @@ grace_status ir_sym_bind(const grace_ir *ir, int nin, grace_tensor *const *in, i
     }
   }
   return GRACE_OK;
+}
+
+grace_status ir_sym_specialize(grace_ir *ir, const int64_t *vals, grace_ir **out) {
+  *out = NULL;
+  ir_rewriter rw;
+  grace_status st = ir_rw_begin(&rw, ir);
+  for (int k = 0; k < ir->ninst && st == GRACE_OK; k++) st = ir_rw_copy(&rw, k);
+  if (st != GRACE_OK) { if (rw.dst) ir_rw_abort(&rw); return st; }
+  grace_ir *d = rw.dst;
+  for (int v = 0; v < d->nval; v++) {
+    ir_type *t = &d->vals[v].type;
+    for (int k = 0; k < t->ndim; k++)
+      if (t->sym[k]) { t->sizes[k] = ir_sym_value(ir, t->sym[k], vals); t->sym[k] = 0; }
+  }
+  d->nsyms = 0;   /* the table stays allocated (freed with d); nothing refers to it */
+  return ir_rw_finish(&rw, out);
 }
 
 const char *ir_sym_str(const grace_ir *ir, int32_t k, char *buf, size_t n) {

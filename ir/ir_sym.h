@@ -40,6 +40,10 @@ int64_t ir_sym_value(const grace_ir *ir, int32_t k, const int64_t *vals);
 /* Binds the free symbols from the inputs' sizes into vals[0..nsyms] (zeroed first), checking bounds, pins and
  * relations; an error names the input, the dim and what was expected. */
 grace_status ir_sym_bind(const grace_ir *ir, int nin, grace_tensor *const *in, int64_t *vals);
+/* A copy of ir with every symbol replaced by its value (vals as ir_sym_bind gives them): a program of fixed sizes
+ * for executors that need them. The copy is verified, so a symbol whose expression is wrong at these sizes is an
+ * error, never a wrong result. */
+grace_status ir_sym_specialize(grace_ir *ir, const int64_t *vals, grace_ir **out);
 /* "s3 = s1 + 1", "s1 >= 2 (traced 4)", "s2 == s1", "s4 = 8 (pinned: ...)". */
 const char *ir_sym_str(const grace_ir *ir, int32_t k, char *buf, size_t n);
 

@@ -11,7 +11,6 @@
 #include "vm/vm_fn.h"
 #include "ir/ir.h"
 #include "ir/ir_sym.h"
-#include "ir/ir_exec.h"
 
 /* ---- guards on arguments ---- */
 static void tensor_guard(fn_guard *g, const grace_tensor *t) {
@@ -300,10 +299,10 @@ static void host_abort(grace_fn *fn) {
 
 /* After the passes: what the program kept symbolic stays so in the guards; a size it had to specialise (the host read
  * it, an op needs exactly it) is guarded by value, and not tried symbolic again. A program with recorded paths or
- * regions, or one that runs on the GPU, runs at its traced sizes for now. */
+ * regions runs at its traced sizes for now. */
 static void settle_guards(grace_fn *fn, fn_entry *e) {
   grace_ir *ir = e->ir;
-  if (ir && (ir_has_region(ir) || ir_exec_device(ir) != GRACE_CPU)) ir_sym_pin_all(ir, "runs at traced sizes");
+  if (ir && ir_has_region(ir)) ir_sym_pin_all(ir, "cond and while_loop run at traced sizes");
   for (int k = 0; k < e->ntree; k++) ir_sym_pin_all(e->tree[k], "a function with graph breaks runs at traced sizes");
   for (int i = 0; i < e->nargs; i++) {
     fn_guard *g = &e->args[i];
@@ -323,7 +322,7 @@ int fn_symbolic_dims(const grace_fn *fn, int nargs, const grace_arg *args, unsig
   for (int i = 0; i < nargs && i < FN_MAXARGS; i++) {
     out[i] = 0;
     const grace_tensor *t = args[i].kind == GRACE_ARG_TENSOR ? args[i].t : NULL;
-    if (!t || grace_tensor_device(t) != GRACE_CPU) continue;
+    if (!t) continue;
     for (int d = 0; d < grace_tensor_ndim(t) && d < 32; d++)
       if ((fn->sym_dims[i] >> d & 1u) && !(fn->pinned_dims[i] >> d & 1u) && grace_tensor_sizes(t)[d] >= 2) out[i] |= 1u << d;
     any |= out[i] != 0;

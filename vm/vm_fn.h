@@ -76,8 +76,8 @@ struct grace_fn {
  * grace_fn_call (at most maxres written, *nres the count); on failure nothing is left to release. */
 grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres,
                       fn_entry **out);
-/* The dims the next trace makes symbolic, bit d of out[i] for dim d of argument i (none for arguments off the CPU or
- * dims of size 0 or 1); whether there is any. */
+/* The dims the next trace makes symbolic, bit d of out[i] for dim d of argument i (none of size 0 or 1); whether
+ * there is any. */
 int fn_symbolic_dims(const grace_fn *fn, int nargs, const grace_arg *args, unsigned *out);
 void fn_entry_free(grace_fn *fn, fn_entry *e);
 void fn_release_results(grace_fn *fn, int nres, grace_arg *res);

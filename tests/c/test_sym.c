@@ -62,6 +62,33 @@ static void test_settle(void) {
   grace_ir_free(ir);
 }
 
+/* Fusion groups a symbolic chain as it groups the same chain at fixed sizes. */
+static void test_fuse(void) {
+  const char *sym = "func @f {\n"
+                    "  sym s1 hint=4 min=2\n"
+                    "  %0 = input #0 : f32[s1=4,3]\n"
+                    "  %1 = input #1 : f32[3]\n"
+                    "  %2 = mul %0, %1 : f32[s1=4,3]\n"
+                    "  %3 = exp %2 : f32[s1=4,3]\n"
+                    "  %4 = sum %3 {dims=[1]} : f32[s1=4]\n"
+                    "  return %4\n"
+                    "}\n";
+  grace_ir *a = parse(sym), *b = NULL;
+  char *fixed = strdup(sym), *p;
+  while ((p = strstr(fixed, "s1=4"))) memmove(p, p + 3, strlen(p + 3) + 1);   /* "s1=4" -> "4" */
+  memmove(strstr(fixed, "  sym"), strstr(fixed, "  %0"), strlen(strstr(fixed, "  %0")) + 1);
+  b = parse(fixed);
+  char ra[2048], rb[2048];
+  int na = -1, nb = -2;
+  ok(a && b && grace_ir_fuse_report(a, ra, sizeof ra, &na) == GRACE_OK && grace_ir_fuse_report(b, rb, sizeof rb, &nb) == GRACE_OK,
+     "both fuse");
+  is_int(na, nb, "a symbolic chain runs as as many kernels as the fixed one (%d)", nb);
+  is_int(na, 1, "one kernel: the multiply and exp fuse into the row sum");
+  free(fixed);
+  grace_ir_free(a);
+  grace_ir_free(b);
+}
+
 static grace_tensor *filled(int64_t rows, int64_t cols, float base) {
   float *v = malloc(sizeof(float) * (size_t)(rows * cols));
   for (int64_t i = 0; i < rows * cols; i++) v[i] = base + (float)i;
@@ -200,6 +227,7 @@ int main(void) {
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
   if (!vm) { printf("1..0 # SKIP no VM: %s\n", err); return 1; }
   test_settle();
+  test_fuse();
   test_run();
   test_fn();
   test_bad_text();
