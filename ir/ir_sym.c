@@ -196,7 +196,9 @@ grace_status ir_sym_settle(grace_ir *ir, int op, int nin, const ir_type *const *
     for (int j = i + 1; j < nr; j++) {
       int32_t ri = ir_sym_root(ir, roots[i]), rj = ir_sym_root(ir, roots[j]);
       if (ri != rj && sym(ir, ri)->hint == sym(ir, rj)->hint) {
-        sym(ir, rj > ri ? rj : ri)->same = rj > ri ? ri : rj;
+        ir_sym *keep = sym(ir, rj > ri ? ri : rj), *gone = sym(ir, rj > ri ? rj : ri);
+        gone->same = rj > ri ? ri : rj;
+        if (gone->min > keep->min) keep->min = gone->min;   /* the root's bound is both's */
         related = 1;
       }
     }

@@ -28,6 +28,26 @@ grace_status grace_ir_verify(grace_ir *ir) {
     if (s->base < 0 || s->base >= k || s->same < 0 || s->same >= k || (s->base && s->mul < 1))
       return grace_set_error(vm, GRACE_EARG, "verify: symbol s%d refers to a later symbol or has a bad factor", (int)k);
   }
+  if (ir->nsyms) {   /* every size a symbol stands for comes from an input's size */
+    size_t bbytes = (size_t)ir->nsyms + 1;
+    unsigned char *bound = vm_alloc(vm, bbytes);
+    if (!bound) return grace_set_error(vm, GRACE_ENOMEM, "verify: out of host memory");
+    memset(bound, 0, bbytes);
+    for (int v = 0; v < ir->nval; v++)
+      if (ir->vals[v].inst >= 0 && ir->vals[v].inst < ir->ninst && ir->insts[ir->vals[v].inst].op == IR_OP_INPUT)
+        for (int d = 0; d < ir->vals[v].type.ndim; d++)
+          if (ir->vals[v].type.sym[d]) bound[ir_sym_root(ir, ir->vals[v].type.sym[d])] = 1;
+    for (int v = 0; v < ir->nval; v++)
+      for (int d = 0; d < ir->vals[v].type.ndim; d++) {
+        int32_t k = ir->vals[v].type.sym[d];
+        if (k && !bound[ir_sym_root(ir, k)]) {
+          vm_free(vm, bound, bbytes);
+          return grace_set_error(vm, GRACE_EARG, "verify: %%%d dim %d has symbol s%d, which no input's size gives", v, d,
+                                 (int)k);
+        }
+      }
+    vm_free(vm, bound, bbytes);
+  }
   for (int i = 0; i < ir->ninst; i++) {
     const ir_inst *k = &ir->insts[i];
     const char *name = ir_op_name(k->op);

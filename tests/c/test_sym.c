@@ -1,13 +1,14 @@
 /* test_sym.c: symbolic sizes in the IR (ir/ir_sym.c) without Lua. Ops built on symbolic inputs get the symbols
  * inference implies (a pointwise op keeps its input's, a cat of one more row derives s + 1, a flatten 3*s); a
  * broadcast of two symbols relates them; a reshape to fixed sizes and a narrow bound or pin them; the text form
- * prints and parses the table back; and the CPU interpreter runs one program at several sizes, refusing sizes the
- * relations or bounds exclude; a compiled function (grace_fn, a C host) with dynamic_shapes retraces once symbolic,
+ * prints and parses the table back; the CPU interpreter runs one program at several sizes, refusing sizes the
+ * relations or bounds exclude; a copy specialised to a call's sizes has every size fixed and runs; a compiled function (grace_fn, a C host) with dynamic_shapes retraces once symbolic,
  * refuses unequal sizes through the relation guard, and with dynamic_dims is symbolic from its first trace. Expected
  * values are worked out by hand from the inputs. */
 #include <stdlib.h>
 #include <string.h>
 #include "grace.h"
+#include "ir/ir_sym.h"
 #include "tap.h"
 
 static grace_vm *vm;
@@ -103,6 +104,7 @@ static void test_run(void) {
   grace_ir *ir = parse("func @r {\n"
                        "  sym s1 hint=3 min=2\n"
                        "  sym s2 hint=3 min=2 same=s1\n"
+                       "  sym s3 base=s1 mul=1 add=1\n"
                        "  %0 = input #0 : f32[s1=3,2]\n"
                        "  %1 = input #1 : f32[s2=3,2]\n"
                        "  %2 = input #2 : f32[1,2]\n"
@@ -127,6 +129,23 @@ static void test_run(void) {
     for (int k = 0; k < 3; k++) grace_tensor_release(in[k]);
     for (int k = 0; k < 2; k++) grace_tensor_release(out[k]);
   }
+  /* specialised to 6 rows: every size fixed, s3 = s1 + 1 evaluated */
+  int64_t vals[4];
+  grace_tensor *six[3] = {filled(6, 2, 0), filled(6, 2, 0), filled(1, 2, 0)};
+  grace_ir *spec = NULL;
+  ok(ir_sym_bind(ir, 3, six, vals) == GRACE_OK && ir_sym_specialize(ir, vals, &spec) == GRACE_OK,
+     "specialised to 6 rows: %s", grace_last_error(vm));
+  const char *st6 = spec ? grace_ir_text(spec) : "";
+  ok(has(st6, "input #0 : f32[6,2]") && has(st6, "cat %0, %2 {dims=[0]} : f32[7,2]") && !strstr(st6, "sym"),
+     "the specialised program has fixed sizes, the grown cat 7 rows");
+  grace_tensor *o6[2] = {NULL, NULL};
+  ok(spec && grace_ir_run(spec, 3, six, 2, o6) == GRACE_OK &&
+     *(const float *)grace_tensor_data(o6[1]) == (float)(11 * 12 / 2 + 1),
+     "it runs: the sum over 7 rows is 0 + .. + 11 + 1 + 0");
+  for (int k = 0; k < 3; k++) grace_tensor_release(six[k]);
+  for (int k = 0; k < 2; k++) grace_tensor_release(o6[k]);
+  grace_ir_free(spec);
+
   grace_tensor *in[3] = {filled(4, 2, 0), filled(5, 2, 0), filled(1, 2, 0)}, *out[2] = {NULL, NULL};
   ok(grace_ir_run(ir, 3, in, 2, out) == GRACE_ESHAPE && strstr(grace_last_error(vm), "equal"),
      "sizes breaking s2 == s1 are refused: %s", grace_last_error(vm));
@@ -219,6 +238,8 @@ static void test_bad_text(void) {
   ok(grace_ir_parse(vm, "func @b {\n  sym s1 hint=4 min=2\n  sym s2 base=s1 mul=2 add=0\n"
                         "  %0 = input #0 : f32[s2=8]\n  return %0\n}\n", &ir) != GRACE_OK,
      "an input sized by a derived symbol is refused: %s", grace_last_error(vm));
+  ok(grace_ir_parse(vm, "func @b {\n  %0 = input #0 : f32[4]\n  %1 = neg %0 : f32[s1=4]\n  return %1\n}\n", &ir) !=
+     GRACE_OK && strstr(grace_last_error(vm), "no input"), "a free symbol no input binds is refused: %s", grace_last_error(vm));
   ok(ir == NULL, "nothing is returned");
 }
 
