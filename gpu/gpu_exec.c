@@ -608,6 +608,17 @@ static size_t graph_mem_budget(void) {
 
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 
+grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t n) {
+  if (sizes && n) sizes[0] = 0;
+  const gpu_symcache *c = ir && ir->exec_free == symcache_free ? ir->exec : NULL;
+  if (!c || k < 0 || k >= c->n) return NULL;
+  size_t m = 0;
+  for (int32_t s = 1; sizes && s <= ir->nsyms && m < n; s++)
+    if (c->e[k].vals[s])   /* the free symbols the inputs bound */
+      m += (size_t)snprintf(sizes + m, n - m, "%ss%d=%lld", m ? ", " : "", (int)s, (long long)c->e[k].vals[s]);
+  return c->e[k].ir;
+}
+
 static grace_status run_symbolic(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
   grace_vm *vm = ir->vm;
   if (ir->exec && ir->exec_free != symcache_free)

@@ -375,6 +375,10 @@ typedef struct grace_graph_info {
   char unfused_why[160];           /* why the first of them could not ("" when none) */
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
+/* A device program with symbolic sizes runs as copies specialised to the sizes of its calls, a few kept (least
+ * recently used dropped): copy k (0-based; NULL past the last), for grace_ir_graph_info; sizes gets the symbols'
+ * values it was made for ("s1=128, s2=129"; n bytes). */
+grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t n);
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),
  * "off" (no graphs, no measuring), "eager", "copy" or "indirect" (forced); NULL: back to GRACE_GRAPHS. */
 grace_status grace_set_graphs(grace_vm *vm, const char *mode);

@@ -1,15 +1,18 @@
 /* lgrace_report.c: grace.report(f) and f:report(): how each device program of a compiled function runs (the
  * launch strategy chosen and what each measured, kernels, bytes copied per call, graph memory), read from the
- * core's grace_ir_graph_info of each entry and replay path (gpu/gpu_graph.c). */
+ * core's grace_ir_graph_info of each entry and replay path (gpu/gpu_graph.c), and of each size a program with
+ * symbolic sizes keeps a specialised copy for (grace_ir_specialization, gpu/gpu_exec.c). */
 #include <stdio.h>
+#include <string.h>
 #include "lua/lgrace_tensor.h"
 
 static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection"};
 
 /* Pushes one program's launch figures as a table. */
-static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path) {
+static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, const char *sizes) {
   lua_createtable(L, 0, 16);
   lua_pushinteger(L, entry); lua_setfield(L, -2, "entry");
+  if (sizes[0]) { lua_pushstring(L, sizes); lua_setfield(L, -2, "sizes"); }
   if (path) { lua_pushinteger(L, path); lua_setfield(L, -2, "path"); }
   lua_pushboolean(L, gi->managed); lua_setfield(L, -2, "on_device");
   lua_pushinteger(L, gi->calls); lua_setfield(L, -2, "calls");
@@ -45,7 +48,10 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
 typedef struct program_info {
   grace_graph_info gi;
   int entry, path;
+  char sizes[96];                 /* a copy specialised to these sizes of a program with symbolic sizes ("": none) */
 } program_info;
+
+enum { MAX_SPECIALIZATIONS = 16 };   /* read per program (the device keeps fewer) */
 
 /* The device programs of the compiled function at index 1 (entries, and paths of functions with breaks), in a
  * userdata pushed on the stack (collected with it); *n of them. */
@@ -56,7 +62,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
   for (int k = 0; k < ne; k++) {
     int np;
     grace_fn_entry_ir(fn, k, NULL, NULL, &np);
-    cap += 1 + np;
+    cap += (1 + np) * (1 + MAX_SPECIALIZATIONS);
   }
   program_info *p = lua_newuserdatauv(L, sizeof *p * (size_t)(cap ? cap : 1), 0);
   for (int k = 0; k < ne; k++) {
@@ -66,10 +72,15 @@ static program_info *collect_programs(lua_State *L, int *n) {
     for (int j = -1; j < np; j++) {
       grace_ir *ir = j < 0 ? ir0 : paths[j];
       if (!ir) continue;
-      grace_ir_graph_info(ir, &p[*n].gi);
-      if (!p[*n].gi.managed) continue;
-      p[*n].entry = k + 1;
-      p[(*n)++].path = j + 1;
+      for (int s = -1; s < MAX_SPECIALIZATIONS; s++) {   /* the program, then its copies per size */
+        grace_ir *run = ir;
+        p[*n].sizes[0] = 0;
+        if (s >= 0 && !(run = grace_ir_specialization(ir, s, p[*n].sizes, sizeof p[*n].sizes))) break;
+        grace_ir_graph_info(run, &p[*n].gi);
+        if (!p[*n].gi.managed) continue;
+        p[*n].entry = k + 1;
+        p[(*n)++].path = j + 1;
+      }
     }
   }
   return p;
@@ -79,7 +90,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
 static void push_programs(lua_State *L, const program_info *p, int n) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
-    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path);
+    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path, p[i].sizes);
     lua_rawseti(L, -2, i + 1);
   }
 }
@@ -111,8 +122,9 @@ int lg_report(lua_State *L) {
   if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
   for (int i = 0; i < n; i++) {
     const grace_graph_info *gi = &p[i].gi;
-    char path[32] = "";
+    char path[160] = "";
     if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
+    if (p[i].sizes[0]) snprintf(path + strlen(path), sizeof path - strlen(path), " at %s", p[i].sizes);
     const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";
     snprintf(line, sizeof line, "  program %d%s: %s%s after %ld calls; %d kernels per graph, %zu bytes copied per call, "
              "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy,

@@ -3,7 +3,7 @@
  * tests/lua/test_gpu_dynamic.lua does that). One program runs at 64 distinct sizes: every call runs; the kernels
  * are compiled for a few layout classes, not once per size; graphs are recorded per size, but the graphs held stay
  * within the bound (4 specialisations, GRACE_GRAPH_LIMIT graphs each) and the graph memory under GRACE_GRAPH_MEM;
- * freeing the program leaves no graph memory. NVRTC compiles the kernels for real; without it the file skips. */
+ * each kept copy reports its sizes and graphs (grace_ir_specialization); freeing the program leaves no graph memory. NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +105,17 @@ int main(void) {
   is_int(over, 0, "the graph memory stays under GRACE_GRAPH_MEM (%s bytes) after every call", budget);
   ok(n_compiling - compiles0 <= 4, "kernels compiled for layout classes, not per size (%d compiles for 64 sizes)",
      n_compiling - compiles0);
+  int kept = 0, newest = 0;
+  char sizes[64];
+  for (grace_ir *s; (s = grace_ir_specialization(ir, kept, sizes, sizeof sizes)); kept++) {
+    grace_graph_info gi;
+    grace_ir_graph_info(s, &gi);
+    if (!strcmp(sizes, "s1=65") && gi.managed && gi.graphs >= 1 && gi.replays >= 1) newest = 1;
+  }
+  ok(kept >= 1 && kept <= 4, "copies per size kept: %d (at most 4)", kept);
+  ok(newest, "the latest size's copy is reported with its size, its graph and its replay");
+  ok(!grace_ir_specialization(ir, -1, sizes, sizeof sizes) && !grace_ir_specialization(NULL, 0, NULL, 0),
+     "no copy past the ends, none of no program");
   grace_ir_free(ir);
   is_int(cuda_graph_arena_bytes(fake), 0, "the program gone, no graph memory is left");
   is_int(graphs_alive, 0, "and no graph");

@@ -37,6 +37,11 @@ local function check(name, f, fn, make_args, K)
   local s = f:stats()
   tap.ok(s.traces <= 2, ("%s: at most 2 traces (%d)"):format(name, s.traces))
   tap.is(s.symbolic_entries, 1, name .. ": one symbolic entry")
+  if H.DEV ~= "cpu" then
+    local sized = 0
+    for _, p in ipairs(f:report()) do if p.sizes then sized = sized + 1 end end
+    tap.ok(sized >= 1 and sized <= 4, ("%s: f:report() lists the sizes kept (%d, at most 4)"):format(name, sized))
+  end
 end
 
 grace.manual_seed(H.SEED)
