@@ -464,8 +464,12 @@ grace_status cpu_fused_matmul_run(grace_vm *vm, grace_ir *ir, const int32_t *ins
   grace_tensor *c = NULL;
   cpu_fx *fx = NULL;
   st = GRACE_EUNSUPPORTED;
-  if (pk && b->ndim == 2 && pk->K == b->sizes[0] && pk->N == b->sizes[1]) {
-    if (!(c = vm_tensor_new(vm, "matmul", GRACE_FLOAT32, GRACE_CPU, mt->ndim, mt->sizes))) st = vm->status;
+  if (pk && b->ndim == 2 && a->ndim >= 2 && a->ndim == mt->ndim && pk->K == b->sizes[0] && pk->N == b->sizes[1] &&
+      a->sizes[a->ndim - 1] == pk->K) {
+    int64_t cs[GRACE_MAX_DIMS];   /* the call's sizes (the IR's may be symbolic): a's rows, b's columns */
+    memcpy(cs, a->sizes, sizeof(int64_t) * (size_t)a->ndim);
+    cs[a->ndim - 1] = pk->N;
+    if (!(c = vm_tensor_new(vm, "matmul", GRACE_FLOAT32, GRACE_CPU, a->ndim, cs))) st = vm->status;
     else if (ninst > 1) {
       vals[mv] = c;   /* the epilogue reads the result from where the GEMM writes it */
       st = cpu_fx_prepare(vm, ir, insts + 1, ninst - 1, vals, out_value, mv, &fx);

@@ -1,13 +1,15 @@
 /* cpu_interp.c: the CPU backend's executor of an IR program: the reference every compiled form is checked
  * against, and the executor for compiled functions on the host. Groups of the fusion analysis that qualify run fused
  * (cpu_fused.c: pointwise loops, matmuls with their epilogues on packed weights kept with the IR, row
- * reductions), everything else one op at a time. Inputs are checked against their declared types, captured
+ * reductions), everything else one op at a time. Sizes come from the tensors of each call, so a program with symbolic
+ * sizes runs as any other once the call's sizes are bound (ir_sym_bind). Inputs are checked against their declared types, captured
  * tensors against their captured version; intermediates are released after their last use. */
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir.h"
 #include "ir/ir_fuse.h"
 #include "ir/ir_pass.h"
+#include "ir/ir_sym.h"
 #include "cpu/cpu_fused.h"
 #include "base/base.h"
 #include "ir/ir_exec.h"
@@ -241,6 +243,13 @@ static void release_after(const grace_ir *ir, int k, int i, const int32_t *last,
 
 grace_status cpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
   grace_vm *vm = ir->vm;
+  if (ir->nsyms) {   /* symbolic sizes: this call's, checked against the program's bounds and relations */
+    int64_t small[64], *vals = ir->nsyms < 64 ? small : vm_alloc(vm, sizeof *vals * (size_t)(ir->nsyms + 1));
+    if (!vals) return vm_err(vm, GRACE_ENOMEM, "run: out of host memory");
+    grace_status bs = ir_sym_bind(ir, nin, in, vals);
+    if (vals != small) vm_free(vm, vals, sizeof *vals * (size_t)(ir->nsyms + 1));
+    if (bs != GRACE_OK) return bs;
+  }
   size_t vbytes = sizeof(grace_tensor *) * (size_t)ir->nval, lbytes = sizeof(int32_t) * (size_t)ir->nval;
   grace_tensor **val = vm_calloc(vm, vbytes);
   int32_t *last = vm_alloc(vm, lbytes);

@@ -4,13 +4,17 @@
  * views made on the host when a group first needs them and every value released after the last group that
  * reads it (directly or through views). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "codegen/cg_fused.h"
 #include "codegen/cg_ops.h"
 #include "cuda/cuda_internal.h"   /* the launch counter and the allocator's peak (grace_device_stats_get) */
 #include "ir/ir_place.h"
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_graph.h"
+#include "cuda/cuda_graph.h"
 #include "ir/ir_exec.h"
+#include "ir/ir_sym.h"
 
 cuda_ctx *gpu_ctx(grace_vm *vm) { return cuda_get(vm); }
 
@@ -557,9 +561,112 @@ static grace_status exec(grace_ir *ir, int nin, grace_tensor *const *in, int nou
   return st;
 }
 
+/* ---- programs with symbolic sizes ----
+ * A plan, its launch geometry and its graphs are made for fixed sizes, so a program with symbolic sizes runs as a
+ * copy specialised to the call's sizes (ir_sym_specialize), kept for the next calls of those sizes. Generated
+ * kernels are cached by their source, which depends on the layout classes and widths the plan picks, not on the
+ * sizes: a new size mostly reuses compiled kernels, and costs a plan and its graph. At most GPU_SYM_KEEP
+ * specialisations are kept (the least recently used goes first), fewer while the graph arena holds more than
+ * GRACE_GRAPH_MEM bytes: the memory held does not grow with the number of sizes seen. */
+enum { GPU_SYM_KEEP = 4 };
+
+typedef struct gpu_symcache {
+  int n;
+  long tick;
+  struct { grace_ir *ir; int64_t *vals; long used; } e[GPU_SYM_KEEP];
+  size_t vbytes;
+} gpu_symcache;
+
+static void symcache_drop(grace_vm *vm, gpu_symcache *c, int k) {
+  grace_ir_free(c->e[k].ir);
+  vm_free(vm, c->e[k].vals, c->vbytes);
+  c->e[k] = c->e[--c->n];
+}
+
+static void symcache_free(grace_ir *ir) {
+  gpu_symcache *c = ir->exec;
+  if (!c) return;
+  while (c->n) symcache_drop(ir->vm, c, c->n - 1);
+  vm_free(ir->vm, c, sizeof *c);
+  ir->exec = NULL;
+}
+
+/* The least recently used specialisation but `keep` (-1: none). */
+static int symcache_lru(const gpu_symcache *c, int keep) {
+  int k = -1;
+  for (int i = 0; i < c->n; i++) if (i != keep && (k < 0 || c->e[i].used < c->e[k].used)) k = i;
+  return k;
+}
+
+/* GRACE_GRAPH_MEM: the bytes of graph memory kept across sizes (0: no bound but GPU_SYM_KEEP). */
+static size_t graph_mem_budget(void) {
+  const char *s = getenv("GRACE_GRAPH_MEM");
+  char *end = NULL;
+  unsigned long long v = s ? strtoull(s, &end, 10) : 0;
+  return s && end != s && !*end ? (size_t)v : 0;
+}
+
+grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+
+grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t n) {
+  if (sizes && n) sizes[0] = 0;
+  const gpu_symcache *c = ir && ir->exec_free == symcache_free ? ir->exec : NULL;
+  if (!c || k < 0 || k >= c->n) return NULL;
+  size_t m = 0;
+  for (int32_t s = 1; sizes && s <= ir->nsyms && m < n; s++)
+    if (c->e[k].vals[s])   /* the free symbols the inputs bound */
+      m += (size_t)snprintf(sizes + m, n - m, "%ss%d=%lld", m ? ", " : "", (int)s, (long long)c->e[k].vals[s]);
+  return c->e[k].ir;
+}
+
+static grace_status run_symbolic(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+  grace_vm *vm = ir->vm;
+  if (ir->exec && ir->exec_free != symcache_free)
+    return vm_err(vm, GRACE_EINTERNAL, "run: the program is held by another executor");
+  if (!ir->exec) {
+    gpu_symcache *c = vm_calloc(vm, sizeof *c);
+    if (!c) return vm_err(vm, GRACE_ENOMEM, "run: out of host memory");
+    c->vbytes = sizeof(int64_t) * (size_t)(ir->nsyms + 1);
+    ir->exec = c;
+    ir->exec_free = symcache_free;
+  }
+  gpu_symcache *c = ir->exec;
+  int64_t *vals = vm_alloc(vm, c->vbytes);
+  if (!vals) return vm_err(vm, GRACE_ENOMEM, "run: out of host memory");
+  grace_status st = ir_sym_bind(ir, nin, in, vals);
+  int k = -1;
+  for (int i = 0; st == GRACE_OK && i < c->n && k < 0; i++) if (!memcmp(c->e[i].vals, vals, c->vbytes)) k = i;
+  if (st == GRACE_OK && k < 0) {
+    grace_ir *spec = NULL;
+    if ((st = ir_sym_specialize(ir, vals, &spec)) == GRACE_OK) {
+      if (c->n == GPU_SYM_KEEP) symcache_drop(vm, c, symcache_lru(c, -1));
+      k = c->n++;
+      c->e[k].ir = spec;
+      c->e[k].vals = vals;
+      vals = NULL;
+    }
+  }
+  vm_free(vm, vals, c->vbytes);
+  if (st != GRACE_OK) return st;
+  c->e[k].used = ++c->tick;
+  grace_ir *run = c->e[k].ir;
+  st = gpu_ir_run(run, nin, in, nout, out);
+  size_t budget = graph_mem_budget();
+  cuda_ctx *ctx = gpu_ctx(vm);
+  /* over the budget: the other sizes' graphs go, least recently used first (this call's stays: it just ran) */
+  while (budget && ctx && c->n > 1 && cuda_graph_arena_bytes(ctx) > budget) {
+    int drop = symcache_lru(c, k);
+    if (c->e[drop].ir == run) break;
+    symcache_drop(vm, c, drop);
+    for (k = 0; k < c->n && c->e[k].ir != run; k++) {}
+  }
+  return st;
+}
+
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
   grace_status st = GRACE_OK;
   for (int i = 0; i < nout; i++) out[i] = NULL;
+  if (ir_sym_live(ir)) return run_symbolic(ir, nin, in, nout, out);
   if (ir->exec && ir->exec_free != plan_free)
     return vm_err(ir->vm, GRACE_EINTERNAL, "run: the program is held by another executor");
   if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;

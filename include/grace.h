@@ -413,6 +413,10 @@ typedef struct grace_graph_info {
   char unfused_why[160];           /* why the first of them could not ("" when none) */
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
+/* A device program with symbolic sizes runs as copies specialised to the sizes of its calls, a few kept (least
+ * recently used dropped): copy k (0-based; NULL past the last), for grace_ir_graph_info; sizes gets the symbols'
+ * values it was made for ("s1=128, s2=129"; n bytes). */
+grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t n);
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),
  * "off" (no graphs, no measuring), "eager", "copy" or "indirect" (forced); NULL: back to GRACE_GRAPHS. */
 grace_status grace_set_graphs(grace_vm *vm, const char *mode);
@@ -444,6 +448,9 @@ const char *grace_trace_problems(grace_vm *vm);
 int grace_trace_active(const grace_vm *vm);
 /* Records a reason the trace cannot be one program (a break the host saw), with the current location. */
 grace_status grace_trace_note(grace_vm *vm, const char *why);
+/* Tells an active trace that the host read dim `dim` (0-based; -1: every dim) of t's size: a symbolic size read so
+ * is specialised to its traced value (the host may compute or branch with it). Nothing without a trace. */
+void grace_trace_size_read(grace_vm *vm, const grace_tensor *t, int dim);
 /* Whether the trace has written in place to a tensor that outlives it (an input or a capture). */
 int grace_trace_mutated(const grace_vm *vm);
 /* Replaying: runs a function again against the paths recorded for it (IR with breaks). Each grace_run
@@ -537,6 +544,9 @@ typedef struct grace_fn_options {
   int nallow;                 /* > 0: only the arguments allow[0..nallow) (0-based) may */
   const int *allow;
   const char *ir_name;        /* an identifier for the IR's text form (NULL: made from the name) */
+  int dynamic_shapes;         /* 1: a tensor dim whose size changes between calls is retraced symbolic once;
+                                 0: every size is guarded by value (one trace per size) */
+  unsigned dynamic_dims[GRACE_FN_MAXARGS];   /* bit d of [k]: dim d of argument k is symbolic from the first trace */
 } grace_fn_options;
 /* opts NULL: cache_limit 8, numbers static. host and ud must outlive fn. */
 grace_status grace_fn_new(grace_vm *vm, const char *name, const grace_host *host, void *ud,
@@ -557,6 +567,8 @@ typedef struct grace_fn_stats {
   const char *last_miss;                  /* the last guard failure ("" none) */
   const char *eager_reason;               /* why it runs eagerly ("" when it does not) */
   unsigned char dynamic[GRACE_FN_MAXARGS];   /* 1: argument k became a dynamic scalar */
+  unsigned dynamic_dims[GRACE_FN_MAXARGS];   /* bit d of [k]: dim d of argument k is traced symbolic */
+  int symbolic_entries;                   /* entries whose program has symbolic sizes */
 } grace_fn_stats;
 void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out);
 int grace_fn_entry_count(const grace_fn *fn);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "ir/ir_sym.h"
 
 static const char *extra_names[] = {
 #define IR_EXTRA_NAME(e, name) name,
@@ -143,6 +144,7 @@ void grace_ir_free(grace_ir *ir) {
 #define FREE(field, capf) grace_realloc(vm, ir->field, (size_t)ir->capf * sizeof *ir->field, 0)
   FREE(insts, cap_inst); FREE(vals, cap_val); FREE(args, cap_arg); FREE(outputs, cap_out);
   FREE(consts, cap_const); FREE(locs, cap_loc); FREE(writes, cap_write); FREE(breaks, cap_break); FREE(subs, cap_sub);
+  FREE(syms, cap_sym);
 #undef FREE
   if (ir->exec && ir->exec_free) ir->exec_free(ir);
   if (ir->text) grace_realloc(vm, ir->text, ir->text_len, 0);
@@ -306,6 +308,7 @@ grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *
   }
   ir_type res[2];
   grace_status st = ir_infer(ir->vm, op, nin, types, attrs, nout, res);
+  if (st == GRACE_OK) st = ir_sym_settle(ir, op, nin, types, attrs, nout, res);
   if (st != GRACE_OK) return st;
   int32_t v = ir_append(ir, op, nin, in, attrs, nout, res);
   if (v < 0) return GRACE_ENOMEM;

@@ -89,7 +89,7 @@ struct grace_ir {
   grace_ir **subs; int nsub, cap_sub;             /* sub-programs of region instructions, owned (ir_region.c) */
   int32_t cur_loc;
   int ninputs, nscalars;
-  int nsyms;
+  struct ir_sym *syms; int nsyms, cap_sym;       /* symbolic sizes s1..s<nsyms> (ir_sym.h) */
   char *text; size_t text_len;                    /* last printed form */
   /* the interpreter's plan (cpu/cpu_interp.c), made on the first run: per instruction, -1 runs alone; >= 0 is
    * part of the fused group run at that instruction; <= -2 runs the group whose member list starts at

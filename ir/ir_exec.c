@@ -7,8 +7,8 @@
 
 static int type_matches(const ir_type *t, const grace_tensor *x) {
   if (t->dtype != x->dtype || t->ndim != x->ndim || t->device != x->storage->device) return 0;
-  for (int d = 0; d < t->ndim; d++)
-    if (t->sizes[d] != x->sizes[d]) return 0;
+  for (int d = 0; d < t->ndim; d++)   /* a symbolic size: ir_sym_bind checked the call's sizes */
+    if (!t->sym[d] && t->sizes[d] != x->sizes[d]) return 0;
   return 1;
 }
 

@@ -3,12 +3,18 @@
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir_pass.h"
+#include "ir/ir_sym.h"
 
 grace_status ir_rw_begin(ir_rewriter *rw, grace_ir *src) {
   memset(rw, 0, sizeof *rw);
   rw->src = src;
   rw->dst = grace_ir_new(src->vm, src->name);
   if (!rw->dst) return GRACE_ENOMEM;
+  if (ir_sym_copy(rw->dst, src) != GRACE_OK) {
+    grace_ir_free(rw->dst);
+    rw->dst = NULL;
+    return GRACE_ENOMEM;
+  }
   rw->nmap = src->nval;
   rw->map = grace_realloc(src->vm, NULL, 0, sizeof *rw->map * (size_t)(rw->nmap ? rw->nmap : 1));
   if (!rw->map) {

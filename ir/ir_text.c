@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "ir/ir_sym.h"
 #include "base/base.h"
 
 typedef struct { grace_ir *ir; char *buf; size_t len, cap; int oom; } sbuf;
@@ -108,6 +109,17 @@ static void put_inst(sbuf *b, const grace_ir *ir, int i, int ind) {
 /* One function at indent ind (a region's sub-programs two deeper than the region). */
 static void put_func(sbuf *b, const grace_ir *ir, int ind) {
   put(b, "%*sfunc @%s {\n", ind, "", ir->name);
+  for (int32_t k = 1; k <= ir->nsyms; k++) {   /* the symbols, before anything uses them */
+    const ir_sym *s = &ir->syms[k - 1];
+    if (s->base) {
+      put(b, "%*ssym s%d base=s%d mul=%lld add=%lld\n", ind + 2, "", (int)k, (int)s->base, (long long)s->mul, (long long)s->add);
+      continue;
+    }
+    put(b, "%*ssym s%d hint=%lld min=%lld", ind + 2, "", (int)k, (long long)s->hint, (long long)s->min);
+    if (s->same) put(b, " same=s%d", (int)s->same);
+    if (s->pinned) put(b, " pinned");
+    put(b, "\n");
+  }
   int nb = 0;
   for (int i = 0; i < ir->ninst; i++) {
     for (; nb < ir->nbreak && ir->breaks[nb].after < i; nb++) put_break(b, ir, nb, ind + 2);
@@ -210,10 +222,13 @@ static grace_status parse_type(lexer *L, ir_type *t) {
     if (t->ndim >= GRACE_MAX_DIMS) return perr(L, "at most 8 dims");
     int64_t x;
     if (accept(L, "s")) {
-      if (!integer(L, &x) || !accept(L, "=")) return perr(L, "a symbolic size s<k>=<hint>");
+      if (!integer(L, &x) || x < 1 || x > 100000 || !accept(L, "=")) return perr(L, "a symbolic size s<k>=<hint>");
       t->sym[t->ndim] = (int32_t)x;
     }
     if (!integer(L, &x)) return perr(L, "a size");
+    /* a symbol no sym line declared: a free one, traced at this size */
+    while (t->sym[t->ndim] > L->ir->nsyms)
+      if (!ir_sym_new(L->ir, x)) return GRACE_ENOMEM;
     t->sizes[t->ndim++] = x;
   }
   if (accept(L, "cuda")) t->device = GRACE_CUDA;
@@ -366,6 +381,34 @@ static grace_status parse_inst(lexer *L) {
   return GRACE_OK;
 }
 
+/* `sym s<k> hint=<h> min=<m> [same=s<j>] [pinned]` or `sym s<k> base=s<b> mul=<m> add=<a>`, declaring s<k>, the
+ * next symbol (a derived one refers to an earlier symbol). */
+static grace_status parse_sym(lexer *L) {
+  grace_ir *ir = L->ir;
+  int64_t k, h, m, j;
+  if (!accept(L, "s") || !integer(L, &k) || k != ir->nsyms + 1) return perr(L, "the next symbol s<k>");
+  if (accept(L, "base=s")) {
+    int64_t mul, add;
+    if (!integer(L, &j) || j < 1 || j > ir->nsyms || !accept(L, "mul=") || !integer(L, &mul) || mul < 1 ||
+        !accept(L, "add=") || !integer(L, &add))
+      return perr(L, "base=s<j> mul=<m> add=<a> (an earlier symbol, m >= 1)");
+    if (!ir_sym_new(ir, 2)) return GRACE_ENOMEM;
+    ir_sym *s = &ir->syms[k - 1];
+    *s = (ir_sym){.hint = mul * ir->syms[j - 1].hint + add, .base = (int32_t)j, .mul = mul, .add = add};
+    return GRACE_OK;
+  }
+  if (!accept(L, "hint=") || !integer(L, &h) || h < 0 || !accept(L, "min=") || !integer(L, &m) || m < 0)
+    return perr(L, "hint=<h> min=<m>");
+  if (!ir_sym_new(ir, h)) return GRACE_ENOMEM;
+  ir->syms[k - 1].min = m;
+  if (accept(L, "same=s")) {
+    if (!integer(L, &j) || j < 1 || j >= k) return perr(L, "same=s<j> (an earlier symbol)");
+    ir->syms[k - 1].same = (int32_t)j;
+  }
+  if (accept(L, "pinned")) ir->syms[k - 1].pinned = 1;
+  return GRACE_OK;
+}
+
 /* `func @name { ... }` at L into a new IR (its regions' sub-programs parsed recursively). */
 static grace_status parse_func(lexer *Lp, grace_ir **out) {
   lexer L = *Lp;
@@ -390,6 +433,10 @@ static grace_status parse_func(lexer *Lp, grace_ir **out) {
         grace_ir_set_location(ir, loc);
       } else grace_ir_set_location(ir, NULL);
       if ((st = ir_add_break(ir)) != GRACE_OK) break;
+      continue;
+    }
+    if (accept(&L, "sym")) {
+      if ((st = parse_sym(&L)) != GRACE_OK) break;
       continue;
     }
     if (accept(&L, "write")) {

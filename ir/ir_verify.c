@@ -1,8 +1,9 @@
 /* ir_verify.c: the IR verifier, run after every pass in tests: SSA order, arity, input numbering,
- * outputs, and that every result's type is the one type inference gives for its op and inputs. */
+ * outputs, symbols in range, and that every result's type is the one type inference gives for its op and inputs. */
 #include <stdio.h>
 #include <string.h>
 #include "ir/ir.h"
+#include "ir/ir_sym.h"
 #include "base/base.h"
 
 grace_status grace_ir_verify(grace_ir *ir) {
@@ -14,6 +15,38 @@ grace_status grace_ir_verify(grace_ir *ir) {
     if ((unsigned)t->dtype >= GRACE_NDTYPES) return grace_set_error(vm, GRACE_EARG, "verify: %%%d has an invalid dtype", v);
     grace_status st = vm_check_shape(vm, "verify", t->ndim, t->sizes);
     if (st != GRACE_OK) return st;
+    int input = ir->vals[v].inst >= 0 && ir->vals[v].inst < ir->ninst && ir->insts[ir->vals[v].inst].op == IR_OP_INPUT;
+    for (int d = 0; d < t->ndim; d++) {
+      int32_t k = t->sym[d];
+      if (k < 0 || k > ir->nsyms || (k && input && ir->syms[k - 1].base))
+        return grace_set_error(vm, GRACE_EARG, "verify: %%%d has symbol s%d in dim %d, which is not a %s symbol of the "
+                               "program (it has %d)", v, (int)k, d, input ? "free" : "declared", ir->nsyms);
+    }
+  }
+  for (int32_t k = 1; k <= ir->nsyms; k++) {
+    const ir_sym *s = &ir->syms[k - 1];
+    if (s->base < 0 || s->base >= k || s->same < 0 || s->same >= k || (s->base && s->mul < 1))
+      return grace_set_error(vm, GRACE_EARG, "verify: symbol s%d refers to a later symbol or has a bad factor", (int)k);
+  }
+  if (ir->nsyms) {   /* every size a symbol stands for comes from an input's size */
+    size_t bbytes = (size_t)ir->nsyms + 1;
+    unsigned char *bound = vm_alloc(vm, bbytes);
+    if (!bound) return grace_set_error(vm, GRACE_ENOMEM, "verify: out of host memory");
+    memset(bound, 0, bbytes);
+    for (int v = 0; v < ir->nval; v++)
+      if (ir->vals[v].inst >= 0 && ir->vals[v].inst < ir->ninst && ir->insts[ir->vals[v].inst].op == IR_OP_INPUT)
+        for (int d = 0; d < ir->vals[v].type.ndim; d++)
+          if (ir->vals[v].type.sym[d]) bound[ir_sym_root(ir, ir->vals[v].type.sym[d])] = 1;
+    for (int v = 0; v < ir->nval; v++)
+      for (int d = 0; d < ir->vals[v].type.ndim; d++) {
+        int32_t k = ir->vals[v].type.sym[d];
+        if (k && !bound[ir_sym_root(ir, k)]) {
+          vm_free(vm, bound, bbytes);
+          return grace_set_error(vm, GRACE_EARG, "verify: %%%d dim %d has symbol s%d, which no input's size gives", v, d,
+                                 (int)k);
+        }
+      }
+    vm_free(vm, bound, bbytes);
   }
   for (int i = 0; i < ir->ninst; i++) {
     const ir_inst *k = &ir->insts[i];

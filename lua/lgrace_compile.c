@@ -761,6 +761,15 @@ static int compiled_stats(lua_State *L) {
   lua_newtable(L);
   for (int i = 0, k = 1; i < MAXARGS; i++) if (s.dynamic[i]) { lua_pushinteger(L, i + 1); lua_rawseti(L, -2, k++); }
   lua_setfield(L, -2, "dynamic_args");
+  lua_newtable(L);   /* {[arg] = {dims...}}: the sizes traced symbolic */
+  for (int i = 0; i < MAXARGS; i++) {
+    if (!s.dynamic_dims[i]) continue;
+    lua_newtable(L);
+    for (int d = 0, k = 1; d < 32; d++) if (s.dynamic_dims[i] >> d & 1u) { lua_pushinteger(L, d + 1); lua_rawseti(L, -2, k++); }
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "dynamic_dims");
+  lua_pushinteger(L, s.symbolic_entries); lua_setfield(L, -2, "symbolic_entries");
   lua_pushinteger(L, s.entries); lua_setfield(L, -2, "entries");
   lua_pushinteger(L, s.partitions); lua_setfield(L, -2, "partitions");
   lua_pushinteger(L, s.partition_runs); lua_setfield(L, -2, "partition_runs");
@@ -817,30 +826,76 @@ static void wrap_callable(lua_State *L, int idx, const char *op) {
   lua_replace(L, idx);
 }
 
+/* The argument position of parameter `name` of the function at fidx (0: none). */
+static int param_position(lua_State *L, int fidx, const char *name) {
+  if (!lua_isfunction(L, fidx) || lua_iscfunction(L, fidx)) return 0;
+  for (int i = 1; i <= MAXARGS; i++) {
+    lua_pushvalue(L, fidx);
+    const char *p = lua_getlocal(L, NULL, i);   /* pushes nothing, leaves the function */
+    lua_pop(L, 1);
+    if (!p) return 0;
+    if (!strcmp(p, name)) return i;
+  }
+  return 0;
+}
+
+/* opts.dynamic as a table (at idx): a number names an argument whose number may become a dynamic scalar ({2, 3});
+ * a list under a key names the dims (1-based) of that argument made symbolic from the first trace, the key an
+ * argument position or a parameter's name ({x = {1}}, {[2] = {1, 2}}). */
+static void dynamic_option(lua_State *L, int idx, grace_fn_options *o, int *allow) {
+  unsigned char listed[MAXARGS] = {0};
+  int numbers = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_isinteger(L, -1)) {
+      lua_Integer a = lua_tointeger(L, -1);
+      numbers++;
+      if (a >= 1 && a <= MAXARGS && !listed[a - 1]) { listed[a - 1] = 1; allow[o->nallow++] = (int)a - 1; }
+    } else if (lua_istable(L, -1)) {
+      int pos = lua_isinteger(L, -2) ? (int)lua_tointeger(L, -2)
+              : lua_type(L, -2) == LUA_TSTRING ? param_position(L, 1, lua_tostring(L, -2)) : 0;
+      if (pos < 1 || pos > MAXARGS) {
+        if (lua_type(L, -2) == LUA_TSTRING)
+          luaL_error(L, "compile: opts.dynamic names '%s', which is not a parameter of the function", lua_tostring(L, -2));
+        luaL_error(L, "compile: opts.dynamic has dims for argument %d; arguments are 1 to %d", pos, MAXARGS);
+      }
+      lua_Integer n = luaL_len(L, -1);
+      for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, -1, i);
+        lua_Integer d = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+        if (d < 1 || d > GRACE_MAX_DIMS)
+          luaL_error(L, "compile: opts.dynamic: a dim of argument %d must be an integer from 1 to %d", pos, GRACE_MAX_DIMS);
+        o->dynamic_dims[pos - 1] |= 1u << (d - 1);
+        lua_pop(L, 1);
+      }
+    } else
+      luaL_error(L, "compile: opts.dynamic lists argument positions (numbers) and dims (tables), got a %s",
+                 luaL_typename(L, -1));
+    lua_pop(L, 1);
+  }
+  if (numbers) {
+    o->dynamic = 1;
+    o->allow = allow;
+    if (!o->nallow) allow[o->nallow++] = -1;   /* a list of no valid position: nothing may be promoted */
+  }
+}
+
 static int l_compile(lua_State *L) {
   lua_settop(L, 2);
   wrap_callable(L, 1, "compile");
-  grace_fn_options o = {.cache_limit = 8, .dynamic = 0};   /* dynamic is opt-in: Lua may branch on a number */
+  /* numbers are opt-in (Lua may branch on a number); sizes are automatic (a size read on the host specialises) */
+  grace_fn_options o = {.cache_limit = 8, .dynamic = 0, .dynamic_shapes = 1};
   int allow[MAXARGS];
   char name[96] = "", irname[64] = "";
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "cache_limit");
     if (!lua_isnil(L, -1)) o.cache_limit = (int)luaL_checkinteger(L, -1);
     lua_getfield(L, 2, "dynamic");
-    if (lua_isboolean(L, -1)) o.dynamic = lua_toboolean(L, -1);
-    else if (lua_istable(L, -1)) {   /* a list of the argument positions that may become dynamic */
-      o.dynamic = 1;
-      o.allow = allow;
-      unsigned char listed[MAXARGS] = {0};
-      lua_Integer n = luaL_len(L, -1);
-      for (lua_Integer i = 1; i <= n; i++) {
-        lua_geti(L, -1, i);
-        lua_Integer a = luaL_checkinteger(L, -1);
-        if (a >= 1 && a <= MAXARGS && !listed[a - 1]) { listed[a - 1] = 1; allow[o.nallow++] = (int)a - 1; }
-        lua_pop(L, 1);
-      }
-      if (n > 0 && !o.nallow) allow[o.nallow++] = -1;   /* a list of no valid position: nothing may be promoted */
-    }
+    if (lua_isboolean(L, -1)) {
+      o.dynamic = lua_toboolean(L, -1);
+      o.dynamic_shapes = o.dynamic;   /* false: numbers and sizes are guarded by value */
+    } else if (lua_istable(L, -1)) dynamic_option(L, lua_gettop(L), &o, allow);
+    else if (!lua_isnil(L, -1)) return luaL_error(L, "compile: opts.dynamic must be a boolean or a table, got %s", luaL_typename(L, -1));
     lua_getfield(L, 2, "name");
     if (lua_isstring(L, -1)) {
       snprintf(name, sizeof name, "%s", lua_tostring(L, -1));

@@ -270,6 +270,7 @@ static int like(lua_State *L, int which) {
   grace_tensor *x = lg_check(L, c, 1, name);
   grace_attrs a = {0};
   a.nshape = grace_tensor_ndim(x);
+  grace_trace_size_read(c->vm, x, -1);   /* the new tensor's shape is made of x's sizes, not computed from x */
   memcpy(a.shape, grace_tensor_sizes(x), (size_t)a.nshape * sizeof(int64_t));
   a.dtype = grace_tensor_dtype(x);
   a.device = grace_tensor_device(x);

@@ -42,6 +42,7 @@ static int64_t key_pos(lua_State *L, lg_ctx *c, int64_t i, int d, int64_t n, gra
 /* {first, last}, inclusive, 1-based, negatives from the end (-1 is the last); {i, i - 1} is empty. */
 static void key_range(lua_State *L, lg_ctx *c, int idx, int d, grace_tensor *x, part *p) {
   int64_t n = grace_tensor_sizes(x)[d];
+  grace_trace_size_read(c->vm, x, d);   /* the bounds are resolved against the size: a trace keeps it */
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
   if (len == 0) { p->kind = K_ALL; return; }
   if (len > 2) lg_errorf(L, c, "index: a range is {first, last}, got a table of %lld entries for dim %d", (long long)len, d + 1);
@@ -78,6 +79,7 @@ static void parse_key(lua_State *L, lg_ctx *c, int idx, grace_tensor *x, key *k)
       if (lua_type(L, -1) == LUA_TNUMBER) {
         if (k->ndims >= nd) lg_errorf(L, c, "index: too many indices for a tensor of %d dims (shape %s)", nd, LG_SHAPE(x));
         p->kind = K_INT;
+        grace_trace_size_read(c->vm, x, k->ndims);   /* a negative index is resolved against the size */
         p->a = key_pos(L, c, key_int(L, c, -1), k->ndims, grace_tensor_sizes(x)[k->ndims], x);
       } else if (lua_type(L, -1) == LUA_TTABLE) {
         if (k->ndims >= nd) lg_errorf(L, c, "index: too many indices for a tensor of %d dims (shape %s)", nd, LG_SHAPE(x));

@@ -56,9 +56,13 @@ static int fact_dims(lua_State *L, const char *op, int strides) {
   grace_tensor *x = lg_check(L, c, 1, op);
   const int64_t *v = strides ? grace_tensor_strides(x) : grace_tensor_sizes(x);
   int nd = grace_tensor_ndim(x);
-  if (lua_isnoneornil(L, 2)) return lg_done(c, lg_push_size(L, nd, v));
+  if (lua_isnoneornil(L, 2)) {
+    grace_trace_size_read(c->vm, x, -1);
+    return lg_done(c, lg_push_size(L, nd, v));
+  }
   if (nd == 0) return lg_errorf(L, c, "%s: a 0-d tensor has no dims", op);
   int d = lg_norm_dim(L, c, lg_dim(L, c, 2, op), nd, op);
+  grace_trace_size_read(c->vm, x, strides ? -1 : d);   /* a stride is made of the sizes after it */
   lua_pushinteger(L, (lua_Integer)v[d]);
   return lg_done(c, 1);
 }
@@ -73,7 +77,9 @@ static int m_dim(lua_State *L) {
 
 static int m_numel(lua_State *L) {
   lg_ctx *c = lg_begin(L);
-  lua_pushinteger(L, (lua_Integer)grace_tensor_numel(lg_check(L, c, 1, "numel")));
+  grace_tensor *x = lg_check(L, c, 1, "numel");
+  grace_trace_size_read(c->vm, x, -1);
+  lua_pushinteger(L, (lua_Integer)grace_tensor_numel(x));
   return lg_done(c, 1);
 }
 
@@ -542,6 +548,7 @@ static int m_attention(lua_State *L) {
   }
   if (!scale) {
     int64_t d = grace_tensor_ndim(q) ? grace_tensor_sizes(q)[grace_tensor_ndim(q) - 1] : 1;
+    grace_trace_size_read(c->vm, q, grace_tensor_ndim(q) - 1);   /* the scale is a number made from it */
     lua_pushnumber(L, 1.0 / sqrt((double)(d > 0 ? d : 1)));
     scale = lg_operand(L, c, lua_gettop(L), "attention");
   }

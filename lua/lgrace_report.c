@@ -1,15 +1,19 @@
 /* lgrace_report.c: grace.report(f) and f:report(): how each device program of a compiled function runs (the
  * launch strategy chosen and what each measured, kernels, bytes copied per call, graph memory), read from the
- * core's grace_ir_graph_info of each entry and replay path (gpu/gpu_graph.c). */
+ * core's grace_ir_graph_info of each entry and replay path (gpu/gpu_graph.c), and of each size a program with
+ * symbolic sizes keeps a specialised copy for (grace_ir_specialization, gpu/gpu_exec.c). */
 #include <stdio.h>
+#include <string.h>
 #include "lua/lgrace_tensor.h"
 
 static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection"};
 
 /* Pushes one program's launch figures as a table. */
-static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, int partition) {
+static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, int partition,
+                            const char *sizes) {
   lua_createtable(L, 0, 16);
   lua_pushinteger(L, entry); lua_setfield(L, -2, "entry");
+  if (sizes[0]) { lua_pushstring(L, sizes); lua_setfield(L, -2, "sizes"); }
   if (path) { lua_pushinteger(L, path); lua_setfield(L, -2, "path"); }
   if (partition) { lua_pushinteger(L, partition); lua_setfield(L, -2, "partition"); }
   lua_pushboolean(L, gi->managed); lua_setfield(L, -2, "on_device");
@@ -46,10 +50,13 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
 typedef struct program_info {
   grace_graph_info gi;
   int entry, path, partition;
+  char sizes[96];                 /* a copy specialised to these sizes of a program with symbolic sizes ("": none) */
 } program_info;
 
+enum { MAX_SPECIALIZATIONS = 16 };   /* read per program (the device keeps fewer) */
+
 /* The device programs of the compiled function at index 1 (entries, paths of functions with breaks and their
- * partitions compiled into programs), in a
+ * partitions compiled into programs, copies specialised per size), in a
  * userdata pushed on the stack (collected with it); *n of them. */
 static program_info *collect_programs(lua_State *L, int *n) {
   grace_fn *fn = lg_compiled_fn(L, 1, NULL);
@@ -58,7 +65,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
   for (int k = 0; k < ne; k++) {
     int np;
     grace_fn_entry_ir(fn, k, NULL, NULL, &np);
-    cap += 1 + np;
+    cap += (1 + np) * (1 + MAX_SPECIALIZATIONS);
     for (int j = 0; grace_fn_entry_partition(fn, k, j, NULL, NULL); j++) cap++;
   }
   program_info *p = lua_newuserdatauv(L, sizeof *p * (size_t)(cap ? cap : 1), 0);
@@ -69,16 +76,22 @@ static program_info *collect_programs(lua_State *L, int *n) {
     for (int j = -1; j < np; j++) {
       grace_ir *ir = j < 0 ? ir0 : paths[j];
       if (!ir) continue;
-      grace_ir_graph_info(ir, &p[*n].gi);
-      if (!p[*n].gi.managed) continue;
-      p[*n].entry = k + 1;
-      p[*n].partition = 0;
-      p[(*n)++].path = j + 1;
+      for (int s = -1; s < MAX_SPECIALIZATIONS; s++) {   /* the program, then its copies per size */
+        grace_ir *run = ir;
+        p[*n].sizes[0] = 0;
+        if (s >= 0 && !(run = grace_ir_specialization(ir, s, p[*n].sizes, sizeof p[*n].sizes))) break;
+        grace_ir_graph_info(run, &p[*n].gi);
+        if (!p[*n].gi.managed) continue;
+        p[*n].entry = k + 1;
+        p[*n].partition = 0;
+        p[(*n)++].path = j + 1;
+      }
     }
     int path, index;
     grace_ir *part;
     for (int j = 0; (part = grace_fn_entry_partition(fn, k, j, &path, &index)); j++) {
       grace_ir_graph_info(part, &p[*n].gi);
+      p[*n].sizes[0] = 0;
       if (!p[*n].gi.managed) continue;
       p[*n].entry = k + 1;
       p[*n].path = path + 1;
@@ -92,7 +105,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
 static void push_programs(lua_State *L, const program_info *p, int n) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
-    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path, p[i].partition);
+    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path, p[i].partition, p[i].sizes);
     lua_rawseti(L, -2, i + 1);
   }
 }
@@ -130,9 +143,10 @@ int lg_report(lua_State *L) {
   }
   for (int i = 0; i < n; i++) {
     const grace_graph_info *gi = &p[i].gi;
-    char path[64] = "";
+    char path[160] = "";
     if (p[i].partition) snprintf(path, sizeof path, " path %d partition %d", p[i].path, p[i].partition);
     else if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
+    if (p[i].sizes[0]) snprintf(path + strlen(path), sizeof path - strlen(path), " at %s", p[i].sizes);
     const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";
     snprintf(line, sizeof line, "  program %d%s: %s%s after %ld calls; %d kernels per graph, %zu bytes copied per call, "
              "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy,

@@ -150,6 +150,7 @@ static int m_split(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "split");
   int d = split_dim(L, c, x, 3, "split");
+  grace_trace_size_read(c->vm, x, d);   /* the pieces are computed from the size */
   int64_t total = grace_tensor_sizes(x)[d], n, *len;
   if (lua_type(L, 2) == LUA_TTABLE) {
     n = (int64_t)luaL_len(L, 2);
@@ -187,6 +188,7 @@ static int m_chunk(lua_State *L) {
   int64_t k = lg_int(L, c, 2, "chunk", "the number of chunks");
   if (k <= 0) return lg_errorf(L, c, "chunk: the number of chunks must be positive, got %lld", (long long)k);
   int d = split_dim(L, c, x, 3, "chunk");
+  grace_trace_size_read(c->vm, x, d);   /* the pieces are computed from the size */
   /* ceilings without total + k - 1 overflowing; size is 0 only when total is */
   int64_t total = grace_tensor_sizes(x)[d], size = total / k + (total % k != 0);
   int64_t n = total == 0 ? 1 : total / size + (total % size != 0);
@@ -232,6 +234,7 @@ static int m_scatter(lua_State *L) {
     }
     grace_attrs e = {0};
     e.nshape = grace_tensor_ndim(in[1]);
+    grace_trace_size_read(c->vm, in[1], -1);   /* the number is expanded to these sizes */
     memcpy(e.shape, grace_tensor_sizes(in[1]), (size_t)e.nshape * sizeof(int64_t));
     in[2] = lg_run_tmp(L, c, GRACE_OP_EXPAND, 1, &in[2], &e);
   }

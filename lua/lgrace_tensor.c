@@ -475,7 +475,10 @@ static int t_index(lua_State *L) {
     if (!field) return lg_grad_field(L, c, x, k) ? 1 : lg_done(c, 1);   /* autograd's fields, else nil */
     if (field == 1) lua_pushstring(L, grace_dtype_name(grace_tensor_dtype(x)));
     else if (field == 2) lua_pushstring(L, grace_device_name(grace_tensor_device(x)));
-    else lg_push_size(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
+    else {
+      grace_trace_size_read(c->vm, x, -1);
+      lg_push_size(L, grace_tensor_ndim(x), grace_tensor_sizes(x));
+    }
     return lg_done(c, 1);
   }
   if (kt == LUA_TTABLE || lg_is_tensor(L, 2)) return lg_index_get(L);   /* x[{...}], x[mask], x[idx] */
@@ -526,6 +529,7 @@ static int t_len(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "len");
   if (grace_tensor_ndim(x) == 0) return lg_errorf(L, c, "len: a 0-d tensor has no length (use x:item())");
+  grace_trace_size_read(c->vm, x, 0);
   lua_pushinteger(L, (lua_Integer)grace_tensor_sizes(x)[0]);
   return lg_done(c, 1);
 }

@@ -9,11 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include "vm/vm_fn.h"
+#include "ir/ir.h"
+#include "ir/ir_sym.h"
 #include "vm/vm_trace.h"
 
 /* ---- guards on arguments ---- */
 static void tensor_guard(fn_guard *g, const grace_tensor *t) {
   g->kind = FG_TENSOR;
+  memset(g->sym, 0, sizeof g->sym);
   g->dt = grace_tensor_dtype(t);
   g->dev = grace_tensor_device(t);
   g->ndim = grace_tensor_ndim(t);
@@ -22,18 +25,30 @@ static void tensor_guard(fn_guard *g, const grace_tensor *t) {
   memcpy(g->strides, grace_tensor_strides(t), sizeof(int64_t) * (size_t)g->ndim);
 }
 
-/* Two tensor guards accept the same tensors: dtype, device, sizes, contiguity, and strides when strided. */
+/* Two tensor guards accept the same tensors: dtype, device, sizes (symbolic ones aside), contiguity, and strides
+ * when strided. */
 static int same_tensor_guard(const fn_guard *a, const fn_guard *b) {
-  return a->dt == b->dt && a->dev == b->dev && a->ndim == b->ndim && a->contiguous == b->contiguous &&
-         !memcmp(a->sizes, b->sizes, sizeof(int64_t) * (size_t)a->ndim) &&
-         (a->contiguous || !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim));
+  if (a->dt != b->dt || a->dev != b->dev || a->ndim != b->ndim || a->contiguous != b->contiguous ||
+      memcmp(a->sym, b->sym, sizeof(int32_t) * (size_t)a->ndim))
+    return 0;
+  for (int d = 0; d < a->ndim; d++) if (!a->sym[d] && a->sizes[d] != b->sizes[d]) return 0;
+  return a->contiguous || !memcmp(a->strides, b->strides, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* Guard g takes tensor t as far as its own facts go (symbolic sizes are the entry's to check: sym_miss). */
+static int tensor_passes(const fn_guard *g, const grace_tensor *t) {
+  fn_guard now;
+  tensor_guard(&now, t);
+  memcpy(now.sym, g->sym, sizeof now.sym);
+  return same_tensor_guard(g, &now);
 }
 
 const char *fn_tensor_desc(const fn_guard *g, char *buf, size_t n) {
   char s[160];
   size_t k = (size_t)snprintf(s, sizeof s, "[");
   for (int d = 0; d < g->ndim && k < sizeof s; d++)
-    k += (size_t)snprintf(s + k, sizeof s - k, d ? ", %lld" : "%lld", (long long)g->sizes[d]);
+    k += g->sym[d] ? (size_t)snprintf(s + k, sizeof s - k, d ? ", s%d" : "s%d", (int)g->sym[d])
+                   : (size_t)snprintf(s + k, sizeof s - k, d ? ", %lld" : "%lld", (long long)g->sizes[d]);
   if (k < sizeof s) snprintf(s + k, sizeof s - k, "]");
   snprintf(buf, n, "%s %s%s", grace_dtype_name(g->dt), s, g->contiguous ? "" : " (strided)");
   return buf;
@@ -64,9 +79,9 @@ static const char *arg_miss(grace_fn *fn, const fn_guard *g, const grace_arg *a,
                ? NULL : "a different value (strings by value, tables and functions by identity)";
   case FG_TENSOR: {
     if (a->kind != GRACE_ARG_TENSOR || !a->t) return "not a tensor";
+    if (tensor_passes(g, a->t)) return NULL;
     fn_guard now;
     tensor_guard(&now, a->t);
-    if (same_tensor_guard(g, &now)) return NULL;
     char want[200], got[200];
     snprintf(buf, n, "tensor %s, traced with %s", fn_tensor_desc(&now, got, sizeof got), fn_tensor_desc(g, want, sizeof want));
     return buf;
@@ -107,6 +122,38 @@ static const char *alias_miss(const fn_entry *e, int nargs, const grace_arg *arg
   return NULL;
 }
 
+/* Why the symbolic sizes of the call's tensors break the bounds or relations of e's program (NULL: they do not). */
+static const char *sym_miss(grace_fn *fn, const fn_entry *e, int nargs, const grace_arg *args, char *buf, size_t n) {
+  const grace_ir *ir = e->ir;
+  if (!ir || !ir->nsyms) return NULL;
+  int64_t small[64], *vals = small;   /* per free symbol: the size this call gives it */
+  size_t bytes = sizeof *vals * (size_t)(ir->nsyms + 1);
+  if (ir->nsyms >= 64 && !(vals = grace_realloc(fn->vm, NULL, 0, bytes))) return "out of host memory checking sizes";
+  memset(vals, 0, bytes);
+  const char *miss = NULL;
+  for (int i = 0; i < nargs && !miss; i++) {
+    const fn_guard *g = &e->args[i];
+    if (g->kind != FG_TENSOR) continue;
+    const int64_t *sz = grace_tensor_sizes(args[i].t);
+    for (int d = 0; d < g->ndim; d++) {
+      if (!g->sym[d]) continue;
+      int32_t r = ir_sym_root(ir, g->sym[d]);
+      const ir_sym *s = &ir->syms[r - 1];
+      if (sz[d] < s->min || (vals[r] && vals[r] != sz[d])) {
+        char rel[96];
+        if (sz[d] < s->min) ir_sym_str(ir, r, rel, sizeof rel);
+        else snprintf(rel, sizeof rel, "sizes equal to s%d, which is %lld here", (int)r, (long long)vals[r]);
+        snprintf(buf, n, "argument %d dim %d has size %lld, the program needs %s", i + 1, d + 1, (long long)sz[d], rel);
+        miss = buf;
+        break;
+      }
+      vals[r] = sz[d];
+    }
+  }
+  if (vals != small) grace_realloc(fn->vm, vals, bytes, 0);
+  return miss;
+}
+
 /* Why entry e does not take this call (NULL: it does); an argument's miss is also noted in fn->last_miss. */
 static const char *entry_miss(grace_fn *fn, const fn_entry *e, int nargs, const grace_arg *args, char *buf, size_t n) {
   const char *miss = e->nargs == nargs ? NULL : "number of arguments changed";
@@ -114,6 +161,7 @@ static const char *entry_miss(grace_fn *fn, const fn_entry *e, int nargs, const 
     miss = arg_miss(fn, &e->args[i], &args[i], buf, n);
     if (miss) snprintf(fn->last_miss, sizeof fn->last_miss, "argument %d: %.370s", i + 1, miss);
   }
+  if (!miss && (miss = sym_miss(fn, e, nargs, args, buf, n))) snprintf(fn->last_miss, sizeof fn->last_miss, "%.390s", miss);
   if (!miss) miss = alias_miss(e, nargs, args);
   if (!miss && e->guard && fn->host.guard_check && !fn->host.guard_check(fn->ud, e->guard, nargs, args, buf, n))
     miss = buf[0] ? buf : "a value the host guards changed";
@@ -149,7 +197,7 @@ void fn_entry_free(grace_fn *fn, fn_entry *e) {
 
 /* ---- tracing ---- */
 /* The guards of the arguments into e, and their trace inputs; a tensor the trace refuses makes the entry eager. */
-static void trace_args(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args) {
+static void trace_args(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, const unsigned *symdims) {
   for (int i = 0; i < nargs; i++) {
     const grace_arg *a = &args[i];
     fn_guard *g = &e->args[i];
@@ -162,8 +210,15 @@ static void trace_args(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *ar
     case GRACE_ARG_TENSOR: {
       grace_value v;
       tensor_guard(g, a->t);
-      if (grace_trace_input(fn->vm, a->t, &v) != GRACE_OK && !e->why[0])
-        snprintf(e->why, sizeof e->why, "argument %d: %.900s", i + 1, grace_last_error(fn->vm));
+      if (grace_trace_input(fn->vm, a->t, &v) != GRACE_OK) {
+        if (!e->why[0]) snprintf(e->why, sizeof e->why, "argument %d: %.900s", i + 1, grace_last_error(fn->vm));
+      } else
+        for (int d = 0; symdims && d < g->ndim; d++) {   /* a size that changes: a symbol of the program */
+          if (!(symdims[i] >> d & 1u) || g->sizes[d] < 2) continue;
+          int32_t k = ir_sym_new(e->ir, g->sizes[d]);
+          if (!k) break;
+          e->ir->vals[v].type.sym[d] = g->sym[d] = k;
+        }
       e->input_arg[e->ninput++] = i;
       break;
     }
@@ -251,9 +306,44 @@ static void host_abort(grace_fn *fn) {
   release_handle(fn, g);
 }
 
+/* After the passes: what the program kept symbolic stays so in the guards; a size it had to specialise (the host read
+ * it, an op needs exactly it) is guarded by value, and not tried symbolic again. A program with recorded paths or
+ * regions runs at its traced sizes for now. */
+static void settle_guards(grace_fn *fn, fn_entry *e) {
+  grace_ir *ir = e->ir;
+  if (ir && ir_has_region(ir)) ir_sym_pin_all(ir, "cond and while_loop run at traced sizes");
+  for (int k = 0; k < e->ntree; k++) ir_sym_pin_all(e->tree[k], "a function with graph breaks runs at traced sizes");
+  for (int i = 0; i < e->nargs; i++) {
+    fn_guard *g = &e->args[i];
+    if (g->kind != FG_TENSOR) continue;
+    for (int d = 0; d < g->ndim; d++) {
+      if (!g->sym[d]) continue;
+      int32_t r = ir ? ir_sym_root(ir, g->sym[d]) : 0;
+      if (r && !ir->syms[r - 1].pinned) continue;
+      g->sym[d] = 0;
+      if (ir || e->ntree) fn->pinned_dims[i] |= 1u << d;   /* (an entry that runs eagerly proved nothing) */
+    }
+  }
+}
+
+int fn_symbolic_dims(const grace_fn *fn, int nargs, const grace_arg *args, unsigned *out) {
+  int any = 0;
+  for (int i = 0; i < nargs && i < FN_MAXARGS; i++) {
+    out[i] = 0;
+    const grace_tensor *t = args[i].kind == GRACE_ARG_TENSOR ? args[i].t : NULL;
+    if (!t) continue;
+    for (int d = 0; d < grace_tensor_ndim(t) && d < 32; d++)
+      if ((fn->sym_dims[i] >> d & 1u) && !(fn->pinned_dims[i] >> d & 1u) && grace_tensor_sizes(t)[d] >= 2) out[i] |= 1u << d;
+    any |= out[i] != 0;
+  }
+  return any;
+}
+
 grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres,
                       fn_entry **out) {
   grace_vm *vm = fn->vm;
+  unsigned symdims[FN_MAXARGS];
+  int symbolic = fn_symbolic_dims(fn, nargs, args, symdims);
   *out = NULL;
   *nres = 0;
   fn_entry *e = grace_realloc(vm, NULL, 0, sizeof *e);
@@ -266,7 +356,7 @@ grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres,
   else st = grace_trace_begin(vm, e->ir, fn->host.where, fn->ud);
   if (st != GRACE_OK) { fn_entry_free(fn, e); return st; }
   if (fn->host.trace_begin) fn->host.trace_begin(fn->ud);
-  trace_args(fn, e, nargs, args);
+  trace_args(fn, e, nargs, args, symbolic ? symdims : NULL);
   int n = 0;
   st = fn->host.call(fn->ud, nargs, args, &n, res, maxres);
   if (st != GRACE_OK) {
@@ -299,6 +389,7 @@ grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres,
     if (!e->why[0] && why[0]) snprintf(e->why, sizeof e->why, "%s", why);
   }
   finish_program(fn, e);
+  settle_guards(fn, e);
   *nres = n;
   *out = e;
   return GRACE_OK;
@@ -529,6 +620,8 @@ grace_status grace_fn_new(grace_vm *vm, const char *name, const grace_host *host
   fn->ud = ud;
   fn->cache_limit = opts->cache_limit;
   fn->dynamic = opts->dynamic;
+  fn->static_shapes = !opts->dynamic_shapes;
+  memcpy(fn->sym_dims, opts->dynamic_dims, sizeof fn->sym_dims);
   for (int k = 0; k < opts->nallow; k++) {
     if (opts->allow[k] >= 0 && opts->allow[k] < FN_MAXARGS) fn->allow_arg[opts->allow[k]] = 1;
     fn->allow_listed = 1;
@@ -566,6 +659,29 @@ static grace_status add_entry(grace_fn *fn, fn_entry *e) {
   return GRACE_OK;
 }
 
+/* Where entry e missed the call only on tensor sizes (every other guard passes), the dims whose size changed become
+ * symbolic for the next traces (as a dynamic scalar is made where only a number changed). */
+static void size_miss(grace_fn *fn, const fn_entry *e, int nargs, const grace_arg *args) {
+  if (e->nargs != nargs || (!e->ir && !e->ntree)) return;
+  unsigned changed[FN_MAXARGS] = {0};
+  char buf[400];
+  for (int i = 0; i < nargs; i++) {
+    const fn_guard *g = &e->args[i];
+    const grace_tensor *t = args[i].kind == GRACE_ARG_TENSOR ? args[i].t : NULL;
+    if (g->kind != FG_TENSOR || !t) {
+      if (arg_miss(fn, g, &args[i], buf, sizeof buf)) return;
+      continue;
+    }
+    if (g->dt != grace_tensor_dtype(t) || g->dev != grace_tensor_device(t) || g->ndim != grace_tensor_ndim(t) ||
+        !g->contiguous || !grace_tensor_is_contiguous(t))
+      return;
+    for (int d = 0; d < g->ndim && d < 32; d++)
+      if (!g->sym[d] && g->sizes[d] != grace_tensor_sizes(t)[d]) changed[i] |= 1u << d;
+  }
+  if (alias_miss(e, nargs, args)) return;
+  for (int i = 0; i < nargs; i++) fn->sym_dims[i] |= changed[i];
+}
+
 /* A miss on every entry: a new trace, or eagerly for good past the cache limit. */
 static grace_status call_miss(grace_fn *fn, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
   if (fn->nentries >= fn->cache_limit) {
@@ -576,6 +692,7 @@ static grace_status call_miss(grace_fn *fn, int nargs, const grace_arg *args, in
     fn->eager_forever = 1;
     return call_eager(fn, nargs, args, nres, res, maxres);
   }
+  for (int k = 0; k < fn->nentries && !fn->static_shapes; k++) size_miss(fn, fn->entries[k], nargs, args);
   fn->traces++;
   fn_entry *e = NULL;
   grace_status st = fn_trace(fn, nargs, args, nres, res, maxres, &e);
@@ -650,6 +767,14 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
   out->last_miss = fn->last_miss;
   out->eager_reason = fn->eager_reason;
   memcpy(out->dynamic, fn->dynamic_arg, sizeof out->dynamic);
+  for (int k = 0; k < fn->nentries; k++) {
+    const fn_entry *e = fn->entries[k];
+    int sym = 0;
+    for (int i = 0; i < e->nargs; i++)
+      for (int d = 0; e->args[i].kind == FG_TENSOR && d < e->args[i].ndim && d < 32; d++)
+        if (e->args[i].sym[d]) { out->dynamic_dims[i] |= 1u << d; sym = 1; }
+    out->symbolic_entries += sym;
+  }
 }
 
 int grace_fn_entry_count(const grace_fn *fn) { return fn ? fn->nentries : 0; }

@@ -26,6 +26,7 @@ typedef struct fn_guard {
   double f;
   uint64_t host;                        /* FG_HOST: a kept handle */
   int scalar_int;                       /* FG_SCALAR: the number's subtype */
+  int32_t sym[GRACE_MAX_DIMS];          /* FG_TENSOR: the program's symbol for each dim's size (0: guarded by value) */
 } fn_guard;
 
 /* An entry runs in one of three ways: ir (the whole function as one program; the host function does not run),
@@ -60,6 +61,9 @@ struct grace_fn {
   unsigned char allow_arg[FN_MAXARGS];  /* with allow_listed: only these may be promoted */
   int allow_listed;
   unsigned char dynamic_arg[FN_MAXARGS];
+  int static_shapes;                    /* sizes never become symbolic */
+  unsigned sym_dims[FN_MAXARGS];        /* dims traced symbolic: asked for up front, or whose size changed */
+  unsigned pinned_dims[FN_MAXARGS];     /* dims a trace had to specialise: not made symbolic again */
   int eager_forever, warned;
   long calls, hits, traces, eager_calls, recaptures, replays;
   char name[96];
@@ -74,6 +78,9 @@ struct grace_fn {
  * grace_fn_call (at most maxres written, *nres the count); on failure nothing is left to release. */
 grace_status fn_trace(grace_fn *fn, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres,
                       fn_entry **out);
+/* The dims the next trace makes symbolic, bit d of out[i] for dim d of argument i (none of size 0 or 1); whether
+ * there is any. */
+int fn_symbolic_dims(const grace_fn *fn, int nargs, const grace_arg *args, unsigned *out);
 void fn_entry_free(grace_fn *fn, fn_entry *e);
 void fn_release_results(grace_fn *fn, int nres, grace_arg *res);
 /* "float32 [2, 3]" (and " (strided)") */

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "vm/vm_fn.h"
 #include "ir/ir.h"
+#include "ir/ir_sym.h"
 
 static const char *const log_topics[] = {"ir", "placement", NULL};
 
@@ -121,6 +122,24 @@ static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
   place_lines(vm, prog, "    ", b);
 }
 
+/* The program's symbolic sizes: where each comes from, its bound, the relations and derivations, and the sizes that
+ * had to stay as traced (with the reason and the place). */
+static void explain_symbols(const fn_entry *e, sbuf *b) {
+  const grace_ir *ir = e->ir;
+  if (!ir || !ir->nsyms) {
+    sb_add(b, "  symbolic sizes: none (a size that changes retraces once with that dim symbolic)\n");
+    return;
+  }
+  sb_add(b, "  symbolic sizes:\n");
+  for (int32_t k = 1; k <= ir->nsyms; k++) {
+    char s[320], from[64] = "";
+    for (int i = 0; i < e->nargs && !from[0]; i++)
+      for (int d = 0; e->args[i].kind == FG_TENSOR && d < e->args[i].ndim && !from[0]; d++)
+        if (e->args[i].sym[d] == k) snprintf(from, sizeof from, ": argument %d dim %d", i + 1, d + 1);
+    sb_add(b, "    %s%s\n", ir_sym_str(ir, k, s, sizeof s), from);
+  }
+}
+
 static void explain_guards(grace_fn *fn, const fn_entry *e, sbuf *b) {
   int any = 0;
   for (int i = 0; i < FN_MAXARGS; i++)
@@ -141,6 +160,7 @@ static void explain_guards(grace_fn *fn, const fn_entry *e, sbuf *b) {
     }
   }
   sb_add(b, "    %d captured values (tensors by identity and version, upvalue and global numbers by value)\n", e->nguarded);
+  explain_symbols(e, b);
 }
 
 grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, char *buf, size_t n) {

@@ -5,6 +5,7 @@
  * express is recorded as a problem with its location, so the host can explain it and run eagerly. */
 #include <stdio.h>
 #include "vm/vm_trace.h"
+#include "ir/ir_sym.h"
 
 static size_t hash_ptr(const void *p, int n) {
   uint64_t x = (uint64_t)(uintptr_t)p;
@@ -380,6 +381,19 @@ int grace_trace_mutated(const grace_vm *vm) {
     if (r >= 0 && r != s->v) return 1;
   }
   return 0;
+}
+
+void grace_trace_size_read(grace_vm *vm, const grace_tensor *t, int dim) {
+  vm_trace *tr = vm ? vm->trace : NULL;
+  if (!tr || !t || tr->replay || tr->paused || !tr->used || !tr->ir->nsyms) return;
+  trace_slot *s = tr_find(tr, t);
+  if (!s->t || s->v < 0 || s->v >= tr->ir->nval) return;
+  const ir_type *ty = &tr->ir->vals[s->v].type;
+  char loc[256] = "";
+  if (tr->where) tr->where(tr->where_ud, loc, sizeof loc);
+  grace_ir_set_location(tr->ir, *loc ? loc : NULL);
+  for (int d = 0; d < ty->ndim; d++)
+    if ((dim < 0 || d == dim) && ty->sym[d]) ir_sym_pin(tr->ir, ty->sym[d], "its size is read by the host");
 }
 
 grace_status grace_trace_note(grace_vm *vm, const char *why) {

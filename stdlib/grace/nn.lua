@@ -535,9 +535,10 @@ function MHA:forward(x, opts)
   if x:dim() ~= 3 or x:size(3) ~= self.embed_dim then
     fail(fmt("MultiheadAttention: input of shape %s, expected [batch, seq, %d]", shape_str(x), self.embed_dim))
   end
-  local B, T, D = x:size(1), x:size(2), self.embed_dim
+  -- the batch size is not read (-1 in the reshapes): a compiled caller keeps it symbolic
+  local T, D = x:size(2), self.embed_dim
   local H, hd = self.num_heads, self.head_dim
-  local function heads(t) return t:reshape({B, T, H, hd}):transpose(2, 3) end   -- [B, H, T, hd]
+  local function heads(t) return t:reshape({-1, T, H, hd}):transpose(2, 3) end   -- [B, H, T, hd]
   local q = heads(self.q_proj(x))
   local k = heads(self.k_proj(x))
   local v = heads(self.v_proj(x))
@@ -549,6 +550,7 @@ function MHA:forward(x, opts)
       fail("MultiheadAttention: cache_k and cache_v must both be tensors")
     end
     pos = check_int(opts.pos or 1, "MultiheadAttention: pos", 1)
+    local B = x:size(1)
     for _, c in ipairs({ck, cv}) do
       if c:dim() ~= 4 or c:size(1) ~= B or c:size(2) ~= H or c:size(4) ~= hd then
         fail(fmt("MultiheadAttention: cache of shape %s, expected [%d, %d, max_seq, %d] for input %s",
@@ -580,7 +582,7 @@ function MHA:forward(x, opts)
     scores = scores:masked_fill(mask, -math.huge)
   end
   local out = scores:softmax(-1):matmul(v)                                 -- [B, H, T, hd]
-  out = out:transpose(2, 3):reshape({B, T, D})
+  out = out:transpose(2, 3):reshape({-1, T, D})
   return self.out_proj(out)
 end
 

@@ -388,6 +388,7 @@ static void test_unchanged(void) {
             "}\n",
             "a bfloat16 op that cannot expand (empty rows) emits no cast");
   unchanged("func @d {\n"
+            "  sym s1 hint=5 min=2\n"
             "  %0 = input #0 : f32[3,4]\n"
             "  %1 = input #1 : i64[3,4]\n"
             "  %2 = input #2 : f32[s1=5,4]\n"

@@ -112,6 +112,7 @@ static void test_builder(void) {
 static void test_text(void) {
   grace_ir *ir = roundtrip(
       "func @views {\n"
+      "  sym s1 hint=7 min=2\n"
       "  %0 = input #0 : f32[2,3,4]\n"
       "  %1 = transpose %0 {dims=[0,2]} : f32[4,3,2]\n"
       "  %2 = reshape %1 {shape=[12,-1]} : f32[12,2]\n"

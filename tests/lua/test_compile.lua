@@ -386,7 +386,8 @@ section("dynamic=false and the cache limit: eager forever, results still right",
   tap.is(f:stats().eager_calls, 3, "the 3 calls after the limit ran eagerly")
   teq(f(x, 1.25), fn(x, 1.25), "a cached value after the limit: right result")
 
-  local g = grace.compile(function(x) return x:sum(1) * 2 end, {cache_limit = 3})
+  -- dynamic=false: every size is its own trace
+  local g = grace.compile(function(x) return x:sum(1) * 2 end, {cache_limit = 3, dynamic = false})
   for n = 1, 6 do
     local t = grace.randn(n, 2)
     teq(g(t), t:sum(1) * 2, "shape [" .. n .. ", 2]: right result")
@@ -396,7 +397,7 @@ section("dynamic=false and the cache limit: eager forever, results still right",
   tap.ok(g:stats().last_guard_failure ~= "", "last_guard_failure says what changed")
 
   local err = stderr_of([[
-    local f = grace.compile(function(x) return x + 1 end, {cache_limit = 2})
+    local f = grace.compile(function(x) return x + 1 end, {cache_limit = 2, dynamic = false})
     for n = 1, 6 do f(grace.zeros(n)) end
   ]])
   if err then
