@@ -117,18 +117,20 @@ grace_status fn_place_rewrite(grace_vm *vm, fn_entry *e) {
   return grace_ir_verify(opt);
 }
 
-/* A captured tensor moved to the device that was written since: its device constant is made again. */
+/* A captured tensor moved to the device that was written since: its device constant is written again, in place,
+ * after the work already on the stream: a CUDA graph holds the constant's address, so it must stay the same. */
 static grace_status refresh(grace_vm *vm, fn_entry *e) {
   fn_moves *m = e->moves;
   for (int c = 0; c < m->ncst; c++) {
     if (grace_tensor_version(m->src[c]) == m->ver[c]) continue;
     grace_tensor *dev = NULL;
     grace_status st = vm_route(vm, GRACE_OP_TO_DEVICE, 1, &m->src[c], &(grace_attrs){.device = GRACE_CUDA}, 1, &dev);
-    for (int k = 0; k < e->ir->nconst && st == GRACE_OK; k++)
-      if (e->ir->consts[k].t == m->dev[c]) st = grace_ir_bind_const(e->ir, k, dev);
-    if (st != GRACE_OK) { grace_tensor_release(dev); return st; }
-    grace_tensor_release(m->dev[c]);
-    m->dev[c] = dev;
+    if (st == GRACE_OK)
+      st = vm_route(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){m->dev[c], dev}, &(grace_attrs){0}, 0, NULL);
+    grace_tensor_release(dev);
+    for (int k = 0; k < e->ir->nconst && st == GRACE_OK; k++)   /* the program takes the constant's new version */
+      if (e->ir->consts[k].t == m->dev[c]) st = grace_ir_bind_const(e->ir, k, m->dev[c]);
+    if (st != GRACE_OK) return st;
     m->ver[c] = grace_tensor_version(m->src[c]);
     m->remakes++;
   }
