@@ -111,6 +111,9 @@ grace_tensor *vm_tensor_new(grace_vm *vm, const char *op, grace_dtype dt, grace_
 grace_tensor *vm_tensor_view(grace_vm *vm, const char *op, grace_tensor *base, int ndim, const int64_t *sizes,
                              const int64_t *strides, int64_t offset) {
   if (vm_check_shape(vm, op, ndim, sizes) != GRACE_OK) return NULL;
+  /* an empty view addresses no element: its offset (narrow past the end of an empty dim can give one beyond the
+   * storage) is made 0 rather than kept pointing outside */
+  if (vm_numel_checked(ndim, sizes) == 0) offset = 0;
   int64_t nel = (int64_t)(base->storage->nbytes / grace_dtype_size(base->dtype));
   if (!view_in_storage(ndim, sizes, strides, offset, nel)) {
     vm_err(vm, GRACE_EINTERNAL, "%s: a view of shape %s, strides %s, offset %lld does not lie within its storage "
@@ -303,7 +306,7 @@ static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64
   for (int d = 0; d < t->ndim; d++) {
     if (index[d] < 0 || index[d] >= t->sizes[d])
       return vm_err(vm, GRACE_EINDEX, "get: index %lld out of range for dim %d of size %lld",
-                    (long long)(index[d] + vm->index_base), d + vm->index_base, (long long)t->sizes[d]);
+                    vm_user_index(index[d], vm->index_base), d + vm->index_base, (long long)t->sizes[d]);
     off += index[d] * t->strides[d];
   }
   size_t es = grace_dtype_size(t->dtype);
@@ -342,7 +345,7 @@ grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim,
   if (d < 0 || d >= n) {
     int b = vm->index_base;
     return vm_err(vm, GRACE_EINDEX, "%s: dim %lld out of range for a %d-d tensor (expected %d to %d, or -%d to -1)",
-                  op, (long long)(dim < 0 ? dim : dim + b), ndim, b, n - 1 + b, n);
+                  op, vm_user_index(dim, b), ndim, b, n - 1 + b, n);
   }
   *out = (int)d;
   return GRACE_OK;

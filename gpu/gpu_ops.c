@@ -821,7 +821,7 @@ static grace_status op_create(grace_vm *vm, grace_op op, const grace_attrs *a, g
   case GRACE_OP_RAND: case GRACE_OP_RANDN: case GRACE_OP_RANDINT:
     variant = op == GRACE_OP_RAND ? CGO_RAND : op == GRACE_OP_RANDN ? CGO_RANDN : CGO_RANDINT;
     offset = vm->rng_offset++;   /* every random op takes the next offset, as on the CPU, even when empty */
-    w4[0] = a->i0; w4[1] = a->i1 - a->i0;
+    w4[0] = a->i0; w4[1] = (int64_t)((uint64_t)a->i1 - (uint64_t)a->i0);   /* the span, up to 2^64 - 1 */
     break;
   default:
     grace_tensor_release(t);

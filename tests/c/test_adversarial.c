@@ -138,6 +138,50 @@ static int empty_huge_shape(void) {
   return grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 3, s, &o) == GRACE_ESHAPE && !o && err_has("too large");
 }
 
+/* ---- found by the fuzz targets (tests/fuzz; make asan runs these under UBSan, which saw each one) ---- */
+/* randint over the widest range: high - low does not fit int64 (was signed overflow) */
+static int randint_full_range(void) {
+  grace_attrs a = {.nshape = 1, .shape = {64}, .i0 = INT64_MIN, .i1 = INT64_MAX};
+  grace_tensor *r = NULL;
+  if (grace_run(vm, GRACE_OP_RANDINT, 0, NULL, &a, 1, &r) != GRACE_OK) return 0;
+  int64_t v[64];
+  int good = grace_tensor_read(vm, r, GRACE_INT64, v) == GRACE_OK, neg = 0, pos = 0;
+  for (int i = 0; good && i < 64; i++) { neg += v[i] < 0; pos += v[i] > 0; good = v[i] != INT64_MAX; }
+  grace_tensor_release(r);
+  return good && neg && pos;   /* 64 draws over both halves: all on one side has chance 2^-63 */
+}
+/* a dim or index near INT64_MAX in an error message, with index base 1 (was signed overflow adding the base) */
+static int huge_dim_messages(void) {
+  grace_config cfg = {.index_base = 1};
+  grace_vm *v1 = grace_vm_new(&cfg, NULL, 0);
+  grace_tensor *t = NULL, *o = NULL;
+  int64_t sz[2] = {2, 3};
+  int good = v1 && grace_tensor_empty(v1, GRACE_FLOAT32, GRACE_CPU, 2, sz, &t) == GRACE_OK;
+  grace_attrs sum = {.ndims = 1, .dims = {INT64_MAX}}, sel = {.ndims = 1, .i0 = INT64_MAX};
+  good = good && grace_run(v1, GRACE_OP_SUM, 1, &t, &sum, 1, &o) == GRACE_EINDEX &&
+         strstr(grace_last_error(v1), "9223372036854775807");
+  good = good && grace_run(v1, GRACE_OP_STACK, 1, &t, &sum, 1, &o) == GRACE_EINDEX &&
+         strstr(grace_last_error(v1), "stack: dim 9223372036854775807");
+  good = good && grace_run(v1, GRACE_OP_SELECT, 1, &t, &sel, 1, &o) == GRACE_EINDEX &&
+         strstr(grace_last_error(v1), "index 9223372036854775807");
+  grace_tensor_release(t);
+  grace_vm_free(v1);
+  return good;
+}
+/* narrow past the start of an empty dim's neighbour: an empty view whose offset lay beyond its storage was an
+ * internal error */
+static int narrow_empty_offset(void) {
+  int64_t sz[2] = {0, 4};
+  grace_tensor *t = NULL, *o = NULL;
+  grace_attrs a = {.ndims = 1, .dims = {1}, .i0 = 1, .i1 = 1};
+  int good = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 2, sz, &t) == GRACE_OK &&
+             grace_run(vm, GRACE_OP_NARROW, 1, &t, &a, 1, &o) == GRACE_OK && grace_tensor_numel(o) == 0 &&
+             grace_tensor_sizes(o)[0] == 0 && grace_tensor_sizes(o)[1] == 1;
+  grace_tensor_release(o);
+  grace_tensor_release(t);
+  return good;
+}
+
 int main(void) {
   vm = grace_vm_new(NULL, NULL, 0);
   float v[6] = {1, 2, 3, 4, 5, 6};
@@ -164,6 +208,9 @@ int main(void) {
   survives(expand_overflow, "expand: 2^64 elements");
   survives(reshape_overflow, "reshape: sizes whose product wraps");
   survives(empty_huge_shape, "empty: [2^62, 0, 2^62]");
+  survives(randint_full_range, "randint over [INT64_MIN, INT64_MAX): values on both sides of 0");
+  survives(huge_dim_messages, "a dim or index of INT64_MAX with index base 1: EINDEX naming it");
+  survives(narrow_empty_offset, "narrow at 1 of a [0, 4] tensor's dim 2: an empty [0, 1] view");
   grace_tensor_release(x);
   grace_vm_free(vm);
   return tap_done();
