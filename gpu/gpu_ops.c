@@ -565,7 +565,7 @@ static grace_status op_tri(grace_vm *vm, grace_op opc, grace_tensor *x, const gr
   if (s == GRACE_OK && n > 0) {
     words w = {0};
     wptr(&w, gpu_ptr(o));
-    wput(&w, n); wput(&w, R); wput(&w, C); wput(&w, a->i0); wput(&w, opc == GRACE_OP_TRIU);
+    wput(&w, n); wput(&w, R); wput(&w, C); wput(&w, vm_tri_diag(a->i0, R, C)); wput(&w, opc == GRACE_OP_TRIU);
     s = launch(vm, CGO_TRI, x->dtype, x->dtype, x->dtype, 0, blocks_for(n, 256), 256, 0, &w);
   }
   if (s != GRACE_OK) { grace_tensor_release(o); return s; }

@@ -181,6 +181,40 @@ static int narrow_empty_offset(void) {
   grace_tensor_release(t);
   return good;
 }
+/* an index of INT64_MIN with index base 1 (was signed overflow subtracting the base) */
+static int index_int64_min(void) {
+  grace_config cfg = {.index_base = 1};
+  grace_vm *v1 = grace_vm_new(&cfg, NULL, 0);
+  grace_tensor *t = NULL, *ix = NULL, *o = NULL, *val = NULL;
+  int64_t sz[1] = {3}, iv[1] = {INT64_MIN};
+  grace_attrs d0 = {.ndims = 1};
+  int good = v1 && grace_tensor_empty(v1, GRACE_FLOAT32, GRACE_CPU, 1, sz, &t) == GRACE_OK &&
+             grace_tensor_from_data(v1, GRACE_INT64, 1, (int64_t[]){1}, GRACE_INT64, iv, &ix) == GRACE_OK &&
+             grace_run(v1, GRACE_OP_INDEX_SELECT, 2, (grace_tensor *[]){t, ix}, &d0, 1, &o) == GRACE_EINDEX &&
+             grace_tensor_scalar(v1, 1.0, 0, &val) == GRACE_OK &&
+             grace_run(v1, GRACE_OP_INDEX_PUT_, 3, (grace_tensor *[]){t, val, ix}, NULL, 0, NULL) == GRACE_EINDEX;
+  grace_tensor_release(val);
+  grace_tensor_release(t);
+  grace_tensor_release(ix);
+  grace_vm_free(v1);
+  return good;
+}
+/* triu/tril with a diagonal of INT64_MAX or INT64_MIN (was signed overflow adding it to the row) */
+static int tri_huge_diagonal(void) {
+  float v[6];
+  grace_tensor *o = NULL;
+  int good = 1;
+  for (int k = 0; k < 4 && good; k++) {
+    grace_attrs a = {.i0 = k & 1 ? INT64_MIN : INT64_MAX};
+    good = grace_run(vm, k < 2 ? GRACE_OP_TRIU : GRACE_OP_TRIL, 1, &x, &a, 1, &o) == GRACE_OK &&
+           grace_tensor_read(vm, o, GRACE_FLOAT32, v) == GRACE_OK;
+    /* triu keeps j - i >= k: nothing for INT64_MAX, all for INT64_MIN; tril keeps j - i <= k: the reverse */
+    int keep_all = (k == 1 || k == 2);
+    for (int i = 0; good && i < 6; i++) good = v[i] == (keep_all ? (float)(i + 1) : 0.0f);
+    grace_tensor_release(o);
+  }
+  return good;
+}
 
 int main(void) {
   vm = grace_vm_new(NULL, NULL, 0);
@@ -210,6 +244,8 @@ int main(void) {
   survives(empty_huge_shape, "empty: [2^62, 0, 2^62]");
   survives(randint_full_range, "randint over [INT64_MIN, INT64_MAX): values on both sides of 0");
   survives(huge_dim_messages, "a dim or index of INT64_MAX with index base 1: EINDEX naming it");
+  survives(index_int64_min, "index_select and index_put_ with an index of INT64_MIN, base 1: EINDEX");
+  survives(tri_huge_diagonal, "triu and tril with a diagonal of INT64_MAX and INT64_MIN: nothing or all kept");
   survives(narrow_empty_offset, "narrow at 1 of a [0, 4] tensor's dim 2: an empty [0, 1] view");
   grace_tensor_release(x);
   grace_vm_free(vm);
