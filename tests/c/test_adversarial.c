@@ -1,6 +1,7 @@
 /* test_adversarial.c: the C API given bad input: NULL pointers, IR text that says anything, shapes whose arithmetic
  * overflows int64. Each call must return an error status (or a harmless value), never crash: each runs in a child
  * process, so a crash fails its test rather than the file. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,23 @@ static int tri_huge_diagonal(void) {
   }
   return good;
 }
+/* literals past int64: an integer literal given as a double out of range or NaN is an error, INT64_MAX as an int64
+ * stays exact through the passes (the pass rewriter made it a double and back: undefined behaviour) */
+static int literal_ranges(void) {
+  grace_ir *ir = grace_ir_new(vm, "lit"), *opt = NULL;
+  grace_value v, x, r;
+  int good = ir && grace_ir_literal(ir, 9223372036854775808.0, 1, &v) == GRACE_EARG && err_has("literal") &&
+             grace_ir_literal(ir, NAN, 1, &v) == GRACE_EARG && grace_ir_literal(ir, 2.5, 1, &v) == GRACE_EARG &&
+             grace_ir_literal(ir, -9223372036854775808.0, 1, &v) == GRACE_OK;
+  good = good && grace_ir_input(ir, GRACE_INT64, GRACE_CPU, 0, NULL, &x) == GRACE_OK &&
+         grace_ir_literal_int(ir, INT64_MAX, &v) == GRACE_OK &&
+         grace_ir_op(ir, GRACE_OP_ADD, 2, (grace_value[]){x, v}, NULL, 1, &r) == GRACE_OK &&
+         grace_ir_output(ir, r) == GRACE_OK && grace_ir_pass(ir, "default", &opt) == GRACE_OK &&
+         strstr(grace_ir_text(opt), "9223372036854775807");
+  grace_ir_free(opt);
+  grace_ir_free(ir);
+  return good;
+}
 
 int main(void) {
   vm = grace_vm_new(NULL, NULL, 0);
@@ -246,6 +264,7 @@ int main(void) {
   survives(huge_dim_messages, "a dim or index of INT64_MAX with index base 1: EINDEX naming it");
   survives(index_int64_min, "index_select and index_put_ with an index of INT64_MIN, base 1: EINDEX");
   survives(tri_huge_diagonal, "triu and tril with a diagonal of INT64_MAX and INT64_MIN: nothing or all kept");
+  survives(literal_ranges, "integer literals out of int64 range are errors; INT64_MAX stays exact through passes");
   survives(narrow_empty_offset, "narrow at 1 of a [0, 4] tensor's dim 2: an empty [0, 1] view");
   grace_tensor_release(x);
   grace_vm_free(vm);

@@ -70,6 +70,20 @@ static void read_program(fz *f, prog *p) {
   }
 }
 
+/* FUZZ_VERBOSE=1 in the environment: the program on stderr (to turn a crashing input into a test) */
+static void print_program(const prog *p) {
+  for (int k = 0; k < p->n; k++) {
+    const step *s = &p->s[k];
+    const grace_attrs *a = &s->a;
+    fprintf(stderr, "step %d: %s in", k, grace_op_name(s->op));
+    for (int j = 0; j < s->nin; j++) fprintf(stderr, " %d", s->in[j]);
+    fprintf(stderr, " dims[%d] %lld %lld shape[%d] %lld %lld %lld a=%g(%d) b=%g(%d) c=%g i0=%lld i1=%lld keep=%d flag=%d "
+            "dtype=%s(%d)\n", a->ndims, (long long)a->dims[0], (long long)a->dims[1], a->nshape, (long long)a->shape[0],
+            (long long)a->shape[1], (long long)a->shape[2], a->a, a->has_a, a->b, a->has_b, a->c, (long long)a->i0,
+            (long long)a->i1, a->keepdim, a->flag, grace_dtype_name(a->dtype), a->has_dtype);
+  }
+}
+
 /* Two argument tensors of one of a few shapes (the same choice again is a cache hit), elements from the input. */
 static grace_status make_args(grace_vm *vm, fz *f, grace_tensor **t) {
   static const int64_t shapes[][3] = {{2, 3, 0}, {3, 2, 0}, {4, 0, 0}, {1, 3, 0}, {2, 2, 2}, {0, 3, 0}, {5, 0, 0}};
@@ -81,6 +95,9 @@ static grace_status make_args(grace_vm *vm, fz *f, grace_tensor **t) {
     double v[8];
     for (int j = 0; j < 8; j++) v[j] = fz_num(f);
     st = grace_tensor_from_data(vm, dt, ndims[c], shapes[c], GRACE_FLOAT64, v, &t[k]);
+    if (getenv("FUZZ_VERBOSE"))
+      fprintf(stderr, "arg %d: %s shape #%d = %g %g %g %g %g %g %g %g\n", k, grace_dtype_name(dt), c, v[0], v[1], v[2],
+              v[3], v[4], v[5], v[6], v[7]);
   }
   return st;
 }
@@ -125,6 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   prog p = {.vm = vm};
   grace_fn_options opts = {.cache_limit = 1 + fz_u8(&f) % 4, .dynamic = fz_u8(&f) & 1};
   read_program(&f, &p);
+  if (getenv("FUZZ_VERBOSE")) print_program(&p);
   grace_host host = {.call = host_call};
   grace_fn *fn = NULL;
   grace_status st = grace_fn_new(vm, "fuzz", &host, &p, &opts, &fn);
@@ -132,6 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int call = 0; call < CALLS && st == GRACE_OK && fz_more(&f); call++) {
     grace_tensor *base[2] = {0}, *ca[2] = {0}, *ea[2] = {0};
     double num = fz_num(&f);
+    if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "call %d: number %g\n", call, num);
     grace_status s = make_args(vm, &f, base);
     if (s == GRACE_OK) s = clone2(vm, base, ca);
     if (s == GRACE_OK) s = clone2(vm, base, ea);
