@@ -53,6 +53,9 @@ typedef struct vm_storage {
   void *data;
   size_t nbytes;
   uint64_t version;              /* shared by all views, as PyTorch's version counter */
+  int foreign;                   /* the host's memory (grace_tensor_wrap): not counted, never freed by grace */
+  grace_release_fn release;      /* foreign: called with release_ud and data when the last reference goes */
+  void *release_ud;
 } vm_storage;
 
 struct grace_tensor {
