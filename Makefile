@@ -199,6 +199,7 @@ demo: $(BUILD)/grace
 bench-cpu: $(BUILD)/grace
 	$(BUILD)/grace bench/cpu_ops.lua
 
+GRACE_VERSION := $(shell sed -n 's/^\#define GRACE_VERSION "\(.*\)"/\1/p' include/grace.h)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BUILD)/grace $(DESTDIR)$(PREFIX)/bin/grace
@@ -209,8 +210,9 @@ install: all
 	install -d $(DESTDIR)$(LUA_CMODDIR) $(DESTDIR)$(LUA_LMODDIR)/grace
 	install -m 755 $(BUILD)/grace.so $(DESTDIR)$(LUA_CMODDIR)/grace.so
 	install -m 644 $(STDLIB) $(DESTDIR)$(LUA_LMODDIR)/grace/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define GRACE_VERSION "\(.*\)"/\1/p' include/grace.h)|' \
-	    tools/grace.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/grace.pc
+	for pc in grace grace-lua; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(GRACE_VERSION)|' tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	done
 
 clean:
 	rm -rf build build-asan build-fuzz
