@@ -172,13 +172,15 @@ asan:   # GRACE_SANITIZED: tests that bound the process's resident size skip (th
 
 # make fuzz: the fuzz targets built with clang's libFuzzer, AddressSanitizer and UBSan (no recovery) in
 # build-fuzz, each run FUZZ_TIME seconds (default 60) under nice from its committed corpus; new inputs are kept in
-# build-fuzz/corpus/NAME, a crashing input in build-fuzz/crash-NAME-*. FUZZ=name runs one target.
+# build-fuzz/corpus/NAME, a crashing input in build-fuzz/crash-NAME-*. FUZZ=name runs one target. Needs Debian's
+# clang (its libFuzzer runtime comes with it); not a dependency of the build or of make test.
 FUZZ_CC   ?= clang
 FUZZ_TIME ?= 60
 FUZZ      ?= $(FUZZ_TARGETS)
 FUZZ_SAN  := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
              -DGRACE_SYSTEM_MALLOC
 fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs $(FUZZ_CC) (apt-get install clang)"; exit 1; }
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 CFLAGS=-Wno-unknown-warning-option \
 	  SAN="$(FUZZ_SAN)" fuzz-targets
 	@for t in $(FUZZ); do \
