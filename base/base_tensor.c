@@ -228,7 +228,8 @@ grace_status grace_tensor_wrap(grace_vm *vm, grace_dtype dt, int ndim, const int
 grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out) {
   NEED(vm, out, "scalar");
   *out = NULL;
-  if (is_integer && !(v >= -9223372036854775808.0 && v < 9223372036854775808.0))   /* else the conversion is undefined */
+  /* [-2^63, 2^63): the doubles that convert to int64 (NaN and the rest would be undefined behaviour) */
+  if (is_integer && !(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
     return vm_err(vm, GRACE_EARG, "scalar: %g is outside int64", v);
   grace_tensor *t = vm_tensor_new(vm, "scalar", is_integer ? GRACE_INT64 : GRACE_FLOAT64, GRACE_CPU, 0, NULL);
   if (!t) { *out = NULL; return vm->status; }

@@ -160,10 +160,9 @@ static void h_eager(void *ud, const char *why) {
  * A path is a table {root, k1, k2, ...}: root "a<i>" (argument i), "u<i>" (upvalue i of the function),
  * "g" (a global: k1 is its name); then the keys of nested tables (raw access), "u<i>" for an upvalue
  * of a function met on the way, or &meta_key for a table's metatable. */
-static void push_path_value(lua_State *L, int fn, int args, int path) {
+static void push_root(lua_State *L, int fn, int args, int path) {
   lua_rawgeti(L, path, 1);
   const char *root = lua_tostring(L, -1);
-  int start = 2;
   if (root[0] == 'a') {
     lua_pop(L, 1);
     lua_pushvalue(L, args + atoi(root + 1) - 1);
@@ -181,28 +180,62 @@ static void push_path_value(lua_State *L, int fn, int args, int path) {
     }
     if (!up) lua_pushglobaltable(L);
   }
-  lua_Integer n = luaL_len(L, path);
-  for (lua_Integer k = start; k <= n; k++) {
-    lua_rawgeti(L, path, k);
-    int ty = lua_type(L, -2);
-    if (lua_touserdata(L, -1) == &meta_key) {
-      lua_pop(L, 1);
-      if (ty != LUA_TTABLE || !lua_getmetatable(L, -1)) lua_pushnil(L);
-      lua_remove(L, -2);
-    } else if (ty == LUA_TFUNCTION && lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u' && k > 1) {
-      int ui = atoi(lua_tostring(L, -1) + 1);
-      lua_pop(L, 1);
-      if (!lua_getupvalue(L, -1, ui)) lua_pushnil(L);
-      lua_remove(L, -2);
-    } else if (ty == LUA_TTABLE) {
-      lua_rawget(L, -2);
-      lua_remove(L, -2);
-    } else {
-      lua_pop(L, 2);
-      lua_pushnil(L);
-      return;
-    }
+}
+
+/* Replaces the value on top by its part named by path element k (nil when there is none). */
+static void step(lua_State *L, int path, lua_Integer k) {
+  lua_rawgeti(L, path, k);
+  int ty = lua_type(L, -2);
+  if (lua_touserdata(L, -1) == &meta_key) {
+    lua_pop(L, 1);
+    if (ty != LUA_TTABLE || !lua_getmetatable(L, -1)) lua_pushnil(L);
+    lua_remove(L, -2);
+  } else if (ty == LUA_TFUNCTION && lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') {
+    int ui = atoi(lua_tostring(L, -1) + 1);
+    lua_pop(L, 1);
+    if (!lua_getupvalue(L, -1, ui)) lua_pushnil(L);
+    lua_remove(L, -2);
+  } else if (ty == LUA_TTABLE) {
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+  } else {
+    lua_pop(L, 2);
+    lua_pushnil(L);
   }
+}
+
+/* Pushes the value at path. With a cache (vals: a table, 0: none), vals[k] holds the value after the first k
+ * elements of the last path resolved, of which this path shares the first `shared`: the guards of one walk come in
+ * depth-first order, so neighbours share most of their prefix and it is read once. */
+static void push_path_cached(lua_State *L, int fn, int args, int path, int vals, lua_Integer shared) {
+  lua_Integer n = (lua_Integer)lua_rawlen(L, path), k = 1;   /* a plain table: no __len to call */
+  if (vals && shared >= 1) {
+    k = shared < n ? shared : n;
+    lua_rawgeti(L, vals, k);
+  } else {
+    push_root(L, fn, args, path);
+    if (vals) { lua_pushvalue(L, -1); lua_rawseti(L, vals, 1); }
+  }
+  while (++k <= n) {
+    step(L, path, k);
+    if (vals) { lua_pushvalue(L, -1); lua_rawseti(L, vals, k); }
+  }
+}
+
+static void push_path_value(lua_State *L, int fn, int args, int path) { push_path_cached(L, fn, args, path, 0, 0); }
+
+/* How many leading elements paths a and b share. */
+static lua_Integer shared_prefix(lua_State *L, int a, int b) {
+  lua_Integer na = (lua_Integer)lua_rawlen(L, a), nb = (lua_Integer)lua_rawlen(L, b), k = 0;
+  while (k < na && k < nb) {
+    lua_rawgeti(L, a, k + 1);
+    lua_rawgeti(L, b, k + 1);
+    int eq = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (!eq) break;
+    k++;
+  }
+  return k;
 }
 
 /* ---- the walk that finds captured tensors and the numbers a trace depends on ---- */
@@ -479,7 +512,9 @@ static const char *changed_path(lua_State *L, int fn, int args, int paths, int e
       else
         snprintf(buf, len, "the function changes Lua state that it reads (%s %s, key %s); a compiled call would not, so "
                  "it runs eagerly", root[0] == 'a' ? "argument" : "upvalue", name ? name : root + 1,
-                 lua_touserdata(L, -1) == &meta_key ? "(its metatable)" : lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+                 lua_touserdata(L, -1) == &meta_key ? "(its metatable)"
+                 : lua_isstring(L, -1)                ? lua_tostring(L, -1)
+                                                      : "?");
       lua_settop(L, path - 1);
       return buf;
     }
@@ -499,8 +534,12 @@ static const char *const raw_names[] = {"rawget", "rawset", "rawlen", "rawequal"
  * reads; rawset and next on the environment (a write, an iteration over every global) keep the function eager. */
 static int raw_env(lua_State *L) {
   int n = lua_gettop(L), on_env = 0;
-  for (int i = 1; i <= n; i++)
-    if (lua_rawequal(L, i, lua_upvalueindex(3))) { lua_pushvalue(L, lua_upvalueindex(2)); lua_replace(L, i); on_env |= i == 1; }
+  for (int i = 1; i <= n; i++) {
+    if (!lua_rawequal(L, i, lua_upvalueindex(3))) continue;
+    lua_pushvalue(L, lua_upvalueindex(2));
+    lua_replace(L, i);
+    on_env |= i == 1;
+  }
   const char *name = lua_tostring(L, lua_upvalueindex(6));
   if (on_env && (!strcmp(name, "rawset") || !strcmp(name, "next"))) {
     lua_pushstring(L, name);
@@ -578,10 +617,13 @@ static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *a
   lua_rawgeti(L, top + 1, 2);
   lua_rawgeti(L, top + 1, 3);
   int paths = top + 2, expect = top + 3, npaths = (int)lua_tointeger(L, top + 4);
-  int ok = 1;
+  lua_createtable(L, 16, 0);   /* top + 5: values along the last path */
+  lua_pushnil(L);              /* top + 6: the last path */
+  int vals = top + 5, prev = top + 6, ok = 1;
   for (int i = 1; i <= npaths && ok; i++) {
     lua_rawgeti(L, paths, i);
-    push_path_value(L, cp->fidx, cp->args, lua_gettop(L));
+    int path = lua_gettop(L);
+    push_path_cached(L, cp->fidx, cp->args, path, vals, i > 1 ? shared_prefix(L, prev, path) : 0);
     lua_rawgeti(L, expect, i);
     int same;
     grace_tensor *a = lg_totensor(L, -2), *b = lg_totensor(L, -1);
@@ -592,7 +634,9 @@ static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *a
       snprintf(buf, n, "captured value #%d (path root %s) changed identity or value", i, lua_tostring(L, -1));
       ok = 0;
     }
-    lua_settop(L, top + 4);
+    lua_pushvalue(L, path);
+    lua_replace(L, prev);
+    lua_settop(L, top + 6);
   }
   lua_settop(L, top);
   return ok;
