@@ -16,6 +16,7 @@
 #   graphs     bench/graph_replay.lua (host time per graph replay)
 #   profile    each kernel of a compiled call under Nsight Compute (bench/profile_step.lua, PROFILE=variants)
 #   ab         this tree against the one in $BASE: a compiled call as a graph, alternating (AB=variants)
+#   envab      this tree under two environments ENV_A and ENV_B (e.g. GRACE_PDL=0), the same way
 #   suite      issue 8: PyTorch and grace workloads on shared weights, alone on the device, and the report
 # With no stage: suite (the benchmark suite against PyTorch: report.md, bench.json, report.png under $OUT).
 set -u
@@ -168,6 +169,18 @@ for s in $stages; do
           g=$B/grace; [ $side = base ] && g=$BASE/build/grace
           GRACE_CACHE_DIR=$PWD/.grace-cache-$side timeout 120 $g bench/profile_step.lua "$v" 3 graph 2>&1 |
             sed "s/^/$v $side round $r: /" | tee -a "$OUT/ab.txt"
+        done
+      done
+    done ;;
+  envab)       # this build under two environments (ENV_A, ENV_B: assignments such as "GRACE_PDL=0", or empty),
+               # the compiled call as a graph of each AB variant timed under both, alternating, AB_ROUNDS rounds
+    echo "== A/B: [${ENV_A:-}] against [${ENV_B:-}]"
+    for v in ${AB:-gpt2_decode_bf16 gpt2_decode_fp32}; do
+      for r in $(seq ${AB_ROUNDS:-3}); do
+        for side in A B; do
+          e=${ENV_A:-}; [ $side = B ] && e=${ENV_B:-}
+          env $e timeout 120 $B/grace bench/profile_step.lua "$v" 3 graph 2>&1 |
+            sed "s/^/$v $side round $r: /" | tee -a "$OUT/envab.txt"
         done
       done
     done ;;

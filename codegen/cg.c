@@ -80,6 +80,13 @@ const char *cg_ctype(grace_dtype dt) {
 
 void cg_prelude(cg_buf *b) { cg_puts(b, cg_src_prelude); }
 
+void cg_pdl_enter(cg_buf *b) {
+  cg_puts(b, "#if __CUDA_ARCH__ >= 900\n"
+             "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+             "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");   /* grace: enter */\n"
+             "#endif\n");
+}
+
 int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T) {
   size_t k = 0;
   for (const char *p = tmpl; *p; p++) {

@@ -42,6 +42,11 @@ const char *cg_ctype(grace_dtype dt);
 /* Emits the helpers every source starts with (f16/bf16 <-> float bit conversions, round-half-even, the Philox
  * generator, warp/block reduction helpers), once per source. */
 void cg_prelude(cg_buf *b);
+/* The first statements of a kernel launched as a programmatic dependent (cuda_launch_overlapped): let the next
+ * kernel on the stream be launched now, then wait until every earlier kernel has finished and its writes are
+ * visible. Emitted before anything the kernel reads, so it runs as a plain launch would; what it saves is the
+ * launch of the next kernel, which overlaps this one. No-ops in a plain launch and before sm_90. */
+void cg_pdl_enter(cg_buf *b);
 /* Expands a CUDA template of the pointwise table (ir/ir_pointwise.h) into out (n bytes): $0..$2 become args[0..2],
  * $f "f" when f32 (a float register; "" for a double one), $T the register type T. 0 when it does not fit. */
 int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T);

@@ -558,6 +558,7 @@ static void emit_params(cg_buf *b, const grace_ir *ir, const cg_group_io *io, co
   if (cg_fused_split(spec)) cg_printf(b, "  unsigned long long *%sws;\n", spec->indirect ? "const *" : "");
   cg_printf(b, "  long long w[%d];\n};\n", nwords > 0 ? nwords : 1);
   cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) GRACE_KNAME(const GRACE_KNAME_p p) {\n", spec->block);
+  cg_pdl_enter(b);
   for (int k = 0; k < io->next + io->nstore; k++) {
     int out = k >= io->next;
     grace_dtype dt = ir->vals[out ? io->store[k - io->next] : io->ext[k]].type.dtype;

@@ -177,6 +177,8 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   cg_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const %s%s_p p) {\n",
             d->form == CG_MM_GEMM_TC ? tc_threads(d) : threads[d->form], nm,
             d->form == CG_MM_GEMM_WG ? "__grid_constant__ " : "", nm);
+  /* the GEMVs place their own wait: after their weights start streaming */
+  if (!cg_matmul_waits_late(d)) cg_pdl_enter(&b);
   const char *deref = d->indirect ? "*" : "";
   cg_printf(&b, "  const MM_T *A_ = %sp.A; const MM_T *B_ = %sp.B; MM_OT *C_ = %sp.C; float *WS_ = %sp.WS;\n", deref,
             deref, deref, deref);

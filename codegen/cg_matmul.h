@@ -80,6 +80,11 @@ typedef struct cg_mm_desc {
 /* Fills k (name, kind, indirect, variant, src) with the kernel of d; the name is derived from d so equal
  * descriptions give equal sources. GRACE_EUNSUPPORTED for a combination no kernel covers. */
 grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k);
+/* Whether d's kernel places its own griddepcontrol.wait (the GEMVs: after their weights start streaming) instead of
+ * waiting on entry (cg_pdl_enter) as every other generated kernel does. */
+static inline int cg_matmul_waits_late(const cg_mm_desc *d) {
+  return d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_RW;
+}
 
 /* Launch geometry: tensor-core tiles (threads and stages depend on desc.tile) */
 enum { CG_MM_TC_BM = 128, CG_MM_TC_BN = 128, CG_MM_TC_BK = 32 };

@@ -288,6 +288,7 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   cg_printf(&b, "  long long %s;\n", td->words);
   for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  long long %sS_%s;\n", ind, td->scalars[i]);
   cg_printf(&b, "};\nextern \"C\" __global__ void %s(const struct %s_p p) {\n", k->name, k->name);
+  cg_pdl_enter(&b);
   for (int i = 0; i < td->nptr; i++) cg_printf(&b, "  %s_t *%s = %sp.P_%s;\n", td->roles[i], td->ptrs[i], ind, td->ptrs[i]);
   for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  const long long %s = %sp.S_%s;\n", td->scalars[i], ind, td->scalars[i]);
   emit_body(&b, s);

@@ -3,6 +3,7 @@
  * stream. Every CUresult is checked and becomes a grace error naming the call; nothing aborts or prints. */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_graph.h"
@@ -25,7 +26,11 @@ enum {
 cuda_ctx *cuda_state(grace_vm *vm) {
   if (!vm->cuda) {
     vm->cuda = vm_calloc(vm, sizeof *vm->cuda);
-    if (vm->cuda) vm->cuda->vm = vm;
+    if (vm->cuda) {
+      const char *pdl = getenv("GRACE_PDL");
+      vm->cuda->vm = vm;
+      vm->cuda->pdl = !(pdl && (!strcmp(pdl, "0") || !strcmp(pdl, "off")));
+    }
   }
   return vm->cuda;
 }
@@ -317,7 +322,7 @@ static grace_status launch_ex(cuda_ctx *c, CUfunction f, const unsigned grid[3],
 
 grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                     unsigned smem, const void *params, size_t param_bytes) {
-  if (!c->fn.cuLaunchKernelEx) return cuda_launch(c, f, grid, block, smem, params, param_bytes);
+  if (!c->fn.cuLaunchKernelEx || !c->pdl) return cuda_launch(c, f, grid, block, smem, params, param_bytes);
   return launch_ex(c, f, grid, block, smem, params, param_bytes, LAUNCH_PDL, 0);
 }
 
@@ -364,7 +369,7 @@ grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[
   if (!cuda_has_clusters(c))
     return vm_err(c->vm, GRACE_EUNSUPPORTED, "cuda_launch_cluster: thread-block clusters need compute capability 9.0 "
                   "and cuLaunchKernelEx");
-  return launch_ex(c, f, grid, block, smem, params, param_bytes, 0, cluster);
+  return launch_ex(c, f, grid, block, smem, params, param_bytes, c->pdl ? LAUNCH_PDL : 0, cluster);
 }
 
 uint64_t cuda_launch_count(const cuda_ctx *c) { return c->nlaunches; }

@@ -114,7 +114,8 @@ void cuda_compile_stats_get(cuda_ctx *c, cuda_compile_stats *out);
 grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned smem,
                          const void *params, size_t param_bytes);
 /* As cuda_launch, but the kernel may start while the previous one drains (programmatic dependent launch): it must
- * wait (griddepcontrol.wait) before reading what earlier kernels wrote. A plain launch where the driver lacks it. */
+ * wait (griddepcontrol.wait) before reading what earlier kernels wrote, and before writing what they read. A plain
+ * launch where the driver lacks it or the environment sets GRACE_PDL=0. */
 grace_status cuda_launch_overlapped(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                     unsigned smem, const void *params, size_t param_bytes);
 /* A TMA tensor map (the driver's 128-byte CUtensorMap, written to map, which must be 64-byte aligned) of a
@@ -128,8 +129,8 @@ grace_status cuda_tensor_map(cuda_ctx *c, void *map, grace_dtype dt, CUdeviceptr
 int cuda_has_tensor_maps(const cuda_ctx *c);
 /* Whether the device and driver launch thread-block clusters (compute capability 9.0, cuLaunchKernelEx). */
 int cuda_has_clusters(const cuda_ctx *c);
-/* As cuda_launch, in clusters of `cluster` consecutive blocks along x (grid[0] a multiple of it): the blocks of a
- * cluster run together and read each other's shared memory. GRACE_EUNSUPPORTED where cuda_has_clusters is 0. */
+/* As cuda_launch_overlapped, in clusters of `cluster` consecutive blocks along x (grid[0] a multiple of it): the
+ * blocks of a cluster run together and read each other's shared memory. GRACE_EUNSUPPORTED where cuda_has_clusters is 0. */
 grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                  unsigned smem, const void *params, size_t param_bytes, unsigned cluster);
 /* How many blocks of f (block threads, smem dynamic bytes) the whole device holds at once; 0 where the driver

@@ -167,7 +167,7 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
     if (st == GRACE_OK) {
       size_t pb = sizeof(uint64_t) * (size_t)L.nwords;
       st = coop ? cuda_launch_cooperative(ctx, e->fn, L.grid, L.block, L.smem, L.words, pb)
-                : cuda_launch(ctx, e->fn, L.grid, L.block, L.smem, L.words, pb);
+                : cuda_launch_overlapped(ctx, e->fn, L.grid, L.block, L.smem, L.words, pb);
     }
     if (ws) cuda_release(ctx, ws, geom.ws_bytes);
     if (st != GRACE_OK) {

@@ -306,10 +306,8 @@ static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_d
   /* geometry reads M, N, NB, SPLITS at the start of the words */
   memmove(g.words, l->words + w0, sizeof(uint64_t) * CG_MM_NWORDS);
   cg_matmul_geometry(d, &g);
-  /* a GEMV's weight streams while the previous kernel drains; it waits for its inputs */
-  if (d->form == CG_MM_GEMV_NT || d->form == CG_MM_GEMV_RW)
-    return cuda_launch_overlapped(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
-  return cuda_launch(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
+  /* every generated kernel waits for its inputs (a GEMV after its weight starts streaming, the others on entry) */
+  return cuda_launch_overlapped(c, f, g.grid, g.block, g.smem, l->words, sizeof(uint64_t) * (size_t)l->nwords);
 }
 
 /* Our kernels for p into C. */

@@ -111,7 +111,8 @@ static grace_status launch_own(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_d
     st = cuda_launch_cluster(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w,
                              sizeof(uint64_t) * (size_t)w->n, cluster);
   else if (st == GRACE_OK)
-    st = cuda_launch(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w, sizeof(uint64_t) * (size_t)w->n);
+    st = cuda_launch_overlapped(c, f, (unsigned[]){grid, 1, 1}, (unsigned[]){block, 1, 1}, smem, w->w,
+                                sizeof(uint64_t) * (size_t)w->n);
   return st;
 }
 

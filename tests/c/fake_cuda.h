@@ -39,18 +39,22 @@ static CUresult f_launch(CUfunction f, unsigned a, unsigned b, unsigned c, unsig
   return 0;
 }
 /* cuLaunchKernelEx and the occupancy query, installed by a test that wants them (install_fake_ex): the launch
- * records its grid and whether it was cooperative (CUlaunchConfig's ABI, as cuda_api.c lays it out) */
+ * records its grid and whether it was cooperative or a programmatic dependent (CUlaunchConfig's ABI, as cuda_api.c
+ * lays it out) */
 typedef struct fake_attr { int id; char pad[4]; union { char pad[64]; int value; unsigned dim[3]; } v; } fake_attr;
 typedef struct fake_config { unsigned grid[3], block[3], smem; CUstream stream; fake_attr *attrs; unsigned nattrs; } fake_config;
 static unsigned ex_grid, ex_block;
-static int ex_coop, fake_blocks_per_sm;
+static int ex_coop, ex_pdl, fake_blocks_per_sm;
 static CUresult f_launch_ex(const void *cfg, CUfunction f, void **p, void **x) {
   (void)f; (void)p; (void)x;
   const fake_config *c = cfg;
   ex_grid = c->grid[0];
   ex_block = c->block[0];
-  ex_coop = 0;
-  for (unsigned i = 0; i < c->nattrs; i++) ex_coop |= c->attrs[i].id == 2 && c->attrs[i].v.value == 1;
+  ex_coop = ex_pdl = 0;
+  for (unsigned i = 0; i < c->nattrs; i++) {
+    ex_coop |= c->attrs[i].id == 2 && c->attrs[i].v.value == 1;
+    ex_pdl |= c->attrs[i].id == 6 && c->attrs[i].v.value == 1;
+  }
   kernel_launches++;
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "ir/ir_fuse.h"
 #include "codegen/cg_fused.h"
 #include "cuda/cuda_api.h"
+#include "pdl_check.h"
 #include "tap.h"
 #include "c/ir_build.h"
 
@@ -81,6 +82,7 @@ static int lower(const char *what, int indirect, lowered *L) {
     if (st == GRACE_OK) st = cg_fused_plan(vm, bld.ir, &f, g, &io, ext, indirect, 132, &spec, &geom);
     if (st == GRACE_OK) st = cg_fused_generate(vm, bld.ir, &f, g, &io, &spec, &k);
     if (st != GRACE_OK) { L->failed++; printf("# %s: group %d: %s\n", what, g, grace_last_error(vm)); continue; }
+    if (!pdl_enters_first(k.src)) { L->failed++; printf("# %s: group %d does not wait on entry\n", what, g); }
     if (have_nvrtc) {
       char *out = NULL;
       size_t n = 0;

@@ -18,6 +18,7 @@
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_matmul.h"
 #include "base/base.h"
+#include "pdl_check.h"
 #include "tap.h"
 
 static grace_vm *vm;
@@ -48,6 +49,7 @@ static void test_sources(void) {
   full_epilogue(&d);
   ok(cg_matmul_source(vm, &d, &k1) == GRACE_OK, "tensor-core source generates");
   ok(k1.src && strstr(k1.src, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "it holds mma.sync m16n8k16 bf16");
+  ok(pdl_enters_first(k1.src), "it lets the next kernel launch and waits for the earlier ones before anything else");
   ok(k1.src && strstr(k1.src, "cp.async.cg.shared.global") && strstr(k1.src, "cp.async.wait_group"),
      "it holds cp.async and its wait");
   ok(k1.src && strstr(k1.src, "ldmatrix.sync.aligned.m8n8.x4"), "it holds ldmatrix");
@@ -94,6 +96,7 @@ static void test_sources(void) {
   ok(body && strstr(k1.src, "#define MM_PREFETCH 1") && strstr(body, "prefetch.global.L2") &&
      strstr(body, "prefetch.global.L2") < strstr(body, "griddepcontrol.wait;"),
      "a one-wave GEMV prefetches its weight before waiting on the previous kernel");
+  ok(body && !pdl_enters_first(k1.src), "a GEMV does not wait on entry: its wait follows its weight loads");
   cg_kernel_free(vm, &k1);
   cg_launch l;
   memset(&l, 0, sizeof l);

@@ -242,7 +242,7 @@ static void split_rows(grace_vm *vm, cuda_ctx *c) {
   install_fake_ex(c);
   fake_blocks_per_sm = 2;   /* 264 blocks at once: 100 rows of 6 chunks (4 blocks an SM wanted) become 2 chunks */
   st = grace_ir_run(ir, 1, &xt, 1, &out);
-  ok(st == GRACE_OK && ex_coop && ex_grid == 200 && ex_block == 512,
+  ok(st == GRACE_OK && ex_coop && !ex_pdl && ex_grid == 200 && ex_block == 512,
      "2 blocks an SM: a cooperative launch of 100 rows x 2 chunks (grid %u of %u threads, cooperative %d)", ex_grid,
      ex_block, ex_coop);
   grace_tensor_release(out);
@@ -277,7 +277,19 @@ static void split_rows(grace_vm *vm, cuda_ctx *c) {
   long launches = kernel_launches;
   st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 2, short_rows, &xs);
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SOFTMAX, 1, &xs, &last, 1, &out);
-  ok(st == GRACE_OK && !ex_coop && kernel_launches == launches + 1, "eager softmax over rows of 1000: one plain launch");
+  ok(st == GRACE_OK && !ex_coop && ex_pdl && kernel_launches == launches + 1,
+     "eager softmax over rows of 1000: one launch, as a programmatic dependent of the kernel before");
+  grace_tensor_release(out);
+  out = NULL;
+  c->pdl = 0;   /* GRACE_PDL=0 */
+  ex_pdl = 0;
+  launches = kernel_launches;
+  grace_tensor *yt = NULL;
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &xs, NULL, 1, &yt);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SOFTMAX, 1, &xs, &last, 1, &out);
+  ok(st == GRACE_OK && !ex_pdl && kernel_launches == launches + 2, "with programmatic launches off: plain launches");
+  c->pdl = 1;
+  grace_tensor_release(yt);
   grace_tensor_release(out);
   grace_tensor_release(xs);
   c->fn.cuLaunchKernelEx = NULL;
