@@ -2,7 +2,9 @@
  * numbers, dtypes) biased toward the values that break code (zero, negative, near 2^63, NaN), a VM with a memory
  * cap so that a huge but valid size is an ENOMEM error rather than a fuzzer out-of-memory report, and the checks
  * every target makes after each input (an error has a message and is not "internal"; nothing is left allocated).
- * A check that fails aborts: libFuzzer (or tests/fuzz/replay.c in `make test`) reports the input as a crash. */
+ * A check that fails aborts: libFuzzer (or tests/fuzz/replay.c in `make test`) reports the input as a crash.
+ * An input that found a bug, once fixed, goes into tests/fuzz/corpus/NAME named for what it found (make test replays
+ * it; make asan replays it under the sanitizers that saw it), beside a test of its own that states the expectation. */
 #ifndef GRACE_FUZZ_H
 #define GRACE_FUZZ_H
 
