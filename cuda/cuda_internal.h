@@ -119,8 +119,6 @@ cuda_key cuda_cache_key(const char *src, const char *options, int arch, const ch
 /* The cache directory ($GRACE_CACHE_DIR, else ~/.cache/grace, created 0700 on first use), or NULL when it cannot be
  * made or is not safe to use (then the disk cache is off, silently). */
 const char *cuda_cache_dir(cuda_ctx *c);
-/* Whether path is a directory this user owns, may write, and no one else may write. */
-int cuda_cache_dir_ok(const char *path);
 typedef enum cuda_cache_result { CUDA_CACHE_MISS, CUDA_CACHE_HIT, CUDA_CACHE_CORRUPT } cuda_cache_result;
 /* Reads the entry of key: HIT with *bytes (free with grace_realloc(vm, *bytes, *n, 0)) and *n; MISS when there is
  * no entry or no disk cache; CORRUPT when the entry is truncated, fails its checksum, holds another key or is no

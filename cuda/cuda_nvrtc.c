@@ -214,10 +214,11 @@ static int make_dirs(char *path) {
   return 1;
 }
 
-int cuda_cache_dir_ok(const char *path) {
+/* Whether path is a directory this user owns and may write, and no one else may write. */
+static int dir_is_private(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)) &&
-         access(path, W_OK | X_OK) == 0;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+         !(st.st_mode & (S_IWGRP | S_IWOTH)) && access(path, W_OK | X_OK) == 0;
 }
 
 const char *cuda_cache_dir(cuda_ctx *c) {
@@ -228,7 +229,7 @@ const char *cuda_cache_dir(cuda_ctx *c) {
     if (dir && *dir) len = snprintf(c->cache_dir, sizeof c->cache_dir, "%s", dir);
     else if (home && *home) len = snprintf(c->cache_dir, sizeof c->cache_dir, "%s/.cache/grace", home);
     if (len > 0 && len < (int)sizeof c->cache_dir - 64 && make_dirs(c->cache_dir) &&
-        cuda_cache_dir_ok(c->cache_dir))
+        dir_is_private(c->cache_dir))
       c->cache_dir_state = 1;
   }
   return c->cache_dir_state == 1 ? c->cache_dir : NULL;
