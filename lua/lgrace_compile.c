@@ -21,7 +21,7 @@
 
 /* A path key that stands for "the metatable of", and the value a global read as nil is recorded as (their
  * addresses only: light userdata no Lua code makes). */
-static const char meta_key, nil_read;
+static const char meta_key, nil_read, snap_key;
 
 /* Records the global read name (at k) -> value (on top, replaced by nil_read when nil) into reads (at r). */
 static void note_read(lua_State *L, int r, int k) {
@@ -29,6 +29,79 @@ static void note_read(lua_State *L, int r, int k) {
   if (lua_isnil(L, -2)) lua_pushlightuserdata(L, (void *)&nil_read);
   else lua_pushvalue(L, -2);
   lua_rawset(L, r);
+}
+
+/* ---- snapshots: one guard for a whole table reached through a metatable (a class: its methods and fields) ----
+ * A snapshot is a table {key = value} of the table's numbers, strings, booleans and functions (under string or
+ * number keys) plus snap_key = their count: it holds while the table has exactly those. One snapshot per class
+ * instead of a guard per method keeps the check of a call with nn modules short. */
+static int is_snapshot(lua_State *L, int i) {
+  if (!lua_istable(L, i)) return 0;
+  lua_pushlightuserdata(L, (void *)&snap_key);
+  int yes = lua_rawget(L, i) != LUA_TNIL;
+  lua_pop(L, 1);
+  return yes;
+}
+
+static int snapshot_kind(lua_State *L, int key, int value) {
+  int kt = lua_type(L, key), vt = lua_type(L, value);
+  return (kt == LUA_TSTRING || kt == LUA_TNUMBER) &&
+         (vt == LUA_TNUMBER || vt == LUA_TSTRING || vt == LUA_TBOOLEAN || vt == LUA_TFUNCTION);
+}
+
+/* Two values are the same for a guard: raw equality, an integer and a float apart. */
+static int same_scalar(lua_State *L, int a, int b) {
+  return lua_rawequal(L, a, b) && (lua_type(L, a) != LUA_TNUMBER || lua_isinteger(L, a) == lua_isinteger(L, b));
+}
+
+/* Whether the table at t still holds what the snapshot at snap recorded, and nothing more of its kinds. */
+static int snapshot_holds(lua_State *L, int t, int snap) {
+  if (!lua_istable(L, t)) return 0;
+  lua_Integer count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    if (snapshot_kind(L, -2, -1)) {
+      count++;
+      lua_pushvalue(L, -2);
+      lua_rawget(L, snap);
+      int same = same_scalar(L, -1, -2);
+      lua_pop(L, 1);
+      if (!same) { lua_pop(L, 2); return 0; }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushlightuserdata(L, (void *)&snap_key);
+  lua_rawget(L, snap);
+  int all = lua_tointeger(L, -1) == count;
+  lua_pop(L, 1);
+  return all;
+}
+
+/* Two expectations are the same (for h_guard_same): raw equality, or two snapshots of the same contents. */
+static int same_expectation(lua_State *L, int a, int b) {
+  a = lua_absindex(L, a), b = lua_absindex(L, b);
+  if (lua_rawequal(L, a, b)) return 1;
+  if (!is_snapshot(L, a) || !is_snapshot(L, b)) return 0;
+  int same = 1;
+  lua_pushnil(L);
+  while (same && lua_next(L, a)) {   /* the count is one of the entries (under snap_key), so equal sizes follow */
+    lua_pushvalue(L, -2);
+    lua_rawget(L, b);
+    same = same_scalar(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  if (!same) lua_pop(L, 1);
+  return same;
+}
+
+/* Whether the value at got passes a guard expecting the value at want (a tensor by identity, a snapshot by contents,
+ * anything else by raw equality). */
+static int guard_holds(lua_State *L, int got, int want) {
+  got = lua_absindex(L, got), want = lua_absindex(L, want);
+  grace_tensor *a = lg_totensor(L, got), *b = lg_totensor(L, want);
+  if (a || b) return a == b;
+  if (is_snapshot(L, want)) return snapshot_holds(L, got, want);
+  return same_scalar(L, got, want);
 }
 
 /* A compiled function: the core's object, and the Lua state of the call in progress (saved and restored around
@@ -298,7 +371,8 @@ static int has_state(lua_State *L, int v) {
 }
 
 /* Visits the value on top of the stack, reached by the path at path_idx (a table). depth bounds it;
- * scalars are guarded when `guard_scalars` (direct upvalues, fields of tables holding a captured tensor). */
+ * scalars are guarded when `guard_scalars` (direct upvalues, fields of tables holding a captured tensor); 2: the
+ * value was reached through a metatable, and a table is guarded by one snapshot of its fields. */
 static void visit(walk *w, int path_idx, int depth, int guard_scalars);
 
 static void visit_child(walk *w, int path_idx, int key_idx, int depth, int guard_scalars) {
@@ -371,18 +445,35 @@ static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
   }
   /* a table of data (a module, a config): its numbers, strings and booleans are guarded, and its metatable
    * walked: methods and defaults read through __index (a class of grace.nn, a table of defaults) */
+  int snap = guard_scalars == 2;
   if (lua_getmetatable(L, v)) {
     lua_pushlightuserdata(L, (void *)&meta_key);
     lua_insert(L, -2);
-    visit_child(w, path_idx, lua_gettop(L) - 1, depth - 1, 1);
+    visit_child(w, path_idx, lua_gettop(L) - 1, depth - 1, 2);
+    lua_settop(L, v);
+  }
+  if (snap) {   /* one guard for the fields (below); the functions' upvalues and nested tables are walked still */
+    lua_newtable(L);
+    lua_Integer count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, v)) {
+      if (snapshot_kind(L, -2, -1)) { count++; lua_pushvalue(L, -2); lua_pushvalue(L, -2); lua_rawset(L, v + 1); }
+      lua_pop(L, 1);
+    }
+    lua_pushlightuserdata(L, (void *)&snap_key);
+    lua_pushinteger(L, count);
+    lua_rawset(L, v + 1);
+    add_guard(w, path_idx, v + 1);
     lua_settop(L, v);
   }
   lua_pushnil(L);
   while (lua_next(L, v)) {
-    int kt = lua_type(L, -2);
-    if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
+    int kt = lua_type(L, -2), vt = lua_type(L, -1);
+    if ((kt == LUA_TSTRING || kt == LUA_TNUMBER) && (!snap || vt == LUA_TFUNCTION || vt == LUA_TTABLE ||
+                                                      vt == LUA_TUSERDATA)) {
       int value = lua_gettop(L);
-      visit_child(w, path_idx, value - 1, depth - 1, 1);
+      /* in a snapshot, a function's identity is guarded already: only its upvalues are walked */
+      visit_child(w, path_idx, value - 1, depth - 1, snap ? (vt == LUA_TFUNCTION ? 0 : 2) : 1);
       lua_settop(L, value);
     }
     lua_pop(L, 1);
@@ -499,7 +590,7 @@ static const char *changed_path(lua_State *L, int fn, int args, int paths, int e
     int path = lua_gettop(L);
     push_path_value(L, fn, args, path);
     lua_rawgeti(L, expect, i);
-    if (!lua_rawequal(L, -1, -2)) {
+    if (!guard_holds(L, -2, -1)) {
       lua_rawgeti(L, path, 1);
       const char *root = lua_tostring(L, -1), *name = NULL;
       if (root[0] == 'u') {   /* an upvalue of the function: say its name */
@@ -625,11 +716,7 @@ static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *a
     int path = lua_gettop(L);
     push_path_cached(L, cp->fidx, cp->args, path, vals, i > 1 ? shared_prefix(L, prev, path) : 0);
     lua_rawgeti(L, expect, i);
-    int same;
-    grace_tensor *a = lg_totensor(L, -2), *b = lg_totensor(L, -1);
-    if (a || b) same = a == b;
-    else same = lua_rawequal(L, -2, -1) && (lua_type(L, -1) != LUA_TNUMBER || lua_isinteger(L, -1) == lua_isinteger(L, -2));
-    if (!same) {
+    if (!guard_holds(L, -2, -1)) {
       lua_rawgeti(L, -3, 1);
       snprintf(buf, n, "captured value #%d (path root %s) changed identity or value", i, lua_tostring(L, -1));
       ok = 0;
@@ -656,7 +743,7 @@ static int h_guard_same(void *ud, uint64_t a, uint64_t b) {
   for (int p = 1; p <= n && ok; p++) {
     lua_rawgeti(L, -2, p);
     lua_rawgeti(L, -2, p);
-    ok = lua_rawequal(L, -1, -2);
+    ok = same_expectation(L, -1, -2);
     lua_pop(L, 2);
   }
   lua_settop(L, top);

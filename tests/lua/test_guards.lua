@@ -71,6 +71,8 @@ Derived.__index = Derived
 local obj = setmetatable({}, Derived)
 retraces("a method two metatables up, replaced", function(t) return t + obj.bias() end, 2,
          function() Base.bias = function() return 4 end end, 5)
+retraces("a method added to the class, hiding its parent's", function(t) return t + obj.bias() end, 5,
+         function() Derived.bias = function() return 9 end end, 10)
 
 retraces("a global absent when traced, then defined", function(t) return t * (absent_global or 1) end, 1,
          function() absent_global = 4 end, 4)
