@@ -299,6 +299,7 @@ static void push_path_value(lua_State *L, int fn, int args, int path) { push_pat
 
 /* How many leading elements paths a and b share. */
 static lua_Integer shared_prefix(lua_State *L, int a, int b) {
+  a = lua_absindex(L, a), b = lua_absindex(L, b);
   lua_Integer na = (lua_Integer)lua_rawlen(L, a), nb = (lua_Integer)lua_rawlen(L, b), k = 0;
   while (k < na && k < nb) {
     lua_rawgeti(L, a, k + 1);
@@ -697,7 +698,7 @@ static int find_env(lua_State *L, int fn) {
 }
 
 
-/* A host guard is a table {paths, expected values, count} in the registry. Why its paths fail for the call in
+/* A host guard is a table {paths, expected values, count, shared prefixes} in the registry. Why its paths fail for the call in
  * progress (0: they pass). */
 static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *args, char *buf, size_t n) {
   compiled *cp = ud;
@@ -709,20 +710,21 @@ static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *a
   lua_rawgeti(L, top + 1, 3);
   int paths = top + 2, expect = top + 3, npaths = (int)lua_tointeger(L, top + 4);
   lua_createtable(L, 16, 0);   /* top + 5: values along the last path */
-  lua_pushnil(L);              /* top + 6: the last path */
-  int vals = top + 5, prev = top + 6, ok = 1;
+  lua_rawgeti(L, top + 1, 4);  /* top + 6: how much of each path the one before shares */
+  int vals = top + 5, shared = top + 6, ok = 1;
   for (int i = 1; i <= npaths && ok; i++) {
     lua_rawgeti(L, paths, i);
     int path = lua_gettop(L);
-    push_path_cached(L, cp->fidx, cp->args, path, vals, i > 1 ? shared_prefix(L, prev, path) : 0);
+    lua_rawgeti(L, shared, i);
+    lua_Integer k = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    push_path_cached(L, cp->fidx, cp->args, path, vals, k);
     lua_rawgeti(L, expect, i);
     if (!guard_holds(L, -2, -1)) {
       lua_rawgeti(L, -3, 1);
       snprintf(buf, n, "captured value #%d (path root %s) changed identity or value", i, lua_tostring(L, -1));
       ok = 0;
     }
-    lua_pushvalue(L, path);
-    lua_replace(L, prev);
     lua_settop(L, top + 6);
   }
   lua_settop(L, top);
@@ -852,10 +854,20 @@ static void find_captures(compiled *cp, grace_ir *ir, int s, uint64_t *guard, in
              "(reached through a C function or a metatable?); pass it as an argument");
   }
   if (w.npaths > 0) {
-    lua_createtable(L, 3, 0);
+    lua_createtable(L, 4, 0);
     lua_pushvalue(L, paths); lua_rawseti(L, -2, 1);
     lua_pushvalue(L, expect); lua_rawseti(L, -2, 2);
     lua_pushinteger(L, w.npaths); lua_rawseti(L, -2, 3);
+    lua_createtable(L, w.npaths, 0);   /* how much of each path the one before shares: worked out once, here */
+    for (int i = 2; i <= w.npaths; i++) {
+      lua_rawgeti(L, paths, i - 1);
+      lua_rawgeti(L, paths, i);
+      lua_Integer k = shared_prefix(L, -2, -1);
+      lua_pop(L, 2);
+      lua_pushinteger(L, k);
+      lua_rawseti(L, -2, i);
+    }
+    lua_rawseti(L, -2, 4);
     *guard = (uint64_t)(uint32_t)luaL_ref(L, LUA_REGISTRYINDEX);
   }
   lua_settop(L, libs - 1);
