@@ -343,6 +343,10 @@ static grace_status parse_inst(lexer *L) {
     L->s = e + 1;
     if ((st = grace_ir_set_location(ir, loc)) != GRACE_OK) return st;
   } else grace_ir_set_location(ir, NULL);
+  /* as grace_ir_literal makes them: a number of another type would promote as no traced number does */
+  if (op == IR_OP_LITERAL && (nres != 1 || types[0].ndim != 0 || types[0].device != GRACE_CPU ||
+                              (types[0].dtype != GRACE_INT64 && types[0].dtype != GRACE_FLOAT64)))
+    return perr(L, "a literal typed i64[] or f64[]");
   if (op == IR_OP_LITERAL || wrapped) types[0].wrapped = 1;
   for (int i = 0; i < nin; i++)
     if (args[i] >= ir->nval) return grace_set_error(L->vm, GRACE_EARG, "ir parse: line %d: %%%d used before it is defined", L->line, args[i]);
