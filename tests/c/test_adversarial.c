@@ -249,6 +249,13 @@ static int literal_text_ranges(void) {
          !ir && err_has("literal typed i64[] or f64[]");
   return good;
 }
+/* arange with an exact integer step of 0 while the double step says 1 (a C caller's attributes disagree): an error,
+ * not a division by zero */
+static int arange_exact_zero_step(void) {
+  grace_attrs a = {.a = 0, .b = 4, .c = 1, .exact = 7, .ia = 0, .ib = 4, .ic = 0, .has_dtype = 1, .dtype = GRACE_INT64};
+  grace_tensor *r = NULL;
+  return grace_run(vm, GRACE_OP_ARANGE, 0, NULL, &a, 1, &r) == GRACE_EARG && !r && err_has("step must be nonzero");
+}
 
 int main(void) {
   vm = grace_vm_new(NULL, NULL, 0);
@@ -282,6 +289,7 @@ int main(void) {
   survives(tri_huge_diagonal, "triu and tril with a diagonal of INT64_MAX and INT64_MIN: nothing or all kept");
   survives(literal_ranges, "integer literals out of int64 range are errors; INT64_MAX stays exact through passes");
   survives(literal_text_ranges, "parse: an integer literal past int64 or typed i32 is an error, 1e300 as i64 no crash");
+  survives(arange_exact_zero_step, "arange with an exact step of 0: GRACE_EARG, no division by zero");
   survives(narrow_empty_offset, "narrow at 1 of a [0, 4] tensor's dim 2: an empty [0, 1] view");
   grace_tensor_release(x);
   grace_vm_free(vm);
