@@ -48,7 +48,7 @@ STDLIB   := $(sort $(wildcard stdlib/grace/*.lua))
 CTEST_SRC := $(wildcard tests/c/*.c)
 CTEST_BIN := $(CTEST_SRC:tests/c/%.c=$(BUILD)/tests/%)
 
-.PHONY: all examples test test-programs check asan clean install demo bench-cpu
+.PHONY: all examples test test-programs check asan fuzz fuzz-targets clean install demo bench-cpu
 all: $(BUILD)/grace $(BUILD)/libgrace.a $(BUILD)/libgrace.so $(BUILD)/grace.so $(BUILD)/libgrace_lua.a
 
 # Where Debian's lua5.4 looks for modules of PREFIX: /usr uses the multiarch C module folder, other prefixes
@@ -111,6 +111,14 @@ $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
 
+# The fuzz targets of tests/fuzz: under `make test` each replays its committed corpus (tests/fuzz/replay.c) in the
+# normal build; `make fuzz` builds them for libFuzzer and runs them (below).
+FUZZ_TARGETS := ir files ops fn
+FUZZ_REPLAY := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz_%)
+$(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/replay.c $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libgrace.a $(LDLIBS_ALL)
+
 # make examples: the C hosts of examples/embed (tests/cli/embed.sh runs them and host.py).
 EXAMPLES := $(BUILD)/examples/c_only $(BUILD)/examples/game_loop
 examples: $(EXAMPLES)
@@ -123,7 +131,7 @@ $(BUILD)/examples/game_loop: examples/embed/game_loop.c $(BUILD)/libgrace_lua.a 
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
 
-TESTS = $(CTEST_BIN) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py)) tools/layers.sh
+TESTS = $(CTEST_BIN) $(FUZZ_REPLAY) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py)) tools/layers.sh
 # make check: every test file but the four that generate and check kernels over many random cases (about 2.5 of
 # make test's 3 minutes on 2 cores, one at a time; measured in bench/RESULTS.md): under a minute on 2 cores.
 CHECK_SLOW := test_cg_fused test_cg_matmul test_cg_ops test_fuse_random
@@ -144,7 +152,7 @@ PROVE = GRACE=$(abspath $(BUILD)/grace) GRACE_TEST_LOGS=$(TEST_LOGS) $(if $(DEPS
   GRACE_DEP_LIBS="$(DEP_LIB)") prove -j$(JOBS) $(PROVE_QUIET) \
   --exec "sh tests/run.sh $(abspath $(BUILD))" $(PROVE_FLAGS)
 
-test-programs: all $(CTEST_BIN) $(EXAMPLES)   # what the tests run (a recipe, so make says nothing when all are built)
+test-programs: all $(CTEST_BIN) $(FUZZ_REPLAY) $(EXAMPLES)   # what the tests run (a recipe, so make says nothing when all are built)
 	@:
 
 test:
@@ -162,12 +170,39 @@ check:
 asan:   # GRACE_SANITIZED: tests that bound the process's resident size skip (the sanitizer holds freed memory)
 	GRACE_SANITIZED=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DGRACE_SYSTEM_MALLOC" test
 
+# make fuzz: the fuzz targets built with clang's libFuzzer, AddressSanitizer and UBSan (no recovery) in
+# build-fuzz, each run FUZZ_TIME seconds (default 60) under nice from its committed corpus; new inputs are kept in
+# build-fuzz/corpus/NAME, a crashing input in build-fuzz/crash-NAME-*. FUZZ=name runs one target. A host allocation
+# too large for ASan is a NULL that grace must handle (allocator_may_return_null), not a report. Needs Debian's
+# clang (its libFuzzer runtime comes with it); not a dependency of the build or of make test.
+FUZZ_CC   ?= clang
+FUZZ_TIME ?= 60
+FUZZ      ?= $(FUZZ_TARGETS)
+FUZZ_SAN  := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+             -DGRACE_SYSTEM_MALLOC
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs $(FUZZ_CC) (apt-get install clang)"; exit 1; }
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=$(FUZZ_CC) OPT=-O1 CFLAGS=-Wno-unknown-warning-option \
+	  SAN="$(FUZZ_SAN)" fuzz-targets
+	@for t in $(FUZZ); do \
+	  mkdir -p build-fuzz/corpus/$$t; echo "fuzz_$$t: $(FUZZ_TIME) s"; \
+	  ASAN_OPTIONS=allocator_may_return_null=1 nice -n 19 build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -timeout=30 -rss_limit_mb=2048 \
+	    -print_final_stats=1 $$(test -f tests/fuzz/$$t.dict && echo -dict=tests/fuzz/$$t.dict) \
+	    -artifact_prefix=build-fuzz/crash-$$t- build-fuzz/corpus/$$t tests/fuzz/corpus/$$t || exit 1; \
+	done
+
+fuzz-targets: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
+
 demo: $(BUILD)/grace
 	$(BUILD)/grace examples/transformer_block.lua
 
 bench-cpu: $(BUILD)/grace
 	$(BUILD)/grace bench/cpu_ops.lua
 
+GRACE_VERSION := $(shell sed -n 's/^\#define GRACE_VERSION "\(.*\)"/\1/p' include/grace.h)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 755 $(BUILD)/grace $(DESTDIR)$(PREFIX)/bin/grace
@@ -178,10 +213,11 @@ install: all
 	install -d $(DESTDIR)$(LUA_CMODDIR) $(DESTDIR)$(LUA_LMODDIR)/grace
 	install -m 755 $(BUILD)/grace.so $(DESTDIR)$(LUA_CMODDIR)/grace.so
 	install -m 644 $(STDLIB) $(DESTDIR)$(LUA_LMODDIR)/grace/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define GRACE_VERSION "\(.*\)"/\1/p' include/grace.h)|' \
-	    tools/grace.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/grace.pc
+	for pc in grace grace-lua; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(GRACE_VERSION)|' tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc; \
+	done
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
--include $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(BUILD)/obj/lua/main.d $(CTEST_BIN:=.d) $(EXAMPLES:=.d)
+-include $(CORE_OBJ:.o=.d) $(LUA_OBJ:.o=.d) $(BUILD)/obj/lua/main.d $(CTEST_BIN:=.d) $(FUZZ_REPLAY:=.d) $(EXAMPLES:=.d)

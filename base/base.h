@@ -55,6 +55,9 @@ typedef struct vm_storage {
   void *data;
   size_t nbytes;
   uint64_t version;              /* shared by all views, as PyTorch's version counter */
+  int foreign;                   /* the host's memory (grace_tensor_wrap): not counted, never freed by grace */
+  grace_release_fn release;      /* foreign: called with release_ud and data when the last reference goes */
+  void *release_ud;
 } vm_storage;
 
 struct grace_tensor {
@@ -105,6 +108,12 @@ int64_t vm_numel(int ndim, const int64_t *sizes);   /* of a shape already checke
 static inline int vm_mul_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_mul_overflow(a, b, r); }
 static inline int vm_add_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_add_overflow(a, b, r); }
 static inline int vm_sub_ok(int64_t a, int64_t b, int64_t *r) { return !__builtin_sub_overflow(a, b, r); }
+/* An index or dim as the user wrote it, for messages: a non-negative one plus the index base (unchanged where that
+ * would pass INT64_MAX, which only a C caller's value can reach). */
+/* triu/tril's diagonal k for R x C matrices, clamped to [-R, C]: every k past either end selects the same elements,
+ * and row + k then never overflows */
+static inline int64_t vm_tri_diag(int64_t k, int64_t R, int64_t C) { return k < -R ? -R : k > C ? C : k; }
+static inline long long vm_user_index(int64_t i, int base) { return i >= 0 && i <= INT64_MAX - base ? i + base : i; }
 /* A shape's element count, or -1 when a size is negative or its nonzero sizes multiply past VM_MAX_NUMEL. */
 static inline int64_t vm_numel_checked(int ndim, const int64_t *sizes) {
   int64_t nz = 1, zero = 0;

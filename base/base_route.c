@@ -85,6 +85,14 @@ grace_status vm_route_prepare(grace_vm *vm, grace_op *opp, int nin, grace_tensor
   /* a wrapped number is not handed back as itself: the result is an ordinary 0-d tensor, as typed */
   if ((op == GRACE_OP_CONTIGUOUS || (op == GRACE_OP_TO_DEVICE && attrs->device == GRACE_CPU)) && in[0]->wrapped)
     op = GRACE_OP_CLONE;
+  /* contiguous of a contiguous tensor is that tensor, decided here for every backend and before a trace or replay
+   * sees the op: a trace that recorded it as a new value would lose in-place writes made through the result */
+  if (op == GRACE_OP_CONTIGUOUS && vm_is_contiguous(in[0])) {
+    grace_tensor_retain(in[0]);
+    out[0] = in[0];
+    *done = 1;
+    return GRACE_OK;
+  }
   if (op == GRACE_OP_TO_DEVICE) {
     if (attrs->device == in[0]->storage->device) {
       grace_tensor_retain(in[0]);

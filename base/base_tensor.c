@@ -146,8 +146,12 @@ void grace_tensor_release(grace_tensor *t) {
   grace_tensor_release(t->grad);
   vm_storage *s = t->storage;
   if (--s->refcount == 0) {
-    vm->tensor_bytes -= s->nbytes;
-    vm->backend[s->device]->storage_free(vm, s->data, s->nbytes);
+    if (s->foreign) {
+      if (s->release) s->release(s->release_ud, s->data);
+    } else {
+      vm->tensor_bytes -= s->nbytes;
+      vm->backend[s->device]->storage_free(vm, s->data, s->nbytes);
+    }
     vm_free(vm, s, sizeof *s);
   }
   vm_free(vm, t, sizeof *t);
@@ -189,8 +193,46 @@ grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, cons
   return vm->trace && vm->hooks ? vm->hooks->created(vm, t) : GRACE_OK;
 }
 
+grace_status grace_tensor_wrap(grace_vm *vm, grace_dtype dt, int ndim, const int64_t *sizes, void *data,
+                               grace_release_fn release, void *ud, grace_tensor **out) {
+  NEED(vm, out && data && (sizes || ndim == 0), "wrap");
+  *out = NULL;
+  if ((unsigned)dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "wrap: invalid dtype %d", (int)dt);
+  size_t es = grace_dtype_size(dt), bytes = 0;
+  grace_status st = check_shape(vm, "wrap", ndim, sizes, es, &bytes);
+  if (st != GRACE_OK) return st;
+  if ((uintptr_t)data % es)   /* kernels load whole elements */
+    return vm_err(vm, GRACE_EARG, "wrap: data at %p is not aligned to the %zu bytes of a %s element", data, es,
+                  grace_dtype_name(dt));
+  vm_storage *s = vm_alloc(vm, sizeof *s);
+  grace_tensor *t = vm_alloc(vm, sizeof *t);
+  if (!s || !t) {
+    vm_free(vm, s, sizeof *s); vm_free(vm, t, sizeof *t);
+    return vm_err(vm, GRACE_ENOMEM, "wrap: out of host memory");
+  }
+  *s = (vm_storage){.refcount = 1, .device = GRACE_CPU, .data = data, .nbytes = bytes, .foreign = 1,
+                    .release = release, .release_ud = ud};
+  memset(t, 0, sizeof *t);
+  t->refcount = 1; t->vm = vm; t->storage = s; t->dtype = dt; t->ndim = ndim;
+  for (int d = 0; d < ndim; d++) t->sizes[d] = sizes[d];
+  vm_contiguous_strides(ndim, sizes, t->strides);
+  /* made during a trace: a constant of the program, as host data is (its contents at trace time) */
+  st = vm->trace && vm->hooks ? vm->hooks->created(vm, t) : GRACE_OK;
+  if (st != GRACE_OK) {   /* the caller keeps its memory: no release */
+    s->release = NULL;
+    grace_tensor_release(t);
+    return st;
+  }
+  *out = t;
+  return GRACE_OK;
+}
+
 grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out) {
   NEED(vm, out, "scalar");
+  *out = NULL;
+  /* [-2^63, 2^63): the doubles that convert to int64 (NaN and the rest would be undefined behaviour) */
+  if (is_integer && !(v >= -9223372036854775808.0 && v < 9223372036854775808.0))
+    return vm_err(vm, GRACE_EARG, "scalar: %g is outside int64", v);
   grace_tensor *t = vm_tensor_new(vm, "scalar", is_integer ? GRACE_INT64 : GRACE_FLOAT64, GRACE_CPU, 0, NULL);
   if (!t) { *out = NULL; return vm->status; }
   if (is_integer) *(int64_t *)vm_ptr(t) = (int64_t)v;
@@ -308,7 +350,7 @@ static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64
   for (int d = 0; d < t->ndim; d++) {
     if (index[d] < 0 || index[d] >= t->sizes[d])
       return vm_err(vm, GRACE_EINDEX, "get: index %lld out of range for dim %d of size %lld",
-                    (long long)(index[d] + vm->index_base), d + vm->index_base, (long long)t->sizes[d]);
+                    vm_user_index(index[d], vm->index_base), d + vm->index_base, (long long)t->sizes[d]);
     off += index[d] * t->strides[d];
   }
   size_t es = grace_dtype_size(t->dtype);
@@ -347,7 +389,7 @@ grace_status grace_norm_dim(grace_vm *vm, const char *op, int64_t dim, int ndim,
   if (d < 0 || d >= n) {
     int b = vm->index_base;
     return vm_err(vm, GRACE_EINDEX, "%s: dim %lld out of range for a %d-d tensor (expected %d to %d, or -%d to -1)",
-                  op, (long long)(dim < 0 ? dim : dim + b), ndim, b, n - 1 + b, n);
+                  op, vm_user_index(dim, b), ndim, b, n - 1 + b, n);
   }
   *out = (int)d;
   return GRACE_OK;

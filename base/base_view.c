@@ -126,10 +126,10 @@ static grace_status view_shape(grace_vm *vm, grace_op op, int nd, const int64_t 
     int b = vm->index_base, k = 0;
     if (op == GRACE_OP_SELECT && (start < 0 || start >= n))
       return vm_err(vm, GRACE_EINDEX, "select: index %lld out of range for dim %d of size %lld (shape %s)",
-                    (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), d0 + b, (long long)n, SHP(nd, sizes));
+                    vm_user_index(a->i0, b), d0 + b, (long long)n, SHP(nd, sizes));
     if (op == GRACE_OP_NARROW && (start < 0 || start > n || a->i1 < 0 || a->i1 > n - start))   /* no overflow */
       return vm_err(vm, GRACE_EINDEX, "narrow: start %lld with length %lld is out of range for dim %d of size %lld",
-                    (long long)(a->i0 < 0 ? a->i0 : a->i0 + b), (long long)a->i1, d0 + b, (long long)n);
+                    vm_user_index(a->i0, b), (long long)a->i1, d0 + b, (long long)n);
     for (int d = 0; d < nd; d++) {
       if (d == d0 && op == GRACE_OP_SELECT) continue;
       from[k] = d == d0 ? -1 : d;   /* narrow's dim: a new size */

@@ -4,7 +4,8 @@
 #include "cpu/cpu_kernels.h"
 #include "ir/ir_check.h"
 
-typedef struct { grace_tensor *t; uint64_t seed, offset; grace_op op; int64_t low, span; } rand_job;
+/* randint draws low + (u mod span) in unsigned arithmetic: the span of [INT64_MIN, INT64_MAX) is past int64 */
+typedef struct { grace_tensor *t; uint64_t seed, offset; grace_op op; int64_t low; uint64_t span; } rand_job;
 
 static void rand_range(void *ctx, int64_t b, int64_t e) {
   rand_job *j = ctx;
@@ -16,7 +17,7 @@ static void rand_range(void *ctx, int64_t b, int64_t e) {
     vm_philox(j->seed, j->offset, (uint64_t)i, r);
     if (j->op == GRACE_OP_RANDINT) {
       uint64_t u = ((uint64_t)r[1] << 32) | r[0];
-      vm_store_i64(dt, p + i * es, j->low + (int64_t)(u % (uint64_t)j->span));
+      vm_store_i64(dt, p + i * es, (int64_t)((uint64_t)j->low + u % j->span));
     } else if (j->op == GRACE_OP_RAND) {
       /* as many random bits as the dtype's significand holds, so rounding never reaches 1.0 */
       double v = dt == GRACE_FLOAT64 ? (double)((((uint64_t)r[0] << 32) | r[1]) >> 11) * 0x1p-53
@@ -70,7 +71,7 @@ grace_status cpu_create_run(grace_vm *vm, grace_op op, int nin, grace_tensor *co
     for (int64_t i = 0; i < shape[0] && i < shape[1]; i++) vm_store_f64(dt, p + (i * shape[1] + i) * (int64_t)es, 1);
     break;
   case GRACE_OP_RAND: case GRACE_OP_RANDN: case GRACE_OP_RANDINT: {
-    rand_job j = {t, vm->seed, vm->rng_offset++, op, a->i0, a->i1 - a->i0};
+    rand_job j = {t, vm->seed, vm->rng_offset++, op, a->i0, (uint64_t)a->i1 - (uint64_t)a->i0};
     vm_parallel_for(vm, n, 1 << 14, rand_range, &j);
     break;
   }

@@ -110,7 +110,8 @@ static grace_status put_offsets(grace_vm *vm, const grace_tensor *dst, grace_ten
     for (int j = 0; j < p->k; j++) {
       const grace_tensor *t = idx[j];
       int64_t v = vm_load_i64(t->dtype, (const char *)vm_ptr(t) + vm_offset(p->nb, c.idx, p->ist[j]) * (int64_t)grace_dtype_size(t->dtype));
-      int64_t q = v - vm->index_base;
+      int64_t q;
+      if (!vm_sub_ok(v, vm->index_base, &q)) q = -1;   /* INT64_MIN with base 1: out of range, not overflow */
       if (q < 0 || q >= dst->sizes[j])
         return vm_err(vm, GRACE_EINDEX, "index_put_: index %lld out of range for dim %d of size %lld", (long long)v,
                       j + vm->index_base, (long long)dst->sizes[j]);

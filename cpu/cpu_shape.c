@@ -129,7 +129,8 @@ static grace_status read_index(grace_vm *vm, const char *op, const grace_tensor 
   vm_counter_init(&c, idx->ndim, idx->sizes);
   for (int64_t i = 0;; i++) {
     int64_t v = vm_load_i64(idx->dtype, base + vm_offset(idx->ndim, c.idx, idx->strides) * (int64_t)es);
-    int64_t q = v - vm->index_base;
+    int64_t q;
+    if (!vm_sub_ok(v, vm->index_base, &q)) q = -1;   /* INT64_MIN with base 1: out of range, not overflow */
     if (q < 0 || q >= size) {
       vm_free(vm, p, (size_t)n * sizeof(int64_t));
       *pos = NULL;
@@ -313,7 +314,7 @@ static grace_status op_tri(grace_vm *vm, grace_op opc, grace_tensor *x, const gr
   grace_tensor *o = vm_tensor_new(vm, op, x->dtype, GRACE_CPU, x->ndim, x->sizes);
   if (!o) return vm->status;
   copy_tensor(vm, o, x);
-  int64_t R = x->sizes[x->ndim - 2], C = x->sizes[x->ndim - 1], k = a->i0, es = (int64_t)grace_dtype_size(x->dtype);
+  int64_t R = x->sizes[x->ndim - 2], C = x->sizes[x->ndim - 1], k = vm_tri_diag(a->i0, R, C), es = (int64_t)grace_dtype_size(x->dtype);
   int64_t nmat = R > 0 && C > 0 ? vm_numel(x->ndim, x->sizes) / (R * C) : 0;
   char *p = vm_ptr(o);
   for (int64_t m = 0; m < nmat; m++)

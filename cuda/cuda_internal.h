@@ -91,7 +91,6 @@ struct cuda_ctx {
   cuda_compile_stats cstats;
   int cache_dir_state;              /* 0 not resolved yet, 1 usable, -1 no disk cache */
   char cache_dir[4096];
-  unsigned tmp_counter;             /* makes temp file names unique within the process */
 };
 
 /* The VM's CUDA state, made on first call without probing anything; NULL only when host memory ran out. */
@@ -117,13 +116,13 @@ void cuda_nvrtc_free_all(cuda_ctx *c);
  * FNV-1a checksum of the payload (five 8-byte words), then the payload. */
 /* The key of a source compiled with options for arch by a given NVRTC version. */
 cuda_key cuda_cache_key(const char *src, const char *options, int arch, const char *nvrtc_version);
-/* The cache directory ($GRACE_CACHE_DIR, else ~/.cache/grace, created on first use), or NULL when it cannot be
- * made (then the disk cache is off, silently). */
+/* The cache directory ($GRACE_CACHE_DIR, else ~/.cache/grace, created 0700 on first use), or NULL when it cannot be
+ * made or is not safe to use (then the disk cache is off, silently). */
 const char *cuda_cache_dir(cuda_ctx *c);
 typedef enum cuda_cache_result { CUDA_CACHE_MISS, CUDA_CACHE_HIT, CUDA_CACHE_CORRUPT } cuda_cache_result;
 /* Reads the entry of key: HIT with *bytes (free with grace_realloc(vm, *bytes, *n, 0)) and *n; MISS when there is
- * no entry or no disk cache; CORRUPT when the entry is truncated, fails its checksum or holds another key
- * (counted in corrupt_entries; the caller recompiles and stores over it). */
+ * no entry or no disk cache; CORRUPT when the entry is truncated, fails its checksum, holds another key or is no
+ * regular file (a symlink, a FIFO; counted in corrupt_entries; the caller recompiles and stores over it). */
 cuda_cache_result cuda_cache_load(cuda_ctx *c, cuda_key key, char **bytes, size_t *n);
 /* Writes the entry of key through a temp file and a rename; 1 when written, 0 when not (no disk cache, disk
  * full: the cache is only an optimisation, so no error is set). */

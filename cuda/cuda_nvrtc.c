@@ -2,7 +2,12 @@
  * and the two caches in front of it: loaded modules in memory (per VM) and cubins on disk (shared by processes,
  * keyed by source, options, architecture and NVRTC version). A disk entry is checked (magic, key, length,
  * checksum) before it is trusted; a bad one is recompiled and replaced through a temp file and a rename, so a
- * concurrent reader never sees half a file. */
+ * concurrent reader never sees half a file.
+ * The cache directory may sit where other users can write (GRACE_CACHE_DIR=/tmp/...), so: it is made 0700 and
+ * refused (no disk cache) when another user owns it or others may write it; an entry is opened without following
+ * a symlink and without blocking (a FIFO planted there), and only a regular file is read; temporaries are made with
+ * mkstemp (an unpredictable name, created exclusively). The checksum finds damage, not forgery: only the
+ * directory's owner can write an entry, and that user can already run any code as themselves. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -195,19 +200,25 @@ cuda_key cuda_cache_key(const char *src, const char *options, int arch, const ch
   return (cuda_key){h1, h2};
 }
 
-/* mkdir -p with mode 0755; 0 on failure. */
+/* mkdir -p, new folders 0700 (the cache holds code this user will run); 0 on failure. */
 static int make_dirs(char *path) {
   for (char *p = path + 1;; p++) {
     if (*p != '/' && *p) continue;
     char saved = *p;
     *p = 0;
-    int bad = mkdir(path, 0755) != 0 && errno != EEXIST;
+    int bad = mkdir(path, 0700) != 0 && errno != EEXIST;
     *p = saved;
     if (bad) return 0;
     if (!saved) break;
   }
+  return 1;
+}
+
+/* Whether path is a directory this user owns and may write, and no one else may write. */
+static int dir_is_private(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+         !(st.st_mode & (S_IWGRP | S_IWOTH)) && access(path, W_OK | X_OK) == 0;
 }
 
 const char *cuda_cache_dir(cuda_ctx *c) {
@@ -217,7 +228,9 @@ const char *cuda_cache_dir(cuda_ctx *c) {
     int len = -1;
     if (dir && *dir) len = snprintf(c->cache_dir, sizeof c->cache_dir, "%s", dir);
     else if (home && *home) len = snprintf(c->cache_dir, sizeof c->cache_dir, "%s/.cache/grace", home);
-    if (len > 0 && len < (int)sizeof c->cache_dir - 64 && make_dirs(c->cache_dir)) c->cache_dir_state = 1;
+    if (len > 0 && len < (int)sizeof c->cache_dir - 64 && make_dirs(c->cache_dir) &&
+        dir_is_private(c->cache_dir))
+      c->cache_dir_state = 1;
   }
   return c->cache_dir_state == 1 ? c->cache_dir : NULL;
 }
@@ -253,22 +266,26 @@ cuda_cache_result cuda_cache_load(cuda_ctx *c, cuda_key key, char **bytes, size_
   *n = 0;
   char path[4200];
   if (!entry_path(c, key, path, sizeof path)) return CUDA_CACHE_MISS;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return CUDA_CACHE_MISS;
+  /* O_NOFOLLOW: a symlink there is refused (ELOOP), not read through; O_NONBLOCK: opening a FIFO returns at once
+   * (then refused as no regular file); cleared again before reading */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0 && errno == ENOENT) return CUDA_CACHE_MISS;
   cuda_cache_result res = CUDA_CACHE_CORRUPT;
   uint64_t hdr[4];
   char magic[8];
   char *buf = NULL;
   struct stat st;
   size_t len = 0;
-  if (fstat(fd, &st) == 0 && (size_t)st.st_size >= CACHE_HEADER && read_all(fd, magic, 8) &&
+  int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+  if (fd >= 0 && flags != -1 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 && fstat(fd, &st) == 0 &&
+      S_ISREG(st.st_mode) && (size_t)st.st_size >= CACHE_HEADER && read_all(fd, magic, 8) &&
       read_all(fd, hdr, 32) && !memcmp(magic, CACHE_MAGIC, 8) && hdr[0] == key.h1 && hdr[1] == key.h2 &&
       hdr[2] <= CACHE_MAX_ENTRY && (size_t)st.st_size == CACHE_HEADER + hdr[2]) {
     len = (size_t)hdr[2];
     buf = grace_realloc(c->vm, NULL, 0, len ? len : 1);
     if (buf && read_all(fd, buf, len) && fnv1a(0xcbf29ce484222325ull, buf, len) == hdr[3]) res = CUDA_CACHE_HIT;
   }
-  close(fd);
+  if (fd >= 0) close(fd);
   if (res == CUDA_CACHE_HIT) {
     *bytes = buf;
     *n = len ? len : 1;
@@ -282,8 +299,9 @@ cuda_cache_result cuda_cache_load(cuda_ctx *c, cuda_key key, char **bytes, size_
 int cuda_cache_store(cuda_ctx *c, cuda_key key, const void *bytes, size_t n) {
   char path[4200], tmp[4300];
   if (!entry_path(c, key, path, sizeof path)) return 0;
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), c->tmp_counter++);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* mkstemp: a fresh name made with O_EXCL, so nothing planted in the directory is written through */
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp) return 0;
+  int fd = mkostemp(tmp, O_CLOEXEC);
   if (fd < 0) return 0;
   uint64_t hdr[4] = {key.h1, key.h2, n, fnv1a(0xcbf29ce484222325ull, bytes, n)};
   int good = write_all(fd, CACHE_MAGIC, 8) && write_all(fd, hdr, sizeof hdr) && write_all(fd, bytes, n);

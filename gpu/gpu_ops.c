@@ -566,7 +566,7 @@ static grace_status op_tri(grace_vm *vm, grace_op opc, grace_tensor *x, const gr
   if (s == GRACE_OK && n > 0) {
     words w = {0};
     wptr(&w, gpu_ptr(o));
-    wput(&w, n); wput(&w, R); wput(&w, C); wput(&w, a->i0); wput(&w, opc == GRACE_OP_TRIU);
+    wput(&w, n); wput(&w, R); wput(&w, C); wput(&w, vm_tri_diag(a->i0, R, C)); wput(&w, opc == GRACE_OP_TRIU);
     s = launch(vm, CGO_TRI, x->dtype, x->dtype, x->dtype, 0, blocks_for(n, 256), 256, 0, &w);
   }
   if (s != GRACE_OK) { grace_tensor_release(o); return s; }
@@ -822,7 +822,7 @@ static grace_status op_create(grace_vm *vm, grace_op op, const grace_attrs *a, g
   case GRACE_OP_RAND: case GRACE_OP_RANDN: case GRACE_OP_RANDINT:
     variant = op == GRACE_OP_RAND ? CGO_RAND : op == GRACE_OP_RANDN ? CGO_RANDN : CGO_RANDINT;
     offset = vm->rng_offset++;   /* every random op takes the next offset, as on the CPU, even when empty */
-    w4[0] = a->i0; w4[1] = a->i1 - a->i0;
+    w4[0] = a->i0; w4[1] = (int64_t)((uint64_t)a->i1 - (uint64_t)a->i0);   /* the span, up to 2^64 - 1 */
     break;
   default:
     grace_tensor_release(t);

@@ -175,6 +175,16 @@ grace_status grace_tensor_from_data(grace_vm *vm, grace_dtype dt, int ndim, cons
 grace_status grace_tensor_scalar(grace_vm *vm, double v, int is_integer, grace_tensor **out);
 /* The same for an integer, exactly (int64 values past 2^53 survive). */
 grace_status grace_tensor_scalar_int(grace_vm *vm, int64_t v, grace_tensor **out);
+/* A CPU tensor over memory the caller owns, without copying: ndim sizes, row-major and contiguous, of dtype dt, at
+ * data, which must be aligned to grace_dtype_size(dt) and hold numel * grace_dtype_size(dt) bytes. grace reads and
+ * writes the memory in place (in-place ops, copy_, index_put_ write the caller's array) and never frees it: when the
+ * last reference to it goes (the tensor and every view of it: views share the memory; op results do not, they are
+ * new tensors), release(ud, data) is called once, if release is not NULL. Until then the memory must stay valid and
+ * must not be freed or reused. Not counted by grace_tensor_bytes nor by the memory limit. On failure nothing is
+ * kept and release is not called. */
+typedef void (*grace_release_fn)(void *ud, void *data);
+grace_status grace_tensor_wrap(grace_vm *vm, grace_dtype dt, int ndim, const int64_t *sizes, void *data,
+                               grace_release_fn release, void *ud, grace_tensor **out);
 void grace_tensor_retain(grace_tensor *t);
 void grace_tensor_release(grace_tensor *t);
 

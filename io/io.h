@@ -63,6 +63,10 @@ grace_status io_npy_parse(grace_vm *vm, const char *what, const unsigned char *p
                           grace_tensor **out);
 /* The .npy header of t (magic, version, length, dict, padding to 64 bytes) into buf (cap 512 is enough). */
 grace_status io_npy_header(grace_vm *vm, const char *what, const grace_tensor *t, char *buf, size_t cap, size_t *len);
+/* Loads a file's image already in memory (m) as format fmt (not AUTO); path only names it in messages. The part of
+ * grace_load_file after the mapping, so a test or fuzz target can give it bytes directly. */
+grace_status io_load_mem(grace_vm *vm, const char *path, grace_file_format fmt, const io_map *m, grace_device dev,
+                         grace_tensor_file **out);
 grace_status io_load_npz(grace_vm *vm, const char *path, const io_map *m, grace_device dev, grace_tensor_file *f);
 grace_status io_save_npz(grace_vm *vm, io_writer *w, int n, const char *const *names, grace_tensor *const *ts);
 

@@ -274,6 +274,28 @@ static grace_status pick_format(grace_vm *vm, const char *op, const char *path, 
   return GRACE_OK;
 }
 
+grace_status io_load_mem(grace_vm *vm, const char *path, grace_file_format fmt, const io_map *m, grace_device dev,
+                         grace_tensor_file **out) {
+  *out = NULL;
+  grace_tensor_file *f = io_alloc(vm, sizeof *f);
+  if (!f) return grace_set_error(vm, GRACE_ENOMEM, "load: out of host memory");
+  *f = (grace_tensor_file){.vm = vm};
+  grace_status st;
+  if (fmt == GRACE_FILE_SAFETENSORS) st = io_load_safetensors(vm, path, m, dev, f);
+  else if (fmt == GRACE_FILE_NPZ) st = io_load_npz(vm, path, m, dev, f);
+  else {
+    grace_tensor *t = NULL;
+    st = io_npy_parse(vm, path, m->p, m->n, dev, &t);
+    if (st == GRACE_OK) st = io_file_add(vm, f, "", 0, t);
+  }
+  if (st != GRACE_OK) {
+    grace_tensor_file_free(f);
+    return st;
+  }
+  *out = f;
+  return GRACE_OK;
+}
+
 grace_status grace_load_file(grace_vm *vm, const char *path, grace_file_format fmt, grace_device dev,
                              grace_tensor_file **out) {
   if (!vm) return GRACE_EARG;
@@ -282,27 +304,12 @@ grace_status grace_load_file(grace_vm *vm, const char *path, grace_file_format f
   if (!path) return grace_set_error(vm, GRACE_EARG, "load: no path");
   grace_status st = pick_format(vm, "load", path, &fmt);
   if (st != GRACE_OK) return st;
-  grace_tensor_file *f = io_alloc(vm, sizeof *f);
-  if (!f) return grace_set_error(vm, GRACE_ENOMEM, "load: out of host memory");
-  *f = (grace_tensor_file){.vm = vm};
   io_map m;
   st = io_map_open(vm, path, &m);
-  if (st == GRACE_OK) {
-    if (fmt == GRACE_FILE_SAFETENSORS) st = io_load_safetensors(vm, path, &m, dev, f);
-    else if (fmt == GRACE_FILE_NPZ) st = io_load_npz(vm, path, &m, dev, f);
-    else {
-      grace_tensor *t = NULL;
-      st = io_npy_parse(vm, path, m.p, m.n, dev, &t);
-      if (st == GRACE_OK) st = io_file_add(vm, f, "", 0, t);
-    }
-    io_map_close(&m);
-  }
-  if (st != GRACE_OK) {
-    grace_tensor_file_free(f);
-    return st;
-  }
-  *out = f;
-  return GRACE_OK;
+  if (st != GRACE_OK) return st;
+  st = io_load_mem(vm, path, fmt, &m, dev, out);
+  io_map_close(&m);
+  return st;
 }
 
 static grace_status check_names(grace_vm *vm, const char *path, grace_file_format fmt, int n, const char *const *names,

@@ -220,7 +220,7 @@ static grace_status st_header(grace_vm *vm, int n, const char *const *names, gra
   }
   uint64_t at = 0;
   for (int i = 0; i < n && st == GRACE_OK; i++) {
-    uint64_t nb;
+    uint64_t nb = 0;
     if (strcmp(names[i], "__metadata__") == 0)
       st = grace_set_error(vm, GRACE_EARG, "save: '__metadata__' is reserved by safetensors; rename that tensor");
     else if (!io_nbytes(grace_tensor_ndim(ts[i]), grace_tensor_sizes(ts[i]), grace_tensor_dtype(ts[i]), &nb) ||

@@ -267,22 +267,30 @@ grace_status grace_ir_scalar(grace_ir *ir, grace_dtype dt, grace_value *out) {
   return GRACE_OK;
 }
 
-grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_value *out) {
-  if (!ir) return GRACE_EARG;
-  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "literal: a NULL argument");
+/* A literal of value v, and iv exactly when it is an integer (an int64 past 2^53 is not its double). */
+static grace_status add_literal(grace_ir *ir, double v, int64_t iv, int is_integer, grace_value *out) {
   ir_type t = {.dtype = is_integer ? GRACE_INT64 : GRACE_FLOAT64, .device = GRACE_CPU, .ndim = 0, .wrapped = 1};
   int32_t id = ir_append(ir, IR_OP_LITERAL, 0, NULL, NULL, 1, &t);
   if (id < 0) return GRACE_ENOMEM;
   ir->insts[ir->ninst - 1].literal = v;
-  ir->insts[ir->ninst - 1].iliteral = is_integer ? (int64_t)v : 0;
+  ir->insts[ir->ninst - 1].iliteral = is_integer ? iv : 0;
   *out = id;
   return GRACE_OK;
 }
 
+grace_status grace_ir_literal(grace_ir *ir, double v, int is_integer, grace_value *out) {
+  if (!ir) return GRACE_EARG;
+  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "literal: a NULL argument");
+  /* [-2^63, 2^63): the doubles that convert to int64 (NaN and the rest would be undefined behaviour) */
+  if (is_integer && !(v >= -9223372036854775808.0 && v < 9223372036854775808.0 && v == (double)(int64_t)v))
+    return grace_set_error(ir->vm, GRACE_EARG, "literal: %g is no int64 integer", v);
+  return add_literal(ir, v, is_integer ? (int64_t)v : 0, is_integer, out);
+}
+
 grace_status grace_ir_literal_int(grace_ir *ir, int64_t v, grace_value *out) {
-  grace_status st = grace_ir_literal(ir, (double)v, 1, out);
-  if (st == GRACE_OK) ir->insts[ir->ninst - 1].iliteral = v;
-  return st;
+  if (!ir) return GRACE_EARG;
+  if (!out) return grace_set_error(ir->vm, GRACE_EARG, "literal: a NULL argument");
+  return add_literal(ir, (double)v, v, 1, out);
 }
 
 grace_status grace_ir_op(grace_ir *ir, grace_op op, int nin, const grace_value *in, const grace_attrs *attrs,

@@ -104,6 +104,8 @@ grace_status vm_create_shape(grace_vm *vm, grace_op op, const grace_attrs *a, gr
     if ((a->exact & 7) == 7 && grace_dtype_is_int(dt)) {   /* exact integer range */
       /* in uint64: the distance between two int64 fits there, not in int64 (mininteger to maxinteger) */
       int64_t s = a->ia, e = a->ib, k = a->ic;
+      if (k == 0)   /* the exact step may disagree with c (a C caller sets both): it is the one used */
+        return vm_err(vm, GRACE_EARG, "arange: step must be nonzero and the bounds finite");
       uint64_t span = k > 0 ? (e > s ? (uint64_t)e - (uint64_t)s : 0) : (s > e ? (uint64_t)s - (uint64_t)e : 0);
       uint64_t uk = k > 0 ? (uint64_t)k : (uint64_t)0 - (uint64_t)k, n = span / uk + (span % uk != 0);
       if (n > (uint64_t)VM_MAX_NUMEL)

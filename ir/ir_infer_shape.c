@@ -54,7 +54,7 @@ static grace_status infer_stack(grace_vm *vm, int nin, const ir_type *const *in,
                            SHAPE(r), GRACE_MAX_DIMS);
   if (dim_attr < -nd - 1 || dim_attr > nd)
     return grace_set_error(vm, GRACE_EINDEX, "stack: dim %lld out of range for stacking %d-d tensors (expected %d to %d, "
-                           "or %d to -1)", (long long)(dim_attr < 0 ? dim_attr : dim_attr + b), nd, b, nd + b, -nd - 1);
+                           "or %d to -1)", vm_user_index(dim_attr, b), nd, b, nd + b, -nd - 1);
   int dim = (int)(dim_attr < 0 ? dim_attr + nd + 1 : dim_attr);
   for (int i = 1; i < nin; i++) {
     int same = in[i]->ndim == nd;

@@ -10,6 +10,7 @@
  * (cond, while) ends its line with `{`, then its two sub-programs as nested functions two spaces deeper (each with
  * its own value numbering: it captures nothing), then `}` on a line of its own. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,14 +194,16 @@ static int number(lexer *L, double *v) {
   *v = x;
   return 1;
 }
-/* A number; *exact set (and *iv the value) when it is written as an integer. */
+/* A number; *exact set (and *iv the value) when it is written as an integer (one past int64 is no number). */
 static int number_exact(lexer *L, double *v, int64_t *iv, int *exact) {
   skip_ws(L);
   const char *start = L->s;
   if (!number(L, v)) return 0;
   char *end;
+  errno = 0;
   long long x = strtoll(start, &end, 10);
   *exact = end == L->s;
+  if (*exact && errno == ERANGE) return 0;
   *iv = *exact ? x : 0;
   return 1;
 }
@@ -324,11 +327,10 @@ static grace_status parse_inst(lexer *L) {
     if (!accept(L, "#") || !integer(L, &index)) return perr(L, "#index");
     wrapped = op == IR_OP_SCALAR && accept(L, "wrapped");
   } else if (op == IR_OP_LITERAL) {
-    const char *start = (skip_ws(L), L->s);
-    if (!number(L, &lit)) return perr(L, "a number");
-    char *end;
-    long long x = strtoll(start, &end, 10);
-    if (end == L->s) ilit = x; else ilit = (int64_t)lit;
+    int exact = 0;
+    if (!number_exact(L, &lit, &ilit, &exact)) return perr(L, "a number (an integer within int64)");
+    /* a float written for an integer literal: its value where int64 holds it (the conversion is undefined past) */
+    if (!exact) ilit = lit >= -9223372036854775808.0 && lit < 9223372036854775808.0 ? (int64_t)lit : 0;
   } else {
     for (;;) {
       skip_ws(L);
@@ -356,6 +358,10 @@ static grace_status parse_inst(lexer *L) {
     L->s = e + 1;
     if ((st = grace_ir_set_location(ir, loc)) != GRACE_OK) return st;
   } else grace_ir_set_location(ir, NULL);
+  /* as grace_ir_literal makes them: a number of another type would promote as no traced number does */
+  if (op == IR_OP_LITERAL && (nres != 1 || types[0].ndim != 0 || types[0].device != GRACE_CPU ||
+                              (types[0].dtype != GRACE_INT64 && types[0].dtype != GRACE_FLOAT64)))
+    return perr(L, "a literal typed i64[] or f64[]");
   if (op == IR_OP_LITERAL || wrapped) types[0].wrapped = 1;
   for (int i = 0; i < nin; i++)
     if (args[i] >= ir->nval) return grace_set_error(L->vm, GRACE_EARG, "ir parse: line %d: %%%d used before it is defined", L->line, args[i]);

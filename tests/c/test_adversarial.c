@@ -1,6 +1,7 @@
 /* test_adversarial.c: the C API given bad input: NULL pointers, IR text that says anything, shapes whose arithmetic
  * overflows int64. Each call must return an error status (or a harmless value), never crash: each runs in a child
  * process, so a crash fails its test rather than the file. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,124 @@ static int empty_huge_shape(void) {
   return grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 3, s, &o) == GRACE_ESHAPE && !o && err_has("too large");
 }
 
+/* ---- found by the fuzz targets (tests/fuzz; make asan runs these under UBSan, which saw each one) ---- */
+/* randint over the widest range: high - low does not fit int64 (was signed overflow) */
+static int randint_full_range(void) {
+  grace_attrs a = {.nshape = 1, .shape = {64}, .i0 = INT64_MIN, .i1 = INT64_MAX};
+  grace_tensor *r = NULL;
+  if (grace_run(vm, GRACE_OP_RANDINT, 0, NULL, &a, 1, &r) != GRACE_OK) return 0;
+  int64_t v[64];
+  int good = grace_tensor_read(vm, r, GRACE_INT64, v) == GRACE_OK, neg = 0, pos = 0;
+  for (int i = 0; good && i < 64; i++) { neg += v[i] < 0; pos += v[i] > 0; good = v[i] != INT64_MAX; }
+  grace_tensor_release(r);
+  return good && neg && pos;   /* 64 draws over both halves: all on one side has chance 2^-63 */
+}
+/* a dim or index near INT64_MAX in an error message, with index base 1 (was signed overflow adding the base) */
+static int huge_dim_messages(void) {
+  grace_config cfg = {.index_base = 1};
+  grace_vm *v1 = grace_vm_new(&cfg, NULL, 0);
+  grace_tensor *t = NULL, *o = NULL;
+  int64_t sz[2] = {2, 3};
+  int good = v1 && grace_tensor_empty(v1, GRACE_FLOAT32, GRACE_CPU, 2, sz, &t) == GRACE_OK;
+  grace_attrs sum = {.ndims = 1, .dims = {INT64_MAX}}, sel = {.ndims = 1, .i0 = INT64_MAX};
+  good = good && grace_run(v1, GRACE_OP_SUM, 1, &t, &sum, 1, &o) == GRACE_EINDEX &&
+         strstr(grace_last_error(v1), "9223372036854775807");
+  good = good && grace_run(v1, GRACE_OP_STACK, 1, &t, &sum, 1, &o) == GRACE_EINDEX &&
+         strstr(grace_last_error(v1), "stack: dim 9223372036854775807");
+  good = good && grace_run(v1, GRACE_OP_SELECT, 1, &t, &sel, 1, &o) == GRACE_EINDEX &&
+         strstr(grace_last_error(v1), "index 9223372036854775807");
+  grace_tensor_release(t);
+  grace_vm_free(v1);
+  return good;
+}
+/* narrow past the start of an empty dim's neighbour: an empty view whose offset lay beyond its storage was an
+ * internal error */
+static int narrow_empty_offset(void) {
+  int64_t sz[2] = {0, 4};
+  grace_tensor *t = NULL, *o = NULL;
+  grace_attrs a = {.ndims = 1, .dims = {1}, .i0 = 1, .i1 = 1};
+  int good = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CPU, 2, sz, &t) == GRACE_OK &&
+             grace_run(vm, GRACE_OP_NARROW, 1, &t, &a, 1, &o) == GRACE_OK && grace_tensor_numel(o) == 0 &&
+             grace_tensor_sizes(o)[0] == 0 && grace_tensor_sizes(o)[1] == 1;
+  grace_tensor_release(o);
+  grace_tensor_release(t);
+  return good;
+}
+/* an index of INT64_MIN with index base 1 (was signed overflow subtracting the base) */
+static int index_int64_min(void) {
+  grace_config cfg = {.index_base = 1};
+  grace_vm *v1 = grace_vm_new(&cfg, NULL, 0);
+  grace_tensor *t = NULL, *ix = NULL, *o = NULL, *val = NULL;
+  int64_t sz[1] = {3}, iv[1] = {INT64_MIN};
+  grace_attrs d0 = {.ndims = 1};
+  int good = v1 && grace_tensor_empty(v1, GRACE_FLOAT32, GRACE_CPU, 1, sz, &t) == GRACE_OK &&
+             grace_tensor_from_data(v1, GRACE_INT64, 1, (int64_t[]){1}, GRACE_INT64, iv, &ix) == GRACE_OK &&
+             grace_run(v1, GRACE_OP_INDEX_SELECT, 2, (grace_tensor *[]){t, ix}, &d0, 1, &o) == GRACE_EINDEX &&
+             grace_tensor_scalar(v1, 1.0, 0, &val) == GRACE_OK &&
+             grace_run(v1, GRACE_OP_INDEX_PUT_, 3, (grace_tensor *[]){t, val, ix}, NULL, 0, NULL) == GRACE_EINDEX;
+  grace_tensor_release(val);
+  grace_tensor_release(t);
+  grace_tensor_release(ix);
+  grace_vm_free(v1);
+  return good;
+}
+/* triu/tril with a diagonal of INT64_MAX or INT64_MIN (was signed overflow adding it to the row) */
+static int tri_huge_diagonal(void) {
+  float v[6];
+  grace_tensor *o = NULL;
+  int good = 1;
+  for (int k = 0; k < 4 && good; k++) {
+    grace_attrs a = {.i0 = k & 1 ? INT64_MIN : INT64_MAX};
+    good = grace_run(vm, k < 2 ? GRACE_OP_TRIU : GRACE_OP_TRIL, 1, &x, &a, 1, &o) == GRACE_OK &&
+           grace_tensor_read(vm, o, GRACE_FLOAT32, v) == GRACE_OK;
+    /* triu keeps j - i >= k: nothing for INT64_MAX, all for INT64_MIN; tril keeps j - i <= k: the reverse */
+    int keep_all = (k == 1 || k == 2);
+    for (int i = 0; good && i < 6; i++) good = v[i] == (keep_all ? (float)(i + 1) : 0.0f);
+    grace_tensor_release(o);
+  }
+  return good;
+}
+/* literals past int64: an integer literal given as a double out of range or NaN is an error, INT64_MAX as an int64
+ * stays exact through the passes (the pass rewriter made it a double and back: undefined behaviour) */
+static int literal_ranges(void) {
+  grace_ir *ir = grace_ir_new(vm, "lit"), *opt = NULL;
+  grace_value v, x, r;
+  int good = ir && grace_ir_literal(ir, 9223372036854775808.0, 1, &v) == GRACE_EARG && err_has("literal") &&
+             grace_ir_literal(ir, NAN, 1, &v) == GRACE_EARG && grace_ir_literal(ir, 2.5, 1, &v) == GRACE_EARG &&
+             grace_ir_literal(ir, -9223372036854775808.0, 1, &v) == GRACE_OK;
+  good = good && grace_ir_input(ir, GRACE_INT64, GRACE_CPU, 0, NULL, &x) == GRACE_OK &&
+         grace_ir_literal_int(ir, INT64_MAX, &v) == GRACE_OK &&
+         grace_ir_op(ir, GRACE_OP_ADD, 2, (grace_value[]){x, v}, NULL, 1, &r) == GRACE_OK &&
+         grace_ir_output(ir, r) == GRACE_OK && grace_ir_pass(ir, "default", &opt) == GRACE_OK &&
+         strstr(grace_ir_text(opt), "9223372036854775807");
+  grace_ir_free(opt);
+  grace_ir_free(ir);
+  return good;
+}
+/* IR text with an integer literal past int64, and a float one far past it typed as an integer: the first is a parse
+ * error, the second parses (the conversion of its value to int64 was undefined behaviour) */
+static int literal_text_ranges(void) {
+  grace_ir *ir = NULL;
+  int good = grace_ir_parse(vm, "func @f {\n  %0 = literal 99999999999999999999 : i64[]\n  return %0\n}\n", &ir) != GRACE_OK &&
+             !ir && err_has("int64");
+  grace_ir_free(ir);
+  ir = NULL;
+  grace_status st = grace_ir_parse(vm, "func @f {\n  %0 = literal 1e300 : i64[]\n  return %0\n}\n", &ir);
+  good = good && (st == GRACE_OK ? ir != NULL : ir == NULL);
+  grace_ir_free(ir);
+  ir = NULL;   /* a literal of a type no trace makes: the passes promoted it differently (an internal error) */
+  good = good && grace_ir_parse(vm, "func @f {\n  %0 = literal 0 : i32[]\n  return %0\n}\n", &ir) == GRACE_EARG &&
+         !ir && err_has("literal typed i64[] or f64[]");
+  return good;
+}
+/* arange with an exact integer step of 0 while the double step says 1 (a C caller's attributes disagree): an error,
+ * not a division by zero */
+static int arange_exact_zero_step(void) {
+  grace_attrs a = {.a = 0, .b = 4, .c = 1, .exact = 7, .ia = 0, .ib = 4, .ic = 0, .has_dtype = 1, .dtype = GRACE_INT64};
+  grace_tensor *r = NULL;
+  return grace_run(vm, GRACE_OP_ARANGE, 0, NULL, &a, 1, &r) == GRACE_EARG && !r && err_has("step must be nonzero");
+}
+
 int main(void) {
   vm = grace_vm_new(NULL, NULL, 0);
   float v[6] = {1, 2, 3, 4, 5, 6};
@@ -164,6 +283,14 @@ int main(void) {
   survives(expand_overflow, "expand: 2^64 elements");
   survives(reshape_overflow, "reshape: sizes whose product wraps");
   survives(empty_huge_shape, "empty: [2^62, 0, 2^62]");
+  survives(randint_full_range, "randint over [INT64_MIN, INT64_MAX): values on both sides of 0");
+  survives(huge_dim_messages, "a dim or index of INT64_MAX with index base 1: EINDEX naming it");
+  survives(index_int64_min, "index_select and index_put_ with an index of INT64_MIN, base 1: EINDEX");
+  survives(tri_huge_diagonal, "triu and tril with a diagonal of INT64_MAX and INT64_MIN: nothing or all kept");
+  survives(literal_ranges, "integer literals out of int64 range are errors; INT64_MAX stays exact through passes");
+  survives(literal_text_ranges, "parse: an integer literal past int64 or typed i32 is an error, 1e300 as i64 no crash");
+  survives(arange_exact_zero_step, "arange with an exact step of 0: GRACE_EARG, no division by zero");
+  survives(narrow_empty_offset, "narrow at 1 of a [0, 4] tensor's dim 2: an empty [0, 1] view");
   grace_tensor_release(x);
   grace_vm_free(vm);
   return tap_done();

@@ -1,5 +1,7 @@
-/* test_alloc_sweep.c: every host allocation a small workload makes, failed in turn. The workload goes through the
- * public API only (tensors, eager ops, the IR builder, verify, the default passes, a run, a trace). For each N the
+/* test_alloc_sweep.c: every host allocation a small workload makes, failed in turn. The workloads go through the
+ * public API only: tensors, eager ops, the IR builder, verify, the default passes, a run, a trace; then compiled
+ * functions (grace_fn: the first call traces, a hit, a guard miss that retraces, a changed number, explain) and
+ * regions (cond and while built, optimized and run; a cond recorded inside a trace). For each N the
  * Nth allocation returns NULL; the workload must end with an error status that says something (never a crash),
  * give back every byte it took (live bytes back to the VM's baseline, zero after grace_vm_free), and leave the VM
  * usable. The allocator tracks its live blocks so a double free or a wrong osize is seen where it happens instead
@@ -135,6 +137,184 @@ done:
   return st;
 }
 
+/* ---- the second workload: compiled functions and regions ---- */
+/* The host function of the grace_fn below: f(x, k) = sum(x * k + x, dim 2) (k a number). */
+static grace_status fn_body(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  grace_vm *vm = ud;
+  grace_tensor *k = NULL, *t1 = NULL, *t2 = NULL, *out = NULL;
+  grace_attrs sum1 = {.ndims = 1, .dims = {1}};
+  grace_status st = grace_tensor_scalar(vm, args[1].f, 0, &k);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){args[0].t, k}, NULL, 1, &t1);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){t1, args[0].t}, NULL, 1, &t2);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &t2, &sum1, 1, &out);
+  grace_tensor_release(k); grace_tensor_release(t1); grace_tensor_release(t2);
+  if (st != GRACE_OK) return st;
+  *nres = 1;
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = out};
+  return GRACE_OK;
+}
+
+/* One call of fn on x and k; the result checked against sum_j x[i,j] * (k + 1) (x holds small integers: exact). */
+static grace_status fn_call_check(grace_vm *vm, grace_fn *fn, grace_tensor *x, double k) {
+  grace_arg args[2] = {{.kind = GRACE_ARG_TENSOR, .t = x}, {.kind = GRACE_ARG_FLOAT, .f = k}}, res[1];
+  int nres = 0;
+  grace_status st = grace_fn_call(fn, 2, args, &nres, res, 1);
+  if (st != GRACE_OK) return st;
+  double got = 0, row0 = 0, v;
+  for (int64_t j = 0; st == GRACE_OK && j < grace_tensor_sizes(x)[1]; j++) {
+    st = grace_tensor_get(vm, x, (int64_t[]){0, j}, &v);
+    row0 += v;
+  }
+  if (st == GRACE_OK) st = grace_tensor_get(vm, res[0].t, (int64_t[]){0}, &got);
+  grace_tensor_release(res[0].t);
+  if (st == GRACE_OK && got != row0 * (k + 1)) st = grace_set_error(vm, GRACE_EINTERNAL, "fn: wrong result %g", got);
+  return st;
+}
+
+/* A sub-program over (a f32[2,3], b f32[2,3]) returning op(a, b). */
+static grace_ir *branch(grace_vm *vm, const char *name, grace_op op) {
+  grace_ir *b = grace_ir_new(vm, name);
+  grace_value x, y, r;
+  if (b && grace_ir_input(b, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &x) == GRACE_OK &&
+      grace_ir_input(b, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &y) == GRACE_OK &&
+      grace_ir_op(b, op, 2, (grace_value[]){x, y}, NULL, 1, &r) == GRACE_OK && grace_ir_output(b, r) == GRACE_OK)
+    return b;
+  grace_ir_free(b);
+  return NULL;
+}
+
+/* @cond(p bool, a, b) = cond(p, a + b, a * b); @loop(i i64, acc f32[2,3]) = while i < 3: (i + 1, acc * 2). Built,
+ * verified, optimized, run. */
+static grace_status region_programs(grace_vm *vm, grace_tensor *a, grace_tensor *b) {
+  grace_status st = GRACE_OK;
+  grace_ir *ir = NULL, *lp = NULL, *t = NULL, *e = NULL, *c = NULL, *body = NULL, *opt = NULL;
+  grace_tensor *p = NULL, *i0 = NULL, *out[2] = {0};
+  grace_value vp, va, vb, r, vi, vacc, lim, lt, one, two, i1, a1, lo[2];
+  NEED(ir = grace_ir_new(vm, "cond"));
+  TRY(grace_ir_input(ir, GRACE_BOOL, GRACE_CPU, 0, NULL, &vp));
+  TRY(grace_ir_input(ir, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &va));
+  TRY(grace_ir_input(ir, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &vb));
+  NEED(t = branch(vm, "then", GRACE_OP_ADD));
+  NEED(e = branch(vm, "else", GRACE_OP_MUL));
+  TRY(grace_ir_cond(ir, vp, 2, (grace_value[]){va, vb}, t, e, 1, &r));
+  t = e = NULL;   /* the region owns them now */
+  TRY(grace_ir_output(ir, r));
+  TRY(grace_ir_verify(ir));
+  TRY(grace_ir_pass(ir, "default", &opt));
+  const int pv = 1;
+  TRY(grace_tensor_from_data(vm, GRACE_BOOL, 0, NULL, GRACE_INT32, &pv, &p));
+  TRY(grace_ir_run(opt, 3, (grace_tensor *[]){p, a, b}, 1, out));
+  /* the loop */
+  NEED(lp = grace_ir_new(vm, "loop"));
+  NEED(c = grace_ir_new(vm, "cond"));
+  NEED(body = grace_ir_new(vm, "body"));
+  TRY(grace_ir_input(c, GRACE_INT64, GRACE_CPU, 0, NULL, &vi));
+  TRY(grace_ir_input(c, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &vacc));
+  TRY(grace_ir_literal_int(c, 3, &lim));
+  TRY(grace_ir_op(c, GRACE_OP_LT, 2, (grace_value[]){vi, lim}, NULL, 1, &lt));
+  TRY(grace_ir_output(c, lt));
+  TRY(grace_ir_input(body, GRACE_INT64, GRACE_CPU, 0, NULL, &vi));
+  TRY(grace_ir_input(body, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &vacc));
+  TRY(grace_ir_literal_int(body, 1, &one));
+  TRY(grace_ir_literal_int(body, 2, &two));
+  TRY(grace_ir_op(body, GRACE_OP_ADD, 2, (grace_value[]){vi, one}, NULL, 1, &i1));
+  TRY(grace_ir_op(body, GRACE_OP_MUL, 2, (grace_value[]){vacc, two}, NULL, 1, &a1));
+  TRY(grace_ir_output(body, i1));
+  TRY(grace_ir_output(body, a1));
+  TRY(grace_ir_input(lp, GRACE_INT64, GRACE_CPU, 0, NULL, &vi));
+  TRY(grace_ir_input(lp, GRACE_FLOAT32, GRACE_CPU, 2, (int64_t[]){2, 3}, &vacc));
+  TRY(grace_ir_while(lp, 2, (grace_value[]){vi, vacc}, 0, NULL, c, body, 10, lo));
+  c = body = NULL;
+  TRY(grace_ir_output(lp, lo[0]));
+  TRY(grace_ir_output(lp, lo[1]));
+  TRY(grace_ir_verify(lp));
+  grace_tensor_release(out[0]);
+  out[0] = NULL;
+  TRY(grace_tensor_scalar_int(vm, 0, &i0));
+  TRY(grace_ir_run(lp, 2, (grace_tensor *[]){i0, a}, 2, out));
+done:
+  grace_tensor_release(p); grace_tensor_release(i0);
+  grace_tensor_release(out[0]); grace_tensor_release(out[1]);
+  grace_ir_free(t); grace_ir_free(e); grace_ir_free(c); grace_ir_free(body);
+  grace_ir_free(ir); grace_ir_free(opt); grace_ir_free(lp);
+  return st;
+}
+
+/* A cond recorded inside a trace, as a host records grace.cond: then = a + b, else = a * b; the trace ends. */
+static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b) {
+  grace_status st = GRACE_OK;
+  grace_ir *ir = NULL, *t = NULL, *e = NULL;
+  grace_tensor *p = NULL, *r1 = NULL, *r2 = NULL, *caps[4] = {0};
+  grace_value v;
+  int ncap = 0, sub = 0;
+  const int pv = 1;
+  TRY(grace_tensor_from_data(vm, GRACE_BOOL, 0, NULL, GRACE_INT32, &pv, &p));
+  NEED(ir = grace_ir_new(vm, "traced"));
+  NEED(t = grace_ir_new(vm, "then"));
+  NEED(e = grace_ir_new(vm, "else"));
+  TRY(grace_trace_begin(vm, ir, NULL, NULL));
+  if ((st = grace_trace_input(vm, p, &v)) == GRACE_OK) st = grace_trace_input(vm, a, &v);
+  if (st == GRACE_OK && (st = grace_trace_sub_begin(vm, t, 2, (grace_tensor *[]){a, b})) == GRACE_OK) {
+    sub = 1;
+    if ((st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){a, b}, NULL, 1, &r1)) == GRACE_OK) {
+      st = grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap);
+      if (st == GRACE_OK) sub = 0;
+    }
+  }
+  if (st == GRACE_OK && (st = grace_trace_sub_begin(vm, e, 2, (grace_tensor *[]){a, b})) == GRACE_OK) {
+    sub = 1;
+    if ((st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){a, b}, NULL, 1, &r2)) == GRACE_OK) {
+      int n2 = 0;
+      st = grace_trace_sub_end(vm, 1, &r2, 4, caps + ncap, &n2);
+      if (st == GRACE_OK) sub = 0;
+      ncap += n2;
+    }
+  }
+  if (sub) grace_trace_sub_abort(vm);
+  if (st == GRACE_OK) {
+    st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){a, b}, t, e, 1, &r1);
+    t = e = NULL;   /* the trace's now, whatever the outcome */
+  }
+  if (st == GRACE_OK) st = grace_trace_value(vm, r1, &v);
+  if (st == GRACE_OK) st = grace_ir_output(ir, v);
+  if (st != GRACE_OK) grace_trace_end(vm);   /* the first error is the one kept */
+  else st = grace_trace_end(vm);
+  if (st == GRACE_OK) st = grace_ir_verify(ir);
+done:
+  for (int i = 0; i < 4; i++) grace_tensor_release(caps[i]);
+  grace_tensor_release(p); grace_tensor_release(r1); grace_tensor_release(r2);
+  grace_ir_free(ir); grace_ir_free(t); grace_ir_free(e);
+  return st;
+}
+
+static grace_status workload_fn(grace_vm *vm) {
+  grace_status st = GRACE_OK;
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL, *y = NULL;
+  const float xv[6] = {1, 2, 3, 4, 5, 6}, yv[6] = {2, 0, 1, 1, 3, 2};
+  TRY(grace_tensor_from_data(vm, GRACE_FLOAT32, 2, (int64_t[]){2, 3}, GRACE_FLOAT32, xv, &x));
+  TRY(grace_tensor_from_data(vm, GRACE_FLOAT32, 2, (int64_t[]){3, 2}, GRACE_FLOAT32, yv, &y));
+  grace_host host = {.call = fn_body};
+  grace_fn_options opts = {.cache_limit = 4};
+  TRY(grace_fn_new(vm, "sweep", &host, vm, &opts, &fn));
+  TRY(fn_call_check(vm, fn, x, 2));   /* traced */
+  TRY(fn_call_check(vm, fn, x, 2));   /* a hit */
+  TRY(fn_call_check(vm, fn, y, 2));   /* a new shape: a guard miss, a retrace */
+  TRY(fn_call_check(vm, fn, x, 3));   /* a new number: another trace */
+  char text[2048];
+  grace_arg args[2] = {{.kind = GRACE_ARG_TENSOR, .t = x}, {.kind = GRACE_ARG_FLOAT, .f = 2}};
+  TRY(grace_fn_explain(fn, 2, args, text, sizeof text));
+  grace_tensor_release(y);
+  y = NULL;
+  TRY(grace_tensor_from_data(vm, GRACE_FLOAT32, 2, (int64_t[]){2, 3}, GRACE_FLOAT32, yv, &y));
+  TRY(region_programs(vm, x, y));
+  TRY(traced_region(vm, x, y));
+done:
+  grace_fn_free(fn);
+  grace_tensor_release(x); grace_tensor_release(y);
+  return st;
+}
+
 /* A small op after a failure: the VM still works. */
 static int vm_usable(grace_vm *vm) {
   grace_tensor *a = NULL, *r = NULL;
@@ -146,46 +326,27 @@ static int vm_usable(grace_vm *vm) {
   return good;
 }
 
-int main(void) {
-  /* the failure-free run: how many allocations the workload makes, and that it passes */
+/* Fails each allocation of w in turn (one VM per N: a failure must not leave state that changes the next run's
+ * allocation order); w must fail cleanly, give back what it took and leave the VM usable. */
+static void sweep(const char *name, grace_status (*w)(grace_vm *)) {
   grace_vm *vm = new_vm();
-  if (!vm) { ok(0, "VM with a counting allocator"); return tap_done(); }
-  grace_status st = workload(vm);   /* first run: whatever the VM sets up lazily (the worker pool) */
-  ok(st == GRACE_OK, "the workload runs: %s", grace_last_error(vm));
-  size_t base = cnt.live;
+  if (!vm || w(vm) != GRACE_OK) { ok(0, "%s: runs without failures: %s", name, vm ? grace_last_error(vm) : "no VM"); grace_vm_free(vm); return; }
   long before = cnt.allocs;
-  st = workload(vm);
+  size_t base = cnt.live;
+  grace_status st = w(vm);
   long total = cnt.allocs - before;
-  ok(st == GRACE_OK && total > 0, "again: %ld allocations", total);
-  ok(cnt.live == base, "and gives back what it took (%zu live, %zu before)", cnt.live, base);
+  ok(st == GRACE_OK && total > 0 && cnt.live == base, "%s: %ld allocations a run, all given back", name, total);
   grace_vm_free(vm);
-  ok(cnt.live == 0 && !cnt.bad, "grace_vm_free gives back everything (%zu live)", cnt.live);
-
-  /* every allocation of grace_vm_new fails in turn: NULL and nothing held */
-  long vm_allocs = 0, vm_bad = 0;
-  for (long n = 1;; n++) {
-    cnt.allocs = 0, cnt.fail_at = n, cnt.failed = 0;
-    char err[128] = "";
-    grace_config cfg = {.alloc = counting_alloc, .alloc_ud = &cnt, .device = "cpu", .threads = 1};
-    grace_vm *v = grace_vm_new(&cfg, err, sizeof err);
-    int refused = cnt.failed > 0;
-    if (v) grace_vm_free(v);
-    if (refused && (v || !err[0])) vm_bad++;
-    if (cnt.live || cnt.bad) { vm_bad++; printf("# vm_new fail at %ld: %zu live, %d bad\n", n, cnt.live, cnt.bad); }
-    cnt.live = 0, cnt.bad = 0;
-    if (!refused) { vm_allocs = n - 1; break; }
-  }
-  cnt.fail_at = 0;
-  ok(vm_bad == 0, "grace_vm_new with each of its %ld allocations failing: NULL, a message, nothing held", vm_allocs);
-
-  /* the sweep: one VM per N (a failure must not leave state that changes the next run's allocation order) */
-  long crashes = 0, leaks = 0, silent = 0, unusable = 0, passed = 0, freed_bad = 0;
+  ok(cnt.live == 0 && !cnt.bad, "%s: then grace_vm_free gives back everything (%zu live)", name, cnt.live);
+  cnt.live = 0, cnt.bad = 0;
+  memset(cnt.ptr, 0, sizeof cnt.ptr);
+  long leaks = 0, silent = 0, unusable = 0, passed = 0, freed_bad = 0;
   for (long n = 1; n <= total; n++) {
     vm = new_vm();
-    if (!vm || workload(vm) != GRACE_OK) { ok(0, "setup for N=%ld", n); break; }
+    if (!vm || w(vm) != GRACE_OK) { ok(0, "%s: setup for N=%ld", name, n); grace_vm_free(vm); break; }
     base = cnt.live;
     cnt.fail_at = cnt.allocs + n, cnt.failed = 0;
-    st = workload(vm);
+    st = w(vm);
     cnt.fail_at = 0;
     const char *msg = grace_last_error(vm);
     if (st == GRACE_OK) passed++;   /* an allocation the workload can do without (the CPU fusion plan): fine */
@@ -208,11 +369,32 @@ int main(void) {
     cnt.live = 0, cnt.bad = 0;
     memset(cnt.ptr, 0, sizeof cnt.ptr);
   }
-  (void)crashes;
-  printf("# %ld allocation points; %ld runs succeeded without the failed allocation\n", total, passed);
-  ok(silent == 0, "every failed run says why (%ld did not)", silent);
-  ok(leaks == 0, "every failed run gives back what it took (%ld did not)", leaks);
-  ok(unusable == 0, "the VM is usable after each failure (%ld not)", unusable);
-  ok(freed_bad == 0, "grace_vm_free then gives back everything (%ld did not)", freed_bad);
+  printf("# %s: %ld allocation points; %ld runs succeeded without the failed allocation\n", name, total, passed);
+  ok(silent == 0, "%s: every failed run says why (%ld did not)", name, silent);
+  ok(leaks == 0, "%s: every failed run gives back what it took (%ld did not)", name, leaks);
+  ok(unusable == 0, "%s: the VM is usable after each failure (%ld not)", name, unusable);
+  ok(freed_bad == 0, "%s: grace_vm_free then gives back everything (%ld did not)", name, freed_bad);
+}
+
+int main(void) {
+  /* every allocation of grace_vm_new fails in turn: NULL and nothing held */
+  long vm_allocs = 0, vm_bad = 0;
+  for (long n = 1;; n++) {
+    cnt.allocs = 0, cnt.fail_at = n, cnt.failed = 0;
+    char err[128] = "";
+    grace_config cfg = {.alloc = counting_alloc, .alloc_ud = &cnt, .device = "cpu", .threads = 1};
+    grace_vm *v = grace_vm_new(&cfg, err, sizeof err);
+    int refused = cnt.failed > 0;
+    if (v) grace_vm_free(v);
+    if (refused && (v || !err[0])) vm_bad++;
+    if (cnt.live || cnt.bad) { vm_bad++; printf("# vm_new fail at %ld: %zu live, %d bad\n", n, cnt.live, cnt.bad); }
+    cnt.live = 0, cnt.bad = 0;
+    if (!refused) { vm_allocs = n - 1; break; }
+  }
+  cnt.fail_at = 0;
+  ok(vm_bad == 0, "grace_vm_new with each of its %ld allocations failing: NULL, a message, nothing held", vm_allocs);
+
+  sweep("build, ops, IR, passes, run, trace", workload);
+  sweep("grace_fn (trace, hit, guard miss, retrace, explain) and cond/while regions", workload_fn);
   return tap_done();
 }

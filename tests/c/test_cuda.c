@@ -2,7 +2,9 @@
  * reason; NVRTC (loaded without a driver) compiles kernels to PTX and cubin for sm_90, a syntax error gives
  * GRACE_EINTERNAL with NVRTC's log and leaks nothing (a counting host allocator checks); the disk cache of compiled
  * kernels stores and loads back the same bytes, detects a flipped payload byte, a truncated file and an entry
- * holding another key, and an unwritable cache directory just turns the cache off. With a GPU (skipped
+ * holding another key, and an unwritable cache directory just turns the cache off; a hostile cache directory (a
+ * symlink or a FIFO planted as an entry or as a temporary's name, a directory others may write or another user
+ * owns) is never read or written through. With a GPU (skipped
  * otherwise): properties, copies, memset, a kernel launched with a struct parameter (checked on the host against
  * the same arithmetic in C), dynamic shared memory past 48 KB, events, the caching allocator (reuse, statistics,
  * an impossible request giving GRACE_ENOMEM and the allocator working afterwards) and the module caches (memory
@@ -173,8 +175,8 @@ static void test_disk_cache(void) {
   }
   const char *d = cuda_cache_dir(c);
   struct stat st;
-  ok(d && !strcmp(d, dir) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0755,
-     "$GRACE_CACHE_DIR is made with its parents, mode 0755");
+  ok(d && !strcmp(d, dir) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700,
+     "$GRACE_CACHE_DIR is made with its parents, mode 0700");
 
   cuda_key k1 = cuda_cache_key("src", "-O", 90, "13.0");
   cuda_key ks = cuda_cache_key("src ", "-O", 90, "13.0"), ko = cuda_cache_key("src", "-O3", 90, "13.0");
@@ -268,6 +270,102 @@ static void test_disk_cache(void) {
   grace_vm_free(vm);
   if (home) setenv("HOME", home, 1);
   free(home);
+}
+
+/* A VM whose disk cache is dir (resolved once per VM, so a new VM per directory). */
+static cuda_ctx *cache_in(const char *dir, grace_vm **vm) {
+  setenv("GRACE_CACHE_DIR", dir, 1);
+  *vm = new_vm();
+  return *vm ? cuda_state(*vm) : NULL;
+}
+
+static int file_is(const char *path, const char *want) {
+  char buf[64] = "";
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = 0;
+  return !strcmp(buf, want);
+}
+
+static void test_cache_hostile(void) {
+  char dir[512], victim[600], path[1024], link[1100];
+  snprintf(dir, sizeof dir, "%s/hostile", tmpdir);
+  snprintf(victim, sizeof victim, "%s/victim", tmpdir);
+  grace_vm *vm = NULL;
+  cuda_ctx *c = cache_in(dir, &vm);
+  if (!c || !cuda_cache_dir(c)) { ok(0, "a VM with a disk cache in %s", dir); grace_vm_free(vm); return; }
+  cuda_key k = cuda_cache_key("hostile", "-O", 90, "13.0"), kv = cuda_cache_key("victim", "-O", 90, "13.0");
+  snprintf(path, sizeof path, "%s/%016llx%016llx.cubin", dir, (unsigned long long)k.h1, (unsigned long long)k.h2);
+  const char payload[] = "cubin bytes";
+  char *bytes = NULL;
+  size_t n = 0;
+
+  /* a temporary's old predictable name (PATH.tmp.PID.0) planted as a symlink to another file */
+  FILE *f = fopen(victim, "wb");
+  if (f) { fputs("precious", f); fclose(f); }
+  snprintf(link, sizeof link, "%s.tmp.%ld.0", path, (long)getpid());
+  ok(symlink(victim, link) == 0 && cuda_cache_store(c, k, payload, sizeof payload) && file_is(victim, "precious"),
+     "a symlink planted at a temporary's name: the store does not write through it");
+  unlink(link);
+  ok(cuda_cache_load(c, k, &bytes, &n) == CUDA_CACHE_HIT && n == sizeof payload, "and the entry was stored");
+  if (bytes) grace_realloc(vm, bytes, n, 0);
+
+  /* an entry that is a symlink to a file holding a valid entry (of this key): refused, then replaced, not followed */
+  char elsewhere[1100];
+  snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", tmpdir);
+  ok(rename(path, elsewhere) == 0 && symlink(elsewhere, path) == 0, "an entry replaced by a symlink to it");
+  cuda_compile_stats cs0, cs1;
+  cuda_compile_stats_get(c, &cs0);
+  cuda_cache_result r = cuda_cache_load(c, k, &bytes, &n);
+  cuda_compile_stats_get(c, &cs1);
+  ok(r == CUDA_CACHE_CORRUPT && !bytes && cs1.corrupt_entries == cs0.corrupt_entries + 1,
+     "a symlinked entry is not read through: corrupt, counted");
+  struct stat st;
+  ok(cuda_cache_store(c, k, "new", 4) && lstat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+     stat(elsewhere, &st) == 0 && st.st_size == 40 + (long)sizeof payload,
+     "the store replaces the symlink by a file and leaves its target alone");
+
+  /* a FIFO as an entry: an open without O_NONBLOCK would wait for a writer forever (alarm: fail, not hang) */
+  char fifo[1100];
+  snprintf(fifo, sizeof fifo, "%s/%016llx%016llx.cubin", dir, (unsigned long long)kv.h1, (unsigned long long)kv.h2);
+  alarm(20);
+  ok(mkfifo(fifo, 0600) == 0 && cuda_cache_load(c, kv, &bytes, &n) == CUDA_CACHE_CORRUPT && !bytes,
+     "a FIFO planted as an entry: corrupt at once, no wait");
+  alarm(0);
+  ok(cuda_cache_store(c, kv, payload, sizeof payload) && cuda_cache_load(c, kv, &bytes, &n) == CUDA_CACHE_HIT,
+     "the store replaces the FIFO by an entry");
+  if (bytes) grace_realloc(vm, bytes, n, 0);
+  ok(truncate(fifo, 39) == 0 && cuda_cache_load(c, kv, &bytes, &n) == CUDA_CACHE_CORRUPT && !bytes,
+     "a truncated entry: corrupt (recompiled, never trusted)");
+  is_int(count_files(dir, ".tmp"), 0, "no temporary is left behind");
+  grace_vm_free(vm);
+
+  /* directories that are not safe: writable by others, by the group, owned by another user */
+  static const struct { mode_t mode; const char *what; } modes[] = {{0777, "writable by everyone"},
+                                                                    {0770, "writable by its group"}};
+  for (int i = 0; i < 2; i++) {
+    char d[600];
+    snprintf(d, sizeof d, "%s/open%d", tmpdir, i);
+    mkdir(d, 0700);
+    chmod(d, modes[i].mode);
+    c = cache_in(d, &vm);
+    ok(c && !cuda_cache_dir(c) && !cuda_cache_store(c, k, payload, sizeof payload) && count_files(d, "") == 0,
+       "a cache directory %s is refused: no disk cache, nothing written", modes[i].what);
+    grace_vm_free(vm);
+  }
+  if (geteuid() == 0) {   /* only root can give a directory away */
+    char d[600];
+    snprintf(d, sizeof d, "%s/foreign", tmpdir);
+    mkdir(d, 0700);
+    c = chown(d, 65534, 65534) == 0 ? cache_in(d, &vm) : NULL;
+    ok(c && !cuda_cache_dir(c) && !cuda_cache_store(c, k, payload, sizeof payload) && count_files(d, "") == 0,
+       "a cache directory another user owns is refused");
+    grace_vm_free(vm);
+  } else {
+    skip("not root: cannot make a directory another user owns");
+  }
+  unsetenv("GRACE_CACHE_DIR");
 }
 
 /* ---- with a device ---- */
@@ -473,6 +571,7 @@ int main(void) {
   test_nvrtc(vm);
   grace_vm_free(vm);
   test_disk_cache();
+  test_cache_hostile();
   test_device();
   is_int(live_bytes, 0, "every VM gave back all its host memory");
   remove_tree(tmpdir);

@@ -123,6 +123,46 @@ static grace_status call_check(grace_fn *fn, grace_dtype dt, const double *v, in
   return st;
 }
 
+/* f(a, b): c = contiguous(b) (b itself: it is contiguous); c:fill_(0); returns (-a, c). Found by tests/fuzz/fuzz_fn:
+ * the trace recorded contiguous as a new value, so the fill_ through it never reached b in a compiled call. */
+static grace_status fill_through_contiguous(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res,
+                                            int maxres) {
+  grace_tensor *c = NULL, *n = NULL;
+  grace_attrs zero = {.a = 0};
+  grace_status st = grace_run(vm, GRACE_OP_CONTIGUOUS, 1, &args[1].t, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_FILL_, 1, &c, &zero, 0, NULL);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_NEG, 1, &args[0].t, NULL, 1, &n);
+  if (st != GRACE_OK) { grace_tensor_release(c); return st; }
+  *nres = 2;
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = n};
+  res[1] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = c};
+  return GRACE_OK;
+}
+
+static void test_write_through_contiguous(void) {
+  grace_fn *f = NULL;
+  grace_host hc = {.call = fill_through_contiguous};
+  ok(grace_fn_new(vm, "fill", &hc, NULL, NULL, &f) == GRACE_OK, "a function writing through contiguous(b)");
+  int good = 1;
+  for (int call = 0; call < 3; call++) {   /* a trace, then two compiled calls */
+    double av[3] = {1, 2, 3}, bv[3] = {-4, 5, 6}, got[3] = {9, 9, 9}, bb[3] = {9, 9, 9};
+    grace_tensor *a = vec(GRACE_FLOAT32, av, 3), *b = vec(GRACE_FLOAT32, bv, 3);
+    grace_arg args[2] = {{.kind = GRACE_ARG_TENSOR, .t = a}, {.kind = GRACE_ARG_TENSOR, .t = b}}, res[2];
+    int nres = 0;
+    good = good && grace_fn_call(f, 2, args, &nres, res, 2) == GRACE_OK && nres == 2 &&
+           grace_tensor_read(vm, res[1].t, GRACE_FLOAT64, got) == GRACE_OK &&
+           grace_tensor_read(vm, b, GRACE_FLOAT64, bb) == GRACE_OK;
+    for (int i = 0; i < 3; i++) good = good && got[i] == 0 && bb[i] == 0;
+    for (int k = 0; k < nres; k++) grace_tensor_release(res[k].t);
+    grace_tensor_release(a);
+    grace_tensor_release(b);
+  }
+  grace_fn_stats st;
+  grace_fn_get_stats(f, &st);
+  ok(good && st.traces == 1 && st.hits == 2, "compiled calls fill b and return it as eager does (%ld hits)", st.hits);
+  grace_fn_free(f);
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu", .alloc = count_alloc}, err, sizeof err);
@@ -234,6 +274,7 @@ int main(void) {
   is_int(h.eager_told, 1, "the host is told once");
   ok(strstr(h.eager_why, "cache limit") != NULL, "why: %s", h.eager_why);
 
+  test_write_through_contiguous();
   grace_fn_free(fn);
   grace_fn_free(f1);
   is_int(h.guards_released, h.guards_made, "every host guard was released");

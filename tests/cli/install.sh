@@ -1,7 +1,7 @@
 #!/bin/sh
 # install.sh: `make install PREFIX=...` into a temporary prefix, then the installed Lua module under Debian's stock
 # lua5.4 (require "grace", the stdlib through it and from share/lua/5.4), what grace.so exports, and the headers
-# and libraries a host links. Run by prove through tests/run.sh, which sets $GRACE (the build folder is its folder).
+# and libraries a host links (by hand, and through the installed pkg-config files grace.pc and grace-lua.pc). Run by prove through tests/run.sh, which sets $GRACE (the build folder is its folder).
 GRACE=${GRACE:-build/grace}
 build=$(dirname "$GRACE")
 tmp=$(mktemp -d) || exit 1
@@ -18,13 +18,13 @@ ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
 is() { [ "$2" = "$3" ]; ok $? "$1" "got: [$2]
 expected: [$3]"; }
 
-echo "1..9"
+echo "1..11"
 p=$tmp/p
 out=$(make -s --no-print-directory BUILD="$build" PREFIX="$p" install 2>&1); st=$?
 is "make install PREFIX=$p succeeds" "$st" "0"
 [ $st -eq 0 ] || echo "$out" | sed 's/^/# /'
 for f in bin/grace lib/libgrace.so lib/libgrace.a lib/libgrace_lua.a include/grace.h include/grace_lua.h \
-         lib/lua/5.4/grace.so share/lua/5.4/grace/nn.lua; do
+         lib/lua/5.4/grace.so share/lua/5.4/grace/nn.lua lib/pkgconfig/grace.pc lib/pkgconfig/grace-lua.pc; do
   [ -f "$p/$f" ] || missing="$missing $f"
 done
 is "installed files are there" "${missing:-}" ""
@@ -33,11 +33,11 @@ exports=$(nm -D --defined-only "$p/lib/lua/5.4/grace.so" | awk '$2 ~ /^[TDBRVW]$
 is "grace.so exports only luaopen_grace" "$exports" "luaopen_grace"
 
 if [ -n "${GRACE_SANITIZED:-}" ]; then   # a sanitized grace.so cannot load into an unsanitized lua5.4
-  for i in 4 5 6 7 8 9; do echo "ok $i # SKIP sanitized build"; done; exit 0
+  for i in 4 5 6 7 8 9 10 11; do echo "ok $i # SKIP sanitized build"; done; exit 0
 fi
 if ! command -v lua5.4 >/dev/null 2>&1 || [ -n "${GRACE_DEP_LIBS:-}" ]; then
   # no stock Lua here, or a build against unpacked packages (DEPS_PREFIX): no system Lua to load the module into
-  for i in 4 5 6 7 8 9; do echo "ok $i # SKIP no system lua5.4 (or a DEPS_PREFIX build)"; done; exit 0
+  for i in 4 5 6 7 8 9 10 11; do echo "ok $i # SKIP no system lua5.4 (or a DEPS_PREFIX build)"; done; exit 0
 fi
 export LUA_CPATH="$p/lib/lua/5.4/?.so;;" LUA_PATH="$p/share/lua/5.4/?.lua;;"
 out=$(lua5.4 -e 'local grace = require "grace"; print(grace.ones{2,2})' 2>&1)
@@ -95,6 +95,18 @@ out=$(cc -std=c11 -Wall -Wextra -Werror -I"$p/include" -I/usr/include/lua5.4 -o 
       ${GRACE_SANITIZED:+-fsanitize=address,undefined} 2>&1 \
       && "$tmp/host" 2>&1)
 is "a C host links libgrace_lua.a and libgrace.a; grace_lua_open with its own VM or the host's" "$out" "3
+grace_lua_open: the VM must be made with index_base 1 (Lua counts from 1)
+tensor(2)
+1 1"
+
+# the same host built with nothing but what pkg-config says of the installed grace-lua (which requires grace and
+# lua5.4), linked against the installed libgrace.so
+export PKG_CONFIG_PATH="$p/lib/pkgconfig"
+v=$(pkg-config --modversion grace-lua 2>&1)
+is "pkg-config knows grace-lua, of grace's version" "$v" "$(pkg-config --modversion grace 2>&1)"
+out=$(cc -std=c11 -Wall -Wextra -Werror $(pkg-config --cflags grace-lua) -o "$tmp/host_pc" "$tmp/host.c" \
+      $(pkg-config --libs grace-lua) 2>&1 && LD_LIBRARY_PATH="$p/lib" "$tmp/host_pc" 2>&1)
+is "a C host built with pkg-config --cflags --libs grace-lua runs" "$out" "3
 grace_lua_open: the VM must be made with index_base 1 (Lua counts from 1)
 tensor(2)
 1 1"
