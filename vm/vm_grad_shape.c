@@ -28,8 +28,9 @@ static grace_tensor *unslice(vm_gctx *c, grace_tensor *base, grace_tensor *g, co
 }
 
 /* An arange over n index positions (in the VM's index base), shaped to broadcast along dim d of ndim dims. */
-static grace_tensor *positions(vm_gctx *c, int64_t n, int d, int ndim) {
+static grace_tensor *positions(vm_gctx *c, int64_t n, int d, int ndim, grace_device dev) {
   grace_attrs a = {0};
+  a.device = dev;   /* beside the index they go with */
   int base = grace_index_base(c->vm);
   a.a = base;
   a.b = (double)(n + base);
@@ -54,7 +55,8 @@ static grace_tensor *ungather(vm_gctx *c, const grace_tensor *x, grace_tensor *i
   if (!idx) return NULL;
   int d = norm(c, dim, x->ndim);
   grace_tensor *at[GRACE_MAX_DIMS];
-  for (int k = 0; k < x->ndim; k++) at[k] = k == d ? idx : positions(c, idx->sizes[k], k, x->ndim);
+  for (int k = 0; k < x->ndim; k++)
+    at[k] = k == d ? idx : positions(c, idx->sizes[k], k, x->ndim, idx->storage->device);
   return gx_index_add(c, x, g, x->ndim, at);
 }
 
