@@ -311,8 +311,29 @@ grace_status gpu_host_number(grace_vm *vm, grace_tensor *t, grace_tensor **out) 
   return gpu_graph_capturing(vm) ? gpu_graph_number(vm, t, out) : transfer(vm, t, GRACE_CUDA, out);
 }
 
+/* cat or stack of more tensors than one template launch takes: each run of CAT_MAXIN joined on its own, then the
+ * pieces concatenated along the same dim (stack's new dim is a dim of each piece). */
+enum { CAT_MAXIN = GRACE_MAX_DIMS * 8 };
+static grace_status join_chunks(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs,
+                                grace_tensor **out) {
+  int np = (nin + CAT_MAXIN - 1) / CAT_MAXIN;
+  grace_tensor **part = vm_calloc(vm, sizeof *part * (size_t)np);
+  if (!part) return vm_err(vm, GRACE_ENOMEM, "%s: out of host memory", grace_op_name(op));
+  grace_status st = GRACE_OK;
+  for (int j = 0; j < np && st == GRACE_OK; j++) {
+    int n = nin - j * CAT_MAXIN < CAT_MAXIN ? nin - j * CAT_MAXIN : CAT_MAXIN;
+    st = gpu_run(vm, op, n, in + (size_t)j * CAT_MAXIN, attrs, 1, &part[j]);
+  }
+  if (st == GRACE_OK) st = gpu_run(vm, GRACE_OP_CAT, np, part, attrs, 1, out);
+  for (int j = 0; j < np; j++) grace_tensor_release(part[j]);
+  vm_free(vm, part, sizeof *part * (size_t)np);
+  return st;
+}
+
 grace_status gpu_run(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *attrs, int nout,
                      grace_tensor **out) {
+  if ((op == GRACE_OP_CAT || op == GRACE_OP_STACK) && nin > CAT_MAXIN && nout == 1)
+    return join_chunks(vm, op, nin, in, attrs, out);
   if (op == GRACE_OP_TO_DEVICE) return transfer(vm, in[0], attrs->device, out);
   if (!cuda_get(vm)) return vm_err(vm, vm->status, "%s: the CUDA device is not usable: %s", grace_op_name(op), cuda_why(vm));
   if (op == GRACE_OP_COPY_ && in[1]->storage->device != in[0]->storage->device) {   /* copy_ across devices */

@@ -132,4 +132,16 @@ section("random: the same draws on both devices", function()
        {grace.zeros({2000}, {dtype = "float64"})}, 1e-12, 1e-12)
 end)
 
+section("cat and stack of more tensors than one launch takes", function()
+  for _, n in ipairs({65, 200}) do
+    local xs, ds = {}, {}
+    for k = 1, n do xs[k] = grace.randn(1, 3) * k; ds[k] = to_dev(xs[k]) end
+    local want, got = grace.cat(xs, 1), grace.cat(ds, 1)
+    tap.ok(not diff(got, want, 0, 0), ("cat of %d tensors equals the CPU's"):format(n))
+    local ws, gs = grace.stack(xs, 2), grace.stack(ds, 2)
+    tap.ok(not diff(gs, ws, 0, 0) and table.concat(gs:size(), ",") == "1," .. n .. ",3",
+           ("stack of %d tensors along dim 2 equals the CPU's"):format(n))
+  end
+end)
+
 tap.done()
