@@ -2,7 +2,8 @@
  * is compiled with grace_fn (the C function runs once per new shape while grace records its ops; later calls run
  * the recorded program without calling it), run on arrays the program owns, called again on a new shape (a
  * second trace), explained, and checked against the same arithmetic in plain C.
- * Tensors are made from the C arrays with grace_tensor_from_data (a copy) and read back with grace_tensor_read.
+ * The input tensors wrap the C arrays without copying (grace_tensor_wrap: grace frees them through a callback when
+ * the last reference goes); results are read back with grace_tensor_read.
  * Build: cc -std=c11 -Iinclude c_only.c -Lbuild -lgrace (make examples). Prints "c_only: ok" when all agree. */
 #include <math.h>
 #include <stdio.h>
@@ -43,15 +44,19 @@ static float reference(const float *a, const float *b, int64_t i, int64_t cols) 
   return s;
 }
 
+/* The release callback of a wrapped array: grace calls it once, when no tensor uses the array any more. */
+static void free_array(void *ud, void *data) { (void)ud; free(data); }
+
 /* Calls f on rows x cols arrays the program owns and compares each result with plain C; returns 0 when all agree. */
 static int run_shape(grace_vm *vm, grace_fn *f, int64_t rows, int64_t cols) {
   float *a = malloc(sizeof *a * rows * cols), *b = malloc(sizeof *b * rows * cols), *out = malloc(sizeof *out * rows);
-  if (!a || !b || !out) { fprintf(stderr, "c_only: out of memory\n"); return 1; }
+  if (!a || !b || !out) { fprintf(stderr, "c_only: out of memory\n"); free(a); free(b); free(out); return 1; }
   for (int64_t k = 0; k < rows * cols; k++) { a[k] = (float)(k % 7) / 7 - 0.5f; b[k] = (float)(k % 5) / 10; }
   int64_t sizes[] = {rows, cols};
   grace_tensor *ta = NULL, *tb = NULL;
-  CHECK(grace_tensor_from_data(vm, GRACE_FLOAT32, 2, sizes, GRACE_FLOAT32, a, &ta));
-  CHECK(grace_tensor_from_data(vm, GRACE_FLOAT32, 2, sizes, GRACE_FLOAT32, b, &tb));
+  if (grace_tensor_wrap(vm, GRACE_FLOAT32, 2, sizes, a, free_array, NULL, &ta) != GRACE_OK) free(a);
+  if (grace_tensor_wrap(vm, GRACE_FLOAT32, 2, sizes, b, free_array, NULL, &tb) != GRACE_OK) free(b);
+  if (!ta || !tb) { grace_tensor_release(ta); grace_tensor_release(tb); free(out); return fail(vm, "grace_tensor_wrap"); }
   int bad = 0;
   for (int call = 0; call < 3; call++) {   /* the first call of a shape traces; the others replay the program */
     grace_arg args[] = {{.kind = GRACE_ARG_TENSOR, .t = ta}, {.kind = GRACE_ARG_TENSOR, .t = tb}}, res[1];
@@ -67,9 +72,9 @@ static int run_shape(grace_vm *vm, grace_fn *f, int64_t rows, int64_t cols) {
     }
   }
   printf("shape %ldx%ld: out[0] = %.6f (C: %.6f)\n", (long)rows, (long)cols, out[0], reference(a, b, 0, cols));
-  grace_tensor_release(ta);
+  grace_tensor_release(ta);   /* a and b are freed by free_array once grace holds them no more */
   grace_tensor_release(tb);
-  free(a); free(b); free(out);
+  free(out);
   return bad != 0;
 }
 
