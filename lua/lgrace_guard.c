@@ -1,0 +1,459 @@
+/* lgrace_guard.c: the host guard of a compiled Lua function (see lgrace_guard.h): where its captured tensors and
+ * the numbers, strings and functions a trace depends on live (paths from its arguments, upvalues and globals, through
+ * tables and their metatables), the walk that finds them, snapshots that guard a class as one value, and the checks
+ * that re-read every path on each call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lua/lgrace_guard.h"
+
+const char lg_meta_key, lg_nil_read, lg_snap_key;
+
+/* ---- snapshots: one guard for a whole table reached through a metatable (a class: its methods and fields) ----
+ * A snapshot is a table {key = value} of the table's numbers, strings, booleans and functions (under string or
+ * number keys) plus lg_snap_key = their count: it holds while the table has exactly those. One snapshot per class
+ * instead of a guard per method keeps the check of a call with nn modules short. */
+static int is_snapshot(lua_State *L, int i) {
+  if (!lua_istable(L, i)) return 0;
+  lua_pushlightuserdata(L, (void *)&lg_snap_key);
+  int yes = lua_rawget(L, i) != LUA_TNIL;
+  lua_pop(L, 1);
+  return yes;
+}
+
+static int snapshot_kind(lua_State *L, int key, int value) {
+  int kt = lua_type(L, key), vt = lua_type(L, value);
+  return (kt == LUA_TSTRING || kt == LUA_TNUMBER) &&
+         (vt == LUA_TNUMBER || vt == LUA_TSTRING || vt == LUA_TBOOLEAN || vt == LUA_TFUNCTION);
+}
+
+/* Two values are the same for a guard: raw equality, an integer and a float apart. */
+static int same_scalar(lua_State *L, int a, int b) {
+  return lua_rawequal(L, a, b) && (lua_type(L, a) != LUA_TNUMBER || lua_isinteger(L, a) == lua_isinteger(L, b));
+}
+
+/* Whether the table at t still holds what the snapshot at snap recorded, and nothing more of its kinds. */
+static int snapshot_holds(lua_State *L, int t, int snap) {
+  if (!lua_istable(L, t)) return 0;
+  lua_Integer count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    if (snapshot_kind(L, -2, -1)) {
+      count++;
+      lua_pushvalue(L, -2);
+      lua_rawget(L, snap);
+      int same = same_scalar(L, -1, -2);
+      lua_pop(L, 1);
+      if (!same) { lua_pop(L, 2); return 0; }
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushlightuserdata(L, (void *)&lg_snap_key);
+  lua_rawget(L, snap);
+  int all = lua_tointeger(L, -1) == count;
+  lua_pop(L, 1);
+  return all;
+}
+
+/* Two expectations are the same (for h_guard_same): raw equality, or two snapshots of the same contents. */
+int lg_same_expectation(lua_State *L, int a, int b) {
+  a = lua_absindex(L, a), b = lua_absindex(L, b);
+  if (lua_rawequal(L, a, b)) return 1;
+  if (!is_snapshot(L, a) || !is_snapshot(L, b)) return 0;
+  int same = 1;
+  lua_pushnil(L);
+  while (same && lua_next(L, a)) {   /* the count is one of the entries (under lg_snap_key), so equal sizes follow */
+    lua_pushvalue(L, -2);
+    lua_rawget(L, b);
+    same = same_scalar(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  if (!same) lua_pop(L, 1);
+  return same;
+}
+
+/* Whether the value at got passes a guard expecting the value at want (a tensor by identity, a snapshot by contents,
+ * anything else by raw equality). */
+int lg_guard_holds(lua_State *L, int got, int want) {
+  got = lua_absindex(L, got), want = lua_absindex(L, want);
+  grace_tensor *a = lg_totensor(L, got), *b = lg_totensor(L, want);
+  if (a || b) return a == b;
+  if (is_snapshot(L, want)) return snapshot_holds(L, got, want);
+  return same_scalar(L, got, want);
+}
+
+/* ---- paths: where a captured tensor or a guarded number lives, re-read on every call ----
+ * A path is a table {root, k1, k2, ...}: root "a<i>" (argument i), "u<i>" (upvalue i of the function),
+ * "g" (a global: k1 is its name); then the keys of nested tables (raw access), "u<i>" for an upvalue
+ * of a function met on the way, or &lg_meta_key for a table's metatable. */
+static void push_root(lua_State *L, int fn, int args, int path) {
+  lua_rawgeti(L, path, 1);
+  const char *root = lua_tostring(L, -1);
+  if (root[0] == 'a') {
+    lua_pop(L, 1);
+    lua_pushvalue(L, args + atoi(root + 1) - 1);
+  } else if (root[0] == 'u') {
+    lua_pop(L, 1);
+    if (!lua_getupvalue(L, fn, atoi(root + 1))) lua_pushnil(L);
+  } else {
+    lua_pop(L, 1);
+    const char *up = NULL;
+    int i = 1;
+    while ((up = lua_getupvalue(L, fn, i)) != NULL) {   /* the function's _ENV */
+      if (!strcmp(up, "_ENV")) break;
+      lua_pop(L, 1);
+      i++;
+    }
+    if (!up) lua_pushglobaltable(L);
+  }
+}
+
+/* Replaces the value on top by its part named by path element k (nil when there is none). */
+static void step(lua_State *L, int path, lua_Integer k) {
+  lua_rawgeti(L, path, k);
+  int ty = lua_type(L, -2);
+  if (lua_touserdata(L, -1) == &lg_meta_key) {
+    lua_pop(L, 1);
+    if (ty != LUA_TTABLE || !lua_getmetatable(L, -1)) lua_pushnil(L);
+    lua_remove(L, -2);
+  } else if (ty == LUA_TFUNCTION && lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') {
+    int ui = atoi(lua_tostring(L, -1) + 1);
+    lua_pop(L, 1);
+    if (!lua_getupvalue(L, -1, ui)) lua_pushnil(L);
+    lua_remove(L, -2);
+  } else if (ty == LUA_TTABLE) {
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+  } else {
+    lua_pop(L, 2);
+    lua_pushnil(L);
+  }
+}
+
+/* Pushes the value at path. With a cache (vals: a table, 0: none), vals[k] holds the value after the first k
+ * elements of the last path resolved, of which this path shares the first `shared`: the guards of one walk come in
+ * depth-first order, so neighbours share most of their prefix and it is read once. */
+void lg_push_path_cached(lua_State *L, int fn, int args, int path, int vals, lua_Integer shared) {
+  lua_Integer n = (lua_Integer)lua_rawlen(L, path), k = 1;   /* a plain table: no __len to call */
+  if (vals && shared >= 1) {
+    k = shared < n ? shared : n;
+    lua_rawgeti(L, vals, k);
+  } else {
+    push_root(L, fn, args, path);
+    if (vals) { lua_pushvalue(L, -1); lua_rawseti(L, vals, 1); }
+  }
+  while (++k <= n) {
+    step(L, path, k);
+    if (vals) { lua_pushvalue(L, -1); lua_rawseti(L, vals, k); }
+  }
+}
+
+static void push_path_value(lua_State *L, int fn, int args, int path) { lg_push_path_cached(L, fn, args, path, 0, 0); }
+
+/* How many leading elements paths a and b share. */
+lua_Integer lg_shared_prefix(lua_State *L, int a, int b) {
+  a = lua_absindex(L, a), b = lua_absindex(L, b);
+  lua_Integer na = (lua_Integer)lua_rawlen(L, a), nb = (lua_Integer)lua_rawlen(L, b), k = 0;
+  while (k < na && k < nb) {
+    lua_rawgeti(L, a, k + 1);
+    lua_rawgeti(L, b, k + 1);
+    int eq = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (!eq) break;
+    k++;
+  }
+  return k;
+}
+
+/* ---- the walk that finds captured tensors and the numbers a trace depends on ---- */
+
+static void add_guard(walk *w, int path_idx, int value_idx) {
+  lua_State *L = w->L;
+  w->npaths++;
+  lua_pushvalue(L, path_idx);
+  lua_rawseti(L, w->paths, w->npaths);
+  lua_pushvalue(L, value_idx);
+  lua_rawseti(L, w->expect, w->npaths);
+}
+
+/* The chunk a Lua function was defined in (its source), pushed; nil for a C function. */
+static void push_source(lua_State *L, int f) {
+  lua_Debug ar;
+  lua_pushvalue(L, f);
+  if (lua_iscfunction(L, -1) || !lua_getinfo(L, ">S", &ar)) { lua_settop(L, f); lua_pushnil(L); return; }
+  lua_pushstring(L, ar.source);
+}
+
+/* Whether the table or function at v is library code, not state: a library's table (a value of package.loaded) or
+ * a function of grace's own Lua modules (its identity is guarded where it is met; its upvalues are not walked). */
+static int is_library(walk *w, int v) {
+  lua_State *L = w->L;
+  if (lua_type(L, v) == LUA_TFUNCTION) push_source(L, v);
+  else lua_pushvalue(L, v);
+  lua_rawget(L, w->libs);
+  int lib = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return lib;
+}
+
+/* Whether the table or function at v holds anything a guard would have to follow: a field or a metatable, an
+ * upvalue other than _ENV (globals are guarded as they are read). */
+static int has_state(lua_State *L, int v) {
+  if (lua_type(L, v) == LUA_TTABLE) {
+    lua_pushnil(L);
+    if (lua_next(L, v)) { lua_pop(L, 2); return 1; }
+    if (lua_getmetatable(L, v)) { lua_pop(L, 1); return 1; }
+    return 0;
+  }
+  const char *name;
+  for (int i = 1; (name = lua_getupvalue(L, v, i)) != NULL; i++) {
+    lua_pop(L, 1);
+    if (strcmp(name, "_ENV")) return 1;
+  }
+  return 0;
+}
+
+/* Visits the value on top of the stack, reached by the path at path_idx (a table). depth bounds it;
+ * scalars are guarded when `guard_scalars` (direct upvalues, fields of tables holding a captured tensor); 2: the
+ * value was reached through a metatable, and a table is guarded by one snapshot of its fields. */
+static void visit(walk *w, int path_idx, int depth, int guard_scalars);
+
+static void visit_child(walk *w, int path_idx, int key_idx, int depth, int guard_scalars) {
+  lua_State *L = w->L;
+  /* child path = copy of path + key */
+  lua_newtable(L);
+  lua_Integer n = luaL_len(L, path_idx);
+  for (lua_Integer k = 1; k <= n; k++) { lua_rawgeti(L, path_idx, k); lua_rawseti(L, -2, k); }
+  lua_pushvalue(L, key_idx);
+  lua_rawseti(L, -2, n + 1);
+  int child_path = lua_gettop(L);
+  lua_pushvalue(L, -2);   /* the child value, just below the new path */
+  visit(w, child_path, depth, guard_scalars);
+  lua_settop(L, child_path - 1);
+}
+
+static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
+  lua_State *L = w->L;
+  int v = lua_gettop(L);
+  int ty = lua_type(L, v);
+  if (--w->budget < 0) { w->truncated = 1; return; }
+  if (ty == LUA_TUSERDATA) {
+    grace_tensor *t = lg_totensor(L, v);
+    if (!t) return;
+    lua_pushlightuserdata(L, t);
+    lua_rawget(L, w->targets);
+    int wanted = lua_toboolean(L, -1), is_arg = lua_tointeger(L, -1) == 2;
+    lua_pop(L, 1);
+    if (is_arg) { w->arg_captured = 1; return; }
+    if (wanted) {
+      add_guard(w, path_idx, v);
+      lua_pushlightuserdata(L, t);
+      lua_pushnil(L);
+      lua_rawset(L, w->targets);
+    }
+    return;
+  }
+  if ((ty == LUA_TNUMBER || ty == LUA_TSTRING || ty == LUA_TBOOLEAN) && guard_scalars) {
+    add_guard(w, path_idx, v);
+    return;
+  }
+  /* a function the code may call: guarded by identity (a replaced method or helper retraces) */
+  if (ty == LUA_TFUNCTION && guard_scalars) add_guard(w, path_idx, v);
+  if (ty != LUA_TTABLE && ty != LUA_TFUNCTION) return;
+  lua_pushvalue(L, v);
+  lua_rawget(L, w->seen);
+  int seen = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (seen || is_library(w, v)) return;
+  if (depth <= 0) {   /* state below here would go unguarded: say so, unless there is none */
+    if (has_state(L, v)) w->truncated = 1;
+    return;
+  }
+  lua_pushvalue(L, v);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, w->seen);
+  if (ty == LUA_TFUNCTION) {
+    for (int i = 1;; i++) {
+      const char *name = lua_getupvalue(L, v, i);
+      if (!name) break;
+      if (!strcmp(name, "_ENV")) { lua_pop(L, 1); continue; }   /* globals are guarded as they are read */
+      lua_pushfstring(L, "u%d", i);
+      int key = lua_gettop(L);
+      lua_pushvalue(L, key - 1);
+      lua_remove(L, key - 1);   /* stack: ..., key, value */
+      visit_child(w, path_idx, key - 1, depth - 1, 1);
+      lua_settop(L, v);
+    }
+    return;
+  }
+  /* a table of data (a module, a config): its numbers, strings and booleans are guarded, and its metatable
+   * walked: methods and defaults read through __index (a class of grace.nn, a table of defaults) */
+  int snap = guard_scalars == 2;
+  if (lua_getmetatable(L, v)) {
+    lua_pushlightuserdata(L, (void *)&lg_meta_key);
+    lua_insert(L, -2);
+    visit_child(w, path_idx, lua_gettop(L) - 1, depth - 1, 2);
+    lua_settop(L, v);
+  }
+  if (snap) {   /* one guard for the fields (below); the functions' upvalues and nested tables are walked still */
+    lua_newtable(L);
+    lua_Integer count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, v)) {
+      if (snapshot_kind(L, -2, -1)) { count++; lua_pushvalue(L, -2); lua_pushvalue(L, -2); lua_rawset(L, v + 1); }
+      lua_pop(L, 1);
+    }
+    lua_pushlightuserdata(L, (void *)&lg_snap_key);
+    lua_pushinteger(L, count);
+    lua_rawset(L, v + 1);
+    add_guard(w, path_idx, v + 1);
+    lua_settop(L, v);
+  }
+  lua_pushnil(L);
+  while (lua_next(L, v)) {
+    int kt = lua_type(L, -2), vt = lua_type(L, -1);
+    if ((kt == LUA_TSTRING || kt == LUA_TNUMBER) && (!snap || vt == LUA_TFUNCTION || vt == LUA_TTABLE ||
+                                                      vt == LUA_TUSERDATA)) {
+      int value = lua_gettop(L);
+      /* in a snapshot, a function's identity is guarded already: only its upvalues are walked */
+      visit_child(w, path_idx, value - 1, depth - 1, snap ? (vt == LUA_TFUNCTION ? 0 : 2) : 1);
+      lua_settop(L, value);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Marks the chunk of every Lua function in the table on top as library code (grace's own modules). */
+static void add_lib_sources(lua_State *L, int set) {
+  int t = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    if (lua_type(L, -1) == LUA_TFUNCTION) {
+      push_source(L, lua_gettop(L));
+      if (lua_isstring(L, -1)) { lua_pushboolean(L, 1); lua_rawset(L, set); }
+      else lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* Pushes the set of library code: tables that are values of package.loaded, and the chunks (sources) of grace's
+ * own Lua modules ("grace", "grace.*": the classes of grace.nn live there), whose functions are code whose identity
+ * is guarded but whose upvalues are not state to walk. */
+void lg_push_libs(lua_State *L) {
+  lua_newtable(L);
+  int set = lua_gettop(L);
+  lua_getglobal(L, "package");
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "loaded");
+    if (lua_istable(L, -1)) {
+      lua_pushnil(L);
+      while (lua_next(L, -2)) {
+        if (lua_istable(L, -1)) {
+          if (lua_type(L, -2) == LUA_TSTRING && !strncmp(lua_tostring(L, -2), "grace", 5) &&
+              (lua_tostring(L, -2)[5] == 0 || lua_tostring(L, -2)[5] == '.'))
+            add_lib_sources(L, set);
+          lua_pushboolean(L, 1);
+          lua_rawset(L, set);
+        } else {
+          lua_pop(L, 1);
+        }
+      }
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, set);
+}
+
+/* Walks the arguments and the function's upvalues (roots a<i>, u<i>) collecting guards into w. */
+void lg_walk_roots(walk *w, int fn, int args, int nargs) {
+  lua_State *L = w->L;
+  int top = lua_gettop(L);
+  for (int i = 0; i < nargs; i++) {
+    if (!lua_istable(L, args + i) && !lua_isfunction(L, args + i)) continue;
+    lua_newtable(L);
+    lua_pushfstring(L, "a%d", i + 1);
+    lua_rawseti(L, -2, 1);
+    lua_pushvalue(L, args + i);
+    visit(w, lua_gettop(L) - 1, WALK_DEPTH, 0);
+    lua_settop(L, top);
+  }
+  lua_pushvalue(L, fn);
+  lua_pushboolean(L, 1);
+  lua_rawset(L, w->seen);
+  for (int i = 1;; i++) {
+    const char *name = lua_getupvalue(L, fn, i);
+    if (!name) break;
+    if (!strcmp(name, "_ENV")) { lua_pop(L, 1); continue; }
+    lua_newtable(L);
+    lua_pushfstring(L, "u%d", i);
+    lua_rawseti(L, -2, 1);
+    lua_insert(L, -2);
+    visit(w, lua_gettop(L) - 1, WALK_DEPTH, 1);
+    lua_settop(L, top);
+  }
+}
+
+/* The globals the trace read (reads: name -> value): each guarded by value (numbers, strings, booleans) or identity
+ * (anything else), and the tables and functions among them walked as upvalues are. */
+void lg_walk_globals(walk *w, int reads) {
+  lua_State *L = w->L;
+  if (!lua_istable(L, reads)) return;
+  lua_pushnil(L);
+  while (lua_next(L, reads)) {
+    int value = lua_gettop(L);
+    if (lua_touserdata(L, value) == &lg_nil_read) { lua_pushnil(L); lua_replace(L, value); }
+    lua_newtable(L);
+    lua_pushliteral(L, "g");
+    lua_rawseti(L, -2, 1);
+    lua_pushvalue(L, value - 1);
+    lua_rawseti(L, -2, 2);
+    int path = lua_gettop(L);
+    add_guard(w, path, value);
+    grace_tensor *t = lg_totensor(L, value);   /* a tensor read from a global is found here */
+    if (t) {
+      lua_pushlightuserdata(L, t);
+      lua_rawget(L, w->targets);
+      int is_arg = lua_tointeger(L, -1) == 2;
+      lua_pop(L, 1);
+      if (is_arg) w->arg_captured = 1;
+      else { lua_pushlightuserdata(L, t); lua_pushnil(L); lua_rawset(L, w->targets); }
+    } else if (lua_istable(L, value) || lua_isfunction(L, value)) {
+      lua_pushvalue(L, value);
+      visit(w, path, WALK_DEPTH, 1);
+    }
+    lua_settop(L, value - 1);
+  }
+}
+
+/* Which path of a walk (paths/expect tables) no longer holds its value: a description, or NULL. */
+const char *lg_changed_path(lua_State *L, int fn, int args, int paths, int expect, int n, char *buf, size_t len) {
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, paths, i);
+    int path = lua_gettop(L);
+    push_path_value(L, fn, args, path);
+    lua_rawgeti(L, expect, i);
+    if (!lg_guard_holds(L, -2, -1)) {
+      lua_rawgeti(L, path, 1);
+      const char *root = lua_tostring(L, -1), *name = NULL;
+      if (root[0] == 'u') {   /* an upvalue of the function: say its name */
+        name = lua_getupvalue(L, fn, atoi(root + 1));
+        if (name) lua_pop(L, 1);
+      }
+      lua_rawgeti(L, path, luaL_len(L, path));
+      if (luaL_len(L, path) == 1 && name)
+        snprintf(buf, len, "the function assigns its upvalue '%s'; a compiled call would not, so it runs eagerly", name);
+      else
+        snprintf(buf, len, "the function changes Lua state that it reads (%s %s, key %s); a compiled call would not, so "
+                 "it runs eagerly", root[0] == 'a' ? "argument" : "upvalue", name ? name : root + 1,
+                 lua_touserdata(L, -1) == &lg_meta_key ? "(its metatable)"
+                 : lua_isstring(L, -1)                ? lua_tostring(L, -1)
+                                                      : "?");
+      lua_settop(L, path - 1);
+      return buf;
+    }
+    lua_settop(L, path - 1);
+  }
+  return NULL;
+}
+
