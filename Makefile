@@ -113,11 +113,16 @@ $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 
 # The fuzz targets of tests/fuzz: under `make test` each replays its committed corpus (tests/fuzz/replay.c) in the
 # normal build; `make fuzz` builds them for libFuzzer and runs them (below).
-FUZZ_TARGETS := ir files ops fn
+FUZZ_TARGETS := ir files ops fn lua
 FUZZ_REPLAY := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz_%)
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/replay.c $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libgrace.a $(LDLIBS_ALL)
+
+# fuzz_lua drives the Lua module: it links the Lua layer and Lua too
+$(BUILD)/tests/fuzz_lua: tests/fuzz/fuzz_lua.c tests/fuzz/fuzz.h tests/fuzz/replay.c $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
 
 # make examples: the C hosts of examples/embed (tests/cli/embed.sh runs them and host.py).
 EXAMPLES := $(BUILD)/examples/c_only $(BUILD)/examples/game_loop
@@ -195,6 +200,10 @@ fuzz-targets: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
+
+$(BUILD)/fuzz/fuzz_lua: tests/fuzz/fuzz_lua.c tests/fuzz/fuzz.h $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer -o $@ $< $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
 
 demo: $(BUILD)/grace
 	$(BUILD)/grace examples/transformer_block.lua
