@@ -339,7 +339,7 @@ void lg_opts(lua_State *L, lg_ctx *c, int idx, const char *op, grace_attrs *a, i
       a->dtype = lg_dtype(L, c, -1, op);
       a->has_dtype = 1;
     } else if (!strcmp(k, "device")) {
-      grace_device dev;
+      grace_device dev = GRACE_CPU;
       if (lua_type(L, -1) != LUA_TSTRING || !lg_parse_device(lua_tostring(L, -1), &dev))
         lg_errorf(L, c, "%s: unknown device '%s' (expected cpu or cuda)", op, luaL_tolstring(L, -1, NULL));
       a->device = dev;
