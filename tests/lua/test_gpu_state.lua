@@ -6,7 +6,8 @@
 -- tensors equal the same Lua functions run eagerly on CPU copies (float32; rtol 1e-4, atol 1e-4), the version
 -- counters advance as eagerly, and f:report() shows the program captured as a graph (for a forced strategy: that
 -- one) with no eager fallback; with indirection no byte of the state is copied per call. Without a usable CUDA
--- device it prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU).
+-- device it prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU). The decode step
+-- then runs on new caches, as each generation makes its own.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local H = require "tests.lua.gpu_harness"
@@ -52,6 +53,21 @@ for _, mode in ipairs(MODES) do
   end
   tap.is(bad, 0, mode .. ": decode: 30 steps, results and the cache equal eager on the CPU")
   tap.is(vbad, 0, mode .. ": decode: the cache's version advances as eagerly")
+  -- the same compiled step on new caches (as each generation makes its own): the graph writes and reads the cache
+  -- it is given, wherever it lies (the first kept alive, so the second has another address; the third may reuse a
+  -- freed block)
+  bad = 0
+  for round = 1, 2 do
+    local cd2, ce2 = to_dev(grace.zeros(T, D)), grace.zeros(T, D)
+    for i = 1, 8 do
+      local k, q = grace.randn(1, D), grace.randn(D)
+      local got = f(cd2, to_dev(grace.tensor(i)), to_dev(k), to_dev(q))
+      local want = decode(ce2, grace.tensor(i), k, q)
+      if not (close(got, want) and close(cd2, ce2)) then bad = bad + 1 end
+    end
+    if round == 1 then cd = cd2 else cd2 = nil; collectgarbage() end
+  end
+  tap.is(bad, 0, mode .. ": decode on two new caches, 8 steps each: results and caches equal eager")
   if DEV ~= "cpu" then
     local r = f:report()[1] or {}
     tap.ok(r.captures and r.captures >= 1 and not r.no_graph and (want_strategy == nil or r.strategy == want_strategy),
