@@ -90,17 +90,46 @@ def config(name, small):
 # tensor specs: (name, shape, init) in the order the Lua modules ask for them; init as in run.lua:
 # ("normal", std[, mean]), ("uniform", lo, hi), ("randint", lo, hi) (int64, hi exclusive)
 
+def mlp_specs(s, prefix, c):
+    """The weights of the mlp model under prefix (mlp, cpu_input)."""
+    d = c["d"]
+    for i in range(1, c["layers"] + 1):
+        s.append((f"{prefix}.fc{i}.weight", (d, d), ("normal", math.sqrt(2 / d))))
+        s.append((f"{prefix}.fc{i}.bias", (d,), ("normal", 0.02)))
+
+
+def gpt2_specs(s, prefix, c):
+    """The weights of a GPT-2 under prefix (gpt2_decode, kv_inplace)."""
+    d, L = c["d"], c["layers"]
+
+    def ln(p):
+        s.append((p + ".weight", (d,), ("normal", 0.1, 1)))
+        s.append((p + ".bias", (d,), ("normal", 0.1)))
+    s.append((f"{prefix}.wte", (c["vocab"], d), ("normal", 0.02)))
+    s.append((f"{prefix}.wpe", (c["max_pos"], d), ("normal", 0.01)))
+    for i in range(1, L + 1):
+        p = f"{prefix}.h{i}."
+        ln(p + "ln1")
+        s.append((p + "attn.weight", (3 * d, d), ("normal", 0.02)))
+        s.append((p + "attn.bias", (3 * d,), ("normal", 0.02)))
+        s.append((p + "proj.weight", (d, d), ("normal", 0.02)))
+        s.append((p + "proj.bias", (d,), ("normal", 0.02)))
+        ln(p + "ln2")
+        s.append((p + "fc.weight", (4 * d, d), ("normal", 0.02)))
+        s.append((p + "fc.bias", (4 * d,), ("normal", 0.02)))
+        s.append((p + "fcproj.weight", (d, 4 * d), ("normal", 0.02)))
+        s.append((p + "fcproj.bias", (d,), ("normal", 0.02)))
+    ln(f"{prefix}.ln_f")
+
+
 def specs(name, c):
     if name in wl_control.WORKLOADS:
         return wl_control.specs(name, c)
     s = []
     if name == "mlp":
-        d = c["d"]
-        for i in range(1, c["layers"] + 1):
-            s.append((f"mlp.fc{i}.weight", (d, d), ("normal", math.sqrt(2 / d))))
-            s.append((f"mlp.fc{i}.bias", (d,), ("normal", 0.02)))
+        mlp_specs(s, "mlp", c)
         for k in range(1, NPOOL + 1):
-            s.append((f"mlp.x.{k}", (c["batch"], d), ("normal", 1)))
+            s.append((f"mlp.x.{k}", (c["batch"], c["d"]), ("normal", 1)))
     elif name == "eos":
         for k in range(1, NPOOL + 1):
             s.append((f"eos.T.{k}", (c["n"],), ("uniform", 0, 30)))
@@ -124,33 +153,12 @@ def specs(name, c):
         for k in range(1, NPOOL + 1):
             s.append((f"st.x.{k}", (c["batch"], c["seq"], d), ("normal", 1)))
     elif name == "cpu_input":
-        d = c["d"]
-        for i in range(1, c["layers"] + 1):
-            s.append((f"cpuin.fc{i}.weight", (d, d), ("normal", math.sqrt(2 / d))))
-            s.append((f"cpuin.fc{i}.bias", (d,), ("normal", 0.02)))
+        mlp_specs(s, "cpuin", c)
         for k in range(1, NPOOL + 1):
-            s.append((f"cpuin.x.{k}", (c["batch"], d), ("normal", 1)))
+            s.append((f"cpuin.x.{k}", (c["batch"], c["d"]), ("normal", 1)))
     elif name == "kv_inplace":
         d, H, L = c["d"], c["heads"], c["layers"]
-
-        def ln(p):
-            s.append((p + ".weight", (d,), ("normal", 0.1, 1)))
-            s.append((p + ".bias", (d,), ("normal", 0.1)))
-        s.append(("kv.wte", (c["vocab"], d), ("normal", 0.02)))
-        s.append(("kv.wpe", (c["max_pos"], d), ("normal", 0.01)))
-        for i in range(1, L + 1):
-            p = f"kv.h{i}."
-            ln(p + "ln1")
-            s.append((p + "attn.weight", (3 * d, d), ("normal", 0.02)))
-            s.append((p + "attn.bias", (3 * d,), ("normal", 0.02)))
-            s.append((p + "proj.weight", (d, d), ("normal", 0.02)))
-            s.append((p + "proj.bias", (d,), ("normal", 0.02)))
-            ln(p + "ln2")
-            s.append((p + "fc.weight", (4 * d, d), ("normal", 0.02)))
-            s.append((p + "fc.bias", (4 * d,), ("normal", 0.02)))
-            s.append((p + "fcproj.weight", (d, 4 * d), ("normal", 0.02)))
-            s.append((p + "fcproj.bias", (d,), ("normal", 0.02)))
-        ln("kv.ln_f")
+        gpt2_specs(s, "kv", c)
         for i in range(1, L + 1):
             s.append((f"kv.cache_k.{i}", (1, H, c["max_seq"], d // H), ("normal", 1)))
             s.append((f"kv.cache_v.{i}", (1, H, c["max_seq"], d // H), ("normal", 1)))
@@ -158,25 +166,7 @@ def specs(name, c):
             s.append((f"kv.ids.{k}", (1, 1), ("randint", 0, c["vocab"])))
     elif name == "gpt2_decode":
         d, H, L = c["d"], c["heads"], c["layers"]
-
-        def ln(p):
-            s.append((p + ".weight", (d,), ("normal", 0.1, 1)))
-            s.append((p + ".bias", (d,), ("normal", 0.1)))
-        s.append(("gpt2.wte", (c["vocab"], d), ("normal", 0.02)))
-        s.append(("gpt2.wpe", (c["max_pos"], d), ("normal", 0.01)))
-        for i in range(1, L + 1):
-            p = f"gpt2.h{i}."
-            ln(p + "ln1")
-            s.append((p + "attn.weight", (3 * d, d), ("normal", 0.02)))
-            s.append((p + "attn.bias", (3 * d,), ("normal", 0.02)))
-            s.append((p + "proj.weight", (d, d), ("normal", 0.02)))
-            s.append((p + "proj.bias", (d,), ("normal", 0.02)))
-            ln(p + "ln2")
-            s.append((p + "fc.weight", (4 * d, d), ("normal", 0.02)))
-            s.append((p + "fc.bias", (4 * d,), ("normal", 0.02)))
-            s.append((p + "fcproj.weight", (d, 4 * d), ("normal", 0.02)))
-            s.append((p + "fcproj.bias", (d,), ("normal", 0.02)))
-        ln("gpt2.ln_f")
+        gpt2_specs(s, "gpt2", c)
         cache = (L, 1, H, c["cached"], d // H)
         for k in range(1, NPOOL + 1):
             s.append((f"gpt2.ids.{k}", (1, 1), ("randint", 0, c["vocab"])))

@@ -3,26 +3,13 @@
 -- the case PyGraph names: a per-call CPU input keeps PyTorch's CUDA graphs from being used). grace stages the input
 -- ahead of the program (page-locked buffer, asynchronous copy) so the program stays one graph. The same model is
 -- bench/torch/workloads.py's CpuInput; weights and inputs come from ctx.tensor under the names used there.
-local nn = require "grace.nn"
+local mlp = dofile((debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or ".") .. "/mlp.lua")
 
-local M = {name = "cpu_input", variants = {{name = "cpu_input", dtype = "float32"}}}
-
-function M.config(small)
-  if small then return {layers = 8, d = 64, batch = 8} end
-  return {layers = 8, d = 1024, batch = 8}
-end
+local M = {name = "cpu_input", variants = {{name = "cpu_input", dtype = "float32"}}, config = mlp.config}
 
 function M.build(ctx)
   local c = M.config(ctx.small)
-  local seq = {}
-  for i = 1, c.layers do
-    local lin = nn.Linear(c.d, c.d)
-    lin.weight = ctx.tensor(("cpuin.fc%d.weight"):format(i), {c.d, c.d}, {"normal", math.sqrt(2 / c.d)})
-    lin.bias = ctx.tensor(("cpuin.fc%d.bias"):format(i), {c.d}, {"normal", 0.02})
-    seq[#seq + 1] = lin
-    seq[#seq + 1] = nn.GELU()
-  end
-  local model = nn.Sequential(seq)
+  local model = mlp.model(ctx, "cpuin", c)
   local dev = ctx.device
   local pool = {}
   for k = 1, ctx.npool do   -- the inputs stay on the host

@@ -10,18 +10,23 @@ function M.config(small)
   return {layers = 8, d = 1024, batch = 8}
 end
 
--- ctx: see run.lua (tensor, npool, device, dtype, small). Returns {description, fn, pool, flops}.
-function M.build(ctx)
-  local c = M.config(ctx.small)
+-- The model with its weights named prefix.fc<i>.weight / .bias (cpu_input.lua builds it too).
+function M.model(ctx, prefix, c)
   local seq = {}
   for i = 1, c.layers do
     local lin = nn.Linear(c.d, c.d)
-    lin.weight = ctx.tensor(("mlp.fc%d.weight"):format(i), {c.d, c.d}, {"normal", math.sqrt(2 / c.d)})
-    lin.bias = ctx.tensor(("mlp.fc%d.bias"):format(i), {c.d}, {"normal", 0.02})
+    lin.weight = ctx.tensor(("%s.fc%d.weight"):format(prefix, i), {c.d, c.d}, {"normal", math.sqrt(2 / c.d)})
+    lin.bias = ctx.tensor(("%s.fc%d.bias"):format(prefix, i), {c.d}, {"normal", 0.02})
     seq[#seq + 1] = lin
     seq[#seq + 1] = nn.GELU()
   end
-  local model = nn.Sequential(seq)
+  return nn.Sequential(seq)
+end
+
+-- ctx: see run.lua (tensor, npool, device, dtype, small). Returns {description, fn, pool, flops}.
+function M.build(ctx)
+  local c = M.config(ctx.small)
+  local model = M.model(ctx, "mlp", c)
   local pool = {}
   for k = 1, ctx.npool do
     pool[k] = {ctx.tensor(("mlp.x.%d"):format(k), {c.batch, c.d}, {"normal", 1})}
