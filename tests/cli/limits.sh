@@ -21,7 +21,7 @@ expected: [$3]"; }
 has() { case "$2" in *"$3"*) ok 0 "$1" ;; *) ok 1 "$1" "got: [$2]
 expected to contain: [$3]" ;; esac; }
 
-echo "1..28"
+echo "1..29"
 
 # ---- --max-memory: tensors ----
 out=$("$GRACE" --max-memory 1M -e '
@@ -39,6 +39,16 @@ is "tensor cap: the error names limit, use and request; a small tensor and, afte
 out=$("$GRACE" --max-memory=3M -e 'print(grace.zeros(1000000))' 2>&1); st=$?
 has "an uncaught tensor-cap error is reported" "$out" "memory limit of 3145728 bytes reached"
 is "... and the run fails" "$st" "1"
+# an op's host temporary is bounded too: index_put_ with an index expanded to 2^20 positions (8 MiB of offsets, a
+# view of 8 bytes) past a 1 MiB cap
+out=$("$GRACE" --max-memory 1M -e '
+local d = grace.zeros(10)
+local i = grace.ones({1}, {dtype = "int64"}):expand(1048576)
+print(pcall(function() d:index_put_({i}, grace.tensor(1.0)) end))
+print(d:sum():item())' 2>&1)
+is "a temporary past the cap is refused, the op leaves its target as it was" "$out" \
+"false	(command line):4: index_put_: out of host memory for 1048576 positions
+0.0"
 # garbage tensors are collected before the cap is reached: 200 x 4 MB through a 16 MB cap
 out=$("$GRACE" --max-memory 16M -e 'for i = 1, 200 do local x = grace.ones(1000, 1000) + 1 end print("done")' 2>&1)
 is "garbage tensors do not count against the cap" "$out" "done"
