@@ -32,12 +32,10 @@ void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize) {
 
 const char *grace_last_error(const grace_vm *vm) { return vm ? vm->err : "no VM"; }
 
-/* Under a memory cap (grace_set_memory_limit) no single host block is larger than the cap: the cap counts tensor
- * storages, and a temporary an op sizes from an expanded view (a count of selected elements, a packed operand) must
- * not reach past it either. */
-void *vm_alloc(grace_vm *vm, size_t n) {
+void *vm_alloc(grace_vm *vm, size_t n) { return vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN); }
+void *vm_alloc_data(grace_vm *vm, size_t n) {
   if (vm->max_bytes && n > vm->max_bytes) return NULL;
-  return vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN);
+  return vm_alloc(vm, n);
 }
 void *vm_calloc(grace_vm *vm, size_t n) {
   void *p = vm_alloc(vm, n);

@@ -88,6 +88,10 @@ const char *vm_fmt_shape(char *buf, size_t n, int ndim, const int64_t *sizes);
 
 /* ---- host memory through the VM's allocator ---- */
 void *vm_alloc(grace_vm *vm, size_t n);          /* 64-byte aligned, NULL on failure (no message) */
+/* As vm_alloc, for a temporary an op sizes from its data (a count of selected positions, a converted operand):
+ * under a memory cap (grace_set_memory_limit), which counts tensor storages, it is refused past the cap too, so
+ * an expanded view cannot make a host block far larger than the cap. */
+void *vm_alloc_data(grace_vm *vm, size_t n);
 void *vm_calloc(grace_vm *vm, size_t n);
 void vm_free(grace_vm *vm, void *p, size_t n);
 

@@ -545,7 +545,7 @@ static int gemv_f32(grace_vm *vm, const mm_plan *p, float *C, grace_status *st) 
   size_t vbytes = 0;
   if (x.ms_k == 1 && x.vs != 1) {   /* the dot form wants contiguous vectors: gather them once */
     vbytes = (size_t)(p->nb * p->K) * sizeof(float);
-    if (!(vbuf = vm_alloc(vm, vbytes))) {
+    if (!(vbuf = vm_alloc_data(vm, vbytes))) {
       *st = vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory (%zu bytes)", vbytes);
       return 1;
     }
@@ -684,7 +684,7 @@ static grace_status compute(grace_vm *vm, mm_plan *p, grace_tensor *x, grace_ten
       return gemm_f32(vm, p, (float *)vm_ptr(o));
     }
     size_t bytes = (size_t)numel * sizeof(float);
-    float *c = vm_alloc(vm, bytes);
+    float *c = vm_alloc_data(vm, bytes);
     if (!c) return vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory (%zu bytes)", bytes);
     if ((st = gemm_f32(vm, p, c)) == GRACE_OK) {
       uint16_t *d = (uint16_t *)vm_ptr(o);
