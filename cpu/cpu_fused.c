@@ -734,7 +734,7 @@ grace_status cpu_fused_row_run(grace_vm *vm, grace_ir *ir, const int32_t *insts,
     job.arena_bytes = (size_t)(ninst + 3) * (size_t)L * 4;
     abytes = job.arena_bytes * (size_t)job.narena;
     bbytes = sizeof(atomic_int) * (size_t)job.narena;
-    job.arenas = vm_alloc(vm, abytes);
+    job.arenas = vm_alloc_data(vm, abytes);   /* rows of the input's length: data-sized */
     job.busy = vm_alloc(vm, bbytes);
     if (!job.arenas || !job.busy) st = vm_err(vm, GRACE_ENOMEM, "fused: out of host memory");
     else if (!(o = vm_tensor_new(vm, "fused", GRACE_FLOAT32, GRACE_CPU, ot->ndim, ot->sizes))) st = vm->status;
