@@ -1,9 +1,10 @@
 -- test_gpu_generate.lua: text generation (grace.generate, grace.gpt2) on CUDA against the CPU. A small GPT-2
--- (float32) generates greedily with a static and a growing cache on both devices: the tokens must be equal, the
--- static decode step one trace for every position. Sampling with one seed gives the same tokens on both devices
--- (grace's Philox stream; the logits agree closely enough that no draw flips for this model), multinomial draws
--- the same indices, top-k and top-p keep the same tokens, and bfloat16 generation runs with a static cache in one
--- decode trace. The launch strategy of the decode step (f:report()) is printed as a diag line.
+-- (float32) generates greedily with a static and a growing cache on both devices, three times (the compiled prefill
+-- first runs in the second, and each generation makes new caches): the tokens must be equal, the static decode step
+-- one trace for every position. Sampling with one seed gives the same tokens on both devices (grace's Philox stream;
+-- the logits agree closely enough that no draw flips for this model), multinomial draws the same indices, top-k and
+-- top-p keep the same tokens, and bfloat16 generation runs with a static cache in one decode trace. The launch
+-- strategy of the decode step (f:report()) is printed as a diag line.
 -- Without a usable CUDA device it prints a TAP skip plan; GRACE_TEST_DEVICE=cpu runs it CPU against CPU.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
@@ -40,6 +41,12 @@ for _, kind in ipairs({"static", "growing"}) do
                tostring(r.graphs), r.no_graph and (", no graph: " .. r.no_graph) or ""))
     end
     tap.diag(("%.1f tokens/s (3 rows, %d new tokens, compile included)"):format(info.tokens_per_s, N))
+  end
+  -- later generations: the compiled prefill runs from the second call on (the first traces it), and the steps'
+  -- graphs are replayed on caches each generation makes anew
+  for again = 2, 3 do
+    local g2 = gen.generate(dev, H.to_dev(prompt), {max_new_tokens = N, temperature = 0, cache = kind})
+    tap.ok(grace.equal(g2:cpu(), want), ("%s: generation %d: greedy tokens equal the CPU's"):format(kind, again))
   end
 end
 
