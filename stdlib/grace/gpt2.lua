@@ -212,8 +212,9 @@ function Model:forward(ids, pos, kind, ck, cv)
       return grace.attention(q, ck:narrow(3, (i - 1) * S + 1, S), cv:narrow(3, (i - 1) * S + 1, S), {mask = mask})
     end
   elseif kind == "growing" then
-    local P = ck:size(4)
-    local mask = T > 1 and causal_mask(T, P + T, pos, ids.device) or nil
+    -- one new token attends to everything: no mask, and the cache's length is not read on the host (a read would
+    -- pin it, and every length would be a new trace instead of one with the length symbolic)
+    local mask = T > 1 and causal_mask(T, ck:size(4) + T, pos, ids.device) or nil
     local ks, vs = {}, {}
     attend = function(i, q, k, v)
       ks[i], vs[i] = grace.cat({ck[i], k}, 3), grace.cat({cv[i], v}, 3)
