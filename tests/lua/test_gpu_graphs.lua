@@ -180,13 +180,13 @@ for _, mode in ipairs(MODES) do
   tap.ok(egood == 10 and ebad and after <= 1e-5, mode .. (": embedding: 10 calls right (%d), a bad id fails its call (%s), " ..
     "the next call right"):format(egood, tostring(errb)))
   -- with the flags read late, a replay does not wait for the device: a sync is counted only at the read
-  if grace.device_stats and grace.device_stats().syncs then
+  if mode ~= "auto" then   -- (auto measures its strategies on these calls, each launch to completion)
     local ids = to_dev(grace.tensor({{2, 3}}):long())
     local s0 = grace.device_stats().syncs
     local kept = {}
     for i = 1, 5 do kept[i] = emb(ids) end
     local s1 = grace.device_stats().syncs
-    tap.ok(s1 - s0 <= (mode == "auto" and 5 or 0), mode .. (": 5 calls with an index check, %d waits for the device"):format(s1 - s0))
+    tap.ok(s1 - s0 == 0, mode .. (": 5 calls with an index check, %d waits for the device"):format(s1 - s0))
   end
 
   -- random numbers in a graph: each replay draws what the eager call would (the seed and the generator's offset
