@@ -204,16 +204,6 @@ static int const_num(const proto *f, int idx, double *num, long long *ival, int 
   else { lua_Number v; memcpy(&v, r.p, 8); *num = (double)v; *ival = 0; *isint = 0; }
   return 1;
 }
-/* Whether constant idx is the string s. */
-static int const_is(const proto *f, int idx, const char *s) {
-  rd r = {f->k, f->end, 0};
-  size_t len;
-  if (idx >= f->nk) return 0;
-  skip_constants(&r, idx);
-  int t = rd_byte(&r);
-  const char *str = (t == K_SHRSTR || t == K_LNGSTR) ? rd_str(&r, &len) : NULL;
-  return str && len == strlen(s) && memcmp(str, s, len) == 0;
-}
 /* The name of the local in register reg at pc (locals in scope take registers 0, 1, ... in their order); NULL when
  * reg holds no local (a temporary). */
 static const char *local_at(const proto *f, int reg, int pc, size_t *len) {
@@ -250,27 +240,43 @@ static int reject(site *s, const char *fmt, ...) {
   return 0;
 }
 
-/* Whether the CALL at pc is a method call obj:item(): the SELF right before it loads "item" into its register. */
-static int is_item_call(const proto *f, int pc) {
-  if (pc == 0) return 0;
+/* The method name of the CALL at pc when the SELF right before it loads a string constant as its method (NULL
+ * otherwise): obj:item() has "item". */
+static const char *method_of(const proto *f, int pc, size_t *len) {
+  if (pc == 0) return NULL;
   uint32_t c = ins(f, pc), m = ins(f, pc - 1);
-  return I_OP(m) == L_SELF && I_A(m) == I_A(c) && I_K(m) && const_is(f, I_C(m), "item");
+  if (I_OP(m) != L_SELF || I_A(m) != I_A(c) || !I_K(m) || I_C(m) >= f->nk) return NULL;
+  rd r = {f->k, f->end, 0};
+  skip_constants(&r, I_C(m));
+  int t = rd_byte(&r);
+  return t == K_SHRSTR || t == K_LNGSTR ? rd_str(&r, len) : NULL;
+}
+static int is_item_call(const proto *f, int pc) {
+  size_t len;
+  const char *m = method_of(f, pc, &len);
+  return m && len == 4 && memcmp(m, "item", 4) == 0;
 }
 
 /* The pc of the obj:item() call running on the site's line, whose called function sits in register `slot`; -1 after
- * rejecting. */
+ * rejecting. Other calls on the line may use the same register (x:max():item()): they must be method calls under
+ * another name, which are taken not to be item itself. */
 static int find_call(const proto *f, site *s, int slot) {
-  int item = -1, nitem = 0, pinned = -1, npinned = 0;
+  int item = -1, nitem = 0, pinned = 0, other = 0;
+  size_t len;
   for (int pc = 0; pc < f->ncode; pc++) {
     uint32_t i = ins(f, pc);
     if (f->lines[pc] != s->line || (I_OP(i) != L_CALL && I_OP(i) != L_TAILCALL)) continue;
-    if (I_A(i) == slot) { pinned = pc; npinned++; }
-    if (is_item_call(f, pc)) { item = pc; nitem++; }
+    int is_item = is_item_call(f, pc);
+    nitem += is_item;
+    if (I_A(i) != slot) continue;
+    if (is_item) { item = pc; pinned++; }
+    else if (!method_of(f, pc, &len)) other++;
   }
   if (nitem == 0) return reject(s, "no call obj:item() on this line (item() is analysed when called as a method)") - 1;
   if (nitem > 1) return reject(s, "several item() calls on one line") - 1;
-  if (npinned != 1 || pinned != item)
+  if (pinned != 1)
     return reject(s, "the running call is not this line's obj:item() (a metamethod or another function)") - 1;
+  if (other) return reject(s, "the running call cannot be told apart from another function call on this line") - 1;
   return item;
 }
 
@@ -340,10 +346,13 @@ static int is_boolean_value(const proto *f, int pc) {
   return op == L_LFALSESKIP || (op == L_LOADTRUE && pc > 0 && I_OP(ins(f, pc - 1)) == L_LFALSESKIP);
 }
 
-/* Whether the jump at j to target decides a loop around the call at pc: it goes back (repeat ... until, goto), or it
- * lands right after a loop's back jump (to at or before the call) and so leaves that loop (while, break). */
+/* Whether the jump at j to target decides a loop around the call at pc: it goes back (repeat ... until, goto) or to
+ * a CLOSE then back (repeat with captured locals), or it lands right after a loop's back jump (to at or before the
+ * call) and so leaves that loop (while, break). */
 static int decides_loop(const proto *f, int j, int target, int pc) {
   if (target <= j) return 1;
+  if (target + 1 < f->ncode && I_OP(ins(f, target)) == L_CLOSE && I_OP(ins(f, target + 1)) == L_JMP &&
+      target + 2 + I_SJ(ins(f, target + 1)) <= pc) return 1;
   if (target - 1 == j) return 0;
   uint32_t b = ins(f, target - 1);
   switch (I_OP(b)) {
@@ -374,7 +383,7 @@ static int loaded_before(const proto *f, int pc, int o, lg_cmp *out) {
 static int may_read(const proto *f, int pc, int r) {
   size_t len;
   if (pc >= f->ncode || local_at(f, r, pc, &len)) return 1;
-  for (int n = 0; n < 16 && pc < f->ncode; n++) {
+  for (int n = 0; n < 16 && pc >= 0 && pc < f->ncode; n++) {
     uint32_t i = ins(f, pc);
     int op = I_OP(i), a = I_A(i), b = I_B(i), c = I_C(i), rk = !I_K(i) && c == r;
     switch (op) {
