@@ -12,15 +12,18 @@
  * TAILCALL instructions on that line, the running one is pinned by its register: lua_getlocal at that level sees
  * the frame's slots (locals and temporaries) up to the called function's slot, so their count is the A operand of
  * the CALL that is running (a metamethod runs above the whole frame and matches no CALL). It must be a method call
- * `obj:item()` (a SELF with the string constant "item" right before the CALL) and the only one on the line.
+ * `obj:item()` (a SELF with the string constant "item" right before the CALL), the only one on the line; other
+ * calls with the same register on the line (x:max():item()) must be method calls under other names.
  *
  * What is accepted: the one result R of that call is a temporary (not a local's register: Lua's code generator
- * consumes a temporary exactly once), and the instructions right after it are a comparison of R with a constant
- * (EQK/EQI/LTI/LEI/GTI/GEI, or LOADI/LOADF/LOADK into a temporary then EQ/LT/LE) or a truth test (TEST), then a
- * JMP. Lua executes that JMP when the comparison's outcome equals the instruction's k bit, so the fall-through
- * (the THEN side of an `if`) is taken when it differs: k 0 gives (value OP k), k 1 its negation. Rejected are a
- * comparison whose result becomes a boolean value (the jump lands on LFALSESKIP/LOADTRUE) and a comparison that
- * decides a loop (the jump goes back, or it leaves a loop whose back jump ends where the jump lands). */
+ * consumes a temporary once), and the instructions right after it are a comparison of R with a number constant
+ * (EQK/EQI/LTI/LEI/GTI/GEI; LOADI/LOADF/LOADK into a temporary then EQ/LT/LE; or, for `2.5 >= v`, a constant loaded
+ * before the call) or a truth test (TEST), then a JMP. Lua executes that JMP when the outcome equals the
+ * instruction's k bit, so the fall-through (the THEN side of an `if`) is taken when it differs: k 0 gives
+ * (value OP k), k 1 its negation. TEST leaves R in place, so R must be dead on both sides (in `v or 0` it is the
+ * expression's value). Rejected are a comparison whose result becomes a boolean value (the jump lands on
+ * LFALSESKIP/LOADTRUE) and one that decides a loop (the jump goes back, or to a CLOSE and back, or it leaves a loop
+ * whose back jump ends where the jump lands). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -96,6 +96,9 @@ static const accept_case accepts[] = {
   {"local a, b = 1, 2\nif x:item() >= 1 then T = true end", 3, LG_CMP_GE, 1, 1, 0, 0},
   {"local function f()\n  if x:item() ~= 5 then T = true end\nend\nf()", 3, LG_CMP_NE, 5, 1, 0, 0},
   {"if x:max():item() > 1e9 then T = true end", 2, LG_CMP_GT, 1e9, 0, 0, 0},
+  {"T = x:item() > 0 and true or false", 2, LG_CMP_GT, 0, 1, 0, 0},
+  {"if x:item()\n  > 0 then T = true end", 2, LG_CMP_GT, 0, 1, 0, 0},
+  {"for i = 1, 2 do\n  if x:item() > 2 then T = true; break end\nend", 3, LG_CMP_GT, 2, 1, 0, 0},
   {"local K <const> = 5\nif x:item() > K then T = true end", 3, LG_CMP_GT, 5, 1, 0, 0},
   {"for i = 1, 2 do\n  if x:item() > 2 then T = true end\nend", 3, LG_CMP_GT, 2, 1, 0, 0},
 };
