@@ -1,5 +1,6 @@
 -- test_nn.lua: grace.nn modules: parameter counts/shapes/names, :to, deterministic init, hand-computed
--- Linear, norms, activations, causality of masked attention and of nn.GPT, KV-cache decode = full forward, error messages.
+-- Linear, norms, activations, causality of masked attention and of nn.GPT, KV-cache decode = full forward,
+-- error messages.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local nn = require "grace.nn"
