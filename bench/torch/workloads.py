@@ -793,7 +793,7 @@ def main():
         return {"kernels_per_call": len(kernels),
                 "profiled_kernel_us_sum": sum(e.time_range.elapsed_us() for e in kernels),
                 "profiled_copies_per_call": len(dev) - len(kernels),
-                "graph_launches_per_call": sum(1 for e in prof.events() if e.name == "cudaGraphLaunch")}
+                "graph_launches_per_call": sum(1 for e in prof.events() if e.name.startswith("cudaGraphLaunch"))}
 
     def kernels_phase():
         """Kernels per call for every mode that ran, after all the timings: torch.profiler can leave CUPTI attached
@@ -902,6 +902,17 @@ def main():
         "device_time_calls": min(args.device_time_calls, args.iters),
         "workloads": {},
     }
+    def write_json(quiet=False):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2, sort_keys=True)
+                f.write("\n")
+            if not quiet:
+                print(f"wrote {args.json}")
+
+    def save_weights():
+        return wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
+
     print(f"PyTorch {torch.__version__}, device {result['device_name']}{' (--small sizes)' if args.small else ''}, "
           f"{args.iters} timed calls (+{args.warmup} warm-up) per mode, inputs from a pool of {NPOOL}")
     with torch.no_grad():
@@ -998,18 +1009,15 @@ def main():
                 print(f"    FAILED {b}")
             model = pool = want1 = want2 = got1 = got2 = None
             gc.collect()
+            # after every variant: grace reads the weights and the report the JSON even if a later variant (a slow
+            # compile) runs into the caller's timeout, or the phases after this loop are cut short
+            if wdir:
+                save_weights()
+            write_json(quiet=True)
 
-    if wdir:   # first: grace reads it, whatever happens to the phases below
-        n = wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
-        print(f"\nwrote {args.weights}: {n} tensors (weights, inputs, references)")
-
-    def write_json():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=2, sort_keys=True)
-                f.write("\n")
-            print(f"wrote {args.json}")
-    write_json()   # the timings are safe even if what follows is cut short
+    if wdir:
+        print(f"\nwrote {args.weights}: {save_weights()} tensors (weights, inputs, references)")
+    write_json()
     with torch.no_grad():
         kernels_phase()
     kernels_counted = [f"{v} {m}: {e['modes'][m]['kernels_per_call']}" for v, e in result["workloads"].items()
