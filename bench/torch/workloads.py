@@ -50,7 +50,8 @@ import wl_control   # the control-flow workloads (branch, early_exit, greedy_loo
 import wl_train     # the training step (train_step_mlp, train_step_gpt)
 
 NPOOL = 8
-WORKLOADS = ["mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace"] + wl_control.WORKLOADS + wl_train.WORKLOADS
+WORKLOADS = (["mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace"] + wl_control.WORKLOADS
+             + wl_train.WORKLOADS)
 VARIANTS = {  # workload -> [(variant name, dtype name)]
     "mlp": [("mlp", "float32")],
     "eos": [("eos", "float32")],
@@ -883,8 +884,9 @@ def main():
                   "(lower median, min, p90, mean); throughput_us_per_call: wall time of --iters calls with one "
                   "synchronize at the end, divided by --iters; first_call_ms / second_call_ms: the first two "
                   "calls of a fresh function (compiled modes: compile + run), each synchronized. Each call takes "
-                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad() (a training step turns "
-                  "grad mode on for itself, outside its compiled function). A training step (state: its weights) is "
+                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad() (a training "
+                  "step turns grad mode on for itself, outside its compiled function). A training step (state: its "
+                  "weights) is "
                   "checked from its initial state on the losses of pool_size steps. graphs_compiled, graph_breaks, "
                   "cudagraph_skips: torch._dynamo.utils.counters over a compiled mode's calls; "
                   "graph_launches_per_call: cudaGraphLaunch calls of one call under torch.profiler. "
