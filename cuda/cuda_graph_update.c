@@ -188,6 +188,28 @@ static grace_status check_covered(cuda_ctx *c, const cuda_capture *cap, const cu
   return GRACE_OK;
 }
 
+/* On a device with tensor maps (TMA), a library kernel may hold a buffer's address inside a tensor map, whose
+ * encoding is the driver's business. Encoding one for a known address shows whether the address sits in it as a
+ * plain 8-byte word: then the scan finds it like any other word and rewriting it re-points the map (as
+ * cuTensorMapReplaceAddress would); if not, a map could hold an address no rewrite reaches: refused. */
+static grace_status tensor_maps_plain(cuda_ctx *c, CUdeviceptr base) {
+  if (!cuda_has_tensor_maps(c)) return GRACE_OK;
+  _Alignas(64) unsigned char map[128];
+  CUdeviceptr a = base & ~(CUdeviceptr)255;
+  if (cuda_tensor_map(c, map, GRACE_FLOAT16, a, 64, 64, 128, 64, 64) != GRACE_OK) {
+    char why[VM_ERRLEN];
+    snprintf(why, sizeof why, "%s", c->vm->err);
+    return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: how tensor maps hold addresses cannot be checked (%.120s)", why);
+  }
+  for (int w = 0; w < 16; w++) {
+    uint64_t v;
+    memcpy(&v, map + 8 * w, 8);
+    if (v == a) return GRACE_OK;
+  }
+  return vm_err(c->vm, GRACE_EUNSUPPORTED, "graph: this driver encodes addresses in tensor maps, so a library kernel "
+                "could hold one that no rewrite reaches");
+}
+
 grace_status cuda_graph_updates_find(cuda_ctx *c, const cuda_capture *cap, CUgraph g, const cuda_range *r, int nr,
                                      cuda_node_updates **out) {
   grace_vm *vm = c->vm;
@@ -195,6 +217,8 @@ grace_status cuda_graph_updates_find(cuda_ctx *c, const cuda_capture *cap, CUgra
   if (!c->fn.cuGraphGetNodes || !c->fn.cuGraphNodeGetType || !c->fn.cuGraphKernelNodeGetParams_v2 ||
       !c->fn.cuGraphExecKernelNodeSetParams_v2 || (!c->fn.cuFuncGetParamInfo && !c->fn.cuKernelGetParamInfo))
     return vm_err(vm, GRACE_EUNSUPPORTED, "graph: the driver cannot rewrite kernel parameters (CUDA 12.4 needed)");
+  grace_status ts = nr ? tensor_maps_plain(c, r[0].base) : GRACE_OK;
+  if (ts != GRACE_OK) return ts;
   size_t all = 0;
   if (c->fn.cuGraphGetNodes(g, NULL, &all)) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: its nodes cannot be listed");
   cuda_node_updates *u = vm_calloc(vm, sizeof *u);

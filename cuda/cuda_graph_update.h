@@ -15,6 +15,8 @@
  *     word (not found: the library passes it another way, e.g. through device memory or an encoded descriptor);
  *   - no copy or memset node may touch a range, and the graph may hold no node of another kind than kernels,
  *     copies, memsets, empty and event nodes (such a node cannot be re-pointed or checked);
+ *   - on a device with tensor maps (TMA), the driver must keep a map's address as a plain word (probed by encoding
+ *     one): a library kernel may hold a buffer's address inside a map, found and rewritten only then;
  *   - the driver must have the entry points (CUDA 12.4: cuFuncGetParamInfo) and let every parameter be read. */
 #ifndef GRACE_CUDA_GRAPH_UPDATE_H
 #define GRACE_CUDA_GRAPH_UPDATE_H

@@ -14,8 +14,9 @@
  * comes out wrong. A compiled y = x @ w called with new x, w each call: under graph+node updates every call is
  * right, the node's parameters are rewritten per call, no input or output is copied; under graph+copies and
  * graph+indirection the same program copies its inputs and output (the library pins them). Refusals: a driver
- * without cuFuncGetParamInfo, a library that passes an address in a form the graph cannot recognise; an input
- * less aligned than at capture goes through its placeholder for that call. */
+ * without cuFuncGetParamInfo, a library that passes an address in a form the graph cannot recognise, a driver
+ * whose tensor maps encode their address; an input less aligned than at capture goes through its placeholder for
+ * that call; measured, the strategy is timed with the others, and skipped for a program with no library call. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
@@ -199,6 +200,17 @@ static CUresult n_dtod(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
   return f_dtod(d, s, n, st);
 }
 
+/* cuTensorMapEncodeTiled: the address kept as a plain word (tmap_shift 0) or encoded (shifted) */
+static int tmap_shift;
+static CUresult n_tmap(void *map, int dt, unsigned rank, void *base, const uint64_t *dims, const uint64_t *strides,
+                       const unsigned *box, const unsigned *es, int il, int sw, int l2, int oob) {
+  (void)dt; (void)rank; (void)dims; (void)strides; (void)box; (void)es; (void)il; (void)sw; (void)l2; (void)oob;
+  memset(map, 0x5a, 128);
+  uint64_t a = (uint64_t)(uintptr_t)base >> tmap_shift;
+  memcpy((unsigned char *)map + 8, &a, 8);
+  return 0;
+}
+
 static void install_nodes(cuda_ctx *c) {
   cuda_fns *f = &c->fn;
   f->cuStreamBeginCapture_v2 = n_begin; f->cuStreamEndCapture = n_end; f->cuGraphInstantiateWithFlags = n_inst;
@@ -344,6 +356,23 @@ static void refused(grace_vm *vm, void (*hide)(int)) {
     if (k == 1) hide(0);
   }
   cuda_state(vm)->fn.cuFuncGetParamInfo = n_paraminfo;
+
+  /* a device with tensor maps: the driver's encoding is probed; a plain address is fine, an encoded one refuses */
+  cuda_state(vm)->fn.cuTensorMapEncodeTiled = n_tmap;
+  for (int shift = 0; shift <= 4; shift += 4) {
+    tmap_shift = shift;
+    grace_set_graphs(vm, "update");
+    grace_ir *ir = mm_prog(vm);
+    is_int(ir ? run_fresh(vm, ir, 5, 11) : 0, 5, "tensor maps %s: 5 calls are right", shift ? "encoded" : "plain");
+    grace_graph_info gi;
+    grace_ir_graph_info(ir, &gi);
+    if (!shift) ok(gi.chosen == GRACE_LAUNCH_UPDATE && gi.node_updates == 1, "tensor maps plain: node updates run (%s)",
+                   gi.why[GRACE_LAUNCH_UPDATE]);
+    else ok(gi.chosen == GRACE_LAUNCH_EAGER && strstr(gi.why[GRACE_LAUNCH_UPDATE], "encodes addresses"),
+            "tensor maps encoded: refused, saying why (%s)", gi.why[GRACE_LAUNCH_UPDATE]);
+    grace_ir_free(ir);
+  }
+  cuda_state(vm)->fn.cuTensorMapEncodeTiled = NULL;
   grace_set_graphs(vm, NULL);
 }
 
