@@ -345,11 +345,11 @@ static grace_status plan_updates(grace_vm *vm, gg_graph *gg, const uint64_t *lib
   for (int g = 0; g < gg->ngrp; g++)
     if (!gg->grp[g].direct && any_within(lib, nlib, gg->grp[g].base, gg->grp[g].bytes))
       q[nr] = (gg_rng){SRC_OUTPUT, g, gg->grp[g].base, 0, gg->grp[g].bytes}, r[nr++] = (cuda_range){gg->grp[g].base, gg->grp[g].bytes};
-  if (!nr && !forced)
-    return vm_err(vm, GRACE_EUNSUPPORTED, "graph: no library kernel reads an input or writes an output directly "
-                  "(graph+indirection is the same graph)");
+  if (!nr)
+    return forced ? GRACE_OK : vm_err(vm, GRACE_EUNSUPPORTED, "graph: no library kernel reads an input or writes an "
+                                      "output directly (graph+indirection is the same graph)");
   grace_status st = cuda_graph_updates_find(c, gg->cap, gg->g, r, nr, &gg->upd);
-  if (st != GRACE_OK || !nr) return st;
+  if (st != GRACE_OK) return st;
   if (!(gg->rng = vm_alloc(vm, sizeof *gg->rng * (size_t)nr))) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
   for (int k = 0; k < nr; k++) {
     uint64_t low = q[k].base & (~q[k].base + 1);
