@@ -4,7 +4,9 @@
  * each strategy is measured on real calls, GG_ROUNDS times each in turn, launch to completion (the median
  * decides: what a caller sees over many calls, steadier than the best of a few): eager launches; a graph
  * fed by copying the inputs into placeholders and the outputs out of its arena (what PyTorch's reduce-overhead
- * does); a graph whose kernels read their pointers through a device argument table (parameter indirection).
+ * does); a graph whose kernels read their pointers through a device argument table (parameter indirection); the
+ * same with the library kernels (cuBLASLt), which cannot read the table, re-pointed at each call's inputs and
+ * outputs by node-parameter updates (cuda/cuda_graph_update.h; only for a program that calls a library).
  * The fastest is kept. A graph is recorded per input layout (sizes, strides, 16-byte alignment), up to a limit,
  * least recently used first out; a new layout records again from the same compiled kernels.
  *
@@ -14,7 +16,8 @@
  * dynamic scalars, captured 0-d CPU tensors) become 0-d device views into the table, rewritten per replay.
  * Afterwards every word handed to the device directly (a non-indirect kernel, a copy, cuBLASLt) is checked
  * against the placeholders and the outputs: an input read directly is copied into its placeholder before each
- * replay, an output written directly is copied out after it. So each replay gives fresh output tensors: a
+ * replay, an output written directly is copied out after it (cuBLASLt's words, with node updates, re-point its
+ * nodes instead). So each replay gives fresh output tensors: a
  * result the caller keeps is never overwritten by a later call, whatever the strategy. The per-call words are
  * renumbered to the front of the table, so a replay copies only them. Nothing in a capture may synchronize:
  * index checks are read after each replay (the call still fails on a bad index), matmul tuning happens in an
