@@ -43,7 +43,7 @@ CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word);
 void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t bytes);
 /* A slot of its own for word (never shared with an equal word): for a value the caller rewrites per replay. */
 CUdeviceptr cuda_capture_slot_own(cuda_capture *cap, uint64_t word);
-/* Notes words passed to the device directly (by launches, copies, vendor libraries) during an open capture. */
+/* Notes words passed to the device directly (by launches and copies) during an open capture. */
 void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
 
 /* A vendor library call (cuBLASLt) given these device words: counted (cuda_library_calls), and during an open

@@ -14,8 +14,9 @@
  * comes out wrong. A compiled y = x @ w called with new x, w each call: under graph+node updates every call is
  * right, the node's parameters are rewritten per call, no input or output is copied; under graph+copies and
  * graph+indirection the same program copies its inputs and output (the library pins them). Refusals: a driver
- * without cuFuncGetParamInfo, a library that passes an address in a form the graph cannot recognise, a driver
- * whose tensor maps encode their address; an input less aligned than at capture goes through its placeholder for
+ * without cuFuncGetParamInfo, a library that passes an address in a form the graph cannot recognise, a memset
+ * node over a per-call buffer, a node of a kind that cannot be checked, a driver whose tensor maps encode their
+ * address; an input less aligned than at capture goes through its placeholder for
  * that call; measured, the strategy is timed with the others, and skipped for a program with no library call. */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -166,13 +167,30 @@ static CUresult n_glaunch(CUgraphExec x, CUstream s) {
 }
 static CUresult n_gfree(CUgraph g) { ((fgraph *)g)->used = 0; return 0; }
 static CUresult n_xfree(CUgraphExec x) { ((fgraph *)x)->used = 0; return 0; }
+/* a node of another kind listed after the library's (extra_kind: 0 none, 2 a memset over the first library node's
+ * output, 3 a host node) */
+static int extra_kind, extra_obj;
+static CUdeviceptr extra_dst;
 static CUresult n_nodes(CUgraph g, CUgraphNode *nodes, size_t *k) {
   fgraph *x = (fgraph *)g;
-  if (nodes) for (size_t i = 0; i < *k && i < (size_t)x->n; i++) nodes[i] = (CUgraphNode)&x->node[i];
-  *k = (size_t)x->n;
+  size_t n = (size_t)x->n + (extra_kind && x->n);
+  if (nodes) {
+    for (size_t i = 0; i < *k && i < (size_t)x->n; i++) nodes[i] = (CUgraphNode)&x->node[i];
+    if (n > (size_t)x->n && *k >= n) nodes[x->n] = (CUgraphNode)&extra_obj;
+  }
+  if (x->n) memcpy(&extra_dst, x->node[0].buf + 56, 8);
+  *k = n;
   return 0;
 }
-static CUresult n_type(CUgraphNode nd, int *t) { (void)nd; *t = CU_GRAPH_NODE_TYPE_KERNEL; return 0; }
+static CUresult n_type(CUgraphNode nd, int *t) {
+  *t = nd == (CUgraphNode)&extra_obj ? extra_kind : CU_GRAPH_NODE_TYPE_KERNEL;
+  return 0;
+}
+static CUresult n_memset(CUgraphNode nd, CUDA_MEMSET_NODE_PARAMS *m) {
+  if (nd != (CUgraphNode)&extra_obj) return 1;
+  *m = (CUDA_MEMSET_NODE_PARAMS){extra_dst, 0, 0, 1, 64, 1};
+  return 0;
+}
 static CUresult n_getparams(CUgraphNode nd, CUDA_KERNEL_NODE_PARAMS *kp) {
   memset(kp, 0, sizeof *kp);
   kp->func = LIB_FN;
@@ -217,7 +235,7 @@ static void install_nodes(cuda_ctx *c) {
   f->cuGraphLaunch = n_glaunch; f->cuGraphDestroy = n_gfree; f->cuGraphExecDestroy = n_xfree;
   f->cuGraphGetNodes = n_nodes; f->cuGraphNodeGetType = n_type; f->cuGraphKernelNodeGetParams_v2 = n_getparams;
   f->cuGraphExecKernelNodeSetParams_v2 = n_xsetparams; f->cuFuncGetParamInfo = n_paraminfo;
-  f->cuMemcpyDtoDAsync_v2 = n_dtod;
+  f->cuMemcpyDtoDAsync_v2 = n_dtod; f->cuGraphMemsetNodeGetParams = n_memset;
 }
 
 /* ---- the strategy end to end ---- */
@@ -356,6 +374,20 @@ static void refused(grace_vm *vm, void (*hide)(int)) {
     if (k == 1) hide(0);
   }
   cuda_state(vm)->fn.cuFuncGetParamInfo = n_paraminfo;
+
+  /* a memset node over a per-call buffer (it would keep writing the old one), or a node that cannot be checked */
+  for (extra_kind = 2; extra_kind <= 3; extra_kind++) {
+    grace_set_graphs(vm, "update");
+    grace_ir *ir = mm_prog(vm);
+    is_int(ir ? run_fresh(vm, ir, 5, 13) : 0, 5, "a graph with a %s node: 5 calls are right", extra_kind == 2 ? "memset" : "host");
+    grace_graph_info gi;
+    grace_ir_graph_info(ir, &gi);
+    const char *why = gi.why[GRACE_LAUNCH_UPDATE];
+    ok(gi.chosen == GRACE_LAUNCH_EAGER && strstr(why, extra_kind == 2 ? "memset writes a per-call buffer" : "kind 3"),
+       "a graph with a %s node: refused, saying why (%s)", extra_kind == 2 ? "memset" : "host", why);
+    grace_ir_free(ir);
+  }
+  extra_kind = 0;
 
   /* a device with tensor maps: the driver's encoding is probed; a plain address is fine, an encoded one refuses */
   cuda_state(vm)->fn.cuTensorMapEncodeTiled = n_tmap;
