@@ -76,16 +76,15 @@ int cuda_param_patches(const unsigned char *bytes, size_t nbytes, const size_t *
 
 /* The parameters' offsets and sizes of node kp's kernel; -1 when the driver cannot say. */
 static int param_layout(cuda_ctx *c, const CUDA_KERNEL_NODE_PARAMS *kp, size_t *off, size_t *size) {
+  int by_func = kp->func && c->fn.cuFuncGetParamInfo, by_kern = !kp->func && kp->kern && c->fn.cuKernelGetParamInfo;
+  if (!by_func && !by_kern) return -1;
   int n = 0;
   for (; n < UPD_MAX_PARAMS; n++) {
-    CUresult r = kp->func && c->fn.cuFuncGetParamInfo ? c->fn.cuFuncGetParamInfo(kp->func, (size_t)n, &off[n], &size[n])
-                 : !kp->func && kp->kern && c->fn.cuKernelGetParamInfo
-                     ? c->fn.cuKernelGetParamInfo(kp->kern, (size_t)n, &off[n], &size[n])
-                     : (CUresult)-1;
-    if (r == (CUresult)-1) return -1;
+    CUresult r = by_func ? c->fn.cuFuncGetParamInfo(kp->func, (size_t)n, &off[n], &size[n])
+                         : c->fn.cuKernelGetParamInfo(kp->kern, (size_t)n, &off[n], &size[n]);
     if (r) break;   /* past the last parameter */
   }
-  return n;
+  return n < UPD_MAX_PARAMS ? n : -1;
 }
 
 static void node_free(grace_vm *vm, upd_node *u) {
