@@ -27,7 +27,8 @@ if grace.set_grad_enabled then grace.set_grad_enabled(false) end
 
 -- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
 -- launch strategy of the compiled function's device programs (grace.graphs): the ablation of issue 8, no
--- graphs / graphs with input copies / graphs with parameter indirection / chosen by measurement.
+-- graphs / graphs with input copies / graphs with parameter indirection / the same with cuBLASLt's nodes
+-- re-pointed per call (node updates) / chosen by measurement.
 local MODES = {
   {name = "eager"},
   {name = "compiled", opts = {}, graphs = "off"},
