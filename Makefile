@@ -116,6 +116,12 @@ $(BUILD)/tests/test_luac: tests/c/test_luac.c tests/tap.h $(BUILD)/libgrace_lua.
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
 
+# A stand-in for cuBLASLt that test_node_update_fake loads (GRACE_CUBLASLT): no GPU needed.
+$(BUILD)/tests/libfake_cublaslt.so: tests/fake/fake_cublaslt.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fvisibility=default -shared -o $@ $<
+$(BUILD)/tests/test_node_update_fake: $(BUILD)/tests/libfake_cublaslt.so
+
 # The fuzz targets of tests/fuzz: under `make test` each replays its committed corpus (tests/fuzz/replay.c) in the
 # normal build; `make fuzz` builds them for libFuzzer and runs them (below).
 FUZZ_TARGETS := ir files ops fn lua

@@ -232,9 +232,9 @@ def main():
                   "span / floor", "latency / target"], rows), ""]
 
     md += ["## How grace launches (its compiled modes; issue 7's ablation)", "",
-           "Per device program: the strategy the mode ran (forced for graph_copy / graph_indirect, measured for "
+           "Per device program: the strategy the mode ran (forced for graph_copy / graph_indirect / graph_update, measured for "
            "full: each strategy timed on real calls in turn, seven calls each, the lowest median kept; before 2026-11-23 17:00 the best of three), the times full measured (eager / "
-           "graph+copies / graph+indirection, us), kernels per graph, bytes copied per call, argument-table words "
+           "graph+copies / graph+indirection / graph+node updates, us), kernels per graph, bytes copied per call, argument-table words "
            "rewritten per call, the least host time of one replay (the table, its copy, the launch; the mean also holds "
            "waits for the device when calls run ahead of it) and the graphs' memory.", ""]
     rows = []
@@ -251,7 +251,8 @@ def main():
                     if name in unavailable:
                         return "n/a"
                     return us(meas.get(name)) if isinstance(meas, dict) else "-"
-                measured = " / ".join(cell(n) for n in ("eager", "graph+copies", "graph+indirection"))
+                measured = " / ".join(cell(n) for n in ("eager", "graph+copies", "graph+indirection",
+                                                             "graph+node updates"))
                 rows.append([w, m + (f" #{k + 1}" if len(launches) > 1 else ""), str(l.get("strategy", "-")),
                              measured if m == "full" else "-", num(l.get("kernels"), "{:.0f}"),
                              num(l.get("copy_bytes"), "{:.0f}"), num(l.get("indirect_words"), "{:.0f}"),
@@ -263,10 +264,10 @@ def main():
            "The modes timed again in turn after all of them ran (compiled afresh, warmed up, then rounds of a few "
            "synchronized calls per mode with the order rotating each round, so a drift of the device falls on all "
            "alike), median per mode in us. Single strategies: compiled (eager launches), graph_copy, "
-           "graph_indirect; full is the measured choice, held to within 3% of the best of them, and to no slower "
+           "graph_indirect, graph_update; full is the measured choice, held to within 3% of the best of them, and to no slower "
            "than eager.", ""]
     rows = []
-    single = ("compiled", "graph_copy", "graph_indirect")
+    single = ("compiled", "graph_copy", "graph_indirect", "graph_update")
     for w in wls:
         il = (g.get("workloads", {}).get(w) or {}).get("interleaved") or {}
         lat = {m: (il.get("modes", {}).get(m) or {}).get("latency_us_median") for m in gm}

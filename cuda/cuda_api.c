@@ -93,6 +93,8 @@ static int load_symbols(cuda_ctx *c) {
   OPT(cuFuncGetParamInfo, "cuFuncGetParamInfo")
   OPT(cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams_v2")
   OPT(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
+  OPT(cuKernelGetParamInfo, "cuKernelGetParamInfo") OPT(cuGraphMemsetNodeGetParams, "cuGraphMemsetNodeGetParams")
+  OPT(cuGraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams")
   OPT(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
 #undef REQ
 #undef OPT

@@ -166,8 +166,31 @@ typedef struct CUDA_KERNEL_NODE_PARAMS {
 enum {
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1, CU_STREAM_CAPTURE_MODE_RELAXED = 2,
   CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_MEMCPY = 1, CU_GRAPH_NODE_TYPE_MEMSET = 2,
+  CU_GRAPH_NODE_TYPE_EMPTY = 5, CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6, CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
   CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10, CU_GRAPH_NODE_TYPE_MEM_FREE = 11
 };
+/* CUDA_MEMSET_NODE_PARAMS and CUDA_MEMCPY3D (cuda.h): what a graph's memset and copy nodes touch */
+typedef struct CUDA_MEMSET_NODE_PARAMS {
+  CUdeviceptr dst;
+  size_t pitch;
+  unsigned value, elementSize;
+  size_t width, height;
+} CUDA_MEMSET_NODE_PARAMS;
+typedef struct CUDA_MEMCPY3D {
+  size_t srcXInBytes, srcY, srcZ, srcLOD;
+  int srcMemoryType;
+  const void *srcHost;
+  CUdeviceptr srcDevice;
+  void *srcArray, *reserved0;
+  size_t srcPitch, srcHeight;
+  size_t dstXInBytes, dstY, dstZ, dstLOD;
+  int dstMemoryType;
+  void *dstHost;
+  CUdeviceptr dstDevice;
+  void *dstArray, *reserved1;
+  size_t dstPitch, dstHeight;
+  size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
 typedef struct cuda_fns {
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
@@ -224,6 +247,10 @@ typedef struct cuda_fns {
                                      const uint64_t *strides, const unsigned *box, const unsigned *elem_strides,
                                      int interleave, int swizzle, int l2_promotion, int oob_fill);
   CUresult (*cuGraphKernelNodeSetParams_v2)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+  /* library kernel nodes re-pointed per replay (cuda_graph_update.c); optional (CUDA 12.4) */
+  CUresult (*cuKernelGetParamInfo)(CUkernel, size_t, size_t *, size_t *);
+  CUresult (*cuGraphMemsetNodeGetParams)(CUgraphNode, CUDA_MEMSET_NODE_PARAMS *);
+  CUresult (*cuGraphMemcpyNodeGetParams)(CUgraphNode, CUDA_MEMCPY3D *);
 } cuda_fns;
 const cuda_fns *cuda_driver_fns(cuda_ctx *c);
 

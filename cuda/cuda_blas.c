@@ -3,6 +3,7 @@
  * C^T = B^T A^T, which needs no copy, only the right leading dimensions and transpose flags. */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cuda/cuda_blas.h"
 #include "cuda/cuda_graph.h"
@@ -60,6 +61,7 @@ grace_status cuda_blas_load(grace_vm *vm, const char *path, cuda_blas **out) {
                                       "/usr/local/cuda/lib64/libcublasLt.so", "/usr/local/cuda/lib64/libcublasLt.so.13",
                                       "/usr/local/cuda/lib64/libcublasLt.so.12"};
   void *lib = NULL;
+  if (!path && getenv("GRACE_CUBLASLT") && *getenv("GRACE_CUBLASLT")) path = getenv("GRACE_CUBLASLT");
   if (path) lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   else
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -146,7 +148,8 @@ grace_status cuda_blas_matmul(grace_vm *vm, cuda_blas *b, cuda_ctx *c, const cud
   if (!cuda_blas_supports(g) || !view_b(g, &x) || !view_a(g, &y))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "cuBLASLt: layout not supported");
   grace_status st;
-  cuda_capture_note(c, (uint64_t[]){g->A, g->B, g->C}, 3);   /* a graph cannot redirect these: noted as raw */
+  /* a graph redirects these only by re-pointing cuBLASLt's kernel nodes (cuda_graph_update.h) */
+  cuda_capture_library(c, (uint64_t[]){g->A, g->B, g->C}, 3);
   if (!b->handle && (st = lt_check(vm, b->create(&b->handle), "cublasLtCreate"))) { b->handle = NULL; return st; }
   int dt = g->dt == GRACE_FLOAT32 ? LT_CUDA_R_32F : g->dt == GRACE_FLOAT16 ? LT_CUDA_R_16F : LT_CUDA_R_16BF;
   lt_desc desc = NULL;

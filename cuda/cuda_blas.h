@@ -11,7 +11,7 @@
 
 typedef struct cuda_blas cuda_blas;
 
-/* Loads cuBLASLt: `path` when given, else libcublasLt.so, .so.13, .so.12, then the same under
+/* Loads cuBLASLt: `path` when given, else $GRACE_CUBLASLT when set, else libcublasLt.so, .so.13, .so.12, then the same under
  * /usr/local/cuda/lib64. A missing library or symbol is GRACE_EDEVICE naming what is missing. The handle
  * (cublasLtCreate) is made on the first cuda_blas_matmul, so loading works without a device. */
 grace_status cuda_blas_load(grace_vm *vm, const char *path, cuda_blas **out);

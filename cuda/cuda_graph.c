@@ -24,6 +24,8 @@ struct cuda_capture {
   uint64_t *slots;
   uint64_t *raw;
   size_t nraw, capraw;
+  uint64_t *lib;                    /* words vendor libraries were given (cuda_capture_library) */
+  size_t nlib, caplib;
   struct { CUfunction f; size_t bytes; } *fns;   /* grace's kernels launched in the capture, with their struct size */
   size_t nfns, capfns;
 };
@@ -149,6 +151,7 @@ void cuda_capture_free(cuda_ctx *c, cuda_capture *cap) {
   grace_realloc(c->vm, cap->blocks, sizeof *cap->blocks * (size_t)cap->capblocks, 0);
   grace_realloc(c->vm, cap->slots, sizeof *cap->slots * (size_t)cap->maxslots, 0);
   grace_realloc(c->vm, cap->raw, sizeof *cap->raw * cap->capraw, 0);
+  grace_realloc(c->vm, cap->lib, sizeof *cap->lib * cap->caplib, 0);
   grace_realloc(c->vm, cap->fns, sizeof *cap->fns * cap->capfns, 0);
   vm_free(c->vm, cap, sizeof *cap);
 }
@@ -188,6 +191,24 @@ void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n) {
     if (!grow(c->vm, (void **)&cap->raw, sizeof *cap->raw, cap->nraw, &cap->capraw)) { cap->failed = 1; return; }
     cap->raw[cap->nraw++] = words[i];
   }
+}
+
+void cuda_capture_library(cuda_ctx *c, const uint64_t *words, size_t n) {
+  c->nlibrary++;
+  cuda_capture *cap = c->cap;
+  if (!cap || !cap->begun) return;
+  for (size_t i = 0; i < n; i++) {
+    if (!grow(c->vm, (void **)&cap->lib, sizeof *cap->lib, cap->nlib, &cap->caplib)) { cap->failed = 1; return; }
+    cap->lib[cap->nlib++] = words[i];
+  }
+}
+
+uint64_t cuda_library_calls(const cuda_ctx *c) { return c ? c->nlibrary : 0; }
+const uint64_t *cuda_capture_lib(const cuda_capture *cap, size_t *n) { *n = cap->nlib; return cap->lib; }
+
+int cuda_capture_is_own(const cuda_capture *cap, CUfunction f) {
+  for (size_t i = 0; i < cap->nfns && f; i++) if (cap->fns[i].f == f) return 1;
+  return 0;
 }
 
 const uint64_t *cuda_capture_slots(const cuda_capture *cap, int *nslots) { *nslots = cap->nslots; return cap->slots; }

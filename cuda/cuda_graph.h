@@ -7,7 +7,8 @@
  *     capture takes it while any graph lives, and captures share the arena's free blocks (the blocks a capture
  *     took are counted in cuda_capture_bytes);
  *   - launches and copies note the raw 8-byte words they pass (pointers among them), so that pointers into the
- *     caller's per-call tensors can be found afterwards (cuda_capture_raw);
+ *     caller's per-call tensors can be found afterwards (cuda_capture_raw); vendor library calls note theirs
+ *     apart (cuda_capture_lib);
  *   - with indirection on, runners that can dereference ask cuda_capture_slot for the address of a slot of the
  *     device-resident argument table holding a word, and pass that instead: the caller rewrites the slot before
  *     each replay. Nothing here prints or aborts; a driver error ends the capture and is returned. */
@@ -42,8 +43,17 @@ CUdeviceptr cuda_capture_slot(cuda_capture *cap, uint64_t word);
 void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t bytes);
 /* A slot of its own for word (never shared with an equal word): for a value the caller rewrites per replay. */
 CUdeviceptr cuda_capture_slot_own(cuda_capture *cap, uint64_t word);
-/* Notes words passed to the device directly (by launches, copies, vendor libraries) during an open capture. */
+/* Notes words passed to the device directly (by launches and copies) during an open capture. */
 void cuda_capture_note(cuda_ctx *c, const uint64_t *words, size_t n);
+
+/* A vendor library call (cuBLASLt) given these device words: counted (cuda_library_calls), and during an open
+ * capture noted apart from the raw words, so that a graph may re-point the library's kernel nodes per replay
+ * (cuda_graph_update.h) instead of pinning what they point into. */
+void cuda_capture_library(cuda_ctx *c, const uint64_t *words, size_t n);
+uint64_t cuda_library_calls(const cuda_ctx *c);
+const uint64_t *cuda_capture_lib(const cuda_capture *cap, size_t *n);
+/* Whether f is one of grace's kernels launched in the capture (the other kernel nodes are a library's). */
+int cuda_capture_is_own(const cuda_capture *cap, CUfunction f);
 
 /* What the capture recorded: the slots' words (nslots of them), the raw words noted, the bytes of the arena blocks
  * it took. */

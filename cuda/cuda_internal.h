@@ -81,6 +81,8 @@ struct cuda_ctx {
   /* kernels launched on the stream outside captures (cuda_launch, cuda_launch_overlapped): grace's own kernels per
    * call for benchmarks (cuBLASLt's launches and graph replays are not seen here) */
   uint64_t nlaunches;
+  /* vendor library calls so far, captured or not (cuda_capture_library): whether a program uses any */
+  uint64_t nlibrary;
   uint64_t nsyncs;                  /* stream synchronizations (cuda_sync) */
   /* launch grace's kernels as programmatic dependents (cuda_launch_overlapped); GRACE_PDL=0 turns it off */
   int pdl;

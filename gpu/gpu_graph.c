@@ -4,7 +4,9 @@
  * each strategy is measured on real calls, GG_ROUNDS times each in turn, launch to completion (the median
  * decides: what a caller sees over many calls, steadier than the best of a few): eager launches; a graph
  * fed by copying the inputs into placeholders and the outputs out of its arena (what PyTorch's reduce-overhead
- * does); a graph whose kernels read their pointers through a device argument table (parameter indirection).
+ * does); a graph whose kernels read their pointers through a device argument table (parameter indirection); the
+ * same with the library kernels (cuBLASLt), which cannot read the table, re-pointed at each call's inputs and
+ * outputs by node-parameter updates (cuda/cuda_graph_update.h; only for a program that calls a library).
  * The fastest is kept. A graph is recorded per input layout (sizes, strides, 16-byte alignment), up to a limit,
  * least recently used first out; a new layout records again from the same compiled kernels.
  *
@@ -14,7 +16,8 @@
  * dynamic scalars, captured 0-d CPU tensors) become 0-d device views into the table, rewritten per replay.
  * Afterwards every word handed to the device directly (a non-indirect kernel, a copy, cuBLASLt) is checked
  * against the placeholders and the outputs: an input read directly is copied into its placeholder before each
- * replay, an output written directly is copied out after it. So each replay gives fresh output tensors: a
+ * replay, an output written directly is copied out after it (cuBLASLt's words, with node updates, re-point its
+ * nodes instead). So each replay gives fresh output tensors: a
  * result the caller keeps is never overwritten by a later call, whatever the strategy. The per-call words are
  * renumbered to the front of the table, so a replay copies only them. Nothing in a capture may synchronize:
  * matmul tuning happens in an eager run of each new layout before its capture, and index checks become flags
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/cuda_graph.h"
+#include "cuda/cuda_graph_update.h"
 #include "ir/ir_place.h"
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_graph.h"
@@ -51,6 +55,7 @@ typedef struct gg_scalar { gg_sc_kind kind; int32_t inst; grace_dtype dt; uint64
 typedef struct gg_in {
   int host;               /* a host number: read into the table */
   int copy;               /* read directly by some node: copied into the placeholder before each replay */
+  int via;                /* this replay, a library node reads it through the placeholder (gg_rng) */
   CUdeviceptr ph;         /* the placeholder's first element */
   size_t bytes;
 } gg_in;
@@ -75,6 +80,10 @@ typedef struct gg_check {
 /* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
  * `bumps` per replay, as the eager ops would */
 typedef struct gg_write { int input, cst, bumps; } gg_write;
+/* graph+node updates: an input or output library kernels read or write directly, re-pointed per replay. A call
+ * whose address is less aligned than the capture's (the library chose its kernels for that alignment, up to 256
+ * bytes) keeps the captured address and copies instead, for that call. */
+typedef struct gg_rng { gg_src kind; int index; CUdeviceptr base; uint64_t align; size_t bytes; } gg_rng;
 typedef struct gg_sig {
   int present, device, dtype, ndim, aligned;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
@@ -111,10 +120,13 @@ typedef struct gg_graph {
   int chk_pend[GG_RING];     /* a row not yet looked at */
   struct gg_graph *pend_next;   /* on vm->graph_pending while a row is pending */
   int on_pending;
+  cuda_node_updates *upd; /* graph+node updates: the library nodes re-pointed per replay */
+  gg_rng *rng;
+  int nrng;
 } gg_graph;
 
 /* The launch cache's entry for a program (cuda_graph_decision_load/store). */
-enum { GG_DECISION_MAGIC = 0x47524c31 };   /* "GRL1" */
+enum { GG_DECISION_MAGIC = 0x47524c32 };   /* "GRL2" */
 typedef struct gg_decision { int32_t magic, chosen; double us[GRACE_LAUNCH_NSTRATEGIES]; } gg_decision;
 
 struct gpu_part {
@@ -144,7 +156,7 @@ static double median(const double *v, int n) {
   return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
-static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection"};
+static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection", "graph+node updates"};
 
 static double now_us(void) { return grace_clock() * 1e6; }
 
@@ -176,6 +188,8 @@ static void graph_free(grace_vm *vm, gg_graph *gg) {
   grace_tensor_release(gg->table);
   for (int k = 0; c && k < gg->ncheck; k++) cuda_release(c, gg->chk[k].flag, sizeof(int64_t));
   if (c) cuda_capture_free(c, gg->cap);
+  if (c) cuda_graph_updates_free(c, gg->upd);
+  vm_free(vm, gg->rng, sizeof *gg->rng * (size_t)(gg->nrng ? gg->nrng : 1));
   vm_free(vm, gg->sig, sizeof *gg->sig * (size_t)(gg->nin ? gg->nin : 1));
   vm_free(vm, gg->in, sizeof *gg->in * (size_t)(gg->nin ? gg->nin : 1));
   vm_free(vm, gg->out, sizeof *gg->out * (size_t)(gg->nout ? gg->nout : 1));
@@ -380,7 +394,7 @@ static grace_status finish_writes(grace_ir *ir, gg_graph *gg, grace_tensor *cons
   for (int w = 0; w < gg->nwr && st == GRACE_OK; w++) {
     const gg_write *x = &gg->wr[w];
     grace_tensor *t = x->input >= 0 ? in[x->input] : ir->consts[x->cst].t;
-    if (x->input >= 0 && gg->in[x->input].copy)
+    if (x->input >= 0 && (gg->in[x->input].copy || gg->in[x->input].via))
       st = cuda_copy_device(gpu_ctx(ir->vm), gpu_ptr(t), gg->in[x->input].ph, gg->in[x->input].bytes);
     t->storage->version += (uint64_t)x->bumps;
     if (x->cst >= 0) ir->consts[x->cst].version = t->storage->version;
@@ -388,8 +402,73 @@ static grace_status finish_writes(grace_ir *ir, gg_graph *gg, grace_tensor *cons
   return st;
 }
 
-/* Records exec's launches for these inputs into a graph of strategy strat. On failure *why says why. */
-static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strategy strat, int nin,
+/* Pins the inputs and outputs that words[0..n) point into: copied in or out around each replay. */
+static void pin_direct(gg_graph *gg, const uint64_t *words, size_t n) {
+  for (size_t r = 0; r < n; r++) {
+    for (int i = 0; i < gg->nin; i++)
+      if (!gg->in[i].host && gg->in[i].bytes && words[r] >= gg->in[i].ph && words[r] < gg->in[i].ph + gg->in[i].bytes)
+        gg->in[i].copy = 1;
+    for (int g = 0; g < gg->ngrp; g++)
+      if (words[r] >= gg->grp[g].base && words[r] < gg->grp[g].base + gg->grp[g].bytes) gg->grp[g].direct = 1;
+  }
+}
+
+static int any_within(const uint64_t *w, size_t n, CUdeviceptr base, size_t bytes) {
+  for (size_t k = 0; k < n; k++) if (w[k] >= base && w[k] - base < bytes) return 1;
+  return 0;
+}
+
+/* graph+node updates: the inputs and outputs that library calls were given directly (and nothing pins) become
+ * ranges their kernel nodes are re-pointed to per replay. Measured (not forced), a program whose library calls
+ * touch none of them would only repeat graph+indirection's graph: refused. */
+static grace_status plan_updates(grace_vm *vm, gg_graph *gg, const uint64_t *lib, size_t nlib, int forced) {
+  cuda_ctx *c = gpu_ctx(vm);
+  cuda_range r[512];
+  gg_rng q[512];
+  int nr = 0;
+  for (int i = 0; i < gg->nin; i++)
+    if (!gg->in[i].host && !gg->in[i].copy && gg->in[i].bytes && any_within(lib, nlib, gg->in[i].ph, gg->in[i].bytes))
+      q[nr] = (gg_rng){SRC_INPUT, i, gg->in[i].ph, 0, gg->in[i].bytes}, r[nr++] = (cuda_range){gg->in[i].ph, gg->in[i].bytes};
+  for (int g = 0; g < gg->ngrp; g++)
+    if (!gg->grp[g].direct && any_within(lib, nlib, gg->grp[g].base, gg->grp[g].bytes))
+      q[nr] = (gg_rng){SRC_OUTPUT, g, gg->grp[g].base, 0, gg->grp[g].bytes}, r[nr++] = (cuda_range){gg->grp[g].base, gg->grp[g].bytes};
+  if (!nr)
+    return forced ? GRACE_OK : vm_err(vm, GRACE_EUNSUPPORTED, "graph: no library kernel reads an input or writes an "
+                                      "output directly (graph+indirection is the same graph)");
+  grace_status st = cuda_graph_updates_find(c, gg->cap, gg->g, r, nr, &gg->upd);
+  if (st != GRACE_OK) return st;
+  if (!(gg->rng = vm_alloc(vm, sizeof *gg->rng * (size_t)nr))) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
+  for (int k = 0; k < nr; k++) {
+    uint64_t low = q[k].base & (~q[k].base + 1);
+    q[k].align = low && low < 256 ? low : 256;
+  }
+  memcpy(gg->rng, q, sizeof *q * (size_t)nr);
+  gg->nrng = nr;
+  return GRACE_OK;
+}
+
+/* Before a replay of graph+node updates: each range's address this call (fb: the fresh outputs), the library
+ * nodes re-pointed where it changed; a range whose address is less aligned than the capture's keeps the captured
+ * one: an input is copied into its placeholder (now), an output marked to be copied out (after the launch). */
+static grace_status point_nodes(cuda_ctx *c, gg_graph *gg, grace_tensor *const *in, CUdeviceptr fb, int *out_via) {
+  CUdeviceptr base[512];
+  grace_status st = GRACE_OK;
+  for (int i = 0; i < gg->nin; i++) gg->in[i].via = 0;
+  for (int k = 0; k < gg->nrng && st == GRACE_OK; k++) {
+    const gg_rng *q = &gg->rng[k];
+    base[k] = q->kind == SRC_INPUT ? gpu_ptr(in[q->index]) : fb + gg->grp[q->index].at;
+    out_via[k] = 0;
+    if (base[k] % q->align == 0) continue;
+    base[k] = q->base;
+    if (q->kind == SRC_INPUT) gg->in[q->index].via = 1, st = cuda_copy_device(c, q->base, gpu_ptr(in[q->index]), q->bytes);
+    else out_via[k] = 1;
+  }
+  return st == GRACE_OK ? cuda_graph_updates_apply(c, gg->upd, gg->x, base, NULL) : st;
+}
+
+/* Records exec's launches for these inputs into a graph of strategy strat (forced: chosen by the user, so a
+ * graph+node updates with nothing to update is still made). */
+static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strategy strat, int forced, int nin,
                             grace_tensor *const *in, int nout, gg_graph **out) {
   grace_vm *vm = ir->vm;
   cuda_ctx *c = gpu_ctx(vm);
@@ -421,7 +500,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
    * graph may use as scratch: it is allocated before the capture opens. */
   if (st == GRACE_OK && !(gg->table = vm_tensor_new(vm, "graph", GRACE_INT64, GRACE_CUDA, 1, (int64_t[]){GG_WORDS})))
     st = vm->status;
-  if (st == GRACE_OK) st = cuda_capture_open(c, strat == GRACE_LAUNCH_INDIRECT, &gg->cap);
+  if (st == GRACE_OK) st = cuda_capture_open(c, strat == GRACE_LAUNCH_INDIRECT || strat == GRACE_LAUNCH_UPDATE, &gg->cap);
   if (st == GRACE_OK) st = cuda_capture_set_table(c, gg->cap, gpu_ptr(gg->table) + 8 * GG_SCALARS, GG_SLOTS);
   /* placeholders: the inputs' layouts over memory of the graph's own */
   for (int i = 0; i < nin && st == GRACE_OK; i++) {
@@ -435,9 +514,12 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
       if (t->sizes[d] > 1) span += (t->sizes[d] - 1) * t->strides[d];
     }
     if (st != GRACE_OK) break;
-    grace_tensor *ph = vm_tensor_new(vm, "graph", t->dtype, GRACE_CUDA, 1, &span);
+    /* node updates: the placeholder as aligned as the input, so a library picks kernels the input can take */
+    size_t es = grace_dtype_size(t->dtype);
+    int64_t pad = strat == GRACE_LAUNCH_UPDATE ? (int64_t)(gpu_ptr(t) % 256 / es) : 0, all = span + pad;
+    grace_tensor *ph = vm_tensor_new(vm, "graph", t->dtype, GRACE_CUDA, 1, &all);
     if (!ph) { st = vm->status; break; }
-    args[i] = vm_tensor_view(vm, "graph", ph, t->ndim, t->sizes, t->strides, 0);
+    args[i] = vm_tensor_view(vm, "graph", ph, t->ndim, t->sizes, t->strides, pad);
     grace_tensor_release(ph);
     if (!args[i]) { st = vm->status; break; }
     args[i]->wrapped = t->wrapped;
@@ -494,16 +576,13 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
   }
   for (int j = 0; j < nout; j++) grace_tensor_release(res[j]);
   if (st == GRACE_OK) {
-    /* words given to the device directly pin their input or output to its fixed address */
-    size_t nraw;
-    const uint64_t *raw = cuda_capture_raw(gg->cap, &nraw);
-    for (size_t r = 0; r < nraw; r++) {
-      for (int i = 0; i < nin; i++)
-        if (!gg->in[i].host && gg->in[i].bytes && raw[r] >= gg->in[i].ph && raw[r] < gg->in[i].ph + gg->in[i].bytes)
-          gg->in[i].copy = 1;
-      for (int g = 0; g < gg->ngrp; g++)
-        if (raw[r] >= gg->grp[g].base && raw[r] < gg->grp[g].base + gg->grp[g].bytes) gg->grp[g].direct = 1;
-    }
+    /* words given to the device directly pin their input or output to its fixed address (a library's too,
+     * unless its nodes are re-pointed per replay) */
+    size_t nraw, nlib;
+    const uint64_t *raw = cuda_capture_raw(gg->cap, &nraw), *lib = cuda_capture_lib(gg->cap, &nlib);
+    pin_direct(gg, raw, nraw);
+    if (strat != GRACE_LAUNCH_UPDATE) pin_direct(gg, lib, nlib);
+    else st = plan_updates(vm, gg, lib, nlib, forced);
     /* table slots pointing into a redirectable input or output are rewritten per replay */
     const uint64_t *sl = cuda_capture_slots(gg->cap, &gg->nslots);   /* becomes the renumbered copy below */
     gg->lo = GG_WORDS;
@@ -521,7 +600,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     int *map = vm_alloc(vm, sizeof *map * (size_t)(gg->nslots ? gg->nslots : 1));
     uint64_t *perm = vm_alloc(vm, sizeof *perm * (size_t)(gg->nslots ? gg->nslots : 1));
     if (!map || !perm) st = vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
-    if (st == GRACE_OK && gg->ndyn && gg->strat == GRACE_LAUNCH_INDIRECT) {
+    if (st == GRACE_OK && gg->ndyn && gg->strat != GRACE_LAUNCH_COPY) {
       int next = 0;
       for (int k = 0; k < gg->nslots; k++) map[k] = -1;
       for (int d = 0; d < gg->ndyn; d++) if (map[gg->dyn[d].word - GG_SCALARS] < 0) map[gg->dyn[d].word - GG_SCALARS] = next++;
@@ -606,6 +685,8 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
     if (gg->sc[k].kind != SC_FIXED) st = scalar_word(ir, &gg->sc[k], in, &h[GG_SCALARS - 1 - k]);
   for (int i = 0; i < gg->nin && st == GRACE_OK; i++)
     if (gg->in[i].copy) st = cuda_copy_device(c, gg->in[i].ph, gpu_ptr(in[i]), gg->in[i].bytes);
+  int out_via[512] = {0};
+  if (st == GRACE_OK && gg->upd) st = point_nodes(c, gg, in, fb, out_via);
   if (st == GRACE_OK && gg->hi > gg->lo) {
     st = cuda_copy_to_device_async(c, gpu_ptr(gg->table) + 8u * (unsigned)gg->lo, h + gg->lo,
                                    sizeof(uint64_t) * (size_t)(gg->hi - gg->lo));
@@ -617,6 +698,8 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   if (!gg->nreplay++ || dt < gg->replay_us_min) gg->replay_us_min = dt;
   for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
     if (gg->grp[g].direct) st = cuda_copy_device(c, fb + gg->grp[g].at, gg->grp[g].base, gg->grp[g].bytes);
+  for (int k = 0; k < gg->nrng && st == GRACE_OK; k++)
+    if (out_via[k]) st = cuda_copy_device(c, fb + gg->grp[gg->rng[k].index].at, gg->rng[k].base, gg->rng[k].bytes);
   if (st == GRACE_OK) st = finish_writes(ir, gg, in);
   /* index checks: their flags come back without a wait; the next wait for the device looks at them */
   for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
@@ -648,7 +731,7 @@ static int parse_mode(const char *e) {
   if (!strcmp(e, "off") || !strcmp(e, "0")) return -2;
   for (int s = 0; s < GRACE_LAUNCH_NSTRATEGIES; s++)
     if (!strcmp(e, strategy_names[s]) || (s == GRACE_LAUNCH_COPY && !strcmp(e, "copy")) ||
-        (s == GRACE_LAUNCH_INDIRECT && !strcmp(e, "indirect")))
+        (s == GRACE_LAUNCH_INDIRECT && !strcmp(e, "indirect")) || (s == GRACE_LAUNCH_UPDATE && !strcmp(e, "update")))
       return s;
   return -3;
 }
@@ -658,7 +741,7 @@ grace_status grace_set_graphs(grace_vm *vm, const char *mode) {
   if (!mode) { vm->launch_mode = 0; return GRACE_OK; }
   int m = parse_mode(mode);
   if (m == -3)
-    return vm_err(vm, GRACE_EARG, "graphs: unknown mode '%s' (auto, off, eager, copy or indirect)", mode);
+    return vm_err(vm, GRACE_EARG, "graphs: unknown mode '%s' (auto, off, eager, copy, indirect or update)", mode);
   vm->launch_mode = m + 3;
   return GRACE_OK;
 }
@@ -701,7 +784,7 @@ static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, grac
     return GRACE_OK;
   }
   gg_graph *gg = NULL;
-  grace_status st = capture(ir, exec, s, nin, in, nout, &gg);
+  grace_status st = capture(ir, exec, s, p->mode >= 0, nin, in, nout, &gg);
   if (st != GRACE_OK) return st;
   p->captures++;
   if (p->ngr >= p->limit) {   /* the least recently used goes */
@@ -742,6 +825,15 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     *pp = p;
   }
   p->calls++;
+  if (p->calls == 1 && !p->inel[0] && !vm->graph_cap && p->mode == -1 && !p->from_cache) {
+    /* the first call, eager: a program that calls no vendor library has nothing for node updates to re-point */
+    uint64_t lib0 = cuda_library_calls(vm->cuda);
+    grace_status st = exec(ir, nin, in, nout, out);
+    if (st == GRACE_OK && cuda_library_calls(vm->cuda) == lib0)
+      snprintf(p->why[GRACE_LAUNCH_UPDATE], sizeof p->why[GRACE_LAUNCH_UPDATE],
+               "no library kernel in the program (graph+indirection is the same graph)");
+    return st;
+  }
   if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
   grace_launch_strategy s;
   int measure = 0;
@@ -830,6 +922,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   if (last) {
     out->kernels = last->nkernels;
     out->indirect_words = last->ndyn;
+    out->node_updates = cuda_graph_updates_nodes(last->upd);
     out->copy_bytes = last->copy_bytes;
     out->replays = last->nreplay;
     out->replay_host_us_min = last->replay_us_min;

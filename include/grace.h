@@ -397,12 +397,14 @@ grace_status grace_ir_while(grace_ir *ir, int nstate, const grace_value *state, 
 grace_ir *grace_ir_sub(const grace_ir *ir, int k, int j);
 /* How a program that runs on the CUDA device is launched (gpu/gpu_graph.c). Its first call runs eagerly (kernel
  * by kernel) and proves it stable; the next calls measure, each on a real call with its own inputs, the
- * strategies below; the fastest is kept. GRACE_GRAPHS=off|eager|copy|indirect forces one (default: auto);
+ * strategies below; the fastest is kept. GRACE_GRAPHS=off|eager|copy|indirect|update forces one (default: auto);
  * GRACE_GRAPH_LIMIT bounds the graphs kept per program (default 8; a new input layout records another). */
 typedef enum grace_launch_strategy {
   GRACE_LAUNCH_EAGER,       /* one launch per kernel */
   GRACE_LAUNCH_COPY,        /* a CUDA graph; inputs copied into its placeholders, outputs copied out */
   GRACE_LAUNCH_INDIRECT,    /* a CUDA graph whose kernels read their pointers from a device argument table */
+  GRACE_LAUNCH_UPDATE,      /* as INDIRECT, and the library kernels (cuBLASLt) that read an input or write an output
+                               directly are re-pointed per call by updating their nodes' parameters */
   GRACE_LAUNCH_NSTRATEGIES
 } grace_launch_strategy;
 typedef struct grace_graph_info {
@@ -417,6 +419,7 @@ typedef struct grace_graph_info {
   int graphs;                      /* instantiated graphs held now */
   int kernels;                     /* kernel nodes of the newest graph of the chosen strategy */
   int indirect_words;              /* argument-table words rewritten per replay */
+  int node_updates;                /* library kernel nodes re-pointed per replay (graph+node updates) */
   size_t graph_bytes;              /* device memory the held graphs use: arena blocks they took, and table_bytes */
   size_t table_bytes;              /* their argument tables (kept outside the arena: their words persist) */
   size_t arena_bytes;              /* the VM's graph arena, shared by all its graphs */
@@ -432,7 +435,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
  * values it was made for ("s1=128, s2=129"; n bytes). */
 grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t n);
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),
- * "off" (no graphs, no measuring), "eager", "copy" or "indirect" (forced); NULL: back to GRACE_GRAPHS. */
+ * "off" (no graphs, no measuring), "eager", "copy", "indirect" or "update" (forced); NULL: back to GRACE_GRAPHS. */
 grace_status grace_set_graphs(grace_vm *vm, const char *mode);
 /* Which implementation runs a matrix product on the CUDA device: "auto" (grace's kernel or cuBLASLt, whichever
  * timing once per shape finds faster), "grace" (grace's generated kernels only) or "cublaslt" (cuBLASLt where it

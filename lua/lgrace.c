@@ -96,7 +96,7 @@ static int l_synchronize(lua_State *L) {
 }
 
 /* grace.graphs(mode): the launch strategy of device programs that first run after the call ("auto", "off",
- * "eager", "copy", "indirect"; nil: back to GRACE_GRAPHS). */
+ * "eager", "copy", "indirect", "update"; nil: back to GRACE_GRAPHS). */
 static int l_graphs(lua_State *L) {
   grace_vm *vm = lgrace_vm(L);
   if (grace_set_graphs(vm, luaL_optstring(L, 1, NULL)) != GRACE_OK) return lgrace_error(L, vm);

@@ -6,7 +6,8 @@
 #include <string.h>
 #include "lua/lgrace_tensor.h"
 
-static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection"};
+static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection",
+                                                                         "graph+node updates"};
 
 /* Pushes one program's launch figures as a table. */
 static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, int partition,
@@ -37,6 +38,7 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->graphs); lua_setfield(L, -2, "graphs");
   lua_pushinteger(L, gi->kernels); lua_setfield(L, -2, "kernels");
   lua_pushinteger(L, gi->indirect_words); lua_setfield(L, -2, "indirect_words");
+  lua_pushinteger(L, gi->node_updates); lua_setfield(L, -2, "node_updates");
   lua_pushinteger(L, (lua_Integer)gi->graph_bytes); lua_setfield(L, -2, "graph_bytes");
   lua_pushinteger(L, (lua_Integer)gi->table_bytes); lua_setfield(L, -2, "table_bytes");
   lua_pushinteger(L, (lua_Integer)gi->arena_bytes); lua_setfield(L, -2, "arena_bytes");
@@ -153,6 +155,11 @@ int lg_report(lua_State *L) {
              gi->from_cache ? " (measured by an earlier process: from the launch cache)" : "", gi->calls, gi->kernels,
              gi->copy_bytes, gi->graphs, (double)gi->graph_bytes / 1024.0);
     luaL_addstring(&b, line);
+    if (gi->node_updates) {
+      snprintf(line, sizeof line, "    %d library kernel node%s re-pointed per call (no copies for them)\n", gi->node_updates,
+               gi->node_updates > 1 ? "s" : "");
+      luaL_addstring(&b, line);
+    }
     if (gi->ineligible[0]) {
       snprintf(line, sizeof line, "    no graph: %s\n", gi->ineligible);
       luaL_addstring(&b, line);

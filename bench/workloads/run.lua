@@ -29,12 +29,14 @@ if grace.set_grad_enabled then grace.set_grad_enabled(false) end
 
 -- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
 -- launch strategy of the compiled function's device programs (grace.graphs): the ablation of issue 8, no
--- graphs / graphs with input copies / graphs with parameter indirection / chosen by measurement.
+-- graphs / graphs with input copies / graphs with parameter indirection / the same with cuBLASLt's nodes
+-- re-pointed per call (node updates) / chosen by measurement.
 local MODES = {
   {name = "eager"},
   {name = "compiled", opts = {}, graphs = "off"},
   {name = "graph_copy", opts = {}, graphs = "copy"},
   {name = "graph_indirect", opts = {}, graphs = "indirect"},
+  {name = "graph_update", opts = {}, graphs = "update"},
   {name = "full", opts = {}, graphs = "auto"},
 }
 
@@ -602,7 +604,7 @@ local function run_mode(entry, w, mode, tol, want1, want2, want_ref, ref, e1_ms,
       for _, r in ipairs(f:report()) do
         m.launch[#m.launch + 1] = {strategy = r.strategy, us = r.us, unavailable = r.unavailable, no_graph = r.no_graph,
                                    kernels = r.kernels, copy_bytes = r.copy_bytes, graph_bytes = r.graph_bytes,
-                                   indirect_words = r.indirect_words, graphs = r.graphs, captures = r.captures,
+                                   indirect_words = r.indirect_words, node_updates = r.node_updates, graphs = r.graphs, captures = r.captures,
                                    replay_host_us_min = r.replay_host_us_min, replay_host_us_mean = r.replay_host_us_mean,
                                    arena_bytes = r.arena_bytes}
       end
@@ -638,12 +640,13 @@ local function print_entry(vname, entry)
                 m.peak_allocated_bytes and fmt("%.1f", m.peak_allocated_bytes / 1e6) or "-", note))
       for k, l in ipairs(m.launch or {}) do   -- per device program: how it launches, what was measured
         local us = {}
-        for _, n in ipairs({"eager", "graph+copies", "graph+indirection"}) do
+        for _, n in ipairs({"eager", "graph+copies", "graph+indirection", "graph+node updates"}) do
           if l.us[n] then us[#us + 1] = fmt("%s %.1f", n, l.us[n]) end
           if l.unavailable[n] then us[#us + 1] = n .. " unavailable: " .. l.unavailable[n] end
         end
-        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call, replay host %.1f us (min)%s%s", k,
-                  l.strategy, l.kernels, l.copy_bytes, l.indirect_words, l.replay_host_us_min or 0,
+        print(fmt("      program %d: %s, %d kernels, %d B copied/call, %d table words/call, %d library nodes re-pointed, "
+                  .. "replay host %.1f us (min)%s%s", k,
+                  l.strategy, l.kernels, l.copy_bytes, l.indirect_words, l.node_updates or 0, l.replay_host_us_min or 0,
                   #us > 0 and "; measured us: " .. table.concat(us, ", ") or "", l.no_graph and "; no graph: " .. l.no_graph or ""))
       end
     end

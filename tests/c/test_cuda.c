@@ -394,7 +394,8 @@ static void test_device(void) {
   if (p->driver_version >= 12040)
     ok(fns->cuStreamBeginCapture_v2 && fns->cuStreamEndCapture && fns->cuGraphInstantiateWithFlags &&
        fns->cuGraphLaunch && fns->cuGraphExecDestroy && fns->cuGraphDestroy && fns->cuGraphExecKernelNodeSetParams_v2 &&
-       fns->cuGraphGetNodes && fns->cuGraphNodeGetType && fns->cuGraphKernelNodeGetParams_v2 && fns->cuFuncGetParamInfo,
+       fns->cuGraphGetNodes && fns->cuGraphNodeGetType && fns->cuGraphKernelNodeGetParams_v2 && fns->cuFuncGetParamInfo &&
+       fns->cuKernelGetParamInfo && fns->cuGraphMemsetNodeGetParams && fns->cuGraphMemcpyNodeGetParams,
        "a driver of CUDA 12.4 or later has every graph entry");
   else
     skip("driver older than 12.4: graph entries may be missing");

@@ -29,7 +29,7 @@ tap.ok(type(s.kernel_launches) == "number" and s.kernel_launches >= 0, "device_s
 tap.ok(type(s.peak_allocated) == "number" and s.peak_allocated >= s.allocated, "peak_allocated >= allocated after a reset")
 
 -- launch modes
-for _, m in ipairs({"auto", "off", "eager", "copy", "indirect"}) do
+for _, m in ipairs({"auto", "off", "eager", "copy", "indirect", "update"}) do
   tap.ok(pcall(grace.graphs, m), "grace.graphs('" .. m .. "') is accepted")
 end
 ok, err = pcall(grace.graphs, "sometimes")
