@@ -79,7 +79,7 @@ typedef struct gg_check {
 } gg_check;
 /* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
  * `bumps` per replay, as the eager ops would */
-typedef struct gg_write { int input, cst, bumps; } gg_write;
+typedef struct gg_write { int input, cst, bumps; uint64_t ver; } gg_write;
 /* graph+node updates: an input or output library kernels read or write directly, re-pointed per replay. A call
  * whose address is less aligned than the capture's (the library chose its kernels for that alignment, up to 256
  * bytes) keeps the captured address and copies instead, for that call. */
@@ -375,12 +375,11 @@ static grace_status record_writes(grace_ir *ir, gg_graph *gg, grace_tensor *cons
       return vm_err(vm, GRACE_EUNSUPPORTED, "graph: the program writes a host tensor in place (%s %d)",
                     k->op == IR_OP_INPUT ? "input" : "captured tensor", k->input_index + vm->index_base);
   }
-  if (ir->nwrite > 64) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 64 tensors written in place");
   if (!(gg->wr = vm_calloc(vm, sizeof *gg->wr * (size_t)ir->nwrite))) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
   for (int w = 0; w < ir->nwrite; w++) {
     const ir_inst *k = &ir->insts[ir->vals[ir->writes[w].target].inst];
     gg->wr[w] = (gg_write){k->op == IR_OP_INPUT ? k->input_index : -1, k->op == IR_OP_CONST ? k->input_index : -1,
-                           ir->writes[w].bumps > 0 ? ir->writes[w].bumps : 1};
+                           ir->writes[w].bumps > 0 ? ir->writes[w].bumps : 1, 0};
   }
   gg->nwr = ir->nwrite;
   return GRACE_OK;
@@ -533,15 +532,15 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
       /* nothing runs in a capture: the generator's offset goes back, and each replay advances it as eager would;
        * so do the versions of captured tensors the program writes in place */
       gg->rng0 = vm->rng_offset;
-      uint64_t cver[64];
       for (int k = 0; k < gg->nwr; k++)
-        if (gg->wr[k].cst >= 0) cver[k] = ir->consts[gg->wr[k].cst].t->storage->version;
+        if (gg->wr[k].cst >= 0) gg->wr[k].ver = ir->consts[gg->wr[k].cst].t->storage->version;
       vm->graph_cap = gg;
       st = exec(ir, nin, args, nout, res);
       vm->graph_cap = NULL;
       for (int k = 0; k < gg->ncheck; k++) { grace_tensor_release(gg->chk[k].idx); gg->chk[k].idx = NULL; }
       for (int k = 0; k < gg->nwr; k++)
-        if (gg->wr[k].cst >= 0) ir->consts[gg->wr[k].cst].t->storage->version = ir->consts[gg->wr[k].cst].version = cver[k];
+        if (gg->wr[k].cst >= 0)
+          ir->consts[gg->wr[k].cst].t->storage->version = ir->consts[gg->wr[k].cst].version = gg->wr[k].ver;
       gg->rng_total = vm->rng_offset - gg->rng0;
       vm->rng_offset = gg->rng0;
     }

@@ -46,9 +46,13 @@ for _, case in ipairs(C.cases) do
     local s1, r1 = grace.device_stats(), f:report()
     local r = r1[1] or {}
     local replays = (r.replays or 0) - ((r0[1] or {}).replays or 0)
+    local why = {}
+    for k, v in pairs(r.unavailable or {}) do why[#why + 1] = tostring(k) .. ": " .. tostring(v) end
+    for k, v in pairs(r.us or {}) do why[#why + 1] = ("%s %.1f us"):format(tostring(k), v) end
+    table.sort(why)
     tap.ok(#r1 == 1 and r.on_device and not r.no_graph and r.strategy ~= "eager",
-           ("%s: one device program, run as a CUDA graph (%d programs, strategy %s%s)"):format(label, #r1,
-           tostring(r.strategy), r.no_graph and ", no graph: " .. r.no_graph or ""))
+           ("%s: one device program, run as a CUDA graph (%d programs, strategy %s%s; %s)"):format(label, #r1,
+           tostring(r.strategy), r.no_graph and ", no graph: " .. r.no_graph or "", table.concat(why, "; ")))
     tap.ok(replays == EXTRA and s1.kernel_launches == s0.kernel_launches,
            ("%s: %d calls, %d graph replays and %d kernels launched outside the graph: one graph launch per call "
             .. "(%s kernels in the graph)"):format(label, EXTRA, replays, s1.kernel_launches - s0.kernel_launches,
