@@ -37,7 +37,8 @@
 #include "gpu/gpu_graph.h"
 
 enum {
-  GG_SCALARS = 64,        /* host numbers per graph: the table's first words, number k at word GG_SCALARS - 1 - k */
+  GG_SCALARS = 512,       /* host numbers per graph (an optimizer step reads several a parameter): the table's
+                             first words, number k at word GG_SCALARS - 1 - k */
   GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
