@@ -1,0 +1,59 @@
+/* lgrace_luac.h: the analysis of an item() site on Lua 5.4 bytecode (lgrace_luac.c): whether the number a call
+ * of x:item() returns is used only as one operand of a comparison with a constant that decides a jump, so that the
+ * comparison can stand for the value (a device-side predicate). */
+#ifndef LGRACE_LUAC_H
+#define LGRACE_LUAC_H
+#include <stddef.h>
+#include <lua.h>
+
+typedef enum { LG_CMP_LT, LG_CMP_LE, LG_CMP_GT, LG_CMP_GE, LG_CMP_EQ, LG_CMP_NE, LG_CMP_TRUTH } lg_cmp_op;
+
+/* The comparison at an item() site. With `value` the number (or boolean) item() returned:
+ *   holds = (value OP k) when negate is 0, !(value OP k) when negate is 1
+ * and Lua continues with the code right after the comparison (it does NOT take the jump) exactly when holds is
+ * true. For `if COND then A else B end` and `elseif COND then A` that code is A, and holds is COND as written in
+ * the source: `if v > K` gives GT, `if v <= K` LE, `if K < v` GT (the constant moved right), `if v ~= K` NE,
+ * `if not (v > K)` GT with negate 1 (not LE: with a NaN value both are false but `not (v > K)` is true),
+ * `if v then` TRUTH, `if not v then` TRUTH with negate 1. In `if v > K and w then` / `if v > K or w then` the
+ * comparison decides whether Lua goes on to test w, and holds still says whether Lua falls through.
+ * Use lg_cmp_holds below to evaluate it on a concrete value (it follows Lua's rules for booleans and NaN). */
+typedef struct {
+  lg_cmp_op op;
+  double k;          /* the constant (0 for TRUTH) */
+  int k_is_int;      /* the constant is a Lua integer: ik holds it exactly (k may round beyond 2^53) */
+  long long ik;
+  int negate;        /* see above: holds is the negation of (value OP k) */
+  int line;          /* the line of the item() call */
+} lg_cmp;
+
+/* Analyses the Lua function running at stack `level` (the caller of the function at level-1: for item() called from
+ * Lua, level 1 from inside the C function implementing item): 1 and *out when the value returned by the call
+ * running at that level is the result of a method call `obj:item()` used only in one comparison with a number
+ * constant (or a truth test) that decides a jump; 0 and a reason "source:line: ..." in why otherwise. Answering 0
+ * is always sound. Not accepted (answer 0): the value stored in a local, used in arithmetic, passed to a function,
+ * returned, used as a table key or stored; a comparison whose result is kept as a value (`local b = v > 0`); a
+ * comparison with a variable or a non-number constant; several item() calls on one line; a caller that is a C
+ * function or a chunk without debug information; a bytecode format other than the one of Lua 5.4; and a
+ * comparison that decides a loop: the condition of `while` or `repeat ... until`, or an
+ * `if ... then break end` (the value would decide how many times the loop runs, not one region).
+ * Leaves the Lua stack as it was; keeps no state between calls (dumps and decodes the function each time). */
+int lg_cmp_site(lua_State *L, int level, lg_cmp *out, char *why, size_t nwhy);
+
+/* Whether Lua falls through (the THEN side, see lg_cmp) for an item() value: a number v (is_bool 0) or a boolean
+ * (is_bool 1, v 0 or 1). 1: falls through, 0: jumps, -1: Lua raises an error there (an order comparison of a
+ * boolean with a number). As in Lua, a number is always true for TRUTH, a boolean never equals a number and any
+ * comparison with NaN is false (exact for integers up to 2^53 in magnitude). */
+static inline int lg_cmp_holds(const lg_cmp *c, int is_bool, double v) {
+  int r;
+  switch (c->op) {
+  case LG_CMP_TRUTH: r = is_bool ? v != 0 : 1; break;
+  case LG_CMP_EQ: r = !is_bool && v == c->k; break;
+  case LG_CMP_NE: r = is_bool || v != c->k; break;
+  default:
+    if (is_bool) return -1;
+    r = c->op == LG_CMP_LT ? v < c->k : c->op == LG_CMP_LE ? v <= c->k : c->op == LG_CMP_GT ? v > c->k : v >= c->k;
+  }
+  return c->negate ? !r : r;
+}
+
+#endif
