@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "lua/lgrace_tensor.h"
+#include "lua/lgrace_luac.h"
 
 /* ---- facts ---- */
 /* A size (x:size(), x.shape, x:stride()) is a plain table of integers, so it indexes, has # and goes wherever a
@@ -95,6 +96,25 @@ static int m_version(lua_State *L) {
   return lg_done(c, 1);
 }
 
+/* During a trace or a replay: tells the core how the calling Lua code uses the value item() read from x (v; a
+ * boolean when is_bool), so that a branch on it can become a cond region (grace_trace_branch). */
+static void note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int is_bool, double v) {
+  static const grace_cmp cmps[] = {
+    [LG_CMP_LT] = GRACE_CMP_LT, [LG_CMP_LE] = GRACE_CMP_LE, [LG_CMP_GT] = GRACE_CMP_GT, [LG_CMP_GE] = GRACE_CMP_GE,
+    [LG_CMP_EQ] = GRACE_CMP_EQ, [LG_CMP_NE] = GRACE_CMP_NE, [LG_CMP_TRUTH] = GRACE_CMP_TRUTH};
+  if (!grace_trace_active(vm)) return;
+  lg_cmp c;
+  char why[300] = "";
+  int holds = lg_cmp_site(L, 1, &c, why, sizeof why) ? lg_cmp_holds(&c, is_bool, v) : -1;
+  if (holds < 0) {
+    if (!why[0]) snprintf(why, sizeof why, "line %d: an order comparison of a boolean with a number", c.line);
+    grace_trace_branch(vm, x, GRACE_CMP_NONE, 0, 0, why);
+    return;
+  }
+  /* the outcome of `v OP k` itself: the core's predicate computes that comparison */
+  grace_trace_branch(vm, x, cmps[c.op], c.k, c.negate ? !holds : holds, NULL);
+}
+
 static int m_item(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "item");
@@ -106,10 +126,12 @@ static int m_item(lua_State *L) {
   if (grace_dtype_is_float(dt)) {
     double v;
     if (grace_tensor_read(c->vm, x, GRACE_FLOAT64, &v) != GRACE_OK) return lg_fail(L, c);
+    note_branch(L, c->vm, x, 0, v);
     lua_pushnumber(L, v);
   } else {
     int64_t v;
     if (grace_tensor_read(c->vm, x, GRACE_INT64, &v) != GRACE_OK) return lg_fail(L, c);
+    note_branch(L, c->vm, x, dt == GRACE_BOOL, (double)v);
     if (dt == GRACE_BOOL) lua_pushboolean(L, v != 0);
     else lua_pushinteger(L, (lua_Integer)v);
   }

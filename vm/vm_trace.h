@@ -108,8 +108,9 @@ void vm_replay_become(grace_tensor *shell, grace_tensor *r);
 grace_status vm_replay_diverge(grace_vm *vm);
 
 /* branches read on the host (vm_auto.c) */
-/* A host read while the trace is active, before the hook reads t: counted on the break it makes or passes. */
-void vm_auto_read(grace_vm *vm);
+/* A host read (how: what it reads) while the trace is active, before the hook reads t: in a replay, a read of
+ * elements counts on the break it passes (a recording counts every read on the break it makes). */
+void vm_auto_read(grace_vm *vm, const char *how);
 /* The last break dst got (a copy of break bi of the lead path, made as a call leaves the paths): what this call
  * did there, or a plain read where the call has not passed it. */
 grace_status vm_auto_copy_break(grace_vm *vm, grace_ir *dst, int bi);
