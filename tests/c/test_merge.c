@@ -4,7 +4,8 @@
  * each path computes (worked out by hand here); an early return (a path whose rest is empty) returns a prefix value
  * through the region; an integer value compares in int64 and a boolean by its truth; and the merge refuses, with
  * the reason, paths that take the same outcome, return different shapes, write in place to a value from before the
- * branch, break twice, or read the value in a way that is no predicate. */
+ * branch, break twice, or read the value in a way that is no predicate. A compiled function of a C host that says
+ * how it branches (grace_trace_branch) runs its host function for the first two calls only: then the program. */
 #include <stdlib.h>
 #include <string.h>
 #include "grace.h"
@@ -177,6 +178,65 @@ static void test_refusals(void) {
           "two outcomes of one comparison", "two different comparisons");
 }
 
+/* ---- a compiled function of a C host (grace_fn): y = 2x; if sum(y) > 0 then y + 1 else -y ---- */
+static int host_calls;
+
+static grace_status h_call(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  host_calls++;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR || maxres < 1) return GRACE_EHOST;
+  grace_tensor *two = NULL, *one = NULL, *y = NULL, *s = NULL, *r = NULL;
+  double v = 0;
+  grace_status st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){args[0].t, two}, NULL, 1, &y);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &y, NULL, 1, &s);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, s, GRACE_FLOAT64, &v);   /* the break */
+  if (st == GRACE_OK) st = grace_trace_branch(vm, s, GRACE_CMP_GT, 0, v > 0, NULL);
+  if (st == GRACE_OK && v > 0) {
+    if ((st = grace_tensor_scalar(vm, 1.0, 0, &one)) == GRACE_OK)
+      st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){y, one}, NULL, 1, &r);
+  } else if (st == GRACE_OK)
+    st = grace_run(vm, GRACE_OP_NEG, 1, &y, NULL, 1, &r);
+  grace_tensor_release(two); grace_tensor_release(one); grace_tensor_release(y); grace_tensor_release(s);
+  if (st != GRACE_OK) { grace_tensor_release(r); return GRACE_EHOST; }
+  *nres = 1;
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = r};
+  return GRACE_OK;
+}
+
+static void test_fn(void) {
+  static const grace_host host = {.call = h_call};
+  grace_fn *fn = NULL;
+  if (!ok(grace_fn_new(vm, "branch", &host, NULL, NULL, &fn) == GRACE_OK, "a compiled function of a C host")) return;
+  static const float xp[4] = {1, 2, 3, 4}, xn[4] = {-1, -2, -3, -4}, yp[4] = {3, 5, 7, 9}, yn[4] = {2, 4, 6, 8};
+  grace_tensor *in[2] = {NULL, NULL};
+  grace_tensor_from_data(vm, GRACE_FLOAT32, 1, (int64_t[]){4}, GRACE_FLOAT32, xp, &in[0]);
+  grace_tensor_from_data(vm, GRACE_FLOAT32, 1, (int64_t[]){4}, GRACE_FLOAT32, xn, &in[1]);
+  int bad = 0, calls_after_warmup = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 2) calls_after_warmup = host_calls;
+    grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = in[i % 2]}, r[1];
+    int nr = 0;
+    float got[4] = {0};
+    if (grace_fn_call(fn, 1, &a, &nr, r, 1) != GRACE_OK || nr != 1) { printf("# call %d: %s\n", i + 1, grace_last_error(vm)); bad++; continue; }
+    grace_tensor_read(vm, r[0].t, GRACE_FLOAT32, got);
+    bad += memcmp(got, i % 2 ? yn : yp, sizeof got) != 0;
+    grace_tensor_release(r[0].t);
+  }
+  is_int(bad, 0, "10 calls alternating the sign: 2x + 1 or -(2x), as worked out by hand");
+  is_int(calls_after_warmup, 2, "the first two calls ran the host function (the trace, then the other outcome)");
+  is_int(host_calls, 2, "the 8 calls after them ran the merged program: the host function never again");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  ok(s.auto_regions == 1 && s.replays == 1 && s.partition_runs == 1 && s.eager_calls == 0,
+     "stats: one automatic region, one replay (%ld: its prefix ran as a partition, %ld), no eager call", s.replays,
+     s.partition_runs);
+  grace_tensor_release(in[0]);
+  grace_tensor_release(in[1]);
+  grace_fn_free(fn);
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
@@ -186,6 +246,7 @@ int main(void) {
   test_early_return();
   test_int_and_bool();
   test_refusals();
+  test_fn();
   grace_vm_free(vm);
   return tap_done();
 }
