@@ -597,7 +597,8 @@ typedef struct grace_fn_stats {
 void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out);
 int grace_fn_entry_count(const grace_fn *fn);
 /* Entry k (0-based): its program (NULL: it has recorded paths, or runs eagerly, *why then says why), and the
- * paths of a function with breaks (*npaths of them; paths may be NULL). NULL with no such entry. */
+ * paths of a function with breaks (*npaths of them, 0 once they became one program; paths may be NULL). NULL with
+ * no such entry. */
 grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_ir *const **paths, int *npaths);
 long grace_fn_entry_hits(const grace_fn *fn, int k);
 /* The j-th (0-based) partition of entry k that became a program of its own (a function with breaks: the ops between
