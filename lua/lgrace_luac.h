@@ -26,17 +26,25 @@ typedef struct {
   int line;          /* the line of the item() call */
 } lg_cmp;
 
-/* Analyses the Lua function running at stack `level` (the caller of the function at level-1: for item() called from
- * Lua, level 1 from inside the C function implementing item): 1 and *out when the value returned by the call
- * running at that level is the result of a method call `obj:item()` used only in one comparison with a number
- * constant (or a truth test) that decides a jump; 0 and a reason "source:line: ..." in why otherwise. Answering 0
- * is always sound. Not accepted (answer 0): the value stored in a local, used in arithmetic, passed to a function,
- * returned, used as a table key or stored; a comparison whose result is kept as a value (`local b = v > 0`); a
- * comparison with a variable or a non-number constant; several item() calls on one line; a caller that is a C
- * function or a chunk without debug information; a bytecode format other than the one of Lua 5.4; and a
- * comparison that decides a loop: the condition of `while` or `repeat ... until`, or an
- * `if ... then break end` (the value would decide how many times the loop runs, not one region).
- * Leaves the Lua stack as it was; keeps no state between calls (dumps and decodes the function each time). */
+/* Analyses the Lua function running at stack `level`, the caller of the function at level-1 (for item() called from
+ * Lua: level 1 from inside the C function implementing item): 1 and *out when the call running there is a method
+ * call `obj:item()` whose one result is used only in one comparison with a number constant (or a truth test) that
+ * decides a jump; 0 and a reason "source:line: ..." in why otherwise. Answering 0 is always sound.
+ * Accepted: `if`/`elseif` conditions, also inside `and`/`or` (`if v > K and w then`) and conditional expressions
+ * (`v > K and 1 or 2`: the comparison decides which of 1 or 2 is computed); an `if` inside a loop, even one whose
+ * block ends with break/return/goto. Accepting says only that the value flows nowhere but into that jump: whether
+ * the two sides differ only in device work is for whoever merges them.
+ * Not accepted (answer 0): the value stored in a local or a table, used in arithmetic, passed to a function,
+ * returned, used as a table key or indexed; a comparison whose result is kept as a boolean (`local b = v > 0`);
+ * the value of `v or 0` / `v and 1`; a comparison with a variable or a non-number constant; several item() calls on
+ * one line, or another plain function call with the same register on the line; a caller that is a C function
+ * (`pcall(x.item, x)`), a metamethod or a function without line information; a bytecode format other than this
+ * build's Lua 5.4; and a comparison that decides a loop: the condition of `while` or `repeat ... until` and
+ * `if COND then break end` (Lua compiles it into the loop's exit jump): there the value decides how many times the
+ * loop runs.
+ * Assumes a method called under another name on the same line (x:max() in x:max():item()) is not item itself.
+ * Leaves the Lua stack as it was; keeps no state between calls (dumps and decodes the function each time: call it
+ * once per site while recording, not per call). */
 int lg_cmp_site(lua_State *L, int level, lg_cmp *out, char *why, size_t nwhy);
 
 /* Whether Lua falls through (the THEN side, see lg_cmp) for an item() value: a number v (is_bool 0) or a boolean
