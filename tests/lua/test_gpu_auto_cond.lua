@@ -25,7 +25,9 @@ end
 local function make_branch(W, A, Bm)
   return function(x, s)
     local h = x:matmul(W):relu()
-    if (h:sum() * s):item() > 0 then return h:matmul(A):tanh() end
+    if (h:sum() * s):item() > 0 then
+      return h:matmul(A):tanh()
+    end
     return h:matmul(Bm):sigmoid() + 1
   end
 end
