@@ -228,7 +228,10 @@ static void try_pair(grace_fn *fn, fn_entry *e, int p, int q) {
   }
   a->prog = m;
   a->why[0] = 0;
-  if (fn_log_topic("ir")) fprintf(stderr, "grace: %s: two paths merged into one program:\n%s", fn->name, grace_ir_text(m));
+  if (fn_log_topic("ir")) {
+    const char *text = grace_ir_text(m);
+    fprintf(stderr, "grace: %s: two paths merged into one program:\n%s", fn->name, text ? text : "(no text)\n");
+  }
 }
 
 void fn_auto_path_added(grace_fn *fn, fn_entry *e) {
