@@ -41,6 +41,7 @@ enum {
   L_GEI, L_TEST, L_TESTSET, L_CALL, L_TAILCALL, L_RETURN, L_RETURN0, L_RETURN1, L_FORLOOP, L_FORPREP, L_TFORPREP,
   L_TFORCALL, L_TFORLOOP, L_SETLIST, L_CLOSURE, L_VARARG, L_VARARGPREP, L_EXTRAARG, L_NUMOPS
 };
+_Static_assert(L_NUMOPS == 83, "Lua 5.4 has 83 opcodes");
 
 /* Instruction fields: op 7 bits, A 8, k 1, B 8, C 8; Bx 17 (from bit 15); sJ 25 (from bit 7); sB/sC excess-127. */
 #define I_OP(i) ((int)((i) & 0x7f))
@@ -121,7 +122,7 @@ static void skip_constants(rd *r, int n) {
   size_t len;
   for (int i = 0; i < n && !r->bad; i++) {
     int t = rd_byte(r);
-    if (t == K_INT || t == K_FLT) rd_skip(r, 8);
+    if (t == K_INT || t == K_FLT) rd_skip(r, t == K_INT ? sizeof(lua_Integer) : sizeof(lua_Number));
     else if (t == K_SHRSTR || t == K_LNGSTR) rd_str(r, &len);
     else if (t != K_NIL && t != K_FALSE && t != K_TRUE) r->bad = 1;
   }
@@ -202,9 +203,12 @@ static int const_num(const proto *f, int idx, double *num, long long *ival, int 
   skip_constants(&r, idx < f->nk ? idx : 0);
   if (idx >= f->nk || r.bad) return 0;
   int t = rd_byte(&r);
-  if ((t != K_INT && t != K_FLT) || (size_t)(r.end - r.p) < 8) return 0;
-  if (t == K_INT) { lua_Integer v; memcpy(&v, r.p, 8); *ival = (long long)v; *num = (double)v; *isint = 1; }
-  else { lua_Number v; memcpy(&v, r.p, 8); *num = (double)v; *ival = 0; *isint = 0; }
+  if (t != K_INT && t != K_FLT) return 0;
+  lua_Integer iv;
+  lua_Number nv;
+  if ((size_t)(r.end - r.p) < (t == K_INT ? sizeof iv : sizeof nv)) return 0;
+  if (t == K_INT) { memcpy(&iv, r.p, sizeof iv); *ival = (long long)iv; *num = (double)iv; *isint = 1; }
+  else { memcpy(&nv, r.p, sizeof nv); *num = (double)nv; *ival = 0; *isint = 0; }
   return 1;
 }
 /* The name of the local in register reg at pc (locals in scope take registers 0, 1, ... in their order); NULL when
@@ -286,8 +290,9 @@ static int find_call(const proto *f, site *s, int slot) {
 /* What the instruction i that consumes the value in register r does with it, for a reason. */
 static const char *use_of(uint32_t i, int r) {
   int op = I_OP(i);
-  if ((op >= L_ADDI && op <= L_BNOT) || op == L_LEN || op == L_CONCAT) return "is used in arithmetic";
+  if ((op >= L_ADDI && op <= L_BNOT) || op == L_LEN) return "is used in arithmetic";
   switch (op) {
+  case L_CONCAT: return "is concatenated";
   case L_MOVE: return "is copied to a variable";
   case L_SETUPVAL: return "is stored in an upvalue";
   case L_SETTABLE: if (I_B(i) == r) return "is used as a table key";
@@ -316,8 +321,8 @@ static int load_const(const proto *f, uint32_t i, lg_cmp *out) {
   }
 }
 
-/* The comparison of register r at pc into out (op and constant; the sense is the caller's); 0 and a reason if pc
- * is not a comparison of r with a number constant (t: the register of a constant loaded right before, or -1). */
+/* The comparison of register r at pc into out->op (the constant and the sense are the caller's): NULL, or what pc
+ * does with r instead (t: the register holding the constant when it was loaded into one, else -1). */
 static const char *comparison(const proto *f, int pc, int r, int t, lg_cmp *out) {
   static const lg_cmp_op imm[] = {LG_CMP_EQ, LG_CMP_LT, LG_CMP_LE, LG_CMP_GT, LG_CMP_GE};
   uint32_t i = ins(f, pc);
@@ -374,7 +379,7 @@ static int loaded_before(const proto *f, int pc, int o, lg_cmp *out) {
   for (int q = pc - 1; q >= 0 && q >= pc - 8; q--) {
     uint32_t i = ins(f, q);
     int op = I_OP(i);
-    if (I_A(i) == o) return op == L_LOADK || op == L_LOADI || op == L_LOADF || op == L_LOADKX ? load_const(f, i, out) : -1;
+    if (I_A(i) == o) return op == L_LOADK || op == L_LOADI || op == L_LOADF ? load_const(f, i, out) : -1;
     if (I_A(i) < o || (op != L_SELF && op != L_MOVE && op != L_GETUPVAL && op != L_GETTABUP && op != L_GETFIELD &&
                        op != L_GETTABLE && op != L_GETI)) return -1;
   }

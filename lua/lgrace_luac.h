@@ -14,8 +14,10 @@ typedef enum { LG_CMP_LT, LG_CMP_LE, LG_CMP_GT, LG_CMP_GE, LG_CMP_EQ, LG_CMP_NE,
  * true. For `if COND then A else B end` and `elseif COND then A` that code is A, and holds is COND as written in
  * the source: `if v > K` gives GT, `if v <= K` LE, `if K < v` GT (the constant moved right), `if v ~= K` NE,
  * `if not (v > K)` GT with negate 1 (not LE: with a NaN value both are false but `not (v > K)` is true),
- * `if v then` TRUTH, `if not v then` TRUTH with negate 1. In `if v > K and w then` / `if v > K or w then` the
- * comparison decides whether Lua goes on to test w, and holds still says whether Lua falls through.
+ * `if v then` TRUTH, `if not v then` TRUTH with negate 1 (a number is always true: only a boolean item, of a bool
+ * tensor, makes TRUTH depend on the value). In `if v > K and w then` and `if v > K or w then` the comparison
+ * decides whether Lua goes on to test w, and holds still says whether Lua falls through: for `and` that is GT (w is
+ * tested when v > K), for `or` GT with negate 1 (Lua jumps straight into the then-block when v > K).
  * Use lg_cmp_holds below to evaluate it on a concrete value (it follows Lua's rules for booleans and NaN). */
 typedef struct {
   lg_cmp_op op;

@@ -161,7 +161,7 @@ static const reject_case rejects[] = {
   {"return x:item() or 0, 1", 2, "'and' or 'or'"},
   {"if (x:item() or 0) > 1 then T = true end", 2, "'and' or 'or'"},
   {"print(x:item().field)", 2, "indexed"},
-  {"S = 'a' .. x:item()", 2, "arithmetic"},
+  {"S = 'a' .. x:item()", 2, "concatenated"},
   {"local lim = 5\nif x:item() > lim then T = true end", 3, "not a constant"},
   {"if x:item() == 'a' then T = true end", 2, "not a number"},
   {"if x:item() == true then T = true end", 2, "not a number"},
