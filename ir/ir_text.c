@@ -8,7 +8,9 @@
  *   }
  * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. A region
  * (cond, while) ends its line with `{`, then its two sub-programs as nested functions two spaces deeper (each with
- * its own value numbering: it captures nothing), then `}` on a line of its own. */
+ * its own value numbering: it captures nothing), then `}` on a line of its own. A graph break prints where the host
+ * read, with what it did there when known: `break %3 gt 0 then` (it branched on %3 > 0 and this path took the true
+ * side), `break !"why"` (a read that cannot become a predicate), or a bare `break`. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -424,7 +426,6 @@ static grace_status parse_sym(lexer *L) {
   return GRACE_OK;
 }
 
-/* `func @name { ... }` at L into a new IR (its regions' sub-programs parsed recursively). */
 /* What follows `break`: a predicate `%v cmp [k] then|else`, or `!"why"` (nothing: a plain read). */
 static grace_status parse_break(lexer *L, ir_break *b) {
   if (accept(L, "!\"")) {
@@ -453,6 +454,7 @@ static grace_status parse_break(lexer *L, ir_break *b) {
   return GRACE_OK;
 }
 
+/* `func @name { ... }` at L into a new IR (its regions' sub-programs parsed recursively). */
 static grace_status parse_func(lexer *Lp, grace_ir **out) {
   lexer L = *Lp;
   grace_vm *vm = L.vm;

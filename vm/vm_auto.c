@@ -40,6 +40,7 @@ static void note(ir_break *b, grace_value v, grace_cmp cmp, double k, int taken,
   if (reason) {
     b->kind = IR_BRK_WHY;
     snprintf(out, n, "%s", reason);
+    for (char *q = out; *q; q++) if (*q == '"' || *q == '\n') *q = '\'';   /* it prints inside quotes, on one line */
     return;
   }
   b->kind = IR_BRK_PRED;
