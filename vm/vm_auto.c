@@ -101,6 +101,7 @@ struct fn_auto {
   grace_ir *prog;                       /* a merged program waiting for its guards */
   int ret_prog[FN_MAXARGS];             /* the entry's ret_output once it runs prog */
   int merged;
+  int blocked;                          /* a replayed path changed Lua state: never merged */
   char why[600];
 };
 
@@ -242,24 +243,36 @@ void fn_auto_path_added(grace_fn *fn, fn_entry *e) {
   a->nret[q] = a->rec_nret;
   memcpy(a->ret[q], a->rec_ret, sizeof a->ret[q]);
   a->rec_nret = -1;
-  for (int p = 0; p < q && !a->prog && !a->merged; p++) try_pair(fn, e, p, q);
-  if (a->prog && !fn->host.trace_begin) fn_auto_guard_end(fn, e, 1);   /* a host without guards of its own */
+  for (int p = 0; p < q && !a->prog && !a->merged && !a->blocked; p++) try_pair(fn, e, p, q);
+  if (a->prog && (!fn->host.trace_begin || !fn->host.trace_end)) fn_auto_guard_end(fn, e, 1);   /* no host guards */
 }
 
+/* A replayed call runs under the host's trace_begin/trace_end while the entry may still merge: a trace checks
+ * that the function has no effect on Lua state a compiled call would not repeat, and the paths a replay records
+ * need the same check before a program stands for them; a call with a merged program waiting builds its guards. */
 int fn_auto_guard_begin(grace_fn *fn, fn_entry *e) {
-  if (!e->autos || !e->autos->prog || e->ir || !fn->host.trace_begin) return 0;
-  fn->host.trace_begin(fn->ud);
-  return 1;
+  struct fn_auto *a = e->autos;
+  if (fn->no_auto || e->ir || !fn->host.trace_begin || !fn->host.trace_end || (a && (a->blocked || a->merged))) return 0;
+  int watch = a && a->prog;
+  for (int p = 0; p < e->ntree && !watch; p++)
+    for (int b = 0; b < e->tree[p]->nbreak && !watch; b++) watch = e->tree[p]->breaks[b].kind == IR_BRK_PRED;
+  if (watch) fn->host.trace_begin(fn->ud);
+  return watch;
 }
 
 void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
-  struct fn_auto *a = e->autos;
+  struct fn_auto *a = autos_of(fn, e);
   uint64_t g = 0;
   int ng = 0;
   char why[1024] = "";
-  if (fn->host.trace_end) fn->host.trace_end(fn->ud, ok ? a->prog : NULL, &g, &ng, why, sizeof why);
-  if (!ok) {   /* the call failed: the guards are built on a later one */
+  grace_ir *check = a && a->prog ? a->prog : e->tree[0];
+  if (fn->host.trace_end) fn->host.trace_end(fn->ud, ok && a ? check : NULL, &g, &ng, why, sizeof why);
+  if (!ok || !a || !a->prog) {   /* a failed call builds nothing; a watched one may block the merge */
     if (g && fn->host.release) fn->host.release(fn->ud, g);
+    if (ok && a && why[0]) {
+      a->blocked = 1;
+      snprintf(a->why, sizeof a->why, "a replayed call cannot be compiled: %.500s", why);
+    }
     return;
   }
   e->ir = a->prog;

@@ -98,9 +98,11 @@ int fn_same_const(grace_fn *fn, const grace_arg *a, const grace_arg *b);
 void fn_auto_call_end(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int nres, const grace_arg *res);
 /* After a path recorded by the call joined e->tree (the last one): merges it with a path of the other outcome. */
 void fn_auto_path_added(grace_fn *fn, fn_entry *e);
-/* A merged program waits for its guards: the host's trace_begin runs before this replayed call (1: it did). */
+/* Before a replayed call of an entry that may still merge: the host's trace_begin (1: it ran). */
 int fn_auto_guard_begin(grace_fn *fn, fn_entry *e);
-/* After that call (ok: it ran cleanly): the host's guards for the merged program; the entry runs it from now on. */
+/* After that call (ok: it ran cleanly): the host's trace_end, which blocks the merge where the call changed Lua
+ * state a compiled call would not repeat, or gives the guards of a merged program waiting (the entry runs it from
+ * now on). */
 void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok);
 int fn_auto_merged(const fn_entry *e);        /* the entry runs a merged program */
 const char *fn_auto_why(const fn_entry *e);   /* why its paths stay replayed ("" none known) */

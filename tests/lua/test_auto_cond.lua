@@ -6,7 +6,8 @@
 -- per call; an early exit after layer 4 of an 8-layer MLP; `== 0` on an integer sum; a boolean's truth. Sites that
 -- cannot become predicates (the value kept in a local, passed to tostring, used in arithmetic) stay breaks, and
 -- grace.explain says why with file:line; paths returning different shapes, or writing in place inside a branch, stay
--- replayed with the reason. A weight read by one branch only is guarded: replacing it retraces.
+-- replayed with the reason; so do paths whose branch changes Lua state the function reads. A weight read by one
+-- branch only is guarded: replacing it retraces.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
@@ -66,10 +67,11 @@ tap.ok(ir:find("= cond ", 1, true) and ir:find("func @", 1, true) and not ir:fin
        "branch: f:ir() is one program with a cond region and no break")
 tap.ok(ir:find("gt %", 1, true) ~= nil, "branch: the comparison is an op of the program")
 local rep = grace.explain(cf, x, plus)
-tap.ok(rep:find("test_auto_cond.lua:46: a branch on a value read on the host (gt 0)", 1, true) ~= nil,
+local bline = debug.getinfo(branch, "S").linedefined + 2   -- the line of the if
+tap.ok(rep:find("test_auto_cond.lua:" .. bline .. ": a branch on a value read on the host (gt 0)", 1, true) ~= nil,
        "explain: the branch and its place, as a predicate")
 tap.ok(rep:find("cached version 1: its paths became one program with a cond region", 1, true) ~= nil
-       and rep:find("cond at [^\n]*test_auto_cond.lua:46") ~= nil, "explain: the cached version runs a cond at the branch")
+       and rep:find("cond at [^\n]*test_auto_cond.lua:" .. bline) ~= nil, "explain: the cached version runs a cond at the branch")
 
 -- ---- off: the paths stay replayed ----
 local off = grace.compile(branch, {auto_regions = false})
@@ -186,6 +188,21 @@ local ci = grace.compile(inplace)
 local cin = counted(ci, inplace, {{pos2}, {neg2}}, 6)
 tap.ok(cin.bad == 0 and ci:stats().auto_regions == 0 and ci:stats().auto_region_failure:find("in place", 1, true) ~= nil,
        "an in-place write inside a branch: stays replayed, with the reason")
+
+-- ---- a branch that changes Lua state the function reads: a compiled call would not, so no merge ----
+local counter = {n = 0}
+local function effect(t)
+  if t:sum():item() > 0 then
+    return t * 2
+  end
+  counter.n = counter.n + 1
+  return t * 3
+end
+local cef = grace.compile(effect)
+local ceff = counted(cef, function(t) return t:sum():item() > 0 and t * 2 or t * 3 end, {{pos2}, {neg2}}, 8)
+tap.ok(ceff.bad == 0 and counter.n == 4 and cef:stats().auto_regions == 0 and
+       cef:stats().auto_region_failure:find("changes Lua state", 1, true) ~= nil,
+       "a branch writing a table field: every call runs the Lua code (4 writes for 4 calls), no merge, with the reason")
 
 -- ---- a weight read by one branch only is guarded ----
 local WB = grace.randn(D, D)
