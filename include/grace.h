@@ -470,6 +470,16 @@ grace_status grace_trace_note(grace_vm *vm, const char *why);
 void grace_trace_size_read(grace_vm *vm, const grace_tensor *t, int dim);
 /* Whether the trace has written in place to a tensor that outlives it (an input or a capture). */
 int grace_trace_mutated(const grace_vm *vm);
+/* How the host used the value it just read from tensor t (a one-element tensor, read on the host while a trace or
+ * replay is active, e.g. by item()): only in one comparison `value cmp k` deciding a branch (GRACE_CMP_TRUTH: the
+ * value's truth, for booleans), whose outcome this call took is `taken`; or, with GRACE_CMP_NONE, in a way that
+ * cannot be recorded (why: "file:line: how", kept for grace_fn_explain). Once the paths of a function with graph
+ * breaks have taken both outcomes of such a read, and nothing else breaks them, they become one program with a
+ * cond region (the automatic form of grace_ir_cond). Nothing without a trace. */
+typedef enum grace_cmp {
+  GRACE_CMP_NONE = -1, GRACE_CMP_LT, GRACE_CMP_LE, GRACE_CMP_GT, GRACE_CMP_GE, GRACE_CMP_EQ, GRACE_CMP_NE, GRACE_CMP_TRUTH
+} grace_cmp;
+grace_status grace_trace_branch(grace_vm *vm, const grace_tensor *t, grace_cmp cmp, double k, int taken, const char *why);
 /* Replaying: runs a function again against the paths recorded for it (IR with breaks). Each grace_run
  * is matched against the paths and deferred; a host read (a break) or the end runs what was deferred.
  * A call that leaves every path is recorded from there on as a new path (prefix included), which
@@ -564,6 +574,8 @@ typedef struct grace_fn_options {
   int dynamic_shapes;         /* 1: a tensor dim whose size changes between calls is retraced symbolic once;
                                  0: every size is guarded by value (one trace per size) */
   unsigned dynamic_dims[GRACE_FN_MAXARGS];   /* bit d of [k]: dim d of argument k is symbolic from the first trace */
+  int no_auto_regions;        /* 1: paths that differ at a branch on a value read on the host stay replayed (see
+                                 grace_trace_branch); 0: they become one program with a cond region */
 } grace_fn_options;
 /* opts NULL: cache_limit 8, numbers static. host and ud must outlive fn. */
 grace_status grace_fn_new(grace_vm *vm, const char *name, const grace_host *host, void *ud,
@@ -586,11 +598,14 @@ typedef struct grace_fn_stats {
   unsigned char dynamic[GRACE_FN_MAXARGS];   /* 1: argument k became a dynamic scalar */
   unsigned dynamic_dims[GRACE_FN_MAXARGS];   /* bit d of [k]: dim d of argument k is traced symbolic */
   int symbolic_entries;                   /* entries whose program has symbolic sizes */
+  int auto_regions;                       /* entries whose paths became one program with a cond region */
+  const char *auto_why;                   /* why the latest paths that could have merged stay replayed ("" none) */
 } grace_fn_stats;
 void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out);
 int grace_fn_entry_count(const grace_fn *fn);
 /* Entry k (0-based): its program (NULL: it has recorded paths, or runs eagerly, *why then says why), and the
- * paths of a function with breaks (*npaths of them; paths may be NULL). NULL with no such entry. */
+ * paths of a function with breaks (*npaths of them, 0 once they became one program; paths may be NULL). NULL with
+ * no such entry. */
 grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_ir *const **paths, int *npaths);
 long grace_fn_entry_hits(const grace_fn *fn, int k);
 /* The j-th (0-based) partition of entry k that became a program of its own (a function with breaks: the ops between

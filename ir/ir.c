@@ -370,10 +370,27 @@ grace_status grace_ir_break(const grace_ir *ir, int k, int *after, const char **
 }
 
 grace_status ir_add_break(grace_ir *ir) {
-  if (ir->nbreak && ir->breaks[ir->nbreak - 1].after == ir->ninst - 1) return GRACE_OK;   /* one per point */
+  if (ir->nbreak && ir->breaks[ir->nbreak - 1].after == ir->ninst - 1) {   /* one per point */
+    ir->breaks[ir->nbreak - 1].nread++;
+    return GRACE_OK;
+  }
   if (!GROW(ir, breaks, cap_break, ir->nbreak + 1)) return GRACE_ENOMEM;
-  ir->breaks[ir->nbreak++] = (ir_break){ir->ninst - 1, ir->cur_loc};
+  ir->breaks[ir->nbreak++] = (ir_break){.after = ir->ninst - 1, .loc = ir->cur_loc, .kind = IR_BRK_READ, .cmp = -1,
+                                        .nread = 1, .value = -1, .why = -1};
   return GRACE_OK;
+}
+
+int32_t ir_intern(grace_ir *ir, const char *s) {
+  int32_t keep = ir->cur_loc;
+  grace_status st = grace_ir_set_location(ir, s);
+  int32_t k = ir->cur_loc;
+  ir->cur_loc = keep;
+  return st == GRACE_OK ? k : -1;
+}
+
+const char *ir_cmp_name(int cmp) {
+  static const char *const names[] = {"lt", "le", "gt", "ge", "eq", "ne", "truth"};
+  return cmp >= 0 && cmp <= GRACE_CMP_TRUTH ? names[cmp] : NULL;
 }
 
 int grace_ir_count(const grace_ir *ir, const char *what) {

@@ -67,7 +67,15 @@ typedef struct ir_write {
 typedef struct ir_break {
   int32_t after;
   int32_t loc;
+  /* what the host did with what it read there (vm/vm_auto.c): IR_BRK_READ nothing grace knows; IR_BRK_PRED one value
+   * (`value`) compared with k (cmp, a grace_cmp) deciding a branch, this path taking `taken`; IR_BRK_WHY a read that
+   * cannot become a predicate, why (an index into locs) says how */
+  int8_t kind, cmp, taken;
+  int32_t nread;                       /* host reads at this point */
+  int32_t value, why;
+  double k;
 } ir_break;
+enum { IR_BRK_READ, IR_BRK_PRED, IR_BRK_WHY };
 
 typedef struct ir_const {
   grace_tensor *t;
@@ -119,8 +127,22 @@ int64_t ir_type_numel(const ir_type *t);
 /* The value that v is a chain of views of (v itself when it is no view; v when negative). */
 int32_t ir_view_base(const grace_ir *ir, int32_t v);
 
-/* Records a break after the last instruction (at the current location). */
+/* Records a break after the last instruction (at the current location); a second read at the same point counts in
+ * the same break. */
 grace_status ir_add_break(grace_ir *ir);
+/* s kept in ir's string table (where locations live); its index, or -1 (out of memory). */
+int32_t ir_intern(grace_ir *ir, const char *s);
+/* cmp's text name ("gt"), or NULL. */
+const char *ir_cmp_name(int cmp);
+
+/* ---- merging two recorded paths at a branch (ir_merge.c) ---- */
+/* Paths t and e of one function, alike up to break b (the same ops from the inputs on), where the host branched on
+ * `value cmp k` (t took the true side, e the false one), each running to its end with no further break: one
+ * program computing the predicate on the device and a cond region whose branches are the two paths' rests. tout and
+ * eout (nout values each) are what each path returns. On success *out is the new program; otherwise why (n bytes)
+ * says what keeps them apart, and the VM's error is untouched (GRACE_EUNSUPPORTED), or an error (out of memory). */
+grace_status ir_merge(grace_ir *t, grace_ir *e, int b, int nout, const int32_t *tout, const int32_t *eout, grace_ir **out,
+                      char *why, size_t n);
 /* Appends an instruction with given result types (no inference); returns the first result id or -1. */
 int32_t ir_append(grace_ir *ir, int op, int nin, const int32_t *in, const grace_attrs *a, int nout,
                   const ir_type *types);

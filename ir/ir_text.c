@@ -8,7 +8,9 @@
  *   }
  * An absent optional input prints as `_`. Attributes print only where they differ from the defaults. A region
  * (cond, while) ends its line with `{`, then its two sub-programs as nested functions two spaces deeper (each with
- * its own value numbering: it captures nothing), then `}` on a line of its own. */
+ * its own value numbering: it captures nothing), then `}` on a line of its own. A graph break prints where the host
+ * read, with what it did there when known: `break %3 gt 0 then` (it branched on %3 > 0 and this path took the true
+ * side), `break !"why"` (a read that cannot become a predicate), or a bare `break`. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -72,9 +74,18 @@ static void put_attrs(sbuf *b, int op, const grace_attrs *a) {
 #undef SEP
 }
 
+/* break [%v cmp k then|else | !"why"]  @"loc": a predicate (the host branched on %v cmp k and this path took the
+ * then or else side), or why the read there cannot be one */
 static void put_break(sbuf *b, const grace_ir *ir, int nb, int ind) {
+  const ir_break *k = &ir->breaks[nb];
   put(b, "%*sbreak", ind, "");
-  if (ir->breaks[nb].loc >= 0) put(b, "  @\"%s\"", ir->locs[ir->breaks[nb].loc]);
+  if (k->kind == IR_BRK_PRED) {
+    put(b, " %%%d %s", (int)k->value, ir_cmp_name(k->cmp));
+    if (k->cmp != GRACE_CMP_TRUTH) put(b, " %.17g", k->k);
+    put(b, " %s", k->taken ? "then" : "else");
+  } else if (k->kind == IR_BRK_WHY && k->why >= 0)
+    put(b, " !\"%s\"", ir->locs[k->why]);
+  if (k->loc >= 0) put(b, "  @\"%s\"", ir->locs[k->loc]);
   put(b, "\n");
 }
 
@@ -415,6 +426,34 @@ static grace_status parse_sym(lexer *L) {
   return GRACE_OK;
 }
 
+/* What follows `break`: a predicate `%v cmp [k] then|else`, or `!"why"` (nothing: a plain read). */
+static grace_status parse_break(lexer *L, ir_break *b) {
+  if (accept(L, "!\"")) {
+    const char *e = strchr(L->s, '"');
+    if (!e) return perr(L, "a closing quote");
+    char why[512];
+    snprintf(why, sizeof why, "%.*s", (int)(e - L->s), L->s);
+    L->s = e + 1;
+    b->kind = IR_BRK_WHY;
+    if ((b->why = ir_intern(L->ir, why)) < 0) return GRACE_ENOMEM;
+    return GRACE_OK;
+  }
+  skip_ws(L);
+  if (*L->s != '%') return GRACE_OK;
+  char name[16];
+  if (!value_ref(L, &b->value) || !word(L, name, sizeof name)) return perr(L, "break %V cmp k then|else");
+  b->cmp = -1;
+  for (int c = 0; c <= GRACE_CMP_TRUTH; c++) if (!strcmp(name, ir_cmp_name(c))) b->cmp = (int8_t)c;
+  if (b->cmp < 0) return perr(L, "a comparison (lt, le, gt, ge, eq, ne, truth)");
+  if (b->cmp != GRACE_CMP_TRUTH && !number(L, &b->k)) return perr(L, "the number compared with");
+  if (accept(L, "then")) b->taken = 1;
+  else if (accept(L, "else")) b->taken = 0;
+  else return perr(L, "then or else");
+  if (b->value >= L->ir->nval) return perr(L, "a value defined before the break");
+  b->kind = IR_BRK_PRED;
+  return GRACE_OK;
+}
+
 /* `func @name { ... }` at L into a new IR (its regions' sub-programs parsed recursively). */
 static grace_status parse_func(lexer *Lp, grace_ir **out) {
   lexer L = *Lp;
@@ -430,6 +469,8 @@ static grace_status parse_func(lexer *Lp, grace_ir **out) {
     skip_lines(&L);
     if (accept(&L, "return")) break;
     if (accept(&L, "break")) {
+      ir_break pb = {.kind = IR_BRK_READ, .cmp = -1, .value = -1, .why = -1};
+      if ((st = parse_break(&L, &pb)) != GRACE_OK) break;
       if (accept(&L, "@\"")) {
         const char *e = strchr(L.s, '"');
         if (!e) { st = perr(&L, "a closing quote"); break; }
@@ -439,6 +480,10 @@ static grace_status parse_func(lexer *Lp, grace_ir **out) {
         grace_ir_set_location(ir, loc);
       } else grace_ir_set_location(ir, NULL);
       if ((st = ir_add_break(ir)) != GRACE_OK) break;
+      pb.after = ir->breaks[ir->nbreak - 1].after;
+      pb.loc = ir->breaks[ir->nbreak - 1].loc;
+      pb.nread = 1;
+      ir->breaks[ir->nbreak - 1] = pb;
       continue;
     }
     if (accept(&L, "sym")) {

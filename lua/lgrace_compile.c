@@ -613,6 +613,8 @@ static int compiled_stats(lua_State *L) {
   lua_pushinteger(L, s.partitions); lua_setfield(L, -2, "partitions");
   lua_pushinteger(L, s.partition_runs); lua_setfield(L, -2, "partition_runs");
   lua_pushinteger(L, s.staged_bytes); lua_setfield(L, -2, "staged_bytes");
+  lua_pushinteger(L, s.auto_regions); lua_setfield(L, -2, "auto_regions");
+  lua_pushstring(L, s.auto_why); lua_setfield(L, -2, "auto_region_failure");
   return 1;
 }
 
@@ -740,7 +742,10 @@ static int l_compile(lua_State *L) {
       snprintf(name, sizeof name, "%s", lua_tostring(L, -1));
       set_irname(irname, sizeof irname, name, -1);
     }
-    lua_pop(L, 3);
+    lua_getfield(L, 2, "auto_regions");
+    if (lua_isboolean(L, -1)) o.no_auto_regions = !lua_toboolean(L, -1);
+    else if (!lua_isnil(L, -1)) return luaL_error(L, "compile: opts.auto_regions must be a boolean, got %s", luaL_typename(L, -1));
+    lua_pop(L, 4);
   } else if (!lua_isnoneornil(L, 2))
     return luaL_error(L, "compile: options must be a table, got %s", luaL_typename(L, 2));
   if (o.cache_limit < 1) return luaL_error(L, "compile: cache_limit must be at least 1");

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "lua/lgrace_tensor.h"
+#include "lua/lgrace_luac.h"
 
 /* ---- facts ---- */
 /* A size (x:size(), x.shape, x:stride()) is a plain table of integers, so it indexes, has # and goes wherever a
@@ -95,6 +96,68 @@ static int m_version(lua_State *L) {
   return lg_done(c, 1);
 }
 
+/* lg_cmp_site for the Lua function calling item(): it decodes that function's bytecode each time, so its answer is
+ * kept per site (the calling function, weakly, and the line: a line with two item() calls is refused anyway), and a
+ * replayed call pays a lookup. */
+static const char site_key = 0;
+typedef struct { int ok; lg_cmp c; char why[300]; } site_answer;
+
+static int site_of(lua_State *L, lg_cmp *c, char *why, size_t n) {
+  lua_Debug ar;
+  if (!lua_getstack(L, 1, &ar) || !lua_getinfo(L, "fl", &ar)) return lg_cmp_site(L, 1, c, why, n);
+  int top = lua_gettop(L) - 1;   /* the caller pushed by "f" is on top */
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &site_key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &site_key);
+  }
+  lua_pushvalue(L, top + 1);
+  if (lua_rawget(L, -2) != LUA_TTABLE) {   /* the caller's sites */
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, top + 1);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, -4);
+  }
+  site_answer *a;
+  if (lua_rawgeti(L, -1, ar.currentline) == LUA_TUSERDATA) a = lua_touserdata(L, -1);
+  else {
+    lua_pop(L, 1);
+    a = lua_newuserdatauv(L, sizeof *a, 0);
+    memset(a, 0, sizeof *a);
+    a->ok = lg_cmp_site(L, 1, &a->c, a->why, sizeof a->why);
+    lua_rawseti(L, -2, ar.currentline);
+  }
+  *c = a->c;
+  snprintf(why, n, "%s", a->why);
+  lua_settop(L, top);
+  return a->ok;
+}
+
+/* During a trace or a replay: tells the core how the calling Lua code uses the value item() read from x (v; a
+ * boolean when is_bool), so that a branch on it can become a cond region (grace_trace_branch). */
+static void note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int is_bool, double v) {
+  static const grace_cmp cmps[] = {
+    [LG_CMP_LT] = GRACE_CMP_LT, [LG_CMP_LE] = GRACE_CMP_LE, [LG_CMP_GT] = GRACE_CMP_GT, [LG_CMP_GE] = GRACE_CMP_GE,
+    [LG_CMP_EQ] = GRACE_CMP_EQ, [LG_CMP_NE] = GRACE_CMP_NE, [LG_CMP_TRUTH] = GRACE_CMP_TRUTH};
+  if (!grace_trace_active(vm)) return;
+  lg_cmp c;
+  char why[300] = "";
+  int holds = site_of(L, &c, why, sizeof why) ? lg_cmp_holds(&c, is_bool, v) : -1;
+  if (holds < 0) {
+    if (!why[0]) snprintf(why, sizeof why, "line %d: an order comparison of a boolean with a number", c.line);
+    grace_trace_branch(vm, x, GRACE_CMP_NONE, 0, 0, why);
+    return;
+  }
+  /* the outcome of `v OP k` itself: the core's predicate computes that comparison */
+  grace_trace_branch(vm, x, cmps[c.op], c.k, c.negate ? !holds : holds, NULL);
+}
+
 static int m_item(lua_State *L) {
   lg_ctx *c = lg_begin(L);
   grace_tensor *x = lg_check(L, c, 1, "item");
@@ -106,10 +169,12 @@ static int m_item(lua_State *L) {
   if (grace_dtype_is_float(dt)) {
     double v;
     if (grace_tensor_read(c->vm, x, GRACE_FLOAT64, &v) != GRACE_OK) return lg_fail(L, c);
+    note_branch(L, c->vm, x, 0, v);
     lua_pushnumber(L, v);
   } else {
     int64_t v;
     if (grace_tensor_read(c->vm, x, GRACE_INT64, &v) != GRACE_OK) return lg_fail(L, c);
+    note_branch(L, c->vm, x, dt == GRACE_BOOL, (double)v);
     if (dt == GRACE_BOOL) lua_pushboolean(L, v != 0);
     else lua_pushinteger(L, (lua_Integer)v);
   }

@@ -143,6 +143,15 @@ int lg_report(lua_State *L) {
     snprintf(line, sizeof line, "  host inputs staged to the device ahead of the programs: %ld bytes so far\n", fs.staged_bytes);
     luaL_addstring(&b, line);
   }
+  if (fs.auto_regions) {
+    snprintf(line, sizeof line, "  %d branch%s on a value read on the host became a cond region (both paths run as one "
+             "program)\n", fs.auto_regions, fs.auto_regions == 1 ? "" : "es");
+    luaL_addstring(&b, line);
+  }
+  if (fs.auto_why[0]) {
+    snprintf(line, sizeof line, "  paths kept replayed: %.400s\n", fs.auto_why);
+    luaL_addstring(&b, line);
+  }
   for (int i = 0; i < n; i++) {
     const grace_graph_info *gi = &p[i].gi;
     char path[160] = "";

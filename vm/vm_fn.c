@@ -186,6 +186,7 @@ void fn_entry_free(grace_fn *fn, fn_entry *e) {
   if (!e) return;
   grace_ir_free(e->ir);
   vm_parts_free(fn->vm, e->parts);
+  fn_auto_free(fn, e);
   fn_moves_free(fn->vm, e->moves);
   for (int k = 0; k < e->ntree; k++) grace_ir_free(e->tree[k]);
   for (int i = 0; i < e->nargs && i < FN_MAXARGS; i++) if (e->args[i].kind == FG_HOST) release_handle(fn, e->args[i].host);
@@ -469,10 +470,12 @@ static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace
       return grace_set_error(vm, st, "%s", msg);
     }
   }
-  int n = 0;
+  int n = 0, guarding = fn_auto_guard_begin(fn, e);
   st = fn->host.call(fn->ud, nargs, args, &n, res, maxres);
+  if (st == GRACE_OK && !fn->no_auto) fn_auto_call_end(fn, e, nargs, args, n < maxres ? n : maxres, res);
   grace_ir *rec = NULL;
   grace_status rs = grace_replay_end(vm, &rec);
+  if (guarding) fn_auto_guard_end(fn, e, st == GRACE_OK && rs == GRACE_OK);
   if (st != GRACE_OK) {
     grace_ir_free(rec);
     return st == GRACE_EHOST ? grace_set_error(vm, st, "%s: error in the host function", fn->name) : st;
@@ -485,8 +488,11 @@ static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace
     return rs;
   }
   if (rec) {
-    if (e->ntree < FN_MAXPATHS && grace_ir_verify(rec) == GRACE_OK) e->tree[e->ntree++] = rec;
-    else grace_ir_free(rec);
+    if (e->ntree < FN_MAXPATHS && grace_ir_verify(rec) == GRACE_OK) {
+      e->tree[e->ntree++] = rec;
+      if (!fn->no_auto) fn_auto_path_added(fn, e);
+    } else
+      grace_ir_free(rec);
     fn->traces++;
   }
   fn->replays++;
@@ -494,7 +500,7 @@ static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace
 }
 
 /* ---- promotion of changing numbers to dynamic scalars ---- */
-static int same_const(grace_fn *fn, const grace_arg *a, const grace_arg *b) {
+int fn_same_const(grace_fn *fn, const grace_arg *a, const grace_arg *b) {
   if (a->kind != b->kind) return 0;
   switch (a->kind) {
   case GRACE_ARG_NIL: return 1;
@@ -539,7 +545,7 @@ static int differ_in_numbers(grace_fn *fn, const fn_entry *e1, const fn_entry *e
   }
   if (!ok || !nd) return 0;
   for (int j = 0; j < e1->nret && ok; j++) ok = e1->ret_output[j] == e2->ret_output[j];
-  for (int j = 0; j < e1->nret && ok; j++) if (e1->ret_output[j] == -1) ok = same_const(fn, &e1->ret_const[j], &e2->ret_const[j]);
+  for (int j = 0; j < e1->nret && ok; j++) if (e1->ret_output[j] == -1) ok = fn_same_const(fn, &e1->ret_const[j], &e2->ret_const[j]);
   if (ok && (e1->guard || e2->guard))
     ok = e1->guard && e2->guard && fn->host.guard_same && fn->host.guard_same(fn->ud, e1->guard, e2->guard);
   return ok;
@@ -621,6 +627,7 @@ grace_status grace_fn_new(grace_vm *vm, const char *name, const grace_host *host
   fn->cache_limit = opts->cache_limit;
   fn->dynamic = opts->dynamic;
   fn->static_shapes = !opts->dynamic_shapes;
+  fn->no_auto = opts->no_auto_regions;
   memcpy(fn->sym_dims, opts->dynamic_dims, sizeof fn->sym_dims);
   for (int k = 0; k < opts->nallow; k++) {
     if (opts->allow[k] >= 0 && opts->allow[k] < FN_MAXARGS) fn->allow_arg[opts->allow[k]] = 1;
@@ -736,7 +743,7 @@ grace_status grace_fn_call(grace_fn *fn, int nargs, const grace_arg *args, int *
       grace_ir_recapture(e->ir);
       fn->recaptures++;
     }
-    if (e->ntree) return run_replay(fn, e, nargs, args, nres, res, maxres);
+    if (e->ntree && !e->ir) return run_replay(fn, e, nargs, args, nres, res, maxres);
     if (!e->ir) return call_eager(fn, nargs, args, nres, res, maxres);   /* this guard set runs eagerly */
     if (e->nret > maxres)
       return grace_set_error(fn->vm, GRACE_EARG, "%s: the function returns %d results, room for %d", fn->name, e->nret, maxres);
@@ -757,7 +764,10 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
   out->recaptures = fn->recaptures;
   out->replays = fn->replays;
   out->entries = fn->nentries;
+  out->auto_why = "";
   for (int k = 0; k < fn->nentries; k++) {
+    out->auto_regions += fn_auto_merged(fn->entries[k]);
+    if (*fn_auto_why(fn->entries[k])) out->auto_why = fn_auto_why(fn->entries[k]);
     out->partitions += vm_parts_count(fn->entries[k]->parts);
     out->partition_runs += vm_parts_runs(fn->entries[k]->parts);
     out->staged_bytes += (long)fn_moves_bytes(fn->entries[k]->moves);
@@ -787,7 +797,7 @@ grace_ir *grace_fn_entry_ir(const grace_fn *fn, int k, const char **why, grace_i
   const fn_entry *e = fn->entries[k];
   if (why && e->why[0]) *why = e->why;
   if (paths) *paths = e->tree;
-  if (npaths) *npaths = e->ntree;
+  if (npaths) *npaths = e->ir ? 0 : e->ntree;   /* paths merged into one program are history */
   return e->ir;
 }
 

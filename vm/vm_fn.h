@@ -47,6 +47,7 @@ typedef struct fn_entry {
                                            <= -2: argument -2 - k itself (the same object, as eager) */
   grace_arg ret_const[FN_MAXARGS];      /* HOST handles kept */
   int alias[FN_MAXARGS];                /* tensor argument i shares storage with argument alias[i] (-1: none) */
+  struct fn_auto *autos;                /* tree: what each path returns, the merged program (vm/vm_auto.c) */
   uint64_t guard;                       /* the host's guard (0: none) */
   int nguarded;                         /* values the host's guard checks */
   long hits;
@@ -65,6 +66,7 @@ struct grace_fn {
   unsigned sym_dims[FN_MAXARGS];        /* dims traced symbolic: asked for up front, or whose size changed */
   unsigned pinned_dims[FN_MAXARGS];     /* dims a trace had to specialise: not made symbolic again */
   int eager_forever, warned;
+  int no_auto;                          /* paths that part at a branch stay replayed (grace_fn_options.no_auto_regions) */
   long calls, hits, traces, eager_calls, recaptures, replays;
   char name[96];
   char irname[64];
@@ -85,6 +87,26 @@ void fn_entry_free(grace_fn *fn, fn_entry *e);
 void fn_release_results(grace_fn *fn, int nres, grace_arg *res);
 /* "float32 [2, 3]" (and " (strided)") */
 const char *fn_tensor_desc(const fn_guard *g, char *buf, size_t n);
+
+/* Two constant results alike (numbers by value, host values by identity). */
+int fn_same_const(grace_fn *fn, const grace_arg *a, const grace_arg *b);
+
+/* vm_auto.c: paths that part at a branch on a value read on the host become one program with a cond region. */
+/* After a replayed call's host function returned, its trace still active: a call that ended at a branch where the
+ * recorded paths go on is recorded as a path of its own (the other outcome of an early return), and a path being
+ * recorded gets the call's results as its outputs. Failures leave the paths as they are. */
+void fn_auto_call_end(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int nres, const grace_arg *res);
+/* After a path recorded by the call joined e->tree (the last one): merges it with a path of the other outcome. */
+void fn_auto_path_added(grace_fn *fn, fn_entry *e);
+/* Before a replayed call of an entry that may still merge: the host's trace_begin (1: it ran). */
+int fn_auto_guard_begin(grace_fn *fn, fn_entry *e);
+/* After that call (ok: it ran cleanly): the host's trace_end, which blocks the merge where the call changed Lua
+ * state a compiled call would not repeat, or gives the guards of a merged program waiting (the entry runs it from
+ * now on). */
+void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok);
+int fn_auto_merged(const fn_entry *e);        /* the entry runs a merged program */
+const char *fn_auto_why(const fn_entry *e);   /* why its paths stay replayed ("" none known) */
+void fn_auto_free(grace_fn *fn, fn_entry *e);
 
 /* vm_place.c: placement rewrites of e->ir (host tensors it only moves to the device: arguments staged ahead of the
  * program per call, captured tensors made device constants); fn_place_inputs: before a run, in[0..e->ninput) with the

@@ -114,8 +114,19 @@ static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
     int after;
     const char *where;
     grace_ir_break(prog, k, &after, &where);
-    sb_add(b, "    %s: a tensor's value is read on the host (item, tolist, tostring, print); keep it a tensor "
-           "(grace.where instead of if) to remove the break\n", where ? where : "(unknown place)");
+    const ir_break *br = &prog->breaks[k];
+    where = where ? where : "(unknown place)";
+    char pred[64];
+    if (br->cmp == GRACE_CMP_TRUTH) snprintf(pred, sizeof pred, "truth");
+    else snprintf(pred, sizeof pred, "%s %.17g", ir_cmp_name(br->cmp), br->k);
+    if (br->kind == IR_BRK_PRED)
+      sb_add(b, "    %s: a branch on a value read on the host (%s): once calls have taken both ways, the two paths "
+             "become one program with a cond region (no Lua code runs then)\n", where, pred);
+    else if (br->kind == IR_BRK_WHY && br->why >= 0)
+      sb_add(b, "    %s: a value read on the host stays a graph break: %s\n", where, prog->locs[br->why]);
+    else
+      sb_add(b, "    %s: a tensor's value is read on the host (item, tolist, tostring, print); keep it a tensor "
+             "(grace.where instead of if) to remove the break\n", where);
   }
   if (nb) explain_partitions(prog, b);
   sb_add(b, "  placement:\n");
@@ -163,6 +174,20 @@ static void explain_guards(grace_fn *fn, const fn_entry *e, sbuf *b) {
   explain_symbols(e, b);
 }
 
+/* The cached versions of fn whose paths became one program with a cond region, or stay replayed and why. */
+static void explain_auto(grace_fn *fn, sbuf *b) {
+  for (int k = 0; k < fn->nentries; k++) {
+    const fn_entry *e = fn->entries[k];
+    if (fn_auto_merged(e)) {
+      sb_add(b, "  cached version %d: its paths became one program with a cond region (runs without Lua code):\n", k + 1);
+      for (int i = 0; i < e->ir->ninst; i++)
+        if (e->ir->insts[i].op == IR_OP_COND)
+          sb_add(b, "    cond at %s\n", e->ir->insts[i].loc >= 0 ? e->ir->locs[e->ir->insts[i].loc] : "(unknown place)");
+    } else if (*fn_auto_why(e))
+      sb_add(b, "  cached version %d: its paths stay replayed: %s\n", k + 1, fn_auto_why(e));
+  }
+}
+
 grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, char *buf, size_t n) {
   if (!fn) return GRACE_EARG;
   if (!buf || !n || nargs < 0 || (nargs && !args) || nargs > FN_MAXARGS)
@@ -188,5 +213,6 @@ grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, ch
   }
   explain_guards(fn, e, &b);
   fn_entry_free(fn, e);
+  explain_auto(fn, &b);
   return GRACE_OK;
 }

@@ -123,7 +123,7 @@ void vm_replay_become(grace_tensor *shell, grace_tensor *r) {
 
 /* Leaves the recorded paths: everything deferred runs, and the call is recorded from here on as a new path
  * whose prefix is the one matched so far. */
-static grace_status diverge(grace_vm *vm) {
+grace_status vm_replay_diverge(grace_vm *vm) {
   vm_trace *tr = vm->trace;
   int n = tr->npending;
   tr->npending = 0;   /* a prefix ending here is no partition: op by op */
@@ -153,6 +153,7 @@ static grace_status diverge(grace_vm *vm) {
       if (src->breaks[b].after == i && st == GRACE_OK) {
         grace_ir_set_location(ir, src->breaks[b].loc >= 0 ? src->locs[src->breaks[b].loc] : NULL);
         st = ir_add_break(ir);
+        if (st == GRACE_OK) st = vm_auto_copy_break(vm, ir, b);
       }
     if (st == GRACE_OK && (k->op == IR_OP_INPUT || k->op == IR_OP_CONST))
       st = tr_set_root(vm, k->first_result, k->first_result);
@@ -171,7 +172,7 @@ grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
   int inplace = grace_op_kind(op) == GRACE_KIND_INPLACE, nres = inplace ? 1 : nout, at = -1, best = -1;
   grace_value vals[64], bvals[64];
   uint64_t alive = 0;
-  if (nin > 64) return diverge(vm);
+  if (nin > 64) return vm_replay_diverge(vm);
   for (int p = 0; p < tr->npaths; p++) {
     if (!(tr->alive >> p & 1)) continue;
     int c;
@@ -182,7 +183,7 @@ grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
   }
   if (best < 0) {   /* no recorded path makes this call */
     *handled = 0;
-    return diverge(vm);
+    return vm_replay_diverge(vm);
   }
   grace_status st = GRACE_OK;
   tr->alive = alive;

@@ -357,6 +357,7 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
  * replaying runs what was deferred, so the value is there to read. */
 void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   vm_trace *tr = vm->trace;
+  vm_auto_read(vm, how);
   if (tr->replay) { vm_replay_flush(vm); return; }
   if (tr->parent) {   /* no break can be inside a region: the function cannot be one program */
     tr_problem(vm, "reads a tensor on the host (%s) inside a cond or while_loop function; keep the value a tensor",

@@ -10,6 +10,7 @@
  * its parent when next used. parent/vop/va: how a view was made, to turn a write through it into an
  * update of its base, and to remake it. */
 #define STALE (-2)
+#define VM_SEEN 8
 typedef struct vm_parts vm_parts;
 typedef struct {
   grace_tensor *t;
@@ -47,6 +48,10 @@ struct vm_trace {
   int32_t *pending;             /* instructions matched but not run yet */
   vm_parts *parts;              /* the function's partitions as programs (vm_part.c); NULL: op by op */
   int npending, cap_pending;
+  /* replay: what the host did at the first VM_SEEN breaks of the lead path this call passed (vm_auto.c), kept as a
+   * recording keeps it on the break itself; a path recorded from here on copies it */
+  ir_break seen[VM_SEEN];
+  char seen_why[VM_SEEN][200];
   double replay_ns;             /* host time spent matching, for the report */
   long replayed_ops;
   /* a region's sub-program being recorded (vm_region.c): the enclosing trace waits in parent; tensors of the
@@ -97,6 +102,18 @@ grace_status vm_replay_begin(grace_vm *vm, grace_ir *const *paths, int npaths, g
 grace_status vm_replay_run_ops(grace_vm *vm, const int32_t *list, int n);
 /* Pending tensor shell takes r's storage and layout (r keeps its own reference). */
 void vm_replay_become(grace_tensor *shell, grace_tensor *r);
+
+/* Leaves the recorded paths at the cursor (what was deferred runs first): the call is recorded from here on as a new
+ * path whose prefix is the one matched so far. */
+grace_status vm_replay_diverge(grace_vm *vm);
+
+/* branches read on the host (vm_auto.c) */
+/* A host read (how: what it reads) while the trace is active, before the hook reads t: in a replay, a read of
+ * elements counts on the break it passes (a recording counts every read on the break it makes). */
+void vm_auto_read(grace_vm *vm, const char *how);
+/* The last break dst got (a copy of break bi of the lead path, made as a call leaves the paths): what this call
+ * did there, or a plain read where the call has not passed it. */
+grace_status vm_auto_copy_break(grace_vm *vm, grace_ir *dst, int bi);
 
 /* partitions (vm_part.c) */
 vm_parts *vm_parts_new(grace_vm *vm);

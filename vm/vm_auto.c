@@ -1,0 +1,295 @@
+/* vm_auto.c: branches on values read on the host become cond regions (the automatic form of grace.cond). A host
+ * that reads one value of a tensor during a trace or a replay (item()) says how it used it (grace_trace_branch): in
+ * one comparison with a constant deciding a branch, or in a way that cannot be recorded (the reason, with its
+ * place). The trace keeps that on the break the read made (ir_break: the value, the comparison, the outcome this
+ * path took); a replay keeps it per call and hands it to a path it records. Once a function's recorded paths hold
+ * both outcomes of such a break, and each runs to its end without another, ir_merge makes them one program; the
+ * next replayed call lets the host build the guards of that program (its captured tensors, those of both branches),
+ * and from then on the entry runs the program like any other: no host code, no sync at the branch. */
+#include <stdio.h>
+#include <string.h>
+#include "vm/vm_fn.h"
+#include "vm/vm_trace.h"
+
+/* The break a read at the current point of a replay passes: the lead path's break after the last matched
+ * instruction (-1: none). */
+static int replay_break(const vm_trace *tr) {
+  const grace_ir *p = tr->paths[tr->lead];
+  for (int b = 0; b < p->nbreak; b++) if (p->breaks[b].after == tr->cursor - 1) return b;
+  return -1;
+}
+
+void vm_auto_read(grace_vm *vm, const char *how) {
+  vm_trace *tr = vm->trace;
+  /* a recording counts reads on the break itself (ir_add_break); in a replay, version counters and data pointers
+   * are read by the matching itself, which the recording never saw */
+  if (!tr->replay || !how || !strstr(how, "element")) return;
+  int b = replay_break(tr);
+  if (b < 0 || b >= VM_SEEN) return;
+  ir_break *s = &tr->seen[b];
+  if (!s->nread) *s = (ir_break){.kind = IR_BRK_READ, .cmp = -1, .value = -1, .why = -1};
+  s->nread++;
+}
+
+/* Notes on break b what the host did with the value v it read there (why and seen_why: where the reason goes). */
+static void note(ir_break *b, grace_value v, grace_cmp cmp, double k, int taken, const char *why, char *out, size_t n) {
+  const char *reason = NULL;
+  if (b->nread != 1) reason = "several values are read on the host at this point";
+  else if (cmp == GRACE_CMP_NONE) reason = why && *why ? why : "the value read is used on the host";
+  else if (v < 0) reason = "the value read is not computed by the function (a captured tensor)";
+  if (reason) {
+    b->kind = IR_BRK_WHY;
+    snprintf(out, n, "%s", reason);
+    for (char *q = out; *q; q++) if (*q == '"' || *q == '\n') *q = '\'';   /* it prints inside quotes, on one line */
+    return;
+  }
+  b->kind = IR_BRK_PRED;
+  b->value = v;
+  b->cmp = (int8_t)cmp;
+  b->k = k;
+  b->taken = (int8_t)(taken != 0);
+}
+
+grace_status grace_trace_branch(grace_vm *vm, const grace_tensor *t, grace_cmp cmp, double k, int taken, const char *why) {
+  if (!vm) return GRACE_EARG;
+  if (!t) return vm_err(vm, GRACE_EARG, "trace: branch: the tensor read is NULL");
+  if (cmp < GRACE_CMP_NONE || cmp > GRACE_CMP_TRUTH) return vm_err(vm, GRACE_EARG, "trace: branch: unknown comparison %d", (int)cmp);
+  vm_trace *tr = vm->trace;
+  if (!tr || tr->paused || tr->parent) return GRACE_OK;
+  trace_slot *s = tr->used ? tr_find(tr, t) : NULL;
+  grace_value v = s && s->t && s->v >= 0 ? s->v : -1;
+  char reason[200] = "";
+  if (tr->replay) {
+    int b = replay_break(tr);
+    if (b < 0 || b >= VM_SEEN || !tr->seen[b].nread) return GRACE_OK;
+    note(&tr->seen[b], v, cmp, k, taken, why, reason, sizeof reason);
+    snprintf(tr->seen_why[b], sizeof tr->seen_why[b], "%s", reason);
+    return GRACE_OK;
+  }
+  grace_ir *ir = tr->ir;
+  if (!ir->nbreak || ir->breaks[ir->nbreak - 1].after != ir->ninst - 1) return GRACE_OK;   /* no break made here */
+  ir_break *b = &ir->breaks[ir->nbreak - 1];
+  note(b, v, cmp, k, taken, why, reason, sizeof reason);
+  if (reason[0] && (b->why = ir_intern(ir, reason)) < 0) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+  return GRACE_OK;
+}
+
+grace_status vm_auto_copy_break(grace_vm *vm, grace_ir *dst, int bi) {
+  vm_trace *tr = vm->trace;
+  ir_break *d = &dst->breaks[dst->nbreak - 1];
+  if (bi >= VM_SEEN || !tr->seen[bi].nread) {   /* not passed by this call: a plain break */
+    d->nread = 0;
+    return GRACE_OK;
+  }
+  int32_t after = d->after, loc = d->loc;
+  *d = tr->seen[bi];
+  d->after = after;
+  d->loc = loc;
+  d->why = -1;
+  if (d->kind == IR_BRK_WHY && (d->why = ir_intern(dst, tr->seen_why[bi])) < 0)
+    return vm_err(vm, GRACE_ENOMEM, "replay: out of host memory");
+  return GRACE_OK;
+}
+
+/* ---- compiled functions: merging an entry's paths (vm_fn.c calls these around its replays) ---- */
+#define RET_DIFF (-1000)   /* a result that is no tensor and differs from the first path's */
+
+struct fn_auto {
+  int nret[FN_MAXPATHS];                /* per path: its results (-1: not known, it cannot merge) */
+  int ret[FN_MAXPATHS][FN_MAXARGS];     /* as fn_entry.ret_output, or RET_DIFF */
+  int rec_nret, rec_ret[FN_MAXARGS];    /* those of the path the call in progress records */
+  grace_ir *prog;                       /* a merged program waiting for its guards */
+  int ret_prog[FN_MAXARGS];             /* the entry's ret_output once it runs prog */
+  int merged;
+  int blocked;                          /* a replayed path changed Lua state: never merged */
+  char why[600];
+};
+
+int fn_auto_merged(const fn_entry *e) { return e->autos && e->autos->merged; }
+const char *fn_auto_why(const fn_entry *e) { return e->autos ? e->autos->why : ""; }
+
+void fn_auto_free(grace_fn *fn, fn_entry *e) {
+  if (!e->autos) return;
+  grace_ir_free(e->autos->prog);
+  grace_realloc(fn->vm, e->autos, sizeof *e->autos, 0);
+  e->autos = NULL;
+}
+
+static struct fn_auto *autos_of(grace_fn *fn, fn_entry *e) {
+  if (e->autos) return e->autos;
+  struct fn_auto *a = grace_realloc(fn->vm, NULL, 0, sizeof *a);
+  if (!a) return NULL;
+  memset(a, 0, sizeof *a);
+  for (int p = 0; p < FN_MAXPATHS; p++) a->nret[p] = -1;
+  a->rec_nret = -1;
+  a->nret[0] = e->nret <= FN_MAXARGS ? e->nret : -1;   /* the first path: the trace's own results */
+  memcpy(a->ret[0], e->ret_output, sizeof a->ret[0]);
+  return e->autos = a;
+}
+
+/* A replayed call that ended right after a branch whose other outcome the lead path recorded (an early return):
+ * the matched prefix becomes a path of its own. */
+static void record_early_end(grace_vm *vm) {
+  vm_trace *tr = vm->trace;
+  const grace_ir *p = tr->paths[tr->lead];
+  int b = replay_break(tr);
+  if (tr->cursor >= p->ninst || b < 0 || b >= VM_SEEN || tr->npending) return;
+  const ir_break *seen = &tr->seen[b], *rec = &p->breaks[b];
+  if (seen->kind != IR_BRK_PRED || rec->kind != IR_BRK_PRED || seen->taken == rec->taken) return;
+  for (int q = 0; q < tr->npaths; q++)   /* a path recorded ending here already */
+    if ((tr->alive >> q & 1) && tr->paths[q]->ninst == tr->cursor) return;
+  vm_replay_diverge(vm);
+}
+
+void fn_auto_call_end(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int nres, const grace_arg *res) {
+  grace_vm *vm = fn->vm;
+  vm_trace *tr = vm->trace;
+  struct fn_auto *a = autos_of(fn, e);
+  if (!tr || !a) return;
+  a->rec_nret = -1;
+  if (tr->replay) record_early_end(vm);
+  if (tr->replay || !tr->owns_ir || nres != e->nret || nres > FN_MAXARGS) return;
+  int nout = 0;
+  for (int j = 0; j < nres; j++) {
+    const grace_arg *r = &res[j];
+    if (r->kind != GRACE_ARG_TENSOR || !r->t) {
+      a->rec_ret[j] = e->ret_output[j] == -1 && fn_same_const(fn, r, &e->ret_const[j]) ? -1 : RET_DIFF;
+      continue;
+    }
+    int argk = -1;
+    for (int i = 0; i < nargs && argk < 0; i++) if (args[i].kind == GRACE_ARG_TENSOR && args[i].t == r->t) argk = i;
+    if (argk >= 0) { a->rec_ret[j] = -2 - argk; continue; }
+    grace_value v;
+    if (grace_trace_value(vm, r->t, &v) != GRACE_OK || v < 0 || grace_ir_output(tr->ir, v) != GRACE_OK) return;
+    a->rec_ret[j] = nout++;
+  }
+  a->rec_nret = nres;
+}
+
+/* The value of path p that result code c stands for (-1: none). */
+static int32_t result_value(const fn_entry *e, const grace_ir *p, int c) {
+  if (c >= 0) return c < p->nout ? p->outputs[c] : -1;
+  int arg = -2 - c, idx = -1;
+  for (int k = 0; k < e->ninput && idx < 0; k++) if (e->input_arg[k] == arg) idx = k;
+  for (int i = 0; i < p->ninst && idx >= 0; i++)
+    if (p->insts[i].op == IR_OP_INPUT && p->insts[i].input_index == idx) return p->insts[i].first_result;
+  return -1;
+}
+
+/* Paths p (then) and q (else): what each returns, as values of its own, into tout/eout; 0 and a->why if they do not
+ * return alike (a tensor where the other returns a number, numbers that differ). */
+static int results_alike(fn_entry *e, int p, int q, int32_t *tout, int32_t *eout, int *nt) {
+  struct fn_auto *a = e->autos;
+  *nt = 0;
+  if (a->nret[p] < 0 || a->nret[q] < 0 || a->nret[p] != a->nret[q]) {
+    snprintf(a->why, sizeof a->why, "the paths' results are not known alike (more than %d, or not recorded)", FN_MAXARGS);
+    return 0;
+  }
+  for (int j = 0; j < a->nret[p]; j++) {
+    int cp = a->ret[p][j], cq = a->ret[q][j], tp = cp >= 0 || (cp <= -2 && cp != RET_DIFF),
+        tq = cq >= 0 || (cq <= -2 && cq != RET_DIFF);
+    if (cp == RET_DIFF || cq == RET_DIFF || tp != tq) {
+      snprintf(a->why, sizeof a->why, "result %d is not a tensor in both paths, or a number that differs", j + 1);
+      return 0;
+    }
+    a->ret_prog[j] = -1;
+    if (!tp) continue;
+    tout[*nt] = result_value(e, e->tree[p], cp);
+    eout[*nt] = result_value(e, e->tree[q], cq);
+    if (tout[*nt] < 0 || eout[*nt] < 0) {
+      snprintf(a->why, sizeof a->why, "result %d is not a value of its path", j + 1);
+      return 0;
+    }
+    a->ret_prog[j] = (*nt)++;
+  }
+  return 1;
+}
+
+/* Merges paths p and q of e when they take the two outcomes of their one break: a->prog. */
+static void try_pair(grace_fn *fn, fn_entry *e, int p, int q) {
+  struct fn_auto *a = e->autos;
+  grace_ir *P = e->tree[p], *Q = e->tree[q];
+  if (P->nbreak != 1 || Q->nbreak != 1 || P->breaks[0].kind != IR_BRK_PRED || Q->breaks[0].kind != IR_BRK_PRED ||
+      P->breaks[0].taken == Q->breaks[0].taken)
+    return;
+  if (!P->breaks[0].taken) { int s = p; p = q; q = s; grace_ir *t = P; P = Q; Q = t; }
+  int32_t tout[FN_MAXARGS], eout[FN_MAXARGS];
+  int nt;
+  if (!results_alike(e, p, q, tout, eout, &nt)) return;
+  grace_ir *m = NULL;
+  char why[500];
+  grace_status st = ir_merge(P, Q, 0, nt, tout, eout, &m, why, sizeof why);
+  if (st != GRACE_OK) {
+    snprintf(a->why, sizeof a->why, "%s", st == GRACE_EUNSUPPORTED ? why : grace_last_error(fn->vm));
+    return;
+  }
+  grace_ir *opt = NULL;
+  if (grace_ir_pass(m, FN_COMPILE_PASSES, &opt) == GRACE_OK) {
+    grace_ir_free(m);
+    m = opt;
+  }
+  a->prog = m;
+  a->why[0] = 0;
+  if (fn_log_topic("ir")) {
+    const char *text = grace_ir_text(m);
+    fprintf(stderr, "grace: %s: two paths merged into one program:\n%s", fn->name, text ? text : "(no text)\n");
+  }
+}
+
+void fn_auto_path_added(grace_fn *fn, fn_entry *e) {
+  struct fn_auto *a = autos_of(fn, e);
+  if (!a) return;
+  int q = e->ntree - 1;
+  a->nret[q] = a->rec_nret;
+  memcpy(a->ret[q], a->rec_ret, sizeof a->ret[q]);
+  a->rec_nret = -1;
+  for (int p = 0; p < q && !a->prog && !a->merged && !a->blocked; p++) try_pair(fn, e, p, q);
+  if (a->prog && (!fn->host.trace_begin || !fn->host.trace_end)) fn_auto_guard_end(fn, e, 1);   /* no host guards */
+}
+
+/* A replayed call runs under the host's trace_begin/trace_end while the entry may still merge: a trace checks
+ * that the function has no effect on Lua state a compiled call would not repeat, and the paths a replay records
+ * need the same check before a program stands for them; a call with a merged program waiting builds its guards. */
+int fn_auto_guard_begin(grace_fn *fn, fn_entry *e) {
+  struct fn_auto *a = e->autos;
+  if (fn->no_auto || e->ir || !fn->host.trace_begin || !fn->host.trace_end || (a && (a->blocked || a->merged))) return 0;
+  int watch = a && a->prog;
+  for (int p = 0; p < e->ntree && !watch; p++)
+    for (int b = 0; b < e->tree[p]->nbreak && !watch; b++) watch = e->tree[p]->breaks[b].kind == IR_BRK_PRED;
+  if (watch) fn->host.trace_begin(fn->ud);
+  return watch;
+}
+
+void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
+  struct fn_auto *a = autos_of(fn, e);
+  uint64_t g = 0;
+  int ng = 0;
+  char why[1024] = "";
+  grace_ir *check = a && a->prog ? a->prog : e->tree[0];
+  if (fn->host.trace_end) fn->host.trace_end(fn->ud, ok && a ? check : NULL, &g, &ng, why, sizeof why);
+  if (!ok || !a || !a->prog) {   /* a failed call builds nothing; a watched one may block the merge */
+    if (g && fn->host.release) fn->host.release(fn->ud, g);
+    if (ok && a && why[0]) {
+      a->blocked = 1;
+      snprintf(a->why, sizeof a->why, "a replayed call cannot be compiled: %.500s", why);
+    }
+    return;
+  }
+  e->ir = a->prog;
+  a->prog = NULL;
+  if (!why[0] && fn_place_rewrite(fn->vm, e) != GRACE_OK) snprintf(why, sizeof why, "placement: %.900s", grace_last_error(fn->vm));
+  if (why[0]) {
+    snprintf(a->why, sizeof a->why, "the merged program cannot be guarded: %.500s", why);
+    grace_ir_free(e->ir);
+    e->ir = NULL;
+    fn_moves_free(fn->vm, e->moves);
+    e->moves = NULL;
+    if (g && fn->host.release) fn->host.release(fn->ud, g);
+    return;
+  }
+  if (e->guard && fn->host.release) fn->host.release(fn->ud, e->guard);
+  e->guard = g;
+  e->nguarded = ng;
+  memcpy(e->ret_output, a->ret_prog, sizeof e->ret_output);
+  a->merged = 1;
+}
