@@ -94,6 +94,10 @@ static int load_symbols(cuda_ctx *c) {
   OPT(cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams_v2")
   OPT(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
   OPT(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+  OPT(cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo_v3")
+  OPT(cuStreamUpdateCaptureDependencies_v2, "cuStreamUpdateCaptureDependencies_v2")
+  OPT(cuGraphAddNode_v2, "cuGraphAddNode_v2") OPT(cuGraphConditionalHandleCreate, "cuGraphConditionalHandleCreate")
+  OPT(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph")
 #undef REQ
 #undef OPT
   return 1;
@@ -204,10 +208,12 @@ void cuda_free_all(grace_vm *vm) {
     c->fn.cuStreamSynchronize(c->stream);
     cuda_nvrtc_free_all(c);
     cuda_alloc_free_all(c);
+    cuda_cond_free(c);
     c->fn.cuStreamDestroy_v2(c->stream);
     c->fn.cuDevicePrimaryCtxRelease_v2(c->dev);
   } else
     cuda_nvrtc_free_all(c);
+  cuda_link_free(c);
   /* The driver is not dlclose'd either: drivers are not built to be unloaded and reloaded in one process. */
   vm_free(vm, c, sizeof *c);
   vm->cuda = NULL;
@@ -240,6 +246,7 @@ grace_status cuda_memset(cuda_ctx *c, CUdeviceptr dst, int byte, size_t n) {
 }
 
 grace_status cuda_sync(cuda_ctx *c) {
+  c->nsyncs++;
   return cuda_check(c->vm, c->fn.cuStreamSynchronize(c->stream), "cuStreamSynchronize");
 }
 
@@ -392,3 +399,4 @@ grace_status cuda_event_elapsed(cuda_ctx *c, CUevent a, CUevent b, float *ms) {
   grace_status st = cuda_check(c->vm, c->fn.cuEventSynchronize(b), "cuEventSynchronize");
   return st ? st : cuda_check(c->vm, c->fn.cuEventElapsedTime(ms, a, b), "cuEventElapsedTime");
 }
+uint64_t cuda_sync_count(const cuda_ctx *c) { return c->nsyncs; }

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cuda/cuda_cond.h"
 #include "cuda/cuda_graph.h"
 #include "ir/ir_place.h"
 #include "gpu/gpu_exec.h"
@@ -57,7 +58,9 @@ typedef struct gg_out {
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
 } gg_out;
-typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim; char op[24]; } gg_check;
+/* reset: the check runs inside a conditional body, which may not run (and clear the flag) on a replay: the flag is
+ * cleared before each replay instead */
+typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim, reset; char op[24]; } gg_check;
 /* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
  * `bumps` per replay, as the eager ops would */
 typedef struct gg_write { int input, cst, bumps; } gg_write;
@@ -89,6 +92,7 @@ typedef struct gg_graph {
   long nreplay;
   uint64_t rng0, rng_total;   /* the VM's generator offset when capture began, and how far one call advances it */
   int ncheck;
+  int ncond;              /* conditional nodes (gpu_cond.c), at any depth */
   gg_check chk[GG_CHECKS];
   gg_write *wr;
   int nwr;
@@ -205,11 +209,13 @@ static grace_status table_scalar(grace_vm *vm, gg_graph *gg, const grace_tensor 
 
 int gpu_graph_capturing(grace_vm *vm) { return vm->graph_cap != NULL; }
 
+void gpu_graph_cond_added(grace_vm *vm) { vm->graph_cap->ncond++; }
+
 grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim) {
   gg_graph *gg = vm->graph_cap;
   if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
   gg_check *k = &gg->chk[gg->ncheck++];
-  *k = (gg_check){flag, n, size, dim, {0}};
+  *k = (gg_check){flag, n, size, dim, cuda_cond_depth(gpu_ctx(vm)) > 0, {0}};
   snprintf(k->op, sizeof k->op, "%s", op);
   return GRACE_OK;
 }
@@ -435,7 +441,9 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     int *map = vm_alloc(vm, sizeof *map * (size_t)(gg->nslots ? gg->nslots : 1));
     uint64_t *perm = vm_alloc(vm, sizeof *perm * (size_t)(gg->nslots ? gg->nslots : 1));
     if (!map || !perm) st = vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
-    if (st == GRACE_OK && gg->ndyn && gg->strat == GRACE_LAUNCH_INDIRECT) {
+    /* kernels inside conditional bodies are not among the graph's own nodes: no renumbering then (the per-call
+     * words then span a longer range of the table) */
+    if (st == GRACE_OK && gg->ndyn && gg->strat == GRACE_LAUNCH_INDIRECT && !gg->ncond) {
       int next = 0;
       for (int k = 0; k < gg->nslots; k++) map[k] = -1;
       for (int d = 0; d < gg->ndyn; d++) if (map[gg->dyn[d].word - GG_SCALARS] < 0) map[gg->dyn[d].word - GG_SCALARS] = next++;
@@ -521,6 +529,8 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
                                    sizeof(uint64_t) * (size_t)(gg->hi - gg->lo));
     if (st == GRACE_OK && (st = cuda_event_record(c, gg->ev[r])) == GRACE_OK) gg->evused[r] = 1;
   }
+  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
+    if (gg->chk[k].reset) st = cuda_memset(c, gg->chk[k].flag, 0x7f, sizeof(int64_t));
   if (st == GRACE_OK && (st = cuda_graph_launch(c, gg->x)) == GRACE_OK) vm->rng_offset += gg->rng_total;
   double dt = now_us() - t0;
   gg->replay_us_sum += dt;
@@ -718,6 +728,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   memset(out, 0, sizeof *out);
   if (!ir) return;
   out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
+  out->regions = gpu_ir_regions(ir, out->region_why, sizeof out->region_why);
   const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
   if (!p) return;
   out->managed = 1;
@@ -742,6 +753,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->graph_bytes += out->table_bytes;
   if (last) {
     out->kernels = last->nkernels;
+    out->cond_nodes = last->ncond;
     out->indirect_words = last->ndyn;
     out->copy_bytes = last->copy_bytes;
     out->replays = last->nreplay;

@@ -30,4 +30,7 @@ grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, u
  * owns the flag (8 bytes from cuda_malloc) and releases it. */
 grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim);
 
+/* While capturing: a conditional node was added (gpu_cond.c); counted per graph (grace_graph_info.cond_nodes). */
+void gpu_graph_cond_added(grace_vm *vm);
+
 #endif

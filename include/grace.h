@@ -109,6 +109,9 @@ typedef struct grace_device_stats {
    * kernels launched by cuBLASLt, kernels replayed inside a CUDA graph (grace_graph_info.kernels says how many a
    * graph holds) and launches recorded into a graph being captured. */
   uint64_t kernel_launches;
+  /* Times the host waited for the device's stream (a synchronize, a copy to the host, a predicate read by a host
+   * branch) since the VM began: a compiled call whose regions run as conditional nodes adds none. */
+  uint64_t host_syncs;
 } grace_device_stats;
 void grace_device_stats_get(grace_vm *vm, grace_device_stats *out);
 /* Starts a new peak: peak_allocated becomes the bytes allocated now, so that grace_device_stats_get reports the
@@ -421,6 +424,14 @@ typedef struct grace_graph_info {
   double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */
   int unfused;                     /* fused groups no generated kernel could run whole: they ran an op at a time */
   char unfused_why[160];           /* why the first of them could not ("" when none) */
+  /* Regions (cond, while_loop) of the program, and how they run: as CUDA conditional nodes inside the program's
+   * graph (the predicate read on the device; cond_nodes > 0 in the graph the chosen strategy replays), or as host
+   * branches (the predicate read on the host, a synchronisation per decision; the eager strategy of a program
+   * that can take conditional nodes is this lowering, measured against the graph). region_why: why conditional
+   * nodes cannot take them ("" when they can). */
+  int regions;
+  int cond_nodes;
+  char region_why[160];
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
 /* A device program with symbolic sizes runs as copies specialised to the sizes of its calls, a few kept (least
