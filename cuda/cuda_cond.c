@@ -26,14 +26,16 @@ int cuda_cond_supported(cuda_ctx *c, char *why, size_t n) {
   return 1;
 }
 
-/* The graph being captured on the VM's stream and its current dependencies. */
+/* The graph being captured on the VM's stream and its current dependencies. The node added after them gets plain
+ * (full) edges: a programmatic edge (from a kernel launched as a programmatic dependent) may only join two kernels. */
 static grace_status capture_info(cuda_ctx *c, CUgraph *g, const CUgraphNode **deps, size_t *ndeps) {
   int status = 0;
   unsigned long long id = 0;
+  const void *edges = NULL;   /* asked for (else a programmatic edge makes the query "lossy", an error), not used */
   *g = NULL;
   *deps = NULL;
   *ndeps = 0;
-  grace_status st = cuda_check(c->vm, c->fn.cuStreamGetCaptureInfo_v3(c->stream, &status, &id, g, deps, NULL, ndeps),
+  grace_status st = cuda_check(c->vm, c->fn.cuStreamGetCaptureInfo_v3(c->stream, &status, &id, g, deps, &edges, ndeps),
                                "cuStreamGetCaptureInfo");
   if (st == GRACE_OK && (status != 1 || !*g))   /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
     st = vm_err(c->vm, GRACE_EINTERNAL, "conditional node: the stream is not capturing (status %d)", status);

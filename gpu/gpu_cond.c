@@ -11,7 +11,9 @@
  *          handle; a WHILE node's body runs the body sub-program on the state, copies the next state over it (through
  *          clones where a next value is itself a state tensor, so one copy cannot clobber another's source), and
  *          runs the cond sub-program again to set the handle for the next round.
- * Sub-programs run through their own plans (their fused kernels), captured like the rest. Which programs can take
+ * Sub-programs run through their own plans (their fused kernels), captured like the rest. Kernels are compiled and
+ * matmuls tuned outside captures: a sub-program the host branch of the first calls never ran (the branch not taken,
+ * the body of a loop that ran 0 times) runs once, its results dropped, right after (gpu_cond_warm). Which programs can take
  * this lowering, and why not, is gpu_cond_available's answer; the measured choice between it (a graph) and the
  * host branch (eager launches) is the graph strategy measurement of gpu_graph.c. */
 #include <stdio.h>
@@ -33,6 +35,13 @@ static void region_why(const grace_ir *ir, char *why, size_t n) {
       snprintf(why, n, "%s draws random numbers (the generator's offset would depend on what the device decides)", op);
     else if (k->op == IR_OP_WHILE && k->attrs.i0 > 0)
       snprintf(why, n, "while_loop has max_iters (its bound is checked on the host)");
+    for (int r = 0; r < k->nout && !why[0]; r++)   /* results live at device addresses the bodies write */
+      if (ir->vals[k->first_result + r].type.device != GRACE_CUDA)
+        snprintf(why, n, "%s result %d is a host value", op, r + 1);
+    for (int j = 0; j < k->nin && !why[0]; j++) {   /* host numbers are read from the graph's table; tensors not */
+      const ir_type *t = &ir->vals[ir->args[k->first_arg + j]].type;
+      if (t->device != GRACE_CUDA && t->ndim > 0) snprintf(why, n, "%s takes a host tensor (argument %d)", op, j + 1);
+    }
     for (int j = 0; j < 2 && !why[0]; j++) {
       const grace_ir *sub = ir->subs[k->sub + j];
       if (ir_exec_device(sub) != GRACE_CUDA) snprintf(why, n, "a sub-program of %s runs on the CPU", op);
@@ -65,6 +74,14 @@ int gpu_cond_available(grace_ir *ir, char *why, size_t n) {
     snprintf(why, n, "the predicate kernel: %.200s", vm->err);
   if (why[0]) vm_progress(vm, "regions of %s run as host branches: %s", ir->name, why);
   return !why[0];
+}
+
+/* sub's launches, captured where the stream captures to; host numbers among in[] may be table values of the graph. */
+static grace_status run_sub(grace_ir *sub, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+  sub->host_numbers_lifted = 1;
+  grace_status st = ir_exec_sub(sub, nin, in, nout, out);
+  sub->host_numbers_lifted = 0;
+  return st;
 }
 
 /* Launches the kernel that sets h from 0-d device value v. */
@@ -107,7 +124,7 @@ static grace_status cond_body(cuda_ctx *c, CUgraph body, grace_ir *sub, int nin,
   grace_status st = cuda_cond_body_begin(c, body, &sv);
   if (st != GRACE_OK) return st;
   grace_tensor *tmp[64] = {0};
-  st = ir_exec_sub(sub, nin, in, nout, tmp);
+  st = run_sub(sub, nin, in, nout, tmp);
   for (int j = 0; j < nout && st == GRACE_OK; j++) st = copy_into(sub->vm, dst[j], tmp[j]);
   release_all(tmp, nout);
   return cuda_cond_body_end(c, &sv, st);
@@ -135,7 +152,7 @@ static grace_status while_body(grace_ir *ir, const ir_inst *k, grace_tensor *con
   grace_ir *cond = ir->subs[k->sub], *body = ir->subs[k->sub + 1];
   int n = k->nin, ns = k->nout;
   grace_tensor *next[64] = {0}, *p = NULL;
-  grace_status st = ir_exec_sub(body, n, cur, ns, next);
+  grace_status st = run_sub(body, n, cur, ns, next);
   for (int j = 0; j < ns && st == GRACE_OK; j++) {   /* a next value that is a state tensor: cloned before any copy */
     int shared = 0;
     for (int s = 0; s < ns; s++) shared |= next[j]->storage == cur[s]->storage;
@@ -147,7 +164,7 @@ static grace_status while_body(grace_ir *ir, const ir_inst *k, grace_tensor *con
   }
   for (int j = 0; j < ns && st == GRACE_OK; j++) st = copy_into(vm, cur[j], next[j]);
   release_all(next, ns);
-  if (st == GRACE_OK) st = ir_exec_sub(cond, n, cur, 1, &p);
+  if (st == GRACE_OK) st = run_sub(cond, n, cur, 1, &p);
   if (st == GRACE_OK) st = set_handle(vm, c, p, h);
   grace_tensor_release(p);
   return st;
@@ -163,7 +180,7 @@ static grace_status lower_while(grace_ir *ir, const ir_inst *k, grace_tensor *co
   grace_status st = fresh(ir, k->first_result, ns, res);   /* the state lives here, and is the result */
   for (int j = 0; j < ns && st == GRACE_OK; j++) st = copy_into(vm, res[j], in[j]);
   for (int j = 0; j < n; j++) cur[j] = j < ns ? res[j] : in[j];
-  if (st == GRACE_OK) st = ir_exec_sub(ir->subs[k->sub], n, cur, 1, &p);
+  if (st == GRACE_OK) st = run_sub(ir->subs[k->sub], n, cur, 1, &p);
   if (st == GRACE_OK) st = cuda_cond_handle(c, &h);
   if (st == GRACE_OK) st = set_handle(vm, c, p, h);
   grace_tensor_release(p);
@@ -175,6 +192,22 @@ static grace_status lower_while(grace_ir *ir, const ir_inst *k, grace_tensor *co
       st = cuda_cond_body_end(c, &sv, while_body(ir, k, cur, h));
   }
   return st;
+}
+
+void gpu_cond_warm(grace_ir *ir, int i, grace_tensor **val) {
+  const ir_inst *k = &ir->insts[i];
+  grace_tensor *in[64], *out[64];
+  if (k->nin > 64 || k->nout > 64) return;
+  for (int j = 0; j < k->nin; j++) in[j] = val[ir->args[k->first_arg + j]];
+  if (k->op == IR_OP_WHILE)   /* the body on the final state (the cond ran at least once) */
+    for (int j = 0; j < k->nout; j++) in[j] = val[k->first_result + j];
+  for (int b = 0; b < 2; b++) {
+    grace_ir *sub = ir->subs[k->sub + b];
+    if (sub->exec || (k->op == IR_OP_WHILE && b == 0)) continue;
+    int nin = k->op == IR_OP_COND ? k->nin - 1 : k->nin, nout = k->nout;
+    /* its results are dropped, and so is an error (an index the untaken branch would never have read) */
+    if (ir_exec_sub(sub, nin, k->op == IR_OP_COND ? in + 1 : in, nout, out) == GRACE_OK) release_all(out, nout);
+  }
 }
 
 grace_status gpu_cond_lower(grace_ir *ir, int i, grace_tensor **val) {

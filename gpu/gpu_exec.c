@@ -511,8 +511,9 @@ static grace_status run_members(grace_ir *ir, const gpu_plan *p, const ir_fuse_g
     grace_status st = GRACE_OK;
     for (int a = 0; a < k->nin && st == GRACE_OK; a++) st = need(ir, ir->args[k->first_arg + a], in, val);
     /* in a graph capture a region becomes conditional nodes; elsewhere the IR runs it as a host branch */
-    if (st == GRACE_OK) st = ir_is_region(k->op) && gpu_graph_capturing(ir->vm) ? gpu_cond_lower(ir, m, val)
-                                                                               : ir_exec_inst(ir, m, in, val);
+    int region = ir_is_region(k->op), capturing = gpu_graph_capturing(ir->vm);
+    if (st == GRACE_OK) st = region && capturing ? gpu_cond_lower(ir, m, val) : ir_exec_inst(ir, m, in, val);
+    if (st == GRACE_OK && region && !capturing && p->cond_ok) gpu_cond_warm(ir, m, val);
     if (st != GRACE_OK) return st;
   }
   return GRACE_OK;

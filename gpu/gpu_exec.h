@@ -76,6 +76,10 @@ int gpu_ir_regions(const grace_ir *ir, char *why, size_t n);
  * else why (n bytes). Compiles the predicate kernel, outside any capture. */
 int gpu_cond_available(grace_ir *ir, char *why, size_t n);
 /* gpu_cond.c: during a capture, region instruction i of ir as conditional nodes: its results in val. */
+/* gpu_cond.c: after region instruction i ran as a host branch (outside a capture), runs once each sub-program of it
+ * that has never run (on the same inputs; results and errors dropped), so that a capture finds its kernels compiled
+ * and its matmuls tuned. */
+void gpu_cond_warm(grace_ir *ir, int i, grace_tensor **val);
 grace_status gpu_cond_lower(grace_ir *ir, int i, grace_tensor **val);
 /* Runs an IR program on the device (grace_ir_run's device branch). */
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);

@@ -730,6 +730,10 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
   out->regions = gpu_ir_regions(ir, out->region_why, sizeof out->region_why);
   const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
+  if (!p && out->regions && out->region_why[0]) {   /* run kernel by kernel, its regions as host branches */
+    out->managed = 1;
+    snprintf(out->ineligible, sizeof out->ineligible, "its regions run as host branches (%.120s)", out->region_why);
+  }
   if (!p) return;
   out->managed = 1;
   out->calls = p->calls;

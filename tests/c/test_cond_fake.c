@@ -5,7 +5,7 @@
  * graph holds one predicate kernel and one IF node with two bodies, each holding its branch's kernels (the body's
  * launches went to the body, not the graph), the predicate kernel given the node's handle; a while loop is one
  * WHILE node whose body holds the body's kernels and a predicate kernel setting the same handle as the one before
- * the node; and with nvJitLink absent the regions stay host branches (a synchronisation per call, no graph), the
+ * the node; a cond in a while's body is an IF node inside the WHILE node's body; and with nvJitLink absent the regions stay host branches (a synchronisation per call, no graph), the
  * report saying why. NVRTC compiles the kernels for real and nvJitLink links the predicate kernel with the device
  * runtime for real; without NVRTC the file skips, without nvJitLink only the fallback is checked. */
 #include <dirent.h>
@@ -71,10 +71,25 @@ static grace_ir *cond_prog(grace_vm *vm) {
   return ir;
 }
 
+/* A while body over (x, b) holding a cond on b: then x * 3, else exp(x + 1) + 1. */
+static grace_ir *cond_body(grace_vm *vm) {
+  grace_ir *ir = grace_ir_new(vm, "body"), *t = unary(vm, "then", GRACE_OP_MUL, 3, 0), *e = unary(vm, "else", GRACE_OP_ADD, 1, 0);
+  int64_t n = N;
+  grace_value x, b, r;
+  grace_status st = t && e ? GRACE_OK : GRACE_EARG;
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &b);
+  if (st == GRACE_OK) st = grace_ir_cond(ir, b, 1, &x, t, e, 1, &r);
+  else { grace_ir_free(t); grace_ir_free(e); }
+  if (st == GRACE_OK) st = grace_ir_output(ir, r);
+  if (st != GRACE_OK) { printf("# building the body: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
 /* x = while go: x * 3, with go an invariant bool 0-d input (the cond sub-program returns it as it is: a loop whose
  * length the device decides, here from a value the test wrote, so the host branch of the first calls ends). */
-static grace_ir *while_prog(grace_vm *vm) {
-  grace_ir *ir = grace_ir_new(vm, "while_prog"), *body = unary(vm, "body", GRACE_OP_MUL, 3, 1),
+static grace_ir *while_prog(grace_vm *vm, int nested) {
+  grace_ir *ir = grace_ir_new(vm, "while_prog"), *body = nested ? cond_body(vm) : unary(vm, "body", GRACE_OP_MUL, 3, 1),
            *cond = grace_ir_new(vm, "go");
   int64_t n = N;
   grace_value x, go, cx, cgo, r;
@@ -154,7 +169,7 @@ static void cond_graph(grace_vm *vm) {
 
 static void while_graph(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
-  grace_ir *ir = while_prog(vm);
+  grace_ir *ir = while_prog(vm, 0);
   grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
   is_int(run_calls(vm, ir, x, 10, 0, 4, &syncs, &launches), 0, "while: 10 calls");
@@ -173,6 +188,34 @@ static void while_graph(grace_vm *vm) {
   ok(b->kernels == 3 && b->nsets == 1 && b->sets[0] == top->cond[0].handle,
      "while: the body runs the body's kernel, copies the next state, and sets the same handle again (%d kernels)",
      b->kernels);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+/* A cond nested in a while's body: the body graph holds the IF node, its handle made and set there. */
+static void nested_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = while_prog(vm, 1);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, x, 6, 0, 4, &syncs, &launches), 0, "nested: 6 calls");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.captures == 1 && gi.cond_nodes == 2 && launches == 3 && syncs == 0,
+     "nested: captured once with two conditional nodes, replayed without waiting (%d nodes, %ld launches, %ld syncs)",
+     gi.cond_nodes, launches, syncs);
+  const fake_graph *top = &fgraph[0];
+  const fake_graph *b = top->nconds == 1 ? &fgraph[top->cond[0].body[0]] : top;
+  ok(top->nconds == 1 && top->cond[0].type == CU_GRAPH_COND_TYPE_WHILE && b->nconds == 1 &&
+     b->cond[0].type == CU_GRAPH_COND_TYPE_IF && b->cond[0].size == 2,
+     "nested: the WHILE node's body holds an IF node with two bodies");
+  /* the body: the IF's predicate kernel, then (after the node) the copy of the next state and the loop's predicate */
+  ok(b->nsets == 2 && b->sets[0] == b->cond[0].handle && b->sets[1] == top->cond[0].handle && b->kernels == 3,
+     "nested: in the body, one predicate kernel sets the IF's handle and one the loop's (%d kernels)", b->kernels);
+  const fake_graph *t = b->nconds ? &fgraph[b->cond[0].body[0]] : b, *e = b->nconds ? &fgraph[b->cond[0].body[1]] : b;
+  ok(t->kernels == 2 && e->kernels == 2, "nested: the IF's bodies hold their branch's kernel and the copy (%d, %d)",
+     t->kernels, e->kernels);
   grace_tensor_release(x);
   grace_ir_free(ir);
   grace_set_graphs(vm, NULL);
@@ -207,7 +250,8 @@ static void no_link(grace_vm *vm, cuda_ctx *c) {
   grace_ir_graph_info(ir, &gi);
   ok(gi.regions == 1 && strstr(gi.region_why, "nvJitLink not found"), "no nvJitLink: the report says why (%s)",
      gi.region_why);
-  ok(!gi.managed && gi.cond_nodes == 0, "no nvJitLink: the program is not graphed");
+  ok(gi.managed && gi.ineligible[0] && gi.cond_nodes == 0 && gi.captures == 0,
+     "no nvJitLink: the program is not graphed, and the report says so (%s)", gi.ineligible);
   ok(launches <= 6, "no nvJitLink: a call replays at most the graph of the branch it takes (%ld launches)", launches);
   ok(syncs >= 6, "no nvJitLink: every call reads its predicate on the host (%ld synchronisations)", syncs);
   grace_tensor_release(x);
@@ -237,6 +281,7 @@ int main(void) {
     linked_image(vm, fake);
     cond_graph(vm);
     while_graph(vm);
+    nested_graph(vm);
   }
   no_link(vm, fake);
   grace_vm_free(vm);
