@@ -10,7 +10,9 @@
  *   while: the state is copied into state tensors made before the node; the cond sub-program runs and sets the
  *          handle; a WHILE node's body runs the body sub-program on the state, copies the next state over it (through
  *          clones where a next value is itself a state tensor, so one copy cannot clobber another's source), and
- *          runs the cond sub-program again to set the handle for the next round.
+ *          runs the cond sub-program again to set the handle for the next round. With max_iters the kernel setting
+ *          the handle counts iterations in a device word and stops the loop past the bound, marking the word; the
+ *          word is read after the replay (gpu_graph_defer_loop), so that call fails as the eager loop would.
  * Sub-programs run through their own plans (their fused kernels), captured like the rest. Kernels are compiled and
  * matmuls tuned outside captures: a sub-program the host branch of the first calls never ran (the branch not taken,
  * the body of a loop that ran 0 times) runs once, its results dropped, right after (gpu_cond_warm). Which programs can take
@@ -33,8 +35,6 @@ static void region_why(const grace_ir *ir, char *why, size_t n) {
     const char *op = k->op == IR_OP_COND ? "cond" : "while_loop";
     if (ir_region_random(ir, i))
       snprintf(why, n, "%s draws random numbers (the generator's offset would depend on what the device decides)", op);
-    else if (k->op == IR_OP_WHILE && k->attrs.i0 > 0)
-      snprintf(why, n, "while_loop has max_iters (its bound is checked on the host)");
     for (int r = 0; r < k->nout && !why[0]; r++)   /* results live at device addresses the bodies write */
       if (ir->vals[k->first_result + r].type.device != GRACE_CUDA)
         snprintf(why, n, "%s result %d is a host value", op, r + 1);
@@ -84,15 +84,16 @@ static grace_status run_sub(grace_ir *sub, int nin, grace_tensor *const *in, int
   return st;
 }
 
-/* Launches the kernel that sets h from 0-d device value v. */
-static grace_status set_handle(grace_vm *vm, cuda_ctx *c, const grace_tensor *v, CUgraphConditionalHandle h) {
+/* Launches the kernel that sets h from 0-d device value v (counting a bounded loop's iterations at count, 0: none). */
+static grace_status set_handle(grace_vm *vm, cuda_ctx *c, const grace_tensor *v, CUgraphConditionalHandle h,
+                               CUdeviceptr count, int64_t max) {
   if (!v || v->ndim != 0 || v->storage->device != GRACE_CUDA)
     return vm_err(vm, GRACE_EUNSUPPORTED, "conditional node: the predicate is not a 0-d device value");
   CUfunction f = NULL;
   grace_status st = setter(c, &f);
   if (st != GRACE_OK) return st;
   uint64_t w[CG_COND_WORDS];
-  cg_cond_pack(w, gpu_ptr(v), v->dtype, h);
+  cg_cond_pack(w, gpu_ptr(v), v->dtype, h, count, max);
   return cuda_launch(c, f, (unsigned[]){1, 1, 1}, (unsigned[]){1, 1, 1}, 0, w, sizeof w);
 }
 
@@ -137,7 +138,7 @@ static grace_status lower_cond(grace_ir *ir, const ir_inst *k, grace_tensor *con
   CUgraph bodies[2] = {0};
   grace_status st = fresh(ir, k->first_result, k->nout, res);
   if (st == GRACE_OK) st = cuda_cond_handle(c, &h);
-  if (st == GRACE_OK) st = set_handle(vm, c, in[0], h);
+  if (st == GRACE_OK) st = set_handle(vm, c, in[0], h, 0, 0);
   if (st == GRACE_OK) st = cuda_cond_node(c, h, CU_GRAPH_COND_TYPE_IF, 2, bodies);
   if (st == GRACE_OK) gpu_graph_cond_added(vm);
   for (int b = 0; b < 2 && st == GRACE_OK; b++)
@@ -146,7 +147,8 @@ static grace_status lower_cond(grace_ir *ir, const ir_inst *k, grace_tensor *con
 }
 
 /* The body of a while: next = body(state, inv), copied over the state, then the handle set from cond(state, inv). */
-static grace_status while_body(grace_ir *ir, const ir_inst *k, grace_tensor *const *cur, CUgraphConditionalHandle h) {
+static grace_status while_body(grace_ir *ir, const ir_inst *k, grace_tensor *const *cur, CUgraphConditionalHandle h,
+                               CUdeviceptr count) {
   grace_vm *vm = ir->vm;
   cuda_ctx *c = gpu_ctx(vm);
   grace_ir *cond = ir->subs[k->sub], *body = ir->subs[k->sub + 1];
@@ -165,8 +167,19 @@ static grace_status while_body(grace_ir *ir, const ir_inst *k, grace_tensor *con
   for (int j = 0; j < ns && st == GRACE_OK; j++) st = copy_into(vm, cur[j], next[j]);
   release_all(next, ns);
   if (st == GRACE_OK) st = run_sub(cond, n, cur, 1, &p);
-  if (st == GRACE_OK) st = set_handle(vm, c, p, h);
+  if (st == GRACE_OK) st = set_handle(vm, c, p, h, count, k->attrs.i0);
   grace_tensor_release(p);
+  return st;
+}
+
+/* A bounded loop's iteration count: zeroed in the graph before the loop, read after each replay (the graph owns it). */
+static grace_status loop_counter(grace_vm *vm, cuda_ctx *c, int64_t max_iters, CUdeviceptr *count) {
+  *count = 0;
+  if (max_iters <= 0) return GRACE_OK;
+  grace_status st = cuda_malloc(c, sizeof(int64_t), count);
+  if (st == GRACE_OK) st = cuda_memset(c, *count, 0, sizeof(int64_t));
+  if (st == GRACE_OK) st = gpu_graph_defer_loop(vm, *count, max_iters);
+  if (st != GRACE_OK && *count) { cuda_release(c, *count, sizeof(int64_t)); *count = 0; }
   return st;
 }
 
@@ -177,19 +190,21 @@ static grace_status lower_while(grace_ir *ir, const ir_inst *k, grace_tensor *co
   grace_tensor *cur[64], *p = NULL;
   CUgraphConditionalHandle h = 0;
   CUgraph body = NULL;
+  CUdeviceptr count = 0;
   grace_status st = fresh(ir, k->first_result, ns, res);   /* the state lives here, and is the result */
+  if (st == GRACE_OK) st = loop_counter(vm, c, k->attrs.i0, &count);
   for (int j = 0; j < ns && st == GRACE_OK; j++) st = copy_into(vm, res[j], in[j]);
   for (int j = 0; j < n; j++) cur[j] = j < ns ? res[j] : in[j];
   if (st == GRACE_OK) st = run_sub(ir->subs[k->sub], n, cur, 1, &p);
   if (st == GRACE_OK) st = cuda_cond_handle(c, &h);
-  if (st == GRACE_OK) st = set_handle(vm, c, p, h);
+  if (st == GRACE_OK) st = set_handle(vm, c, p, h, count, k->attrs.i0);
   grace_tensor_release(p);
   if (st == GRACE_OK) st = cuda_cond_node(c, h, CU_GRAPH_COND_TYPE_WHILE, 1, &body);
   if (st == GRACE_OK) gpu_graph_cond_added(vm);
   if (st == GRACE_OK) {
     cuda_cond_saved sv;
     if ((st = cuda_cond_body_begin(c, body, &sv)) == GRACE_OK)
-      st = cuda_cond_body_end(c, &sv, while_body(ir, k, cur, h));
+      st = cuda_cond_body_end(c, &sv, while_body(ir, k, cur, h, count));
   }
   return st;
 }

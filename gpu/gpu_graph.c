@@ -60,7 +60,7 @@ typedef struct gg_out {
 } gg_out;
 /* reset: the check runs inside a conditional body, which may not run (and clear the flag) on a replay: the flag is
  * cleared before each replay instead */
-typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim, reset; char op[24]; } gg_check;
+typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim, reset, loop; char op[24]; } gg_check;
 /* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
  * `bumps` per replay, as the eager ops would */
 typedef struct gg_write { int input, cst, bumps; } gg_write;
@@ -215,9 +215,15 @@ grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, 
   gg_graph *gg = vm->graph_cap;
   if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
   gg_check *k = &gg->chk[gg->ncheck++];
-  *k = (gg_check){flag, n, size, dim, cuda_cond_depth(gpu_ctx(vm)) > 0, {0}};
+  *k = (gg_check){flag, n, size, dim, cuda_cond_depth(gpu_ctx(vm)) > 0, 0, {0}};
   snprintf(k->op, sizeof k->op, "%s", op);
   return GRACE_OK;
+}
+
+grace_status gpu_graph_defer_loop(grace_vm *vm, uint64_t counter, int64_t max_iters) {
+  grace_status st = gpu_graph_defer_check(vm, counter, "while_loop", 0, max_iters, 0);
+  if (st == GRACE_OK) vm->graph_cap->chk[vm->graph_cap->ncheck - 1].loop = 1;
+  return st;
 }
 
 /* The table word of slot address a. */
@@ -545,7 +551,9 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++) {
     const gg_check *q = &gg->chk[k];
     if (gg->chk_host[k] >= q->n) continue;
-    st = q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows", q->op, (long long)q->size)
+    st = q->loop ? vm_err(vm, GRACE_EARG, "while_loop: the loop is still running after max_iters=%lld iterations",
+                          (long long)q->size)
+       : q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows", q->op, (long long)q->size)
                     : vm_err(vm, GRACE_EINDEX, "%s: an index is out of range for dim %d of size %lld", q->op,
                              q->dim + vm->index_base, (long long)q->size);
   }

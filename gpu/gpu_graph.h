@@ -30,6 +30,10 @@ grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, u
  * owns the flag (8 bytes from cuda_malloc) and releases it. */
 grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim);
 
+/* While capturing: the iteration counter of a while_loop with max_iters (gpu_cond.c), read after each replay like an
+ * index check: negative when the loop was stopped past max_iters, which fails that call as the eager loop would. The
+ * graph owns the counter (8 bytes from cuda_malloc) on success. */
+grace_status gpu_graph_defer_loop(grace_vm *vm, uint64_t counter, int64_t max_iters);
 /* While capturing: a conditional node was added (gpu_cond.c); counted per graph (grace_graph_info.cond_nodes). */
 void gpu_graph_cond_added(grace_vm *vm);
 

@@ -41,7 +41,7 @@ static CUresult f_unload(CUmodule m) { (void)m; return 0; }
  * graph cuStreamBeginCaptureToGraph names. */
 typedef struct fake_graph {
   int kernels, nsets, nconds;
-  unsigned long long sets[8];
+  unsigned long long sets[8], counts[8];   /* the handle each predicate kernel sets, and its loop counter's address */
   struct { int type; unsigned size; unsigned long long handle; int body[2]; } cond[8];
   CUgraph bodies[8][2];             /* the arrays handed back as phGraph_out */
 } fake_graph;
@@ -63,7 +63,10 @@ static void fake_record(CUfunction f, CUstream s, void **p) {
   if (t < 0) return;
   fake_graph *fg = &fgraph[t];
   fg->kernels++;
-  if ((void *)f == (void *)&fake_setfn_obj && fg->nsets < 8) fg->sets[fg->nsets++] = ((const uint64_t *)p[0])[1];
+  if ((void *)f == (void *)&fake_setfn_obj && fg->nsets < 8) {
+    fg->counts[fg->nsets] = ((const uint64_t *)p[0])[4];
+    fg->sets[fg->nsets++] = ((const uint64_t *)p[0])[1];
+  }
 }
 static CUresult f_getfn(CUfunction *f, CUmodule m, const char *name) {
   (void)m;

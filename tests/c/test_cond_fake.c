@@ -5,7 +5,7 @@
  * graph holds one predicate kernel and one IF node with two bodies, each holding its branch's kernels (the body's
  * launches went to the body, not the graph), the predicate kernel given the node's handle; a while loop is one
  * WHILE node whose body holds the body's kernels and a predicate kernel setting the same handle as the one before
- * the node; a cond in a while's body is an IF node inside the WHILE node's body; and with nvJitLink absent the regions stay host branches (a synchronisation per call, no graph), the
+ * the node (with max_iters, both counting iterations into one word read after the replay); a cond in a while's body is an IF node inside the WHILE node's body; and with nvJitLink absent the regions stay host branches (a synchronisation per call, no graph), the
  * report saying why. NVRTC compiles the kernels for real and nvJitLink links the predicate kernel with the device
  * runtime for real; without NVRTC the file skips, without nvJitLink only the fallback is checked. */
 #include <dirent.h>
@@ -88,7 +88,7 @@ static grace_ir *cond_body(grace_vm *vm) {
 
 /* x = while go: x * 3, with go an invariant bool 0-d input (the cond sub-program returns it as it is: a loop whose
  * length the device decides, here from a value the test wrote, so the host branch of the first calls ends). */
-static grace_ir *while_prog(grace_vm *vm, int nested) {
+static grace_ir *while_prog(grace_vm *vm, int nested, int64_t max_iters) {
   grace_ir *ir = grace_ir_new(vm, "while_prog"), *body = nested ? cond_body(vm) : unary(vm, "body", GRACE_OP_MUL, 3, 1),
            *cond = grace_ir_new(vm, "go");
   int64_t n = N;
@@ -99,7 +99,7 @@ static grace_ir *while_prog(grace_vm *vm, int nested) {
   if (st == GRACE_OK) st = grace_ir_output(cond, cgo);
   if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
   if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &go);
-  if (st == GRACE_OK) st = grace_ir_while(ir, 1, &x, 1, &go, cond, body, 0, &r);
+  if (st == GRACE_OK) st = grace_ir_while(ir, 1, &x, 1, &go, cond, body, max_iters, &r);
   else { grace_ir_free(body); grace_ir_free(cond); }
   if (st == GRACE_OK) st = grace_ir_output(ir, r);
   if (st != GRACE_OK) { printf("# building while_prog: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
@@ -169,7 +169,7 @@ static void cond_graph(grace_vm *vm) {
 
 static void while_graph(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
-  grace_ir *ir = while_prog(vm, 0);
+  grace_ir *ir = while_prog(vm, 0, 0);
   grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
   is_int(run_calls(vm, ir, x, 10, 0, 4, &syncs, &launches), 0, "while: 10 calls");
@@ -196,7 +196,7 @@ static void while_graph(grace_vm *vm) {
 /* A cond nested in a while's body: the body graph holds the IF node, its handle made and set there. */
 static void nested_graph(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
-  grace_ir *ir = while_prog(vm, 1);
+  grace_ir *ir = while_prog(vm, 1, 0);
   grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
   is_int(run_calls(vm, ir, x, 6, 0, 4, &syncs, &launches), 0, "nested: 6 calls");
@@ -216,6 +216,39 @@ static void nested_graph(grace_vm *vm) {
   const fake_graph *t = b->nconds ? &fgraph[b->cond[0].body[0]] : b, *e = b->nconds ? &fgraph[b->cond[0].body[1]] : b;
   ok(t->kernels == 2 && e->kernels == 2, "nested: the IF's bodies hold their branch's kernel and the copy (%d, %d)",
      t->kernels, e->kernels);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+/* A while_loop with max_iters: both predicate kernels count into one device word, read after each replay (a wait:
+ * the bound is checked as index checks are); the fake cannot run the loop, so the test writes the -1 a device would
+ * leave past the bound, and that call fails with the eager loop's message. */
+static void bounded_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = while_prog(vm, 0, 5);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, x, 6, 0, 4, &syncs, &launches), 0, "max_iters: 6 calls");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.captures == 1 && gi.cond_nodes == 1 && launches == 3 && syncs == 3,
+     "max_iters: one graph, each replay then waits once to read the count (%ld captures, %ld launches, %ld syncs)",
+     gi.captures, launches, syncs);
+  const fake_graph *top = &fgraph[0];
+  const fake_graph *b = top->nconds == 1 ? &fgraph[top->cond[0].body[0]] : top;
+  uint64_t count = top->nsets == 1 ? top->counts[0] : 0;
+  ok(count && b->nsets == 1 && b->counts[0] == count, "max_iters: the predicate kernels before and in the body count "
+     "into one word");
+  if (count) {
+    *(int64_t *)(uintptr_t)count = -1;
+    grace_tensor *flag = dev_value(vm, GRACE_BOOL, 0, 0), *out = NULL;
+    grace_status st = grace_ir_run(ir, 2, (grace_tensor *[]){x, flag}, 1, &out);
+    ok(st != GRACE_OK && strstr(grace_last_error(vm), "still running after max_iters=5 iterations"),
+       "max_iters: a count of -1 fails the call as the eager loop would (%s)", grace_last_error(vm));
+    grace_tensor_release(out);
+    grace_tensor_release(flag);
+  }
   grace_tensor_release(x);
   grace_ir_free(ir);
   grace_set_graphs(vm, NULL);
@@ -282,6 +315,7 @@ int main(void) {
     cond_graph(vm);
     while_graph(vm);
     nested_graph(vm);
+    bounded_graph(vm);
   }
   no_link(vm, fake);
   grace_vm_free(vm);

@@ -3,7 +3,8 @@
 -- read on the host, kernel by kernel) and conditional graph nodes (graphs forced "copy" and "indirect": the whole
 -- program one CUDA graph, the predicate read on the device). Cases: a cond whose outcome alternates over 10 calls
 -- (predicate computed on the device, and a host boolean), a cond nested in a cond, a cond inside a while loop that
--- runs 0, 1 and 37 iterations (the count a device value), random numbers inside branches (these stay host branches:
+-- runs 0, 1 and 37 iterations (the count a device value), a while_loop with max_iters within and past its bound
+-- (graphed, the bound read after each replay: one synchronisation per call), random numbers inside branches (these stay host branches:
 -- the generator's offset depends on the branch taken; the draws must equal the eager ones), and a branch holding a
 -- matmul run by cuBLASLt. Under conditional nodes, from the fourth call on (call 1 runs eagerly, call 2 is the
 -- layout's warm run, call 3 captures) each call must replay the one graph and never wait for the device
@@ -31,7 +32,7 @@ local function syncs() return grace.device_stats().host_syncs or 0 end
 
 -- Runs f compiled (under the current graphs mode) on device copies of args(k), k = 1..n, against f eagerly on the
 -- CPU arguments; counts host synchronisations inside the calls from the fourth on. Returns the compiled function.
-local function check(name, mode, f, args, n, atol)
+local function check(name, mode, f, args, n, atol, per_call)
   local cf = grace.compile(f)
   local bad, waited = 0, 0
   for k = 1, n do
@@ -62,7 +63,8 @@ local function check(name, mode, f, args, n, atol)
       tap.ok(p.captures == 1 and (p.replays or 0) >= n - 3,
              ("%s [%s]: captured once, replayed by the calls after (%s captures, %s replays)"):format(
                name, mode, tostring(p.captures), tostring(p.replays)))
-      tap.is(waited, 0, ("%s [%s]: no host synchronisation inside calls 4 to %d"):format(name, mode, n))
+      tap.is(waited, (per_call or 0) * (n - 3), ("%s [%s]: %s host synchronisation inside calls 4 to %d"):format(
+        name, mode, per_call and "one (the loop's bound read after the graph)" or "no", n))
     end
   end
   return cf
@@ -96,6 +98,11 @@ local loop = function(x, k)
   return i, v
 end
 local COUNTS = {0, 1, 37, 5, 0, 37, 1, 2, 37, 0}
+local bounded = function(x, k)
+  return grace.while_loop(function(i, v) return i:lt(k) end, function(i, v) return i + 1, v * 1.5 - 0.25 end,
+                          {grace.tensor(0):to(x.device), x}, {max_iters = 10})
+end
+local BOUNDED = {3, 10, 0, 7, 10, 1, 9}
 local random_branch = function(p, x)
   local r = grace.cond(p, function(a) return a + grace.rand(N, {device = a.device}) end,
                        function(a) return a * grace.randn(N, {device = a.device}) end, x)
@@ -119,6 +126,14 @@ for _, mode in ipairs(ON_GPU and {"eager", "copy", "indirect"} or {"auto"}) do
   check("cond nested in a cond", mode, nested, function(k) return ({x0:abs() * 2, -x0:abs(), x0:abs() * 0.001})[k % 3 + 1] end, 9)
   check("cond inside a while of 0, 1 and 37 iterations", mode, loop,
         function(k) return x0, grace.tensor(COUNTS[k]) end, #COUNTS, 1e-3)
+  check("while with max_iters, within the bound", mode, bounded, function(k) return x0, grace.tensor(BOUNDED[k]) end,
+        #BOUNDED, 1e-3, 1)
+  local cb, raised = grace.compile(bounded), 0
+  for _ = 1, 5 do
+    local okc, err = pcall(cb, to_dev(x0), grace.tensor(11))
+    if not okc and tostring(err):find("max_iters=10", 1, true) then raised = raised + 1 end
+  end
+  tap.is(raised, 5, ("while with max_iters, past the bound [%s]: every call fails as eagerly"):format(mode))
   -- cuBLASLt inside a branch (forced where it can take the product)
   grace.matmul_backend("cublaslt")
   local mf_dev = mm_fn(dW1, dW2)
