@@ -58,8 +58,9 @@ typedef struct gg_out {
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
 } gg_out;
-/* reset: the check runs inside a conditional body, which may not run (and clear the flag) on a replay: the flag is
- * cleared before each replay instead */
+/* a flag read after each replay, bad when below n: an index check's first bad position, or (loop) a while_loop's
+ * iteration count, -1 past its max_iters (size). reset: the check runs inside a conditional body, which may not run
+ * (and clear the flag) on a replay: the flag is cleared before each replay instead */
 typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim, reset, loop; char op[24]; } gg_check;
 /* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
  * `bumps` per replay, as the eager ops would */

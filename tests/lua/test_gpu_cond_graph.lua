@@ -30,6 +30,13 @@ end
 
 local function syncs() return grace.device_stats().host_syncs or 0 end
 
+-- Why a program's regions are not conditional nodes, as its report says (for the diagnostics of a failure).
+local function why_not(p)
+  local w = {p.region_why}
+  for k, v in pairs(p.unavailable or {}) do w[#w + 1] = k .. ": " .. v end
+  return table.concat(w, "; ")
+end
+
 -- Runs f compiled (under the current graphs mode) on device copies of args(k), k = 1..n, against f eagerly on the
 -- CPU arguments; counts host synchronisations inside the calls from the fourth on. Returns the compiled function.
 local function check(name, mode, f, args, n, atol, per_call)
@@ -56,7 +63,7 @@ local function check(name, mode, f, args, n, atol, per_call)
              ("%s [%s]: the host branch reads the predicate on the host (%s, %d synchronisations)"):format(
                name, mode, tostring(p.region_lowering), waited))
     else
-      local why = p.region_why or (p.unavailable and p.unavailable[p.strategy or ""]) or ""
+      local why = why_not(p)
       tap.ok(p.region_lowering == "conditional nodes" and (p.cond_nodes or 0) >= 1,
              ("%s [%s]: its regions run as conditional nodes (%s, %s nodes) %s"):format(
                name, mode, tostring(p.region_lowering), tostring(p.cond_nodes), why))
@@ -156,7 +163,7 @@ for _, mode in ipairs(ON_GPU and {"eager", "copy", "indirect"} or {"auto"}) do
     local p = r[#r] or {}
     tap.ok(p.region_lowering == "conditional nodes" and waited == 0,
            ("cuBLASLt matmul in a branch [%s]: conditional nodes, no synchronisation (%s, %d) %s"):format(
-             mode, tostring(p.region_lowering), waited, p.region_why or (p.unavailable and p.unavailable[mode]) or ""))
+             mode, tostring(p.region_lowering), waited, why_not(p)))
   end
   -- random numbers in branches: drawn as eagerly; these regions stay host branches
   local crf = grace.compile(random_branch)
