@@ -108,8 +108,6 @@ grace_status cuda_module_function(cuda_ctx *c, cuda_module *m, const char *name,
 grace_status cuda_module_get_linked(cuda_ctx *c, const char *src, cuda_module **out);
 /* NULL when nvJitLink and libcudadevrt.a are there (probed once), else why not. Needs no GPU. */
 const char *cuda_link_why(cuda_ctx *c);
-/* Host synchronisations of the VM's stream so far (grace_device_stats.host_syncs). */
-uint64_t cuda_sync_count(const cuda_ctx *c);
 typedef struct cuda_compile_stats {
   uint64_t nvrtc_calls, disk_hits, memory_hits, corrupt_entries;
   double nvrtc_seconds;

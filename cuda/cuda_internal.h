@@ -76,8 +76,6 @@ struct cuda_ctx {
   /* conditional-node bodies being captured (cuda_cond.c): one stream per nesting depth, made on first use */
   CUstream body_streams[8];
   int body_depth;
-  /* host synchronisations of the stream (cuda_sync: explicit, and after a blocking copy) since the VM began */
-  uint64_t nsyncs;
   /* a graph capture in progress (cuda_graph.c): allocations come from the arena, launches are noted */
   struct cuda_capture *cap;
   /* the graphs' arena: blocks of every capture, shared by all graphs of the VM (their replays are ordered on the
@@ -93,6 +91,7 @@ struct cuda_ctx {
   /* kernels launched on the stream outside captures (cuda_launch, cuda_launch_overlapped): grace's own kernels per
    * call for benchmarks (cuBLASLt's launches and graph replays are not seen here) */
   uint64_t nlaunches;
+  uint64_t nsyncs;                  /* stream synchronizations (cuda_sync) */
   /* launch grace's kernels as programmatic dependents (cuda_launch_overlapped); GRACE_PDL=0 turns it off */
   int pdl;
   /* functions whose dynamic shared memory limit was raised, and to what: set once, not before every launch */
@@ -130,6 +129,8 @@ grace_status cuda_link_devrt(cuda_ctx *c, const char *image, size_t n, int arch,
 void cuda_link_free(cuda_ctx *c);
 /* cuda_cond.c: destroys the body streams. */
 void cuda_cond_free(cuda_ctx *c);
+/* cuda_api.c: stream synchronizations so far (grace_device_stats.syncs). */
+uint64_t cuda_sync_count(const cuda_ctx *c);
 /* cuda_nvrtc.c: unloads the modules and NVRTC. */
 void cuda_nvrtc_free_all(cuda_ctx *c);
 

@@ -12,7 +12,8 @@
  *          clones where a next value is itself a state tensor, so one copy cannot clobber another's source), and
  *          runs the cond sub-program again to set the handle for the next round. With max_iters the kernel setting
  *          the handle counts iterations in a device word and stops the loop past the bound, marking the word; the
- *          word is read after the replay (gpu_graph_defer_loop), so that call fails as the eager loop would.
+ *          word comes back after the replay with the index checks' flags (gpu_graph_defer_loop), and the next wait
+ *          for the device raises the eager loop's error.
  * Sub-programs run through their own plans (their fused kernels), captured like the rest. Kernels are compiled and
  * matmuls tuned outside captures: a sub-program the host branch of the first calls never ran (the branch not taken,
  * the body of a loop that ran 0 times) runs once, its results dropped, right after (gpu_cond_warm). Which programs can take

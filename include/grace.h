@@ -109,9 +109,10 @@ typedef struct grace_device_stats {
    * kernels launched by cuBLASLt, kernels replayed inside a CUDA graph (grace_graph_info.kernels says how many a
    * graph holds) and launches recorded into a graph being captured. */
   uint64_t kernel_launches;
-  /* Times the host waited for the device's stream (a synchronize, a copy to the host, a predicate read by a host
-   * branch) since the VM began: a compiled call whose regions run as conditional nodes adds none. */
-  uint64_t host_syncs;
+  /* Times the host waited for all of the device's queued work (a stream synchronization): each read of a device
+   * value on the host, grace_synchronize, the first call of a new layout. A compiled call replayed as a graph
+   * waits for nothing, index checks included. */
+  uint64_t syncs;
 } grace_device_stats;
 void grace_device_stats_get(grace_vm *vm, grace_device_stats *out);
 /* Starts a new peak: peak_allocated becomes the bytes allocated now, so that grace_device_stats_get reports the
@@ -426,7 +427,7 @@ typedef struct grace_graph_info {
   char unfused_why[160];           /* why the first of them could not ("" when none) */
   /* Regions (cond, while_loop) of the program, and how they run: as CUDA conditional nodes inside the program's
    * graph (the predicate read on the device; cond_nodes > 0 in the graph the chosen strategy replays), or as host
-   * branches (the predicate read on the host, a synchronisation per decision; the eager strategy of a program
+   * branches (the predicate read on the host, a wait for the device per decision; the eager strategy of a program
    * that can take conditional nodes is this lowering, measured against the graph). region_why: why conditional
    * nodes cannot take them ("" when they can). */
   int regions;
