@@ -38,6 +38,8 @@ struct grace_vm {
   struct gg_graph *graph_cap;    /* a CUDA graph being captured (gpu/gpu_graph.c), or NULL */
   struct gg_graph *graph_pending;   /* graphs whose index-check flags are on their way back (gpu/gpu_graph.c) */
   grace_status (*after_sync)(grace_vm *vm);   /* run by cuda_sync once the stream is idle: reads those flags */
+  char index_err[VM_ERRLEN];     /* such an error found where it could not be raised (a graph freed): the next
+                                    cuda_sync raises it */
   int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
   int matmul_mode;               /* grace_set_matmul: 0 unset (GRACE_MATMUL decides), else gpu_mm_choice + 1 */
   size_t tensor_bytes;           /* in the storages of live tensors, host and device (grace_tensor_bytes) */

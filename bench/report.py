@@ -8,7 +8,8 @@ workload (the larger of min bytes / copy bandwidth and FLOPs / matrix rate, plus
 cost of one graph; bytes and FLOPs come from grace's JSON, the rates from the options), where grace's time
 goes (latency against device span, kernels and the floor), throughput, the device span of one call (events),
 kernels per call, peak device memory per mode, first-call times (in the benchmark process, and in a fresh
-process with a cold and a warm compile cache, against issue 6's targets) and the correctness checks; and a
+process with a cold and a warm compile cache, against issue 6's targets), the training step against its target
+(at most 0.5x PyTorch's best mode, one graph launch per step) and the correctness checks; and a
 PNG bar chart of the latencies (log scale) when matplotlib is importable (otherwise it says so and writes
 only the markdown). Fields a JSON file lacks (an older run) show as "-".
 
@@ -25,6 +26,8 @@ TARGET_US = {"mlp": 50, "eos": 20, "st": 200, "gpt2_decode_fp32": 200, "gpt2_dec
 # no NVRTC call)
 FIRST_CALL_TARGET_MS = {"gpt2_decode_fp32": (3000, 300), "gpt2_decode_bf16": (3000, 300)}
 ORDER = ["mlp", "eos", "st", "gpt2_decode_fp32", "gpt2_decode_bf16"]
+# the training step (issue 27): grace's best compiled mode at most this times PyTorch's best mode, one graph a step
+TRAIN_TARGET_RATIO = 0.5
 
 
 def modes_of(result):
@@ -72,6 +75,54 @@ def table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + align + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
+
+
+def training_section(g, t, gm, tm, wls):
+    """The training step against its target: latencies, grace's best compiled mode over PyTorch's best mode, how
+    each side launched a step, and the losses of grace's steps against PyTorch's on the same initial weights."""
+    if not wls:
+        return []
+    md = ["## Training step (forward, loss, backward, AdamW in place; one step per call)", "",
+          f"Target: grace's best compiled mode at most {TRAIN_TARGET_RATIO}x PyTorch's best mode (same machine and "
+          "run), the step one graph launch. grace launches: per device program of its `full` mode, the strategy, "
+          "and kernels launched outside graphs per call (0 with one graph program: one graph launch a step). "
+          "PyTorch: cudaGraphLaunch calls in one profiled step (reduce-overhead), and dynamo's graph breaks and "
+          "inductor's skipped CUDA graph captures over the mode's calls (a break at `loss.backward()` splits the "
+          "step into graphs; a skipped capture runs that graph's kernels one by one). Losses: grace's `full` mode, "
+          "the losses of 8 steps from the shared initial weights against PyTorch eager's.", ""]
+    rows = []
+    for w in wls:
+        lat_t = {m: value(t, w, m, "latency_us_median") for m in tm}
+        lat_g = {m: value(g, w, m, "latency_us_median") for m in gm if m != "eager"}
+        tb = [v for v in lat_t.values() if v is not None]
+        gb = {m: v for m, v in lat_g.items() if v is not None}
+        best_g = min(gb, key=gb.get) if gb else None
+        r = None if best_g is None or not tb else gb[best_g] / min(tb)
+        launches = value(g, w, "full", "launch") or []
+        outside = value(g, w, "full", "kernels_launched_per_call")
+        glaunch = (f"{len(launches)} program{'s' if len(launches) != 1 else ''}: "
+                   + ", ".join(str(l.get("strategy", "-")) for l in launches)
+                   + ("" if outside is None else f"; {outside:.0f} kernels outside graphs")) if launches else "-"
+
+        def torch_launch(m):
+            gl, br, sk = (value(t, w, m, k) for k in ("graph_launches_per_call", "graph_breaks", "cudagraph_skips"))
+            if gl is None and br is None:
+                return "-"
+            return f"{num(gl, '{}')} graph launches, {num(br, '{}')} breaks, {num(sk, '{}')} skipped captures"
+        checks = [c for c in (g.get("workloads", {}).get(w, {}).get("checks") or [])
+                  if c.get("what", "").startswith("full vs ") and "steps" in c.get("what", "")
+                  and "eager" not in c.get("what", "")]
+        loss = ("-" if not checks else ("ok" if checks[0].get("ok") else "**differ**")
+                + (f" ({checks[0]['max_abs_diff'] / max(checks[0].get('max_abs_ref', 0), 1e-30):.1e})"
+                   if checks[0].get("max_abs_diff") is not None else ""))
+        rows.append([w] + [us(lat_t.get(m)) for m in tm]
+                    + [f"{us(gb[best_g])} ({best_g})" if best_g else "-", num(r, "{:.2f}"),
+                       "-" if r is None else ("met" if r <= TRAIN_TARGET_RATIO else "**NOT met**"), glaunch]
+                    + [torch_launch(m) for m in tm if m != "eager"] + [loss])
+    md += [table(["workload"] + [f"torch {m} us" for m in tm] + ["grace best us", "grace / torch best", "target",
+                                                                 "grace launches (full)"]
+                 + [f"torch {m} launches" for m in tm if m != "eager"] + ["losses vs PyTorch"], rows), ""]
+    return md
 
 
 def main():
@@ -228,6 +279,8 @@ def main():
                      "-" if r is None else ("yes" if r <= 1.03 else "NO"), ratio(lat["full"], lat.get("eager"))])
     md += [measured_table(["workload"] + gm + ["best single", "full / best", "within 3%", "full / eager"], rows,
                           "no interleaved measurement in grace's JSON (run.lua --rounds 0, or an older run)"), ""]
+
+    md += training_section(g, t, gm, tm, [w for w in wls if w.startswith("train_step")])
 
     md += ["## Throughput (us per call, one synchronize after all calls)", ""]
     header = ["workload"] + [f"torch {m}" for m in tm] + [f"grace {m}" for m in gm]

@@ -248,7 +248,7 @@ grace_status cuda_memset(cuda_ctx *c, CUdeviceptr dst, int byte, size_t n) {
 grace_status cuda_sync(cuda_ctx *c) {
   c->nsyncs++;
   grace_status st = cuda_check(c->vm, c->fn.cuStreamSynchronize(c->stream), "cuStreamSynchronize");
-  if (st == GRACE_OK && c->vm->graph_pending && c->vm->after_sync) st = c->vm->after_sync(c->vm);
+  if (st == GRACE_OK && (c->vm->graph_pending || c->vm->index_err[0]) && c->vm->after_sync) st = c->vm->after_sync(c->vm);
   return st;
 }
 

@@ -1,4 +1,4 @@
--- train_gpt.lua: a tiny character-level GPT (token and position embeddings, causal TransformerBlocks, a final
+-- train_gpt.lua: a tiny character-level GPT (nn.GPT: token and position embeddings, causal TransformerBlocks, a final
 -- LayerNorm and a linear head) trained on the characters of a text file (examples/train_gpt.txt by default) with
 -- cross-entropy and AdamW, the whole step compiled into one program. Samples a few lines before and after training.
 -- usage: grace examples/train_gpt.lua [steps=300] [batch=16] [ctx=32] [d=64] [heads=4] [layers=2] [lr=3e-3]
@@ -36,25 +36,7 @@ for i = 1, #text do codes[i] = ids[text:sub(i, i)] end
 local data = grace.tensor(codes):to(device)
 print(("%s: %d characters, %d distinct"):format(path, #text, V))
 
-local GPT = nn.class("GPT", nn.Module)
-function GPT:__init()
-  self:add_module("tok", nn.Embedding(V, cfg.d))
-  self:add_module("pos", nn.Embedding(cfg.ctx, cfg.d))
-  local blocks = {}
-  for _ = 1, cfg.layers do blocks[#blocks + 1] = nn.TransformerBlock(cfg.d, cfg.heads, {causal = true}) end
-  self:add_module("blocks", nn.Sequential(blocks))
-  self:add_module("ln_f", nn.LayerNorm(cfg.d))
-  self:add_module("head", nn.Linear(cfg.d, V))
-  for _, p in ipairs(self:parameters()) do   -- GPT-2's small normal init
-    if p:dim() == 2 then nn.init.normal_(p, 0, 0.02) end
-  end
-end
-function GPT:forward(x)   -- x [B, T] of ids: logits [B, T, V]
-  local T = x:size(2)
-  local h = self.tok(x) + self.pos(grace.arange(1, T + 1, {device = x.device}))
-  return self.head(self.ln_f(self.blocks(h)))
-end
-local model = GPT():to(device)
+local model = nn.GPT(V, cfg.ctx, {d = cfg.d, heads = cfg.heads, layers = cfg.layers}):to(device)
 local opt = grace.optim.AdamW(model, {lr = cfg.lr, weight_decay = 0.01})
 local sched = grace.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.steps, cfg.lr / 10)
 

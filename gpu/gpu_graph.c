@@ -164,7 +164,9 @@ static void pending_unlink(grace_vm *vm, gg_graph *gg) {
 static void graph_free(grace_vm *vm, gg_graph *gg) {
   if (!gg) return;
   cuda_ctx *c = vm->cuda;
-  if (c && (gg->x || gg->cap)) cuda_sync(c);   /* staging buffers and the table may still be in use */
+  /* staging buffers and the table may still be in use; a bad index this wait finds cannot be raised here, so the
+   * next wait raises it (the calls' results may still be read) */
+  if (c && (gg->x || gg->cap) && cuda_sync(c) == GRACE_EINDEX) snprintf(vm->index_err, sizeof vm->index_err, "%s", vm->err);
   if (gg->on_pending) pending_unlink(vm, gg);
   if (c) {
     cuda_graph_destroy(c, gg->g, gg->x);
@@ -301,6 +303,10 @@ static grace_status check_row(grace_vm *vm, gg_graph *gg, int r) {
 /* Run by cuda_sync once the stream is idle: every pending row of flags is back; the first bad index is the error. */
 static grace_status after_sync(grace_vm *vm) {
   grace_status st = GRACE_OK;
+  if (vm->index_err[0]) {
+    st = vm_err(vm, GRACE_EINDEX, "%s", vm->index_err);
+    vm->index_err[0] = 0;
+  }
   while (vm->graph_pending) {
     gg_graph *gg = vm->graph_pending;
     for (int r = 0; r < GG_RING; r++)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """workloads.py: the PyTorch side of grace's benchmark suite (issue 8).
 
-The four workloads of bench/workloads/*.lua (mlp, eos, st, gpt2_decode in float32 and bfloat16) with the
+The workloads of bench/workloads/*.lua (mlp, eos, st, gpt2_decode in float32 and bfloat16, cpu_input,
+kv_inplace, the control-flow ones of wl_control.py, the training step of wl_train.py) with the
 same shapes, dtypes, weights and inputs, timed in three modes: eager, torch.compile (default) and
 torch.compile(mode="reduce-overhead"), the same way as bench/workloads/run.lua times grace: latency per
 call with torch.cuda.synchronize() after each call (lower median of --iters), throughput without it (total
@@ -15,8 +16,9 @@ TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR in a new folder) and again with tha
 Weights and the pool of 8 inputs are made with NumPy from fixed per-tensor seeds. With --weights DIR they
 are written there (one raw little-endian .bin per tensor, listed in DIR/manifest.txt as
 "name dtype d1,d2,... file", "scalar" for 0-d) together with PyTorch's eager output for pool input 1 of each
-workload ("<workload>.ref.1", the first result, as float32), so `grace bench/workloads/run.lua --weights
-DIR` checks grace against PyTorch on the same numbers. Token ids are 0-based on file.
+workload ("<workload>.ref.1", the first result, as float32; for the training step the losses of 8 steps from
+the initial weights), so `grace bench/workloads/run.lua --weights DIR` checks grace against PyTorch on the same
+numbers. Token ids are 0-based on file.
 
 usage: python3 bench/torch/workloads.py [--device cuda|cpu] [--only mlp,eos,...] [--iters N] [--warmup N]
            [--json out.json] [--weights DIR] [--small] [--modes eager,compile,reduce-overhead]
@@ -45,9 +47,11 @@ import zlib
 import numpy as np
 
 import wl_control   # the control-flow workloads (branch, early_exit, greedy_loop)
+import wl_train     # the training step (train_step_mlp, train_step_gpt)
 
 NPOOL = 8
-WORKLOADS = ["mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace"] + wl_control.WORKLOADS
+WORKLOADS = (["mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace"] + wl_control.WORKLOADS
+             + wl_train.WORKLOADS)
 VARIANTS = {  # workload -> [(variant name, dtype name)]
     "mlp": [("mlp", "float32")],
     "eos": [("eos", "float32")],
@@ -56,6 +60,7 @@ VARIANTS = {  # workload -> [(variant name, dtype name)]
     "cpu_input": [("cpu_input", "float32")],
     "kv_inplace": [("kv_inplace", "float32")],
     **wl_control.VARIANTS,
+    **wl_train.VARIANTS,
 }
 ALL_MODES = ["eager", "compile", "reduce-overhead"]
 # same tolerance rule as run.lua: max |got - want| <= tol * max |want|
@@ -68,6 +73,8 @@ TOL_VS_EAGER = {"float32": 1e-4, "bfloat16": 4e-2}
 def config(name, small):
     if name in wl_control.WORKLOADS:
         return wl_control.config(name, small)
+    if name in wl_train.WORKLOADS:
+        return wl_train.config(name, small)
     if name == "mlp":
         return dict(layers=8, d=64, batch=8) if small else dict(layers=8, d=1024, batch=8)
     if name == "eos":
@@ -125,6 +132,8 @@ def gpt2_specs(s, prefix, c):
 def specs(name, c):
     if name in wl_control.WORKLOADS:
         return wl_control.specs(name, c)
+    if name in wl_train.WORKLOADS:
+        return wl_train.specs(name, c)
     s = []
     if name == "mlp":
         mlp_specs(s, "mlp", c)
@@ -244,7 +253,10 @@ def bf16_round(a):
 
 
 def numpy_reference(wname, dtype_name, A, c):
-    """The first result for pool input 1, in float64."""
+    """The first result for pool input 1, in float64; None for the training step (no NumPy version: its backward
+    and AdamW would be a second implementation to trust)."""
+    if wname in wl_train.WORKLOADS:
+        return None
     if wname in wl_control.WORKLOADS:
         return wl_control.numpy_reference(wname, A, c)
     def W(name):
@@ -442,7 +454,9 @@ def main():
         if not wdir:
             ap.error("--write-only needs --weights DIR")
         for w, v, dt in plan:
-            wdir.add(f"{v}.ref.1", numpy_reference(w, dt, arrays, config(w, args.small)).astype(np.float32))
+            ref = numpy_reference(w, dt, arrays, config(w, args.small))
+            if ref is not None:
+                wdir.add(f"{v}.ref.1", ref.astype(np.float32))
         n = wdir.close("numpy-float64")
         print(f"wrote {args.weights}: {n} tensors (references from NumPy float64: --write-only)")
         return 0
@@ -627,6 +641,8 @@ def main():
         T = {n: tensor(n) for n in names}
         if wname in wl_control.WORKLOADS:
             return wl_control.build(wname, vname, T, c, torch, nn, F, P)
+        if wname in wl_train.WORKLOADS:
+            return wl_train.build(wname, vname, T, c, torch, nn, F)
         if wname == "mlp":
             return (Mlp(T, c), [(T[f"mlp.x.{k}"],) for k in range(1, NPOOL + 1)],
                     f"{c['layers']} x (Linear {c['d']}->{c['d']} + GELU), batch {c['batch']}")
@@ -656,6 +672,34 @@ def main():
 
     def results(out):
         return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def compile_mode(model, mode):
+        """model for a mode: itself (eager), or torch.compile of it (mode= for reduce-overhead); a training step
+        (wl_train) compiles its step function on a fresh model and optimizer (its .compiled)."""
+        if mode == "eager":
+            return model
+        if hasattr(model, "compiled"):
+            return model.compiled(mode)
+        return torch.compile(model, **({} if mode == "compile" else {"mode": mode}))
+
+    # A workload with state (.reset: a training step, which changes its weights) is checked from its initial
+    # state: reset before each mode's first calls; what is compared across modes and written for grace is the
+    # first result of NPOOL calls from that state, one per pool input, stacked (run.lua does the same).
+    def reset(f):
+        if hasattr(f, "reset"):
+            f.reset()
+
+    def trajectory(f, pool):
+        f.reset()
+        return torch.stack([results(f(*a))[0].clone().reshape(()) for a in pool])
+
+    def dynamo_counters():
+        """Graphs dynamo compiled, graph breaks and CUDA graph captures inductor skipped, so far (counters of
+        torch._dynamo.utils; absent ones count 0)."""
+        from torch._dynamo.utils import counters
+        return {"graphs_compiled": counters["stats"].get("unique_graphs", 0),
+                "graph_breaks": sum(counters["graph_break"].values()),
+                "cudagraph_skips": counters["inductor"].get("cudagraph_skips", 0)}
 
     def first_calls(f, pool):
         """The first two calls, each synchronized, in ms; results cloned (CUDA Graph outputs are reused)."""
@@ -736,7 +780,8 @@ def main():
 
     def count_kernels(f, pool):
         """The CUDA kernels of one call and the sum of their durations, from torch.profiler (kernels replayed
-        inside CUDA graphs included). Copies and memsets are not kernels."""
+        inside CUDA graphs included), and the CUDA graph launches of the call (cudaGraphLaunch runtime calls).
+        Copies and memsets are not kernels."""
         from torch.profiler import ProfilerActivity, profile
         sync()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -748,7 +793,8 @@ def main():
             return {"kernels_note": "torch.profiler saw no CUDA kernel"}
         return {"kernels_per_call": len(kernels),
                 "profiled_kernel_us_sum": sum(e.time_range.elapsed_us() for e in kernels),
-                "profiled_copies_per_call": len(dev) - len(kernels)}
+                "profiled_copies_per_call": len(dev) - len(kernels),
+                "graph_launches_per_call": sum(1 for e in prof.events() if e.name.startswith("cudaGraphLaunch"))}
 
     def kernels_phase():
         """Kernels per call for every mode that ran, after all the timings: torch.profiler can leave CUPTI attached
@@ -777,7 +823,7 @@ def main():
                         built[vname] = build(wname, dtype_name, config(wname, args.small), vname)[:2]
                     model, pool = built[vname]
                     torch._dynamo.reset()
-                    f = model if mode == "eager" else torch.compile(model, **({} if mode == "compile" else {"mode": mode}))
+                    f = compile_mode(model, mode)
                     for k in range(3):
                         f(*pool[k % len(pool)])
                     m.update(count_kernels(f, pool))
@@ -800,7 +846,7 @@ def main():
                 model, pool, _ = build(wname, dtype_name, config(wname, args.small), vname)
                 sync()
                 r["setup_s"] = time.perf_counter() - t0
-                f = model if mode == "eager" else torch.compile(model, **({"mode": mode} if mode != "compile" else {}))
+                f = compile_mode(model, mode)
                 ms, got = [], None
                 for k in range(3):
                     t1 = time.perf_counter()
@@ -810,6 +856,7 @@ def main():
                     if got is None:
                         got = [o.clone() for o in out]   # CUDA Graph outputs are overwritten by the next replay
                 r["first_call_ms"], r["second_call_ms"], r["third_call_ms"] = ms
+                reset(model)   # a training step's first call started from the initial state: so does eager's
                 want = results(model(*pool[0]))
                 checks = [compare("first call vs eager", g_, w_, TOL_VS_EAGER[dtype_name]) for g_, w_ in zip(got, want)]
                 r["check_ok"] = len(got) == len(want) and all(c["ok"] for c in checks)
@@ -837,7 +884,12 @@ def main():
                   "(lower median, min, p90, mean); throughput_us_per_call: wall time of --iters calls with one "
                   "synchronize at the end, divided by --iters; first_call_ms / second_call_ms: the first two "
                   "calls of a fresh function (compiled modes: compile + run), each synchronized. Each call takes "
-                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad(). "
+                  "the next input of a pool of pool_size pre-made inputs; run under torch.no_grad() (a training "
+                  "step turns grad mode on for itself, outside its compiled function). A training step (state: its "
+                  "weights) is "
+                  "checked from its initial state on the losses of pool_size steps. graphs_compiled, graph_breaks, "
+                  "cudagraph_skips: torch._dynamo.utils.counters over a compiled mode's calls; "
+                  "graph_launches_per_call: cudaGraphLaunch calls of one call under torch.profiler. "
                   "device_span_us_*: a separate pass of device_span_calls calls, each after a synchronize, timed "
                   "with two torch.cuda.Events on the current stream just before the call and after it returns "
                   "(gaps where the GPU waits for the host count), on the CPU the wall time. kernels_per_call: "
@@ -852,6 +904,17 @@ def main():
         "device_time_calls": min(args.device_time_calls, args.iters),
         "workloads": {},
     }
+    def write_json(quiet=False):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2, sort_keys=True)
+                f.write("\n")
+            if not quiet:
+                print(f"wrote {args.json}")
+
+    def save_weights():
+        return wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
+
     print(f"PyTorch {torch.__version__}, device {result['device_name']}{' (--small sizes)' if args.small else ''}, "
           f"{args.iters} timed calls (+{args.warmup} warm-up) per mode, inputs from a pool of {NPOOL}")
     with torch.no_grad():
@@ -872,6 +935,8 @@ def main():
                 model, pool, desc = build(wname, dtype_name, c, vname)
                 entry["description"] = desc
                 e1, e2, want1, want2 = first_calls(model, pool)
+                stateful = hasattr(model, "reset")
+                want_ref = trajectory(model, pool) if stateful else want1[0]
             except Exception as e:   # recorded; the other workloads still run
                 traceback.print_exc()
                 entry["error"] = f"{type(e).__name__}: {e}".split("\n")[0]
@@ -880,7 +945,7 @@ def main():
             else:
                 modes_here = modes
                 if wdir:
-                    wdir.add(f"{vname}.ref.1", want1[0].float().cpu().numpy())
+                    wdir.add(f"{vname}.ref.1", want_ref.float().cpu().numpy())
             cum_peak = 0
             for mode in modes_here:
                 m = {}
@@ -898,14 +963,21 @@ def main():
                         f = model
                         m["first_call_ms"], m["second_call_ms"] = e1, e2
                     else:
-                        f = torch.compile(model) if mode == "compile" else torch.compile(model, mode="reduce-overhead")
+                        c0 = dynamo_counters()
+                        f = compile_mode(model, mode)
+                        reset(f)
                         m["first_call_ms"], m["second_call_ms"], got1, got2 = first_calls(f, pool)
                         for i in range(max(len(want1), len(got1))):
                             for inp, got, want in ((1, got1, want1), (2, got2, want2)):
                                 entry["checks"].append(compare(f"{mode} vs eager, result {i + 1} (input {inp})",
                                                                got[i], want[i], TOL_VS_EAGER[dtype_name]))
+                        if stateful:
+                            entry["checks"].append(compare(f"{mode} vs eager (results of {len(pool)} steps)",
+                                                           trajectory(f, pool), want_ref, TOL_VS_EAGER[dtype_name]))
                     m.update(measure(f, pool))
                     m.update(measure_device(f, pool))
+                    if mode != "eager":   # over the mode's first calls, checks and timed calls
+                        m.update({k: v - c0[k] for k, v in dynamo_counters().items()})
                     if cuda:
                         m["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
                         m["baseline_allocated_bytes"] = baseline
@@ -939,18 +1011,15 @@ def main():
                 print(f"    FAILED {b}")
             model = pool = want1 = want2 = got1 = got2 = None
             gc.collect()
+            # after every variant: grace reads the weights and the report the JSON even if a later variant (a slow
+            # compile) runs into the caller's timeout, or the phases after this loop are cut short
+            if wdir:
+                save_weights()
+            write_json(quiet=True)
 
-    if wdir:   # first: grace reads it, whatever happens to the phases below
-        n = wdir.close(f"pytorch-{torch.__version__}-eager-{result['device_name'].replace(' ', '_')}")
-        print(f"\nwrote {args.weights}: {n} tensors (weights, inputs, references)")
-
-    def write_json():
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=2, sort_keys=True)
-                f.write("\n")
-            print(f"wrote {args.json}")
-    write_json()   # the timings are safe even if what follows is cut short
+    if wdir:
+        print(f"\nwrote {args.weights}: {save_weights()} tensors (weights, inputs, references)")
+    write_json()
     with torch.no_grad():
         kernels_phase()
     kernels_counted = [f"{v} {m}: {e['modes'][m]['kernels_per_call']}" for v, e in result["workloads"].items()

@@ -1,7 +1,8 @@
 -- run.lua: the grace side of the benchmark suite (issue 8). For each workload (mlp, eos, st, gpt2_decode
 -- in fp32 and bf16; one module each in this folder) it builds weights and a pool of 8 inputs (read from the
 -- files bench/torch/workloads.py writes, or seeded random numbers), checks the compiled output against the
--- eager one and, when the files hold PyTorch's outputs, against PyTorch, then times every mode: latency per
+-- eager one and, when the files hold PyTorch's outputs, against PyTorch (a training step, which changes its
+-- weights, on the losses of 8 steps from its initial state), then times every mode: latency per
 -- call with a synchronize after each call (median), throughput without one (total / calls, one synchronize
 -- at the end), the first call (trace + compile for compiled modes), the device span of one call (events,
 -- grace.device_time, median of a separate pass), kernels per call and the peak device memory of the mode.
@@ -19,10 +20,11 @@
 
 local HERE = (arg and arg[0] or "bench/workloads/run.lua"):match("^(.*)/[^/]*$") or "."
 local WORKLOADS = {"mlp", "eos", "st", "gpt2_decode", "cpu_input", "kv_inplace", "branch", "early_exit",
-                   "greedy_loop"}
+                   "greedy_loop", "train_step"}
 local NPOOL = 8
--- Inference only, as the PyTorch side runs under torch.no_grad(): nn's parameters require grad, and recording
--- autograd's nodes in the eager modes would time (and keep memory for) a backward that never comes.
+-- Inference, as the PyTorch side runs under torch.no_grad(): nn's parameters require grad, and recording
+-- autograd's nodes in the eager modes would time (and keep memory for) a backward that never comes. The training
+-- step (train_step) turns grad mode on inside its own function.
 if grace.set_grad_enabled then grace.set_grad_enabled(false) end
 
 -- The modes timed. opts is grace.compile's options table; nil runs the Lua function eagerly. graphs is the
@@ -47,7 +49,7 @@ local TOL = {
 
 local function usage(msg)
   io.stderr:write((msg and (msg .. "\n") or ""),
-    "usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,st,gpt2_decode[_fp32|_bf16],cpu_input,kv_inplace]\n",
+    "usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,st,gpt2_decode[_fp32|_bf16],cpu_input,kv_inplace,...,train_step[_mlp|_gpt]]\n",
     "         [--iters N] [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]\n",
     "         [--device-time-calls N (default 50)] [--fresh MODES (default compiled,full; none: skip)]\n",
     "         [--rounds N (interleaved comparison of the modes; default 10, 0: skip)]\n",
@@ -206,6 +208,17 @@ local function compare(what, got, want, tol)
   r.max_abs_ref = w:abs():max():item()
   r.ok = r.max_abs_diff <= tol * math.max(r.max_abs_ref, 1e-30)   -- false for NaN
   return r
+end
+
+-- A workload with state (w.reset: a training step, which updates its weights) is checked from its initial state:
+-- reset before each mode's first calls, and what is compared across modes and with PyTorch's reference is the
+-- first result of NPOOL calls from that state, one per pool input, stacked (PyTorch's ".ref.1" is the same).
+local function reset(w) if w.reset then w.reset() end end
+local function trajectory(w, f)
+  w.reset()
+  local r = {}
+  for k, args in ipairs(w.pool) do r[k] = f(table.unpack(args)):reshape({1}) end
+  return grace.cat(r)
 end
 
 ---------------------------------------------------------------------------------------------------------
@@ -471,6 +484,7 @@ if opt.first_call_only then
       r.three_calls_nvrtc_calls, r.three_calls_disk_hits = delta(4, "nvrtc_calls"), delta(4, "disk_hits")
       r.setup_nvrtc_calls = stats[1].nvrtc_calls   -- before the first call (building the inputs)
     end
+    reset(w)   -- the compiled calls moved a training step's weights: eager starts where they did
     local want = table.pack(w.fn(table.unpack(w.pool[1])))
     local worst = 0
     r.check_ok = true
@@ -533,7 +547,7 @@ end
 
 -- One mode of one workload: compile (unless eager), check against eager (and the reference), time. Raises on
 -- a grace error; the caller records it and goes on with the next mode.
-local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
+local function run_mode(entry, w, mode, tol, want1, want2, want_ref, ref, e1_ms, e2_ms)
   local f, m = w.fn, {}
   local function check(what, got, want, t) entry.checks[#entry.checks + 1] = compare(what, got, want, t) end
   -- the mode's peak device memory: from what is allocated now (weights, inputs, eager results; the previous
@@ -547,6 +561,7 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
   local at_start = device_stats()
   if mode.opts then
     f = compile_mode(entry.name, w.fn, mode)
+    reset(w)
     local before = device_stats()
     local c1, c2, got1, got2 = first_calls(f, w.pool)
     local after = device_stats()
@@ -559,7 +574,12 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
       check(fmt("%s vs eager, result %d (input 1)", mode.name, i), got1[i], want1[i], tol.vs_eager)
       check(fmt("%s vs eager, result %d (input 2)", mode.name, i), got2[i], want2[i], tol.vs_eager)
     end
-    if ref then check(mode.name .. " vs " .. ref_label .. " (input 1)", got1[1], ref, tol.vs_torch) end
+    local got_ref, what = got1[1], "(input 1)"
+    if w.reset then
+      got_ref, what = trajectory(w, f), fmt("(results of %d steps)", #w.pool)
+      check(mode.name .. " vs eager " .. what, got_ref, want_ref, tol.vs_eager)
+    end
+    if ref then check(mode.name .. " vs " .. ref_label .. " " .. what, got_ref, ref, tol.vs_torch) end
   else
     m.first_call_ms, m.second_call_ms = e1_ms, e2_ms
   end
@@ -571,6 +591,7 @@ local function run_mode(entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
   end
   if mode.opts then
     -- after the timed calls (graphs recorded and replayed by now) the outputs must still be right
+    reset(w)
     local again = table.pack(f(table.unpack(w.pool[1])))
     for i = 1, math.max(want1.n, again.n) do
       check(fmt("%s vs eager after %d calls, result %d (input 1)", mode.name, m.calls_timed or 0, i), again[i], want1[i],
@@ -681,7 +702,9 @@ local function run_variant(module, variant)
     local tol = TOL[variant.dtype]
     -- eager results first: the reference for every compiled mode
     local e1_ms, e2_ms, want1, want2 = first_calls(w.fn, w.pool)
-    -- the floor's inputs: what one call must read and write at least (weights once, one input, the
+    local want_ref, what = want1[1], "(input 1)"
+    if w.reset then want_ref, what = trajectory(w, w.fn), fmt("(results of %d steps)", #w.pool) end
+    -- the floor's inputs: what one call must read and write at least (weights once, or w.min_bytes; one input, the
     -- outputs) and its matmul (or pointwise) FLOPs
     local pool_all, pool1, out = 0, 0, 0
     for k, args in ipairs(w.pool) do
@@ -691,15 +714,15 @@ local function run_variant(module, variant)
       end
     end
     for i = 1, want1.n do if grace.is_tensor(want1[i]) then out = out + nbytes(want1[i]) end end
-    entry.min_bytes_per_call = ctx.bytes - pool_all + pool1 + out
+    entry.min_bytes_per_call = (w.min_bytes or ctx.bytes - pool_all) + pool1 + out
     entry.flops_per_call = w.flops
     local ref = torch_reference(variant.name)
     entry.has_ref = ref ~= nil
     if ref then
-      entry.checks[#entry.checks + 1] = compare("eager vs " .. ref_label .. " (input 1)", want1[1], ref, tol.vs_torch)
+      entry.checks[#entry.checks + 1] = compare("eager vs " .. ref_label .. " " .. what, want_ref, ref, tol.vs_torch)
     end
     for _, mode in ipairs(modes) do
-      local mok, m = xpcall(run_mode, debug.traceback, entry, w, mode, tol, want1, want2, ref, e1_ms, e2_ms)
+      local mok, m = xpcall(run_mode, debug.traceback, entry, w, mode, tol, want1, want2, want_ref, ref, e1_ms, e2_ms)
       if not mok then
         io.stderr:write(variant.name, " ", mode.name, ": ", tostring(m), "\n")
         m = {error = tostring(m):match("^[^\n]*")}

@@ -174,16 +174,10 @@ function Module:load_parameters(map, strict)
   return self
 end
 
--- Clears every parameter's gradient: set_to_none (the default) makes grad nil; false zeroes it in place.
+-- Clears every parameter's gradient: set_to_none (the default) makes grad nil; false zeroes it in place. The
+-- optimizers' zero_grad does the same (grace.optim is opened with grace, before this module can be required).
 function Module:zero_grad(set_to_none)
-  for _, p in ipairs(self:parameters()) do
-    if set_to_none == false then
-      local g = p.grad
-      if g then grace.no_grad(function() g:zero_() end) end
-    else
-      p.grad = nil
-    end
-  end
+  grace.optim.zero_grad(self:parameters(), set_to_none)
   return self
 end
 
@@ -618,6 +612,46 @@ end
 function Block:new_cache(batch, max_seq, opts)
   return self.attn:new_cache(batch, max_seq, opts)
 end
+
+---------------------------------------------------------------------------------------------------------
+-- GPT(vocab, max_seq [, {d=64, heads=4, layers=2}]): a small decoder-only language model to train from scratch:
+-- token and position embeddings, causal TransformerBlocks, a final LayerNorm and a linear head; every matrix
+-- (embeddings included) drawn from N(0, 0.02) as GPT-2's. forward(ids [B, T] of 1-based ids, T <= max_seq) gives
+-- the logits [B, T, vocab].
+local GPT = class("GPT", Module)
+nn.GPT = GPT
+
+function GPT:__init(vocab, max_seq, opts)
+  opts = opts or {}
+  self.vocab = check_int(vocab, "GPT: vocab", 1)
+  self.max_seq = check_int(max_seq, "GPT: max_seq", 1)
+  local d = check_int(opts.d or 64, "GPT: d", 1)
+  local heads = check_int(opts.heads or 4, "GPT: heads", 1)
+  local layers = check_int(opts.layers or 2, "GPT: layers", 1)
+  self:add_module("tok", Embedding(vocab, d))
+  self:add_module("pos", Embedding(max_seq, d))
+  local blocks = {}
+  for i = 1, layers do blocks[i] = Block(d, heads, {causal = true}) end
+  self:add_module("blocks", Sequential(blocks))
+  self:add_module("ln_f", LayerNorm(d))
+  self:add_module("head", Linear(d, vocab))
+  for _, p in ipairs(self:parameters()) do
+    if p:dim() == 2 then nn.init.normal_(p, 0, 0.02) end
+  end
+  place(self, opts)
+end
+
+function GPT:forward(ids)
+  if not is_tensor(ids) or ids:dim() ~= 2 then
+    fail(fmt("GPT: expected ids of shape [batch, seq], got %s", is_tensor(ids) and shape_str(ids) or type(ids)))
+  end
+  local T = ids:size(2)
+  if T > self.max_seq then fail(fmt("GPT: a sequence of %d ids, longer than max_seq %d", T, self.max_seq)) end
+  local h = self.tok(ids) + self.pos(grace.arange(1, T + 1, {device = ids.device}))
+  return self.head(self.ln_f(self.blocks(h)))
+end
+
+function GPT:extra_repr() return fmt("vocab=%d, max_seq=%d", self.vocab, self.max_seq) end
 
 ---------------------------------------------------------------------------------------------------------
 -- The losses as modules: loss = nn.CrossEntropyLoss(opts); loss(input, target) is grace.cross_entropy(input,

@@ -53,9 +53,12 @@ function Optimizer:set_lr(lr)
   grace.no_grad(function() self.lr_tensor:fill_(lr) end)
 end
 
--- Clears the parameters' gradients (set_to_none, the default: grad becomes nil; false: zeroed in place).
-function Optimizer:zero_grad(set_to_none)
-  for _, p in ipairs(self.params) do
+-- zero_grad(params [, set_to_none=true]): clears the gradients of a list of tensors (set_to_none: grad becomes
+-- nil; false: zeroed in place). Optimizer:zero_grad and nn's Module:zero_grad both call it. A local, not a field
+-- read through `optim`: a compiled step walks the upvalues of the methods it reaches, and `optim` would take it
+-- through every class and schedule here.
+local function zero_grad(params, set_to_none)
+  for _, p in ipairs(params) do
     if set_to_none == false then
       local g = p.grad
       if g then grace.no_grad(function() g:zero_() end) end
@@ -64,6 +67,10 @@ function Optimizer:zero_grad(set_to_none)
     end
   end
 end
+
+optim.zero_grad = zero_grad
+
+function Optimizer:zero_grad(set_to_none) zero_grad(self.params, set_to_none) end
 
 ---------------------------------------------------------------------------------------------------------
 -- SGD(params, {lr=, momentum=0, weight_decay=0, nesterov=false}), as PyTorch's (dampening 0):

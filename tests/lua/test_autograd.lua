@@ -90,6 +90,10 @@ section("nn", function()
   local has = true
   for _, p in ipairs(ps) do has = has and p.grad ~= nil end
   tap.ok(has, "backward fills every parameter's grad")
+  local g0 = m[1].weight.grad
+  m:zero_grad(false)
+  tap.ok(g0:abs():max():item() == 0 and m[1].weight.grad:abs():max():item() == 0,
+         "zero_grad(false) zeroes the grad in place")
   m:zero_grad()
   tap.is(m[1].weight.grad, nil, "zero_grad sets grad to nil")
   local drop = nn.Dropout(0.25)

@@ -1,5 +1,6 @@
 -- test_nn.lua: grace.nn modules: parameter counts/shapes/names, :to, deterministic init, hand-computed
--- Linear, norms, activations, causality of masked attention, KV-cache decode = full forward, error messages.
+-- Linear, norms, activations, causality of masked attention and of nn.GPT, KV-cache decode = full forward,
+-- error messages.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local nn = require "grace.nn"
@@ -204,6 +205,38 @@ section("causal attention", function()
   -- position 1 attends only to itself: softmax over one key is 1, so out = out_proj(v_proj(x_1))
   local x1 = x:narrow(2, 1, 1)
   tap.ok(maxdiff(y:narrow(2, 1, 1), attn.out_proj(attn.v_proj(x1))) < 1e-5, "first position = out_proj(v_proj(x1))")
+end)
+
+section("GPT", function()
+  grace.manual_seed(4)
+  local V, S, d = 11, 8, 16
+  local g = nn.GPT(V, S, {d = d, heads = 2, layers = 2})
+  -- embeddings (V + S) d, two blocks of 12 d^2 + 13 d, ln_f 2d, head d V + V
+  tap.is(g:num_parameters(), (V + S) * d + 2 * (12 * d * d + 13 * d) + 2 * d + d * V + V,
+         "GPT(11, 8, d 16, 2 layers): parameter count")
+  local _, names = g:named_parameters()
+  tap.is(names[1] .. " " .. names[3] .. " " .. names[#names], "tok.weight blocks.1.ln_1.weight head.bias",
+         "GPT: parameter names")
+  local stds = {}
+  for _, name in ipairs({"tok.weight", "blocks.1.mlp.fc1.weight", "head.weight"}) do
+    local w = ({g:named_parameters()})[1][name]
+    stds[#stds + 1] = math.abs(w:std():item() - 0.02) < 0.005
+  end
+  tap.ok(stds[1] and stds[2] and stds[3], "GPT: matrices drawn from N(0, 0.02)")
+  local ids = grace.randint(1, V + 1, {2, 6})
+  local y = g(ids)
+  tap.is(shape(y), "2x6x11", "GPT: logits [batch, seq, vocab]")
+  local ids2 = ids:clone()
+  ids2:narrow(2, 5, 1):copy_(ids:narrow(2, 5, 1):eq(1):to("int64") + 1)   -- a different id at position 5
+  local y2 = g(ids2)
+  tap.ok(maxdiff(y:narrow(2, 1, 4), y2:narrow(2, 1, 4)) < 1e-6 and maxdiff(y:narrow(2, 5, 2), y2:narrow(2, 5, 2)) > 1e-4,
+         "GPT is causal: logits before position 5 do not see its id, those from 5 on do")
+  local ok, err = pcall(function() return g(grace.randint(1, V + 1, {1, S + 1})) end)
+  tap.ok(not ok and tostring(err):find("GPT: a sequence of 9 ids, longer than max_seq 8", 1, true),
+         "GPT: a sequence longer than max_seq is an error naming both")
+  ok, err = pcall(function() return g(grace.randint(1, V + 1, {6})) end)
+  tap.ok(not ok and tostring(err):find("expected ids of shape [batch, seq], got [6]", 1, true),
+         "GPT: 1-d ids are an error naming the shape")
 end)
 
 section("KV cache", function()
