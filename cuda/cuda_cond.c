@@ -10,6 +10,8 @@
 #include "cuda/cuda_internal.h"
 
 enum { CU_STREAM_NON_BLOCKING = 1, COND_MIN_DRIVER = 12080 };
+_Static_assert(sizeof(CUDA_CONDITIONAL_NODE_PARAMS) == 32, "CUDA_CONDITIONAL_NODE_PARAMS is 32 bytes (cuda.h)");
+_Static_assert(sizeof(CUgraphNodeParams) == 256, "CUgraphNodeParams is 256 bytes (cuda.h)");
 
 int cuda_cond_supported(cuda_ctx *c, char *why, size_t n) {
   const cuda_fns *f = &c->fn;
