@@ -96,6 +96,10 @@ static int load_symbols(cuda_ctx *c) {
   OPT(cuKernelGetParamInfo, "cuKernelGetParamInfo") OPT(cuGraphMemsetNodeGetParams, "cuGraphMemsetNodeGetParams")
   OPT(cuGraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams")
   OPT(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+  OPT(cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo_v3")
+  OPT(cuStreamUpdateCaptureDependencies_v2, "cuStreamUpdateCaptureDependencies_v2")
+  OPT(cuGraphAddNode_v2, "cuGraphAddNode_v2") OPT(cuGraphConditionalHandleCreate, "cuGraphConditionalHandleCreate")
+  OPT(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph")
 #undef REQ
 #undef OPT
   return 1;
@@ -206,10 +210,12 @@ void cuda_free_all(grace_vm *vm) {
     c->fn.cuStreamSynchronize(c->stream);
     cuda_nvrtc_free_all(c);
     cuda_alloc_free_all(c);
+    cuda_cond_free(c);
     c->fn.cuStreamDestroy_v2(c->stream);
     c->fn.cuDevicePrimaryCtxRelease_v2(c->dev);
   } else
     cuda_nvrtc_free_all(c);
+  cuda_link_free(c);
   /* The driver is not dlclose'd either: drivers are not built to be unloaded and reloaded in one process. */
   vm_free(vm, c, sizeof *c);
   vm->cuda = NULL;

@@ -102,6 +102,12 @@ typedef struct cuda_module cuda_module;
  * is recompiled and rewritten), else compiled by NVRTC. The module lives as long as the VM. */
 grace_status cuda_module_get(cuda_ctx *c, const char *src, cuda_module **out);
 grace_status cuda_module_function(cuda_ctx *c, cuda_module *m, const char *name, CUfunction *out);
+/* As cuda_module_get for a source that calls the device runtime (cudaGraphSetConditional): compiled relocatable
+ * and linked with libcudadevrt.a by nvJitLink (cuda_link.c). GRACE_EUNSUPPORTED when nvJitLink or the library is
+ * missing (cuda_link_why says which). */
+grace_status cuda_module_get_linked(cuda_ctx *c, const char *src, cuda_module **out);
+/* NULL when nvJitLink and libcudadevrt.a are there (probed once), else why not. Needs no GPU. */
+const char *cuda_link_why(cuda_ctx *c);
 typedef struct cuda_compile_stats {
   uint64_t nvrtc_calls, disk_hits, memory_hits, corrupt_entries;
   double nvrtc_seconds;
@@ -167,7 +173,8 @@ enum {
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1, CU_STREAM_CAPTURE_MODE_RELAXED = 2,
   CU_GRAPH_NODE_TYPE_KERNEL = 0, CU_GRAPH_NODE_TYPE_MEMCPY = 1, CU_GRAPH_NODE_TYPE_MEMSET = 2,
   CU_GRAPH_NODE_TYPE_EMPTY = 5, CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6, CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
-  CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10, CU_GRAPH_NODE_TYPE_MEM_FREE = 11
+  CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10, CU_GRAPH_NODE_TYPE_MEM_FREE = 11, CU_GRAPH_NODE_TYPE_CONDITIONAL = 13,
+  CU_GRAPH_COND_TYPE_IF = 0, CU_GRAPH_COND_TYPE_WHILE = 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES = 1
 };
 /* CUDA_MEMSET_NODE_PARAMS and CUDA_MEMCPY3D (cuda.h): what a graph's memset and copy nodes touch */
 typedef struct CUDA_MEMSET_NODE_PARAMS {
@@ -191,6 +198,22 @@ typedef struct CUDA_MEMCPY3D {
   size_t dstPitch, dstHeight;
   size_t WidthInBytes, Height, Depth;
 } CUDA_MEMCPY3D;
+/* Conditional nodes (cuda.h, CUDA 12.4+; IF with two bodies, an else, since 12.8): CUDA_CONDITIONAL_NODE_PARAMS
+ * inside CUgraphNodeParams, whose union is padded to 29 long longs. */
+typedef unsigned long long CUgraphConditionalHandle;
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
+  CUgraphConditionalHandle handle;
+  int type;                       /* CU_GRAPH_COND_TYPE_IF or _WHILE */
+  unsigned size;                  /* bodies: 1 (if, while) or 2 (if/else) */
+  CUgraph *phGraph_out;           /* the driver's array of the node's body graphs, filled by cuGraphAddNode */
+  CUcontext ctx;
+} CUDA_CONDITIONAL_NODE_PARAMS;
+typedef struct CUgraphNodeParams {
+  int type;
+  int reserved0[3];
+  union { long long reserved1[29]; CUDA_CONDITIONAL_NODE_PARAMS conditional; } u;
+  long long reserved2;
+} CUgraphNodeParams;
 typedef struct cuda_fns {
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
@@ -251,6 +274,18 @@ typedef struct cuda_fns {
   CUresult (*cuKernelGetParamInfo)(CUkernel, size_t, size_t *, size_t *);
   CUresult (*cuGraphMemsetNodeGetParams)(CUgraphNode, CUDA_MEMSET_NODE_PARAMS *);
   CUresult (*cuGraphMemcpyNodeGetParams)(CUgraphNode, CUDA_MEMCPY3D *);
+  /* conditional nodes added during stream capture, their bodies captured from other streams; optional (CUDA 12.4+).
+   * The edge-data arguments (CUgraphEdgeData) are always passed NULL: plain full dependencies. */
+  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream, int *status, unsigned long long *id, CUgraph *graph,
+                                        const CUgraphNode **deps, const void **edges, size_t *ndeps);
+  CUresult (*cuStreamUpdateCaptureDependencies_v2)(CUstream, CUgraphNode *deps, const void *edges, size_t n,
+                                                   unsigned flags);
+  CUresult (*cuGraphAddNode_v2)(CUgraphNode *, CUgraph, const CUgraphNode *deps, const void *edges, size_t n,
+                                CUgraphNodeParams *);
+  CUresult (*cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *, CUgraph, CUcontext, unsigned dflt,
+                                             unsigned flags);
+  CUresult (*cuStreamBeginCaptureToGraph)(CUstream, CUgraph, const CUgraphNode *deps, const void *edges, size_t n,
+                                          int mode);
 } cuda_fns;
 const cuda_fns *cuda_driver_fns(cuda_ctx *c);
 

@@ -66,6 +66,16 @@ struct cuda_ctx {
   cuda_nvrtc_fns nv;
   char nvrtc_why[256];
   char nvrtc_version[16];
+  /* nvJitLink and the device runtime library (cuda_link.c), probed once: kernels that call the device runtime
+   * (the conditional-node setter) are compiled relocatable and linked with libcudadevrt.a */
+  int link_probed, link_ok;
+  void *link_lib;
+  struct cuda_link_fns *lk;
+  char link_why[256];
+  char devrt_path[4096];
+  /* conditional-node bodies being captured (cuda_cond.c): one stream per nesting depth, made on first use */
+  CUstream body_streams[8];
+  int body_depth;
   /* a graph capture in progress (cuda_graph.c): allocations come from the arena, launches are noted */
   struct cuda_capture *cap;
   /* the graphs' arena: blocks of every capture, shared by all graphs of the VM (their replays are ordered on the
@@ -111,6 +121,16 @@ void cuda_alloc_free_all(cuda_ctx *c);
 void cuda_alloc_reset_peak(cuda_ctx *c);
 /* cuda_api.c: kernels launched outside captures so far (grace_device_stats.kernel_launches). */
 uint64_t cuda_launch_count(const cuda_ctx *c);
+/* cuda_nvrtc.c: compiles src for arch into a cubin, relocatable (-rdc=true) when rdc is set (for cuda_link_devrt). */
+grace_status cuda_nvrtc_compile_image(grace_vm *vm, cuda_ctx *c, const char *src, int arch, int rdc, char **out,
+                                      size_t *n);
+/* cuda_link.c: links a relocatable cubin with libcudadevrt.a into a loadable cubin (*out as cuda_nvrtc_compile's);
+ * GRACE_EUNSUPPORTED (with cuda_link_why) when nvJitLink or the library is missing. */
+grace_status cuda_link_devrt(cuda_ctx *c, const char *image, size_t n, int arch, char **out, size_t *nout);
+/* cuda_link.c: unloads nothing (nvJitLink stays mapped, as NVRTC) but forgets the probe. */
+void cuda_link_free(cuda_ctx *c);
+/* cuda_cond.c: destroys the body streams. */
+void cuda_cond_free(cuda_ctx *c);
 /* cuda_api.c: stream synchronizations so far (grace_device_stats.syncs). */
 uint64_t cuda_sync_count(const cuda_ctx *c);
 /* cuda_nvrtc.c: unloads the modules and NVRTC. */

@@ -113,7 +113,8 @@ static grace_status compile_error(grace_vm *vm, cuda_ctx *c, nvrtcProgram prog, 
   return GRACE_EINTERNAL;
 }
 
-static grace_status compile(grace_vm *vm, cuda_ctx *c, const char *src, int arch, int ptx, char **out, size_t *n) {
+static grace_status compile(grace_vm *vm, cuda_ctx *c, const char *src, int arch, int ptx, int rdc, char **out,
+                            size_t *n) {
   *out = NULL;
   *n = 0;
   if (!nvrtc_load(c)) return vm_err(vm, GRACE_EDEVICE, "cuda: %s", c->nvrtc_why);
@@ -122,7 +123,7 @@ static grace_status compile(grace_vm *vm, cuda_ctx *c, const char *src, int arch
    * cache key (which hashes the source) tells the two targets apart */
   const char *specific = strstr(src, "#define GRACE_ARCH_SPECIFIC") ? "a" : "";
   snprintf(archopt, sizeof archopt, "--gpu-architecture=%s_%d%s", ptx ? "compute" : "sm", arch, specific);
-  const char *opts[] = {archopt, "--std=c++17", "-DNDEBUG"};
+  const char *opts[] = {archopt, "--std=c++17", "-DNDEBUG", "-rdc=true"};   /* the last only when rdc */
   double t0 = now_s();
   c->cstats.nvrtc_calls++;
   vm_progress(vm, "compiling kernel %llu with NVRTC", (unsigned long long)c->cstats.nvrtc_calls);
@@ -130,7 +131,7 @@ static grace_status compile(grace_vm *vm, cuda_ctx *c, const char *src, int arch
   nvrtcResult r = c->nv.nvrtcCreateProgram(&prog, src, "grace.cu", 0, NULL, NULL);
   if (r) return nvrtc_err(vm, c, r, "nvrtcCreateProgram");
   grace_status st = GRACE_OK;
-  r = c->nv.nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof *opts), opts);
+  r = c->nv.nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof *opts) - !rdc, opts);
   if (r) st = compile_error(vm, c, prog, r);
   size_t size = 0;
   if (!st && (r = (ptx ? c->nv.nvrtcGetPTXSize : c->nv.nvrtcGetCUBINSize)(prog, &size)))
@@ -163,7 +164,12 @@ grace_status cuda_nvrtc_compile(grace_vm *vm, const char *src, int arch, int ptx
     if (!dev) return vm->status;
     arch = dev->props.major * 10 + dev->props.minor;
   }
-  return compile(vm, c, src, arch, ptx, out, n);
+  return compile(vm, c, src, arch, ptx, 0, out, n);
+}
+
+grace_status cuda_nvrtc_compile_image(grace_vm *vm, cuda_ctx *c, const char *src, int arch, int rdc, char **out,
+                                      size_t *n) {
+  return compile(vm, c, src, arch, 0, rdc, out, n);
 }
 
 /* ---- the disk cache ---- */
@@ -312,12 +318,26 @@ int cuda_cache_store(cuda_ctx *c, cuda_key key, const void *bytes, size_t n) {
 }
 
 /* ---- modules ---- */
-grace_status cuda_module_get(cuda_ctx *c, const char *src, cuda_module **out) {
+/* The cubin of src for arch: compiled by NVRTC, and for a linked module compiled relocatable and linked with the
+ * device runtime (cuda_link.c). */
+static grace_status build(cuda_ctx *c, const char *src, int arch, int linked, char **image, size_t *n) {
+  if (!linked) return compile(c->vm, c, src, arch, 0, 0, image, n);
+  char *rel = NULL;
+  size_t nrel = 0;
+  grace_status st = compile(c->vm, c, src, arch, 0, 1, &rel, &nrel);
+  if (st != GRACE_OK) return st;
+  st = cuda_link_devrt(c, rel, nrel, arch, image, n);
+  grace_realloc(c->vm, rel, nrel, 0);
+  return st;
+}
+
+static grace_status module_get(cuda_ctx *c, const char *src, int linked, cuda_module **out) {
   grace_vm *vm = c->vm;
   *out = NULL;
   if (!nvrtc_load(c)) return vm_err(vm, GRACE_EDEVICE, "cuda: %s", c->nvrtc_why);
   int arch = c->props.major * 10 + c->props.minor;
-  cuda_key key = cuda_cache_key(src, NVRTC_OPTIONS, arch, c->nvrtc_version);
+  cuda_key key = cuda_cache_key(src, linked ? NVRTC_OPTIONS " -rdc=true +libcudadevrt" : NVRTC_OPTIONS, arch,
+                                c->nvrtc_version);
   for (cuda_module *m = c->modules; m; m = m->next)
     if (m->h1 == key.h1 && m->h2 == key.h2) {
       c->cstats.memory_hits++;
@@ -336,7 +356,7 @@ grace_status cuda_module_get(cuda_ctx *c, const char *src, cuda_module **out) {
     else c->cstats.corrupt_entries++;   /* the checksum held but the driver refused it: recompile over it */
   }
   if (r) {
-    grace_status st = compile(vm, c, src, arch, 0, &image, &n);
+    grace_status st = build(c, src, arch, linked, &image, &n);
     if (st) {
       vm_free(vm, m, sizeof *m);
       return st;
@@ -355,6 +375,12 @@ grace_status cuda_module_get(cuda_ctx *c, const char *src, cuda_module **out) {
   c->modules = m;
   *out = m;
   return GRACE_OK;
+}
+
+grace_status cuda_module_get(cuda_ctx *c, const char *src, cuda_module **out) { return module_get(c, src, 0, out); }
+
+grace_status cuda_module_get_linked(cuda_ctx *c, const char *src, cuda_module **out) {
+  return module_get(c, src, 1, out);
 }
 
 grace_status cuda_module_function(cuda_ctx *c, cuda_module *m, const char *name, CUfunction *out) {

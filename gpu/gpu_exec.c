@@ -382,6 +382,9 @@ typedef struct gpu_plan {
   gpu_part *part;             /* graphs and launch measurements (gpu_graph.c); not for one-op programs */
   int unfused;                /* groups that ran an op at a time (slots[g].unfused), and why the first did */
   char unfused_why[160];
+  int regions;                /* region instructions; cond_ok: they become conditional nodes in a graph */
+  int cond_ok;
+  char region_why[160];       /* why not (gpu_cond_available) */
 } gpu_plan;
 
 static void plan_free(grace_ir *ir);
@@ -394,6 +397,12 @@ int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n) {
   const gpu_plan *p = ir && ir->exec_free == plan_free ? ir->exec : NULL;
   if (n) snprintf(why, n, "%s", p ? p->unfused_why : "");
   return p ? p->unfused : 0;
+}
+
+int gpu_ir_regions(const grace_ir *ir, char *why, size_t n) {
+  const gpu_plan *p = ir && ir->exec_free == plan_free ? ir->exec : NULL;
+  if (n) snprintf(why, n, "%s", p ? p->region_why : "");
+  return p ? p->regions : 0;
 }
 
 static void plan_free(grace_ir *ir) {
@@ -436,6 +445,8 @@ static grace_status make_plan(grace_ir *ir) {
   ir->exec = p;
   ir->exec_free = plan_free;
   p->eager = !strcmp(ir->name, "eager");
+  for (int i = 0; i < ir->ninst; i++) p->regions += ir_is_region(ir->insts[i].op);
+  if (p->regions && !p->eager) p->cond_ok = gpu_cond_available(ir, p->region_why, sizeof p->region_why);
   int ng = p->f.ngroup;
   int32_t *last = vm_alloc(vm, sizeof *last * (size_t)(ir->nval ? ir->nval : 1));
   p->slots = vm_calloc(vm, sizeof *p->slots * (size_t)(ng ? ng : 1));
@@ -499,7 +510,10 @@ static grace_status run_members(grace_ir *ir, const gpu_plan *p, const ir_fuse_g
     *at = m;
     grace_status st = GRACE_OK;
     for (int a = 0; a < k->nin && st == GRACE_OK; a++) st = need(ir, ir->args[k->first_arg + a], in, val);
-    if (st == GRACE_OK) st = ir_exec_inst(ir, m, in, val);
+    /* in a graph capture a region becomes conditional nodes; elsewhere the IR runs it as a host branch */
+    int region = ir_is_region(k->op), capturing = gpu_graph_capturing(ir->vm);
+    if (st == GRACE_OK) st = region && capturing ? gpu_cond_lower(ir, m, val) : ir_exec_inst(ir, m, in, val);
+    if (st == GRACE_OK && region && !capturing && p->cond_ok) gpu_cond_warm(ir, m, val);
     if (st != GRACE_OK) return st;
   }
   return GRACE_OK;
@@ -693,10 +707,9 @@ grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout
     return vm_err(ir->vm, GRACE_EINTERNAL, "run: the program is held by another executor");
   if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;
   gpu_plan *p = ir->exec;
-  /* A region runs by the host-branch lowering (ir_region.c): the predicate is read on the host, a sync, which no
-   * CUDA graph can hold, so such a program runs kernel by kernel. CUDA conditional graph nodes (and predication of
-   * small branches) come next and will let it be captured. */
-  if (p->eager || ir_has_region(ir)) return exec(ir, nin, in, nout, out);
+  /* Regions that cannot become conditional nodes (gpu_cond.c) run as host branches (ir_region.c): the predicate
+   * read on the host, a synchronisation no CUDA graph can hold, so such a program runs kernel by kernel. */
+  if (p->eager || (p->regions && !p->cond_ok)) return exec(ir, nin, in, nout, out);
   return gpu_graph_call(ir, &p->part, exec, nin, in, nout, out);
 }
 

@@ -69,6 +69,18 @@ const struct gpu_part *gpu_ir_part(const grace_ir *ir);
 /* How many fused groups of a program run on the device went an op at a time (no generated kernel runs them
  * whole), and why the first did ("" when none); 0 for a program not run on the device. */
 int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n);
+/* The regions (cond, while) of a program run on the device, and why they cannot become conditional nodes ("" when
+ * they can, or when there are none). */
+int gpu_ir_regions(const grace_ir *ir, char *why, size_t n);
+/* gpu_cond.c: whether every region of ir (at any depth) can become CUDA conditional nodes when ir is captured;
+ * else why (n bytes). Compiles the predicate kernel, outside any capture. */
+int gpu_cond_available(grace_ir *ir, char *why, size_t n);
+/* gpu_cond.c: during a capture, region instruction i of ir as conditional nodes: its results in val. */
+/* gpu_cond.c: after region instruction i ran as a host branch (outside a capture), runs once each sub-program of it
+ * that has never run (on the same inputs; results and errors dropped), so that a capture finds its kernels compiled
+ * and its matmuls tuned. */
+void gpu_cond_warm(grace_ir *ir, int i, grace_tensor **val);
+grace_status gpu_cond_lower(grace_ir *ir, int i, grace_tensor **val);
 /* Runs an IR program on the device (grace_ir_run's device branch). */
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 

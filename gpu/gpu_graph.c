@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cuda/cuda_cond.h"
 #include "cuda/cuda_graph.h"
 #include "cuda/cuda_graph_update.h"
 #include "ir/ir_place.h"
@@ -68,12 +69,15 @@ typedef struct gg_out {
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
 } gg_out;
-/* a deferred index check; idx (held during the capture only) and its version let later ops of the capture that
- * check the same index against the same bound skip their own check */
+/* a flag read back after each replay, bad when below n: a deferred index check's first bad position, or (loop) a
+ * while_loop's iteration count, -1 past its max_iters (size). idx (held during the capture only) and its version let
+ * later ops of the capture that check the same index against the same bound skip their own check. reset: the check
+ * runs inside a conditional body, which may not run (and clear the flag) on a replay: it is cleared before each
+ * replay instead */
 typedef struct gg_check {
   CUdeviceptr flag;
   int64_t n, size;
-  int dim;
+  int dim, reset, loop;
   char op[24];
   grace_tensor *idx;
   uint64_t ver;
@@ -113,6 +117,7 @@ typedef struct gg_graph {
   long nreplay;
   uint64_t rng0, rng_total;   /* the VM's generator offset when capture began, and how far one call advances it */
   int ncheck;
+  int ncond;              /* conditional nodes (gpu_cond.c), at any depth */
   gg_check chk[GG_CHECKS];
   gg_write *wr;
   int nwr;
@@ -253,11 +258,13 @@ static grace_status table_scalar(grace_vm *vm, gg_graph *gg, const grace_tensor 
 
 int gpu_graph_capturing(grace_vm *vm) { return vm->graph_cap != NULL; }
 
+void gpu_graph_cond_added(grace_vm *vm) { vm->graph_cap->ncond++; }
+
 int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size) {
   const gg_graph *gg = vm->graph_cap;
   for (int k = 0; gg && k < gg->ncheck; k++) {
-    const grace_tensor *t = gg->chk[k].idx;
-    if (!t || t->storage != idx->storage || gg->chk[k].ver != idx->storage->version || t->offset != idx->offset ||
+    const grace_tensor *t = gg->chk[k].idx;   /* one made in a conditional body may not run: not one to skip by */
+    if (!t || gg->chk[k].reset || t->storage != idx->storage || gg->chk[k].ver != idx->storage->version || t->offset != idx->offset ||
         t->dtype != idx->dtype || t->ndim != idx->ndim || gg->chk[k].size != size)
       continue;
     int same = 1;
@@ -267,24 +274,38 @@ int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size) {
   return 0;
 }
 
-grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, const grace_tensor *idx, int64_t n,
-                                   int64_t size, int dim) {
+/* A new deferred check of the capture (idx: NULL for a loop counter). */
+static grace_status add_check(grace_vm *vm, uint64_t flag, const char *op, const grace_tensor *idx, int64_t n,
+                              int64_t size, int dim, int loop) {
   gg_graph *gg = vm->graph_cap;
   if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
   gg_check *k = &gg->chk[gg->ncheck++];
-  *k = (gg_check){flag, n, size, dim, {0}, (grace_tensor *)idx, idx->storage->version};
+  *k = (gg_check){flag, n, size, dim, cuda_cond_depth(gpu_ctx(vm)) > 0, loop, {0}, (grace_tensor *)idx,
+                  idx ? idx->storage->version : 0};
   grace_tensor_retain(k->idx);
   snprintf(k->op, sizeof k->op, "%s", op);
   return GRACE_OK;
 }
 
-/* Row r of gg's check flags, copied back and complete: the error of the first bad index, if any. */
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, const grace_tensor *idx, int64_t n,
+                                   int64_t size, int dim) {
+  return add_check(vm, flag, op, idx, n, size, dim, 0);
+}
+
+grace_status gpu_graph_defer_loop(grace_vm *vm, uint64_t counter, int64_t max_iters) {
+  return add_check(vm, counter, "while_loop", NULL, 0, max_iters, 0, 1);
+}
+
+/* Row r of gg's check flags, copied back and complete: the error of the first bad index or bounded loop, if any. */
 static grace_status check_row(grace_vm *vm, gg_graph *gg, int r) {
   gg->chk_pend[r] = 0;
   const int64_t *h = gg->chk_host + (size_t)r * GG_CHECKS;
   for (int k = 0; k < gg->ncheck; k++) {
     const gg_check *q = &gg->chk[k];
     if (h[k] >= q->n) continue;
+    if (q->loop)
+      return vm_err(vm, GRACE_EARG, "while_loop: the loop is still running after max_iters=%lld iterations (in a "
+                    "compiled call, found at the next wait for the device)", (long long)q->size);
     return q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows (in a compiled "
                                "call, found at the next wait for the device)", q->op, (long long)q->size)
                       : vm_err(vm, GRACE_EINDEX, "%s: an index is out of range for dim %d of size %lld (in a compiled "
@@ -600,7 +621,9 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     int *map = vm_alloc(vm, sizeof *map * (size_t)(gg->nslots ? gg->nslots : 1));
     uint64_t *perm = vm_alloc(vm, sizeof *perm * (size_t)(gg->nslots ? gg->nslots : 1));
     if (!map || !perm) st = vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
-    if (st == GRACE_OK && gg->ndyn && gg->strat != GRACE_LAUNCH_COPY) {
+    /* kernels inside conditional bodies are not among the graph's own nodes: no renumbering then (the per-call
+     * words then span a longer range of the table) */
+    if (st == GRACE_OK && gg->ndyn && gg->strat != GRACE_LAUNCH_COPY && !gg->ncond) {
       int next = 0;
       for (int k = 0; k < gg->nslots; k++) map[k] = -1;
       for (int d = 0; d < gg->ndyn; d++) if (map[gg->dyn[d].word - GG_SCALARS] < 0) map[gg->dyn[d].word - GG_SCALARS] = next++;
@@ -692,6 +715,8 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
                                    sizeof(uint64_t) * (size_t)(gg->hi - gg->lo));
     if (st == GRACE_OK && (st = cuda_event_record(c, gg->ev[r])) == GRACE_OK) gg->evused[r] = 1;
   }
+  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
+    if (gg->chk[k].reset) st = cuda_memset(c, gg->chk[k].flag, 0x7f, sizeof(int64_t));
   if (st == GRACE_OK && (st = cuda_graph_launch(c, gg->x)) == GRACE_OK) vm->rng_offset += gg->rng_total;
   double dt = now_us() - t0;
   gg->replay_us_sum += dt;
@@ -897,7 +922,12 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   memset(out, 0, sizeof *out);
   if (!ir) return;
   out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
+  out->regions = gpu_ir_regions(ir, out->region_why, sizeof out->region_why);
   const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
+  if (!p && out->regions && out->region_why[0]) {   /* run kernel by kernel, its regions as host branches */
+    out->managed = 1;
+    snprintf(out->ineligible, sizeof out->ineligible, "its regions run as host branches (%.120s)", out->region_why);
+  }
   if (!p) return;
   out->managed = 1;
   out->calls = p->calls;
@@ -921,6 +951,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->graph_bytes += out->table_bytes;
   if (last) {
     out->kernels = last->nkernels;
+    out->cond_nodes = last->ncond;
     out->indirect_words = last->ndyn;
     out->node_updates = cuda_graph_updates_nodes(last->upd);
     out->copy_bytes = last->copy_bytes;

@@ -33,4 +33,11 @@ grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, 
 /* While capturing: whether index idx was already checked against bound size by this capture (unchanged since). */
 int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size);
 
+/* While capturing: the iteration counter of a while_loop with max_iters (gpu_cond.c), read back after each replay
+ * like an index check's flag: negative when the loop was stopped past max_iters, which raises the eager loop's error
+ * at the next wait for the device. The graph owns the counter (8 bytes from cuda_malloc) on success. */
+grace_status gpu_graph_defer_loop(grace_vm *vm, uint64_t counter, int64_t max_iters);
+/* While capturing: a conditional node was added (gpu_cond.c); counted per graph (grace_graph_info.cond_nodes). */
+void gpu_graph_cond_added(grace_vm *vm);
+
 #endif

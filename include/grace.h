@@ -428,6 +428,14 @@ typedef struct grace_graph_info {
   double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */
   int unfused;                     /* fused groups no generated kernel could run whole: they ran an op at a time */
   char unfused_why[160];           /* why the first of them could not ("" when none) */
+  /* Regions (cond, while_loop) of the program, and how they run: as CUDA conditional nodes inside the program's
+   * graph (the predicate read on the device; cond_nodes > 0 in the graph the chosen strategy replays), or as host
+   * branches (the predicate read on the host, a wait for the device per decision; the eager strategy of a program
+   * that can take conditional nodes is this lowering, measured against the graph). region_why: why conditional
+   * nodes cannot take them ("" when they can). */
+  int regions;
+  int cond_nodes;
+  char region_why[160];
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
 /* A device program with symbolic sizes runs as copies specialised to the sizes of its calls, a few kept (least

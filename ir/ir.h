@@ -95,6 +95,10 @@ struct grace_ir {
   ir_const *consts; int nconst, cap_const;       /* captured tensors (NULL until bound after a parse) */
   char **locs; int nloc, cap_loc;
   grace_ir **subs; int nsub, cap_sub;             /* sub-programs of region instructions, owned (ir_region.c) */
+  /* set while a sub-program runs inside a CUDA graph capture (gpu/gpu_cond.c): an input declared as a 0-d CPU value
+   * (a host number) may then arrive as a 0-d device value, the enclosing program having moved it into the graph's
+   * argument table (the device's runners read either) */
+  int host_numbers_lifted;
   int32_t cur_loc;
   int ninputs, nscalars;
   struct ir_sym *syms; int nsyms, cap_sym;       /* symbolic sizes s1..s<nsyms> (ir_sym.h) */

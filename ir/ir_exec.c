@@ -5,8 +5,9 @@
 #include <string.h>
 #include "ir/ir_exec.h"
 
-static int type_matches(const ir_type *t, const grace_tensor *x) {
-  if (t->dtype != x->dtype || t->ndim != x->ndim || t->device != x->storage->device) return 0;
+static int type_matches(const grace_ir *ir, const ir_type *t, const grace_tensor *x) {
+  int lifted = ir->host_numbers_lifted && t->device == GRACE_CPU && t->ndim == 0 && x->storage->device == GRACE_CUDA;
+  if (t->dtype != x->dtype || t->ndim != x->ndim || (t->device != x->storage->device && !lifted)) return 0;
   for (int d = 0; d < t->ndim; d++)   /* a symbolic size: ir_sym_bind checked the call's sizes */
     if (!t->sym[d] && t->sizes[d] != x->sizes[d]) return 0;
   return 1;
@@ -113,7 +114,7 @@ grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_te
   switch (k->op) {
   case IR_OP_INPUT: {
     grace_tensor *x = in[k->input_index];
-    if (!x || !type_matches(t0, x))
+    if (!x || !type_matches(ir, t0, x))
       return x ? input_error(vm, "input", k->input_index, t0, x)
                : vm_err(vm, GRACE_EARG, "run: input %d is missing", k->input_index + vm->index_base);
     grace_tensor_retain(x);

@@ -9,6 +9,13 @@
 static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection",
                                                                          "graph+node updates"};
 
+/* How the program's regions run now: in its graph as conditional nodes, or as host branches (the eager strategy of
+ * a program that can take conditional nodes is the host branch, measured against its graph). */
+static const char *region_lowering(const grace_graph_info *gi) {
+  if (gi->cond_nodes > 0 && gi->decided && gi->chosen != GRACE_LAUNCH_EAGER) return "conditional nodes";
+  return gi->region_why[0] || gi->decided ? "host branch" : "measuring";
+}
+
 /* Pushes one program's launch figures as a table. */
 static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, int partition,
                             const char *sizes) {
@@ -46,6 +53,12 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->replays); lua_setfield(L, -2, "replays");
   lua_pushnumber(L, gi->replay_host_us_min); lua_setfield(L, -2, "replay_host_us_min");
   lua_pushnumber(L, gi->replay_host_us_mean); lua_setfield(L, -2, "replay_host_us_mean");
+  if (gi->regions) {   /* how its cond / while_loop regions run */
+    lua_pushinteger(L, gi->regions); lua_setfield(L, -2, "regions");
+    lua_pushinteger(L, gi->cond_nodes); lua_setfield(L, -2, "cond_nodes");
+    lua_pushstring(L, region_lowering(gi)); lua_setfield(L, -2, "region_lowering");
+    if (gi->region_why[0]) { lua_pushstring(L, gi->region_why); lua_setfield(L, -2, "region_why"); }
+  }
 }
 
 /* A device program of a compiled function: its launch figures, its entry, path and partition (0: not one). */
@@ -176,6 +189,11 @@ int lg_report(lua_State *L) {
     if (gi->unfused) {
       snprintf(line, sizeof line, "    %d fused group%s ran an op at a time (%s)\n", gi->unfused, gi->unfused > 1 ? "s" : "",
                gi->unfused_why);
+      luaL_addstring(&b, line);
+    }
+    if (gi->regions) {
+      snprintf(line, sizeof line, "    %d region%s (cond, while_loop): %s%s%.160s (eager is the host branch)\n", gi->regions,
+               gi->regions > 1 ? "s" : "", region_lowering(gi), gi->region_why[0] ? ": " : "", gi->region_why);
       luaL_addstring(&b, line);
     }
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {

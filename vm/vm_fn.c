@@ -292,6 +292,7 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
     }
     fn_log_placement(vm, e->ir ? e->ir : e->tree[e->ntree - 1], prefix);
   }
+  if (!e->why[0] && e->ir && fn_log_topic("regions")) fn_log_regions(vm, fn->name, e->ir);
   if (e->why[0]) {
     grace_ir_free(e->ir);
     e->ir = NULL;

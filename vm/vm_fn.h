@@ -123,6 +123,8 @@ size_t fn_moves_bytes(const fn_moves *m);       /* bytes staged so far */
 int fn_log_topic(const char *topic);
 /* For GRACE_LOG=ir: the kernels the program runs as, from the fusion grouping the executors use (stderr). */
 void fn_log_plan(grace_vm *vm, grace_ir *ir);
+/* How each region of ir runs on its device and why, one line each (for GRACE_LOG=regions, stderr). */
+void fn_log_regions(grace_vm *vm, const char *name, grace_ir *ir);
 /* ir's placement report, each line after prefix, to stderr (for GRACE_LOG=placement). */
 void fn_log_placement(grace_vm *vm, grace_ir *ir, const char *prefix);
 

@@ -7,9 +7,11 @@
 #include <string.h>
 #include "vm/vm_fn.h"
 #include "ir/ir.h"
+#include "ir/ir_exec.h"
 #include "ir/ir_sym.h"
+#include "gpu/gpu_exec.h"
 
-static const char *const log_topics[] = {"ir", "placement", NULL};
+static const char *const log_topics[] = {"ir", "placement", "regions", NULL};
 
 const char *const *grace_log_topics(void) { return log_topics; }
 
@@ -88,7 +90,37 @@ static void explain_partitions(grace_ir *prog, sbuf *b) {
   }
 }
 
-/* The program's partitions, ops by kind, breaks and placement. */
+/* How each region (cond, while_loop) of prog runs, one line each after prefix: on CUDA as conditional graph nodes
+ * where gpu_cond_available says they can be, else as host branches, with the reason. */
+static void explain_regions(grace_vm *vm, grace_ir *prog, const char *prefix, sbuf *b) {
+  int nr = 0;
+  for (int i = 0; i < prog->ninst; i++) nr += ir_is_region(prog->insts[i].op);
+  if (!nr) return;
+  char why[160] = "";
+  int dev = ir_exec_device(prog) == GRACE_CUDA, cond = dev && gpu_cond_available(prog, why, sizeof why);
+  for (int i = 0; i < prog->ninst; i++) {
+    const ir_inst *k = &prog->insts[i];
+    if (!ir_is_region(k->op)) continue;
+    sb_add(b, "%s%s at %s: ", prefix, k->op == IR_OP_COND ? "cond" : "while_loop", k->loc >= 0 ? prog->locs[k->loc] : "(unknown place)");
+    if (!dev) sb_add(b, "runs on the CPU (the interpreter branches on the host value)\n");
+    else if (cond)
+      sb_add(b, "conditional node (%s) in the program's CUDA graph: the predicate is read on the device, no host "
+             "synchronisation; measured against the host branch, the faster kept (grace.report)\n",
+             k->op == IR_OP_COND ? "IF with an else body" : "WHILE");
+    else sb_add(b, "host branch (the predicate is read on the host, a synchronisation per decision): %s\n", why);
+  }
+}
+
+void fn_log_regions(grace_vm *vm, const char *name, grace_ir *ir) {
+  char buf[4096], prefix[300];
+  sbuf b = {buf, sizeof buf, 0};
+  buf[0] = 0;
+  snprintf(prefix, sizeof prefix, "grace: regions of %s: ", name);
+  explain_regions(vm, ir, prefix, &b);
+  fputs(buf, stderr);
+}
+
+/* The program's partitions, ops by kind, breaks, regions and placement. */
 static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
   const char *text = grace_ir_text(prog);
   int counts[GRACE_NOPKINDS] = {0}, total = 0, nb = grace_ir_count(prog, "breaks");
@@ -129,6 +161,8 @@ static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
              "(grace.where instead of if) to remove the break\n", where);
   }
   if (nb) explain_partitions(prog, b);
+  if (ir_has_region(prog)) sb_add(b, "  regions:\n");
+  explain_regions(vm, prog, "    ", b);
   sb_add(b, "  placement:\n");
   place_lines(vm, prog, "    ", b);
 }

@@ -2,7 +2,9 @@
  * host memory (so copies, memsets and reads back work), kernels and graphs do nothing (so no value a kernel would
  * compute is right), modules load whatever NVRTC compiled. install_fake(vm) puts it under the VM's CUDA state
  * before anything probes the real driver. Counters say what went through it; inst_oom makes graph instantiation
- * run out of memory, end_result what ending a capture returns. */
+ * run out of memory, end_result what ending a capture returns. install_fake_cond adds conditional graph nodes: the
+ * fake records the structure of the last graph captured (see below), since it cannot run the kernels that set a
+ * node's handle nor, therefore, decide which body a replay would run. */
 #ifndef GRACE_TEST_FAKE_CUDA_H
 #define GRACE_TEST_FAKE_CUDA_H
 #include <stdio.h>
@@ -23,19 +25,60 @@ static CUresult f_alloc(CUdeviceptr *p, size_t n) {
   return 0;
 }
 static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); driver_frees++; return 0; }
-static CUresult f_sync(CUstream s) { (void)s; return 0; }
+static long stream_syncs;
+static CUresult f_sync(CUstream s) { (void)s; stream_syncs++; return 0; }
 static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0; }
 static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 static CUresult f_dtod(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
 static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)(uintptr_t)d, v, n); return 0; }
 static CUresult f_load(CUmodule *m, const void *img) { (void)img; *m = (CUmodule)&fake_obj; return 0; }
 static CUresult f_unload(CUmodule m) { (void)m; return 0; }
-static CUresult f_getfn(CUfunction *f, CUmodule m, const char *name) { (void)m; (void)name; *f = (CUfunction)&fake_obj; return 0; }
+/* ---- the structure of the last graph captured, with conditional nodes (install_fake_cond) ----
+ * fgraph[0] is the graph a stream capture begun on the VM's stream records into (cleared when one begins); a
+ * conditional node added to a graph gets fresh entries for its bodies. Per graph: the kernels launched into it,
+ * the handles the predicate kernel (grace_cond_set, told apart by its name) was launched with, and its conditional
+ * nodes (type, number of bodies, handle, the body entries). A stream made by cuStreamCreate captures into the
+ * graph cuStreamBeginCaptureToGraph names. */
+typedef struct fake_graph {
+  int kernels, nsets, nconds;
+  unsigned long long sets[8], counts[8];   /* the handle each predicate kernel sets, and its loop counter's address */
+  struct { int type; unsigned size; unsigned long long handle; int body[2]; } cond[8];
+  CUgraph bodies[8][2];             /* the arrays handed back as phGraph_out */
+} fake_graph;
+static fake_graph fgraph[64];
+static int nfgraph, fake_main_target = -1, fake_stream_target[8] = {-1, -1, -1, -1, -1, -1, -1, -1}, nfake_streams;
+static int fake_streams_obj[8], fake_setfn_obj;
+static long cond_nodes_added;
+static unsigned long long fake_handles;
+static int fake_graph_index(CUgraph g) { return (int)((fake_graph *)(void *)g - fgraph); }
+/* The graph stream s captures into, or -1. */
+static int *fake_target(CUstream s) {
+  for (int i = 0; i < nfake_streams; i++) if ((void *)s == (void *)&fake_streams_obj[i]) return &fake_stream_target[i];
+  return &fake_main_target;
+}
+
+/* A launch of f on s with parameters p, in the graph s captures into. */
+static void fake_record(CUfunction f, CUstream s, void **p) {
+  int t = *fake_target(s);
+  if (t < 0) return;
+  fake_graph *fg = &fgraph[t];
+  fg->kernels++;
+  if ((void *)f == (void *)&fake_setfn_obj && fg->nsets < 8) {
+    fg->counts[fg->nsets] = ((const uint64_t *)p[0])[4];
+    fg->sets[fg->nsets++] = ((const uint64_t *)p[0])[1];
+  }
+}
+static CUresult f_getfn(CUfunction *f, CUmodule m, const char *name) {
+  (void)m;
+  *f = !strcmp(name, "grace_cond_set") ? (CUfunction)&fake_setfn_obj : (CUfunction)&fake_obj;
+  return 0;
+}
 static CUresult f_attr(CUfunction f, int a, int v) { (void)f; (void)a; (void)v; return 0; }
 static CUresult f_launch(CUfunction f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned smem,
                          CUstream s, void **p, void **x) {
-  (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)smem; (void)s; (void)p; (void)x;
+  (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)smem; (void)x;
   kernel_launches++;
+  fake_record(f, s, p);
   return 0;
 }
 /* cuLaunchKernelEx and the occupancy query, installed by a test that wants them (install_fake_ex): the launch
@@ -46,7 +89,7 @@ typedef struct fake_config { unsigned grid[3], block[3], smem; CUstream stream; 
 static unsigned ex_grid, ex_block;
 static int ex_coop, ex_pdl, fake_blocks_per_sm;
 static CUresult f_launch_ex(const void *cfg, CUfunction f, void **p, void **x) {
-  (void)f; (void)p; (void)x;
+  (void)x;
   const fake_config *c = cfg;
   ex_grid = c->grid[0];
   ex_block = c->block[0];
@@ -56,6 +99,7 @@ static CUresult f_launch_ex(const void *cfg, CUfunction f, void **p, void **x) {
     ex_pdl |= c->attrs[i].id == 6 && c->attrs[i].v.value == 1;
   }
   kernel_launches++;
+  fake_record(f, c->stream, p);
   return 0;
 }
 static CUresult f_occupancy(int *n, CUfunction f, int block, size_t smem) {
@@ -70,9 +114,22 @@ static CUresult f_event_sync(CUevent e) { (void)e; return 0; }
 static CUresult f_elapsed(float *ms, CUevent a, CUevent b) { (void)a; (void)b; *ms = 1.0f; return 0; }
 static CUresult f_host_alloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 2; }
 static CUresult f_host_free(void *p) { free(p); return 0; }
-static CUresult f_begin(CUstream s, int mode) { (void)s; (void)mode; capturing = 1; return 0; }
+static CUresult f_begin(CUstream s, int mode) {
+  (void)s; (void)mode;
+  capturing = 1;
+  memset(fgraph, 0, sizeof fgraph);
+  nfgraph = 1;
+  fake_main_target = 0;
+  return 0;
+}
 static CUresult f_end(CUstream s, CUgraph *g) {
-  (void)s;
+  int *t = fake_target(s);
+  if (t != &fake_main_target) {   /* a body's capture */
+    *g = *t >= 0 ? (CUgraph)(void *)&fgraph[*t] : NULL;
+    *t = -1;
+    return 0;
+  }
+  fake_main_target = -1;
   capturing = 0;
   *g = end_result ? NULL : (CUgraph)&fake_obj;
   return end_result;
@@ -97,6 +154,57 @@ static CUresult f_errstr(CUresult r, const char **s) { *s = r == 2 ? "out of mem
 static CUresult f_release(CUdevice d) { (void)d; return 0; }
 static CUresult f_sdestroy(CUstream s) { (void)s; return 0; }
 
+static CUresult f_capture_info(CUstream s, int *status, unsigned long long *id, CUgraph *g, const CUgraphNode **deps,
+                               const void **edges, size_t *ndeps) {
+  int t = *fake_target(s);
+  *status = t >= 0;
+  if (id) *id = 1;
+  *g = t >= 0 ? (CUgraph)(void *)&fgraph[t] : NULL;
+  *deps = NULL;
+  if (edges) *edges = NULL;
+  *ndeps = 0;
+  return 0;
+}
+static CUresult f_update_deps(CUstream s, CUgraphNode *deps, const void *edges, size_t n, unsigned fl) {
+  (void)s; (void)deps; (void)edges; (void)n; (void)fl;
+  return 0;
+}
+static CUresult f_add_node(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, const void *edges, size_t n,
+                           CUgraphNodeParams *p) {
+  (void)deps; (void)edges; (void)n;
+  fake_graph *fg = &fgraph[fake_graph_index(g)];
+  unsigned size = p->u.conditional.size;
+  if (p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL || fg->nconds >= 8 || size < 1 || size > 2 || nfgraph + 2 > 64) return 1;
+  int k = fg->nconds++;
+  fg->cond[k].type = p->u.conditional.type;
+  fg->cond[k].size = size;
+  fg->cond[k].handle = p->u.conditional.handle;
+  for (unsigned b = 0; b < size; b++) {
+    fg->cond[k].body[b] = nfgraph;
+    fg->bodies[k][b] = (CUgraph)(void *)&fgraph[nfgraph++];
+  }
+  p->u.conditional.phGraph_out = fg->bodies[k];
+  *node = (CUgraphNode)&fake_obj;
+  cond_nodes_added++;
+  return 0;
+}
+static CUresult f_handle(CUgraphConditionalHandle *h, CUgraph g, CUcontext ctx, unsigned dflt, unsigned fl) {
+  (void)g; (void)ctx; (void)dflt; (void)fl;
+  *h = ++fake_handles;
+  return 0;
+}
+static CUresult f_begin_to(CUstream s, CUgraph g, const CUgraphNode *deps, const void *edges, size_t n, int mode) {
+  (void)deps; (void)edges; (void)n; (void)mode;
+  *fake_target(s) = fake_graph_index(g);
+  return 0;
+}
+static CUresult f_stream_new(CUstream *s, unsigned fl) {
+  (void)fl;
+  if (nfake_streams >= 8) return 1;
+  *s = (CUstream)(void *)&fake_streams_obj[nfake_streams++];
+  return 0;
+}
+
 static cuda_ctx *install_fake(grace_vm *vm) {
   cuda_ctx *c = cuda_state(vm);
   cuda_fns *f = &c->fn;
@@ -120,6 +228,14 @@ static cuda_ctx *install_fake(grace_vm *vm) {
   f->cuGetErrorString = f_errstr; f->cuGetErrorName = f_errstr; f->cuDevicePrimaryCtxRelease_v2 = f_release;
   f->cuStreamDestroy_v2 = f_sdestroy;
   return c;
+}
+static inline void install_fake_cond(cuda_ctx *c) {
+  c->fn.cuStreamGetCaptureInfo_v3 = f_capture_info;
+  c->fn.cuStreamUpdateCaptureDependencies_v2 = f_update_deps;
+  c->fn.cuGraphAddNode_v2 = f_add_node;
+  c->fn.cuGraphConditionalHandleCreate = f_handle;
+  c->fn.cuStreamBeginCaptureToGraph = f_begin_to;
+  c->fn.cuStreamCreate = f_stream_new;
 }
 static inline void install_fake_ex(cuda_ctx *c) {
   c->fn.cuLaunchKernelEx = f_launch_ex;

@@ -269,4 +269,21 @@ section("the IR text of a compiled region round-trips", function()
          "nested sub-programs print indented")
 end)
 
+section("grace.explain and GRACE_LOG=regions say how each region runs", function()
+  local capture = require "tests.lua.capture"
+  local f = function(x) return doubling(x, 100) end
+  local text = capture.explain(grace.compile(f), grace.tensor({1.0, 2, 3, 4}))
+  tap.ok(text:find("regions:", 1, true) and text:find("while_loop at [^\n]*: runs on the CPU"),
+         "explain: a CPU program's while_loop: the interpreter branches on the host")
+  local err = capture.stderr_of([[
+    local grace = require "grace"
+    local f = grace.compile(function(p, x) return grace.cond(p, function(a) return a + 1 end,
+                                                             function(a) return a - 1 end, x) end)
+    f(grace.tensor(true), grace.ones(3))
+  ]], "GRACE_LOG=regions")
+  if err then
+    tap.ok(err:find("grace: regions of [^\n]*: cond at [^\n]*: runs on the CPU"), "GRACE_LOG=regions: one line per region")
+  else tap.skip("no process to run for GRACE_LOG") end
+end)
+
 tap.done()

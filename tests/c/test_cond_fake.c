@@ -1,0 +1,332 @@
+/* test_cond_fake.c: regions (cond, while) lowered to CUDA conditional graph nodes (gpu/gpu_cond.c) on a fake
+ * driver, so it runs without a GPU. The fake cannot run the kernel that sets a node's handle, nor any other, so it
+ * does not decide which body a replay runs; what is checked is what grace builds and how calls go: a program whose
+ * branch flips every call is captured once and then replayed with no host synchronisation and no capture; the
+ * graph holds one predicate kernel and one IF node with two bodies, each holding its branch's kernels (the body's
+ * launches went to the body, not the graph), the predicate kernel given the node's handle; a while loop is one
+ * WHILE node whose body holds the body's kernels and a predicate kernel setting the same handle as the one before
+ * the node (with max_iters, both counting iterations into one word read back like an index check's flag); a cond in a while's body is an IF node inside the WHILE node's body; and with nvJitLink absent the regions stay host branches (a synchronisation per call, no graph), the
+ * report saying why. NVRTC compiles the kernels for real and nvJitLink links the predicate kernel with the device
+ * runtime for real; without NVRTC the file skips, without nvJitLink only the fallback is checked. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "grace.h"
+#include "codegen/cg_cond.h"
+#include "cuda/cuda_graph.h"
+#include "cuda/cuda_internal.h"
+#include "tap.h"
+
+#include "c/fake_cuda.h"
+
+enum { N = 256 };
+
+/* A device tensor holding v (dtype dt, 0-d when n == 0, else n copies). */
+static grace_tensor *dev_value(grace_vm *vm, grace_dtype dt, int64_t n, double v) {
+  double data[N];
+  for (int i = 0; i < N; i++) data[i] = v;
+  grace_tensor *h = NULL, *d = NULL;
+  int64_t sz = n;
+  if (grace_tensor_from_data(vm, dt, n ? 1 : 0, &sz, GRACE_FLOAT64, data, &h) == GRACE_OK)
+    grace_run(vm, GRACE_OP_TO_DEVICE, 1, &h, &(grace_attrs){.device = GRACE_CUDA}, 1, &d);
+  grace_tensor_release(h);
+  return d;
+}
+
+/* A sub-program of one float32 [N] input x (and, with extra, a bool 0-d input after it) returning op(x) (with lit). */
+static grace_ir *unary(grace_vm *vm, const char *name, grace_op op, double lit, int extra) {
+  grace_ir *ir = grace_ir_new(vm, name);
+  int64_t n = N;
+  grace_value x, b, l, y;
+  grace_status st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK && extra) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &b);
+  if (st == GRACE_OK) st = grace_ir_literal(ir, lit, 0, &l);
+  if (st == GRACE_OK) st = grace_ir_op(ir, op, 2, (grace_value[]){x, l}, NULL, 1, &y);
+  if (st == GRACE_OK && op == GRACE_OP_ADD) {   /* exp(x) + lit: a fused kernel */
+    grace_value e, z;
+    st = grace_ir_op(ir, GRACE_OP_EXP, 1, &y, NULL, 1, &e);
+    if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_ADD, 2, (grace_value[]){e, l}, NULL, 1, &z);
+    y = z;
+  }
+  if (st == GRACE_OK) st = grace_ir_output(ir, y);
+  if (st != GRACE_OK) { printf("# building %s: %s\n", name, grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
+/* r = cond(p, x): then exp(x + 1) + 1, else x * 2; inputs x (float32 [N]) and p (bool 0-d), both on the device. */
+static grace_ir *cond_prog(grace_vm *vm) {
+  grace_ir *ir = grace_ir_new(vm, "cond_prog"), *t = unary(vm, "then", GRACE_OP_ADD, 1, 0),
+           *e = unary(vm, "else", GRACE_OP_MUL, 2, 0);
+  int64_t n = N;
+  grace_value x, p, r;
+  grace_status st = t && e ? GRACE_OK : GRACE_EARG;
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &p);
+  if (st == GRACE_OK) st = grace_ir_cond(ir, p, 1, &x, t, e, 1, &r);
+  else { grace_ir_free(t); grace_ir_free(e); }
+  if (st == GRACE_OK) st = grace_ir_output(ir, r);
+  if (st != GRACE_OK) { printf("# building cond_prog: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
+/* A while body over (x, b) holding a cond on b: then x * 3, else exp(x + 1) + 1. */
+static grace_ir *cond_body(grace_vm *vm) {
+  grace_ir *ir = grace_ir_new(vm, "body"), *t = unary(vm, "then", GRACE_OP_MUL, 3, 0), *e = unary(vm, "else", GRACE_OP_ADD, 1, 0);
+  int64_t n = N;
+  grace_value x, b, r;
+  grace_status st = t && e ? GRACE_OK : GRACE_EARG;
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &b);
+  if (st == GRACE_OK) st = grace_ir_cond(ir, b, 1, &x, t, e, 1, &r);
+  else { grace_ir_free(t); grace_ir_free(e); }
+  if (st == GRACE_OK) st = grace_ir_output(ir, r);
+  if (st != GRACE_OK) { printf("# building the body: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
+/* x = while go: x * 3, with go an invariant bool 0-d input (the cond sub-program returns it as it is: a loop whose
+ * length the device decides, here from a value the test wrote, so the host branch of the first calls ends). */
+static grace_ir *while_prog(grace_vm *vm, int nested, int64_t max_iters) {
+  grace_ir *ir = grace_ir_new(vm, "while_prog"), *body = nested ? cond_body(vm) : unary(vm, "body", GRACE_OP_MUL, 3, 1),
+           *cond = grace_ir_new(vm, "go");
+  int64_t n = N;
+  grace_value x, go, cx, cgo, r;
+  grace_status st = body ? GRACE_OK : GRACE_EARG;
+  if (st == GRACE_OK) st = grace_ir_input(cond, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &cx);
+  if (st == GRACE_OK) st = grace_ir_input(cond, GRACE_BOOL, GRACE_CUDA, 0, NULL, &cgo);
+  if (st == GRACE_OK) st = grace_ir_output(cond, cgo);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &go);
+  if (st == GRACE_OK) st = grace_ir_while(ir, 1, &x, 1, &go, cond, body, max_iters, &r);
+  else { grace_ir_free(body); grace_ir_free(cond); }
+  if (st == GRACE_OK) st = grace_ir_output(ir, r);
+  if (st != GRACE_OK) { printf("# building while_prog: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
+static uint64_t host_syncs(grace_vm *vm) {
+  grace_device_stats s;
+  grace_device_stats_get(vm, &s);
+  return s.syncs;
+}
+
+/* Runs ir `calls` times on (x, flag), the flag flipping every call when flip is set (else always false). Returns
+ * the failed calls; *syncs and *launches: host synchronisations and graph launches from call `from` on. */
+static int run_calls(grace_vm *vm, grace_ir *ir, grace_tensor *x, int calls, int flip, int from, long *syncs,
+                     long *launches) {
+  int bad = 0;
+  grace_tensor *flag[2] = {dev_value(vm, GRACE_BOOL, 0, 0), dev_value(vm, GRACE_BOOL, 0, 1)};
+  uint64_t s0 = 0;
+  long g0 = 0, ss0 = 0;
+  for (int i = 1; i <= calls; i++) {
+    if (i == from) { s0 = host_syncs(vm); ss0 = stream_syncs; g0 = graph_launches; }
+    grace_tensor *out = NULL;
+    if (grace_ir_run(ir, 2, (grace_tensor *[]){x, flag[flip ? i % 2 : 0]}, 1, &out) != GRACE_OK) {
+      printf("# call %d: %s\n", i, grace_last_error(vm));
+      bad++;
+    }
+    grace_tensor_release(out);
+  }
+  *syncs = (long)(host_syncs(vm) - s0);
+  if (stream_syncs - ss0 != *syncs) *syncs = -1;   /* the stats and the driver disagree */
+  *launches = graph_launches - g0;
+  grace_tensor_release(flag[0]);
+  grace_tensor_release(flag[1]);
+  return bad;
+}
+
+static void cond_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = cond_prog(vm);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long c0 = cond_nodes_added, syncs = 0, launches = 0;
+  /* call 1 eager (a host branch, then), call 2 the layout's warm run (the other branch), call 3 captures */
+  is_int(run_calls(vm, ir, x, 12, 1, 4, &syncs, &launches), 0, "cond: 12 calls, the branch flipping every call");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.regions == 1 && !gi.region_why[0], "cond: one region, conditional nodes can take it (%d, '%s')", gi.regions,
+     gi.region_why);
+  is_int(gi.captures, 1, "cond: captured once, whichever branch each call takes");
+  is_int(gi.cond_nodes, 1, "cond: the graph holds one conditional node");
+  is_int(cond_nodes_added - c0, 1, "cond: one conditional node was added to the driver's graph");
+  is_int(launches, 9, "cond: calls 4 to 12 each launch the graph once");
+  is_int(syncs, 0, "cond: calls 4 to 12 never wait for the device (the stats and the driver agree)");
+  const fake_graph *top = &fgraph[0];
+  ok(top->nconds == 1 && top->cond[0].type == CU_GRAPH_COND_TYPE_IF && top->cond[0].size == 2,
+     "cond: an IF node with two bodies (then, else)");
+  ok(top->nsets == 1 && top->sets[0] == top->cond[0].handle && top->kernels == 1,
+     "cond: before it, only the predicate kernel, which sets that node's handle (%d kernels)", top->kernels);
+  const fake_graph *tb = &fgraph[top->cond[0].body[0]], *eb = &fgraph[top->cond[0].body[1]];
+  /* each body: the branch's fused kernel and the copy into the result both branches write */
+  ok(tb->kernels == 2 && eb->kernels == 2 && !tb->nsets && !eb->nsets && !tb->nconds && !eb->nconds,
+     "cond: each body holds its branch's kernel and the copy of its result (%d, %d kernels)", tb->kernels, eb->kernels);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+static void while_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = while_prog(vm, 0, 0);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, x, 10, 0, 4, &syncs, &launches), 0, "while: 10 calls");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.regions == 1 && gi.captures == 1 && gi.cond_nodes == 1, "while: one region, captured once as one node");
+  is_int(launches, 7, "while: calls 4 to 10 each launch the graph once");
+  is_int(syncs, 0, "while: calls 4 to 10 never wait for the device");
+  const fake_graph *top = &fgraph[0];
+  ok(top->nconds == 1 && top->cond[0].type == CU_GRAPH_COND_TYPE_WHILE && top->cond[0].size == 1,
+     "while: a WHILE node with one body");
+  /* before the node: the state copied in, the predicate kernel (the cond sub-program launches nothing here) */
+  ok(top->nsets == 1 && top->sets[0] == top->cond[0].handle && top->kernels == 2,
+     "while: before it, the state's copy and the predicate kernel setting its handle (%d kernels)", top->kernels);
+  const fake_graph *b = &fgraph[top->cond[0].body[0]];
+  ok(b->kernels == 3 && b->nsets == 1 && b->sets[0] == top->cond[0].handle,
+     "while: the body runs the body's kernel, copies the next state, and sets the same handle again (%d kernels)",
+     b->kernels);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+/* A cond nested in a while's body: the body graph holds the IF node, its handle made and set there. */
+static void nested_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = while_prog(vm, 1, 0);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, x, 6, 0, 4, &syncs, &launches), 0, "nested: 6 calls");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.captures == 1 && gi.cond_nodes == 2 && launches == 3 && syncs == 0,
+     "nested: captured once with two conditional nodes, replayed without waiting (%d nodes, %ld launches, %ld syncs)",
+     gi.cond_nodes, launches, syncs);
+  const fake_graph *top = &fgraph[0];
+  const fake_graph *b = top->nconds == 1 ? &fgraph[top->cond[0].body[0]] : top;
+  ok(top->nconds == 1 && top->cond[0].type == CU_GRAPH_COND_TYPE_WHILE && b->nconds == 1 &&
+     b->cond[0].type == CU_GRAPH_COND_TYPE_IF && b->cond[0].size == 2,
+     "nested: the WHILE node's body holds an IF node with two bodies");
+  /* the body: the IF's predicate kernel, then (after the node) the copy of the next state and the loop's predicate */
+  ok(b->nsets == 2 && b->sets[0] == b->cond[0].handle && b->sets[1] == top->cond[0].handle && b->kernels == 3,
+     "nested: in the body, one predicate kernel sets the IF's handle and one the loop's (%d kernels)", b->kernels);
+  const fake_graph *t = b->nconds ? &fgraph[b->cond[0].body[0]] : b, *e = b->nconds ? &fgraph[b->cond[0].body[1]] : b;
+  ok(t->kernels == 2 && e->kernels == 2, "nested: the IF's bodies hold their branch's kernel and the copy (%d, %d)",
+     t->kernels, e->kernels);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+/* A while_loop with max_iters: both predicate kernels count into one device word, which comes back after each replay
+ * as index checks' flags do; the fake cannot run the loop, so the test writes the -1 a device would leave past the
+ * bound, and the next wait for the device fails with the eager loop's message. */
+static void bounded_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = while_prog(vm, 0, 5);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, x, 6, 0, 4, &syncs, &launches), 0, "max_iters: 6 calls");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.captures == 1 && gi.cond_nodes == 1 && launches == 3 && syncs == 0,
+     "max_iters: one graph, replayed without waiting (%ld captures, %ld launches, %ld syncs)", gi.captures, launches,
+     syncs);
+  const fake_graph *top = &fgraph[0];
+  const fake_graph *b = top->nconds == 1 ? &fgraph[top->cond[0].body[0]] : top;
+  uint64_t count = top->nsets == 1 ? top->counts[0] : 0;
+  ok(count && b->nsets == 1 && b->counts[0] == count, "max_iters: the predicate kernels before and in the body count "
+     "into one word");
+  if (count) {
+    *(int64_t *)(uintptr_t)count = -1;
+    grace_tensor *flag = dev_value(vm, GRACE_BOOL, 0, 0), *out = NULL;
+    grace_status st = grace_ir_run(ir, 2, (grace_tensor *[]){x, flag}, 1, &out);
+    if (st == GRACE_OK) st = grace_synchronize(vm);
+    ok(st != GRACE_OK && strstr(grace_last_error(vm), "still running after max_iters=5 iterations"),
+       "max_iters: a count of -1 raises the eager loop's error at the next wait (%s)", grace_last_error(vm));
+    grace_tensor_release(out);
+    grace_tensor_release(flag);
+  }
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+/* The predicate kernel compiled relocatable and linked with the device runtime: an ELF image holding it. */
+static void linked_image(grace_vm *vm, cuda_ctx *c) {
+  char *rel = NULL, *img = NULL;
+  size_t nrel = 0, nimg = 0;
+  grace_status st = cuda_nvrtc_compile_image(vm, c, cg_cond_source(), 90, 1, &rel, &nrel);
+  if (st == GRACE_OK) st = cuda_link_devrt(c, rel, nrel, 90, &img, &nimg);
+  int found = 0;
+  for (size_t i = 0; img && i + 14 <= nimg && !found; i++) found = !memcmp(img + i, CG_COND_KERNEL, 14);
+  ok(st == GRACE_OK && nimg > 4 && !memcmp(img, "\x7f" "ELF", 4) && found,
+     "link: the predicate kernel links with libcudadevrt.a into a %zu-byte cubin naming it (%s)", nimg,
+     st == GRACE_OK ? "ok" : grace_last_error(vm));
+  grace_realloc(vm, rel, nrel, 0);
+  grace_realloc(vm, img, nimg, 0);
+}
+
+/* nvJitLink absent: the regions run as host branches, kernel by kernel, and the report says why. */
+static void no_link(grace_vm *vm, cuda_ctx *c) {
+  c->link_probed = 1;
+  c->link_ok = 0;
+  snprintf(c->link_why, sizeof c->link_why, "nvJitLink not found (hidden by the test)");
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = cond_prog(vm);
+  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, x, 6, 1, 1, &syncs, &launches), 0, "no nvJitLink: 6 calls run");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.regions == 1 && strstr(gi.region_why, "nvJitLink not found"), "no nvJitLink: the report says why (%s)",
+     gi.region_why);
+  ok(gi.managed && gi.ineligible[0] && gi.cond_nodes == 0 && gi.captures == 0,
+     "no nvJitLink: the program is not graphed, and the report says so (%s)", gi.ineligible);
+  ok(launches <= 6, "no nvJitLink: a call replays at most the graph of the branch it takes (%ld launches)", launches);
+  ok(syncs >= 6, "no nvJitLink: every call reads its predicate on the host (%ld synchronisations)", syncs);
+  grace_tensor_release(x);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+int main(void) {
+  char dir[] = "/tmp/grace-condfake-XXXXXX";
+  if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);   /* no launch decisions from earlier runs */
+  grace_config cfg = {0};
+  cfg.device = "cpu";
+  char err[256];
+  grace_vm *vm = grace_vm_new(&cfg, err, sizeof err);
+  if (!vm) { printf("not ok 1 - grace_vm_new: %s\n1..1\n", err); return 1; }
+  const char *why = cuda_nvrtc_why(vm);
+  if (why) {
+    printf("1..0 # SKIP no NVRTC to compile the kernels: %s\n", why);
+    grace_vm_free(vm);
+    return 0;
+  }
+  cuda_ctx *fake = install_fake(vm);
+  install_fake_cond(fake);
+  const char *lw = cuda_link_why(fake);
+  if (lw) printf("# conditional nodes not checked: %s\n", lw);
+  else {
+    linked_image(vm, fake);
+    cond_graph(vm);
+    while_graph(vm);
+    nested_graph(vm);
+    bounded_graph(vm);
+  }
+  no_link(vm, fake);
+  grace_vm_free(vm);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[sizeof dir + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.') unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  return tap_done();
+}
