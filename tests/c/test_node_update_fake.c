@@ -94,8 +94,8 @@ static const size_t lib_size[LIB_PARAMS] = {8, 8, 4, 4, 4, 4, 4, 4, 4, 4, 32};
 static int lib_fn_obj;
 #define LIB_FN ((CUfunction)&lib_fn_obj)
 typedef struct fnode { unsigned char buf[LIB_BYTES]; void *args[LIB_PARAMS]; } fnode;
-typedef struct fgraph { int used, n; struct fgraph *src; fnode node[MAX_NODES]; } fgraph;
-static fgraph graphs[MAX_GRAPHS], open_graph;
+typedef struct ngraph { int used, n; struct ngraph *src; fnode node[MAX_NODES]; } ngraph;
+static ngraph graphs[MAX_GRAPHS], open_graph;
 static long lib_runs, node_sets, dtod_copies, param_info_calls;
 
 /* The library kernel: column-major D = op(A) op(B) in float32, from its parameter block. */
@@ -132,7 +132,7 @@ static int lib_launch(void *stream, void **args) {
   return 0;
 }
 
-static fgraph *graph_new(const fgraph *from) {
+static ngraph *graph_new(const ngraph *from) {
   for (int i = 0; i < MAX_GRAPHS; i++)
     if (!graphs[i].used) {
       graphs[i] = *from;
@@ -147,32 +147,32 @@ static CUresult n_begin(CUstream s, int mode) { open_graph.n = 0; return f_begin
 static CUresult n_end(CUstream s, CUgraph *g) {
   CUresult r = f_end(s, g);
   if (r || !*g) return r;
-  fgraph *x = graph_new(&open_graph);
+  ngraph *x = graph_new(&open_graph);
   *g = (CUgraph)x;
   return x ? 0 : 2;
 }
 static CUresult n_inst(CUgraphExec *x, CUgraph g, unsigned long long fl) {
   CUresult r = f_inst(x, g, fl);
   if (r) return r;
-  fgraph *e = graph_new((const fgraph *)g);
+  ngraph *e = graph_new((const ngraph *)g);
   if (!e) return 2;
-  e->src = (fgraph *)g;
+  e->src = (ngraph *)g;
   *x = (CUgraphExec)e;
   return 0;
 }
 static CUresult n_glaunch(CUgraphExec x, CUstream s) {
-  fgraph *e = (fgraph *)x;
+  ngraph *e = (ngraph *)x;
   for (int k = 0; k < e->n; k++) lib_run(e->node[k].buf);
   return f_glaunch(x, s);
 }
-static CUresult n_gfree(CUgraph g) { ((fgraph *)g)->used = 0; return 0; }
-static CUresult n_xfree(CUgraphExec x) { ((fgraph *)x)->used = 0; return 0; }
+static CUresult n_gfree(CUgraph g) { ((ngraph *)g)->used = 0; return 0; }
+static CUresult n_xfree(CUgraphExec x) { ((ngraph *)x)->used = 0; return 0; }
 /* a node of another kind listed after the library's (extra_kind: 0 none, 2 a memset over the first library node's
  * output, 3 a host node) */
 static int extra_kind, extra_obj;
 static CUdeviceptr extra_dst;
 static CUresult n_nodes(CUgraph g, CUgraphNode *nodes, size_t *k) {
-  fgraph *x = (fgraph *)g;
+  ngraph *x = (ngraph *)g;
   size_t n = (size_t)x->n + (extra_kind && x->n);
   if (nodes) {
     for (size_t i = 0; i < *k && i < (size_t)x->n; i++) nodes[i] = (CUgraphNode)&x->node[i];
@@ -199,7 +199,7 @@ static CUresult n_getparams(CUgraphNode nd, CUDA_KERNEL_NODE_PARAMS *kp) {
   return 0;
 }
 static CUresult n_xsetparams(CUgraphExec x, CUgraphNode nd, const CUDA_KERNEL_NODE_PARAMS *kp) {
-  fgraph *e = (fgraph *)x;
+  ngraph *e = (ngraph *)x;
   long i = (fnode *)nd - e->src->node;
   if (i < 0 || i >= e->n || kp->func != LIB_FN || !kp->kernelParams) return 1;
   for (int p = 0; p < LIB_PARAMS; p++) memcpy(e->node[i].buf + lib_off[p], kp->kernelParams[p], lib_size[p]);
