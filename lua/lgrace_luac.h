@@ -26,6 +26,9 @@ typedef struct {
   long long ik;
   int negate;        /* see above: holds is the negation of (value OP k) */
   int line;          /* the line of the item() call */
+  int k_from_upvalue; /* k is not written in the code: it was read now from an upvalue (k_path: how) */
+  char k_path[64];   /* c.limit, lim, or a global's name */
+  int read_now;      /* the answer depends on values read now (upvalues, fields, registers): do not reuse it */
 } lg_cmp;
 
 /* Analyses the Lua function running at stack `level`, the caller of the function at level-1 (for item() called from
