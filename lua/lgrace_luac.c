@@ -13,7 +13,9 @@
  * the frame's slots (locals and temporaries) up to the called function's slot, so their count is the A operand of
  * the CALL that is running (a metamethod runs above the whole frame and matches no CALL). It must be a method call
  * `obj:item()` (a SELF with the string constant "item" right before the CALL), the only one on the line; other
- * calls with the same register on the line (x:max():item()) must be method calls under other names.
+ * calls with the same register on the line (x:max():item()) must be method calls under other names, or plain calls
+ * whose function, read now from where the code loads it (an upvalue, a register, raw fields), is not item
+ * (not_running: `if v > 0 then return pos(h) end`).
  *
  * What is accepted: the one result R of that call is a temporary (not a local's register: Lua's code generator
  * consumes a temporary once), and the instructions right after it are a comparison of R with a number constant
