@@ -369,7 +369,8 @@ static int not_running(const proto *f, site *s, int pc) {
   uint32_t i = ins(f, first);
   if (I_OP(i) != L_GETUPVAL && I_OP(i) != L_GETTABUP && (I_OP(i) != L_MOVE || I_B(i) == a || written[I_B(i)]))
     return 0;
-  if (jumped_into(f, first, pc)) return 0;
+  int before = first > 0 ? I_OP(ins(f, first - 1)) : -1;   /* a test right before it would skip the chain's start */
+  if ((before >= L_EQ && before <= L_TESTSET) || before == L_LFALSESKIP || jumped_into(f, first, pc)) return 0;
   char path[64];
   return push_chain(f, s, first, q, a, path, sizeof path) && calls_running(s) == 0;
 }
