@@ -336,6 +336,10 @@ static void h_trace_begin(void *ud) {
     lua_setupvalue(L, fn, envi);
   }
   lua_settop(L, s);
+  lua_getfield(L, LUA_REGISTRYINDEX, LG_TRACED_FN);   /* an enclosing trace's, back at trace_end */
+  lua_setfield(L, s, "outer_fn");
+  lua_pushvalue(L, fn);
+  lua_setfield(L, LUA_REGISTRYINDEX, LG_TRACED_FN);
   cp->scratch = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_settop(L, top);
 }
@@ -422,6 +426,8 @@ static void h_trace_end(void *ud, grace_ir *ir, uint64_t *guard, int *nguarded, 
   lua_checkstack(L, 40);
   lua_rawgeti(L, LUA_REGISTRYINDEX, cp->scratch);
   int s = top + 1;
+  lua_getfield(L, s, "outer_fn");
+  lua_setfield(L, LUA_REGISTRYINDEX, LG_TRACED_FN);
   lua_getfield(L, s, "envi");
   int envi = (int)lua_tointeger(L, -1);
   if (envi) { lua_getfield(L, s, "realenv"); lua_setupvalue(L, cp->fidx, envi); }

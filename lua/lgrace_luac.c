@@ -13,7 +13,9 @@
  * the frame's slots (locals and temporaries) up to the called function's slot, so their count is the A operand of
  * the CALL that is running (a metamethod runs above the whole frame and matches no CALL). It must be a method call
  * `obj:item()` (a SELF with the string constant "item" right before the CALL), the only one on the line; other
- * calls with the same register on the line (x:max():item()) must be method calls under other names.
+ * calls with the same register on the line (x:max():item()) must be method calls under other names, or plain calls
+ * whose function, read now from where the code loads it (an upvalue, a register, raw fields), is not item
+ * (not_running: `if v > 0 then return pos(h) end`).
  *
  * What is accepted: the one result R of that call is a temporary (not a local's register: Lua's code generator
  * consumes a temporary once), and the instructions right after it are a comparison of R with a number constant
@@ -232,6 +234,11 @@ typedef struct {
   size_t nwhy;
   const char *src;
   int line;
+  lua_State *L;
+  lua_Debug *ar;   /* the analysed function's frame */
+  int fn, running; /* stack indices: the analysed function, the function running at level - 1 (item) */
+  int slot;        /* the frame's slots below the running call's function: registers lua_getlocal can read */
+  lg_cmp *out;     /* read_now is set there when a value is read */
 } site;
 
 static int reject(site *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -247,16 +254,125 @@ static int reject(site *s, const char *fmt, ...) {
   return 0;
 }
 
+/* Constant idx when it is a string, else NULL. */
+static const char *const_str(const proto *f, int idx, size_t *len) {
+  if (idx >= f->nk) return NULL;
+  rd r = {f->k, f->end, 0};
+  skip_constants(&r, idx);
+  int t = rd_byte(&r);
+  return !r.bad && (t == K_SHRSTR || t == K_LNGSTR) ? rd_str(&r, len) : NULL;
+}
+
 /* The method name of the CALL at pc when the SELF right before it loads a string constant as its method (NULL
  * otherwise): obj:item() has "item". */
 static const char *method_of(const proto *f, int pc, size_t *len) {
   if (pc == 0) return NULL;
   uint32_t c = ins(f, pc), m = ins(f, pc - 1);
-  if (I_OP(m) != L_SELF || I_A(m) != I_A(c) || !I_K(m) || I_C(m) >= f->nk) return NULL;
-  rd r = {f->k, f->end, 0};
-  skip_constants(&r, I_C(m));
-  int t = rd_byte(&r);
-  return t == K_SHRSTR || t == K_LNGSTR ? rd_str(&r, len) : NULL;
+  if (I_OP(m) != L_SELF || I_A(m) != I_A(c) || !I_K(m)) return NULL;
+  return const_str(f, I_C(m), len);
+}
+
+/* ---- values read now ---- */
+
+/* Pushes the value the load chain first..last puts into register reg, read now: GETUPVAL reg or GETTABUP reg (an
+ * upvalue, or a field of one), or MOVE reg from a register below the frame's top, then GETFIELD reg reg K. Every
+ * field is read raw and must be there (so reading it runs no metamethod, and the same read in the code gives the
+ * same value while nothing changes the tables). 1 and the value pushed; 0, nothing pushed, when it cannot be read
+ * so. path: the chain as written (c.limit), also on failure. */
+static int push_chain(const proto *f, site *s, int first, int last, int reg, char *path, size_t npath) {
+  lua_State *L = s->L;
+  uint32_t i = ins(f, first);
+  int op = I_OP(i);
+  size_t len, n;
+  const char *name = NULL;
+  snprintf(path, npath, "?");
+  if (I_A(i) != reg) return 0;
+  if (op == L_GETUPVAL || op == L_GETTABUP) name = lua_getupvalue(L, s->fn, I_B(i) + 1);
+  else if (op == L_MOVE && I_B(i) < s->slot) name = lua_getlocal(L, s->ar, I_B(i) + 1);
+  if (!name) return 0;
+  s->out->read_now = 1;
+  snprintf(path, npath, "%s", strcmp(name, "_ENV") == 0 ? "" : name);
+  for (int pc = op == L_GETTABUP ? first : first + 1; pc <= last; pc++) {
+    uint32_t g = ins(f, pc);
+    int ok = pc == first || (I_OP(g) == L_GETFIELD && I_A(g) == reg && I_B(g) == reg);
+    const char *key = ok ? const_str(f, I_C(g), &len) : NULL;
+    n = strlen(path);
+    if (key && n + 1 < npath) snprintf(path + n, npath - n, "%s%.*s", n ? "." : "", (int)len, key);
+    if (!key || !lua_istable(L, -1)) { lua_pop(L, 1); return 0; }
+    lua_pushlstring(L, key, len);
+    int t = lua_rawget(L, -2);
+    lua_remove(L, -2);
+    if (t == LUA_TNIL) { lua_pop(L, 1); return 0; }
+  }
+  return 1;
+}
+
+/* Whether an instruction jumps to a pc in (lo, hi]. */
+static int jumped_into(const proto *f, int lo, int hi) {
+  for (int pc = 0; pc < f->ncode; pc++) {
+    uint32_t i = ins(f, pc);
+    int t1 = -1, t2 = -1;
+    switch (I_OP(i)) {
+    case L_JMP: t1 = pc + 1 + I_SJ(i); break;
+    case L_FORLOOP: case L_TFORLOOP: t1 = pc + 1 - I_BX(i); break;
+    case L_FORPREP: t1 = pc + 1 + I_BX(i); t2 = t1 + 1; break;
+    case L_TFORPREP: t1 = pc + 1 + I_BX(i); break;
+    default: break;
+    }
+    if ((t1 > lo && t1 <= hi) || (t2 > lo && t2 <= hi)) return 1;
+  }
+  return 0;
+}
+
+/* Whether the value on top of the stack, called, would run the function running at level - 1 (item): directly, or
+ * through a chain of __call metamethods (read raw, as Lua does); pops it. A value Lua cannot call raises an error
+ * instead of running anything: 0. -1 when the chain is too long to follow. */
+static int calls_running(site *s) {
+  lua_State *L = s->L;
+  int r = -1;
+  for (int n = 0; n < 8 && r < 0; n++) {
+    if (lua_isfunction(L, -1)) r = lua_rawequal(L, -1, s->running);
+    else if (!lua_getmetatable(L, -1)) r = 0;
+    else {
+      lua_pushliteral(L, "__call");
+      lua_rawget(L, -2);
+      lua_remove(L, -2);
+      lua_remove(L, -2);
+    }
+  }
+  lua_pop(L, 1);
+  return r;
+}
+
+static int safe_load(int op) {
+  return op == L_MOVE || op == L_LOADI || op == L_LOADF || op == L_LOADK || op == L_LOADFALSE || op == L_LOADTRUE ||
+         op == L_LOADNIL || op == L_GETUPVAL;
+}
+
+/* Whether the plain CALL at pc (function in register a) is not the call running. If it were, its function would be
+ * the value its load chain reads now: between the chain and the call there are only loads that run no code, write
+ * neither a nor the chain's source and are not jumped into, and the function running (item) changed nothing since.
+ * So when that value would not run item, the call is not the running one, wherever it stands on the line. */
+static int not_running(const proto *f, site *s, int pc) {
+  unsigned char written[256] = {0};
+  int a = I_A(ins(f, pc)), q = pc - 1;
+  for (; q >= 0; q--) {   /* the arguments' loads, back to the last write of a */
+    uint32_t i = ins(f, q);
+    int op = I_OP(i), lo = I_A(i), hi = op == L_LOADNIL ? I_A(i) + I_B(i) : I_A(i);
+    if (lo <= a && a <= hi) break;
+    if (!safe_load(op)) return 0;
+    for (int r = lo; r <= hi && r < 256; r++) written[r] = 1;
+  }
+  int first = q;
+  while (first > 0 && I_OP(ins(f, first)) == L_GETFIELD && I_A(ins(f, first)) == a && I_B(ins(f, first)) == a) first--;
+  if (first < 0) return 0;
+  uint32_t i = ins(f, first);
+  if (I_OP(i) != L_GETUPVAL && I_OP(i) != L_GETTABUP && (I_OP(i) != L_MOVE || I_B(i) == a || written[I_B(i)]))
+    return 0;
+  int before = first > 0 ? I_OP(ins(f, first - 1)) : -1;   /* a test right before it would skip the chain's start */
+  if ((before >= L_EQ && before <= L_TESTSET) || before == L_LFALSESKIP || jumped_into(f, first, pc)) return 0;
+  char path[64];
+  return push_chain(f, s, first, q, a, path, sizeof path) && calls_running(s) == 0;
 }
 static int is_item_call(const proto *f, int pc) {
   size_t len;
@@ -277,7 +393,7 @@ static int find_call(const proto *f, site *s, int slot) {
     nitem += is_item;
     if (I_A(i) != slot) continue;
     if (is_item) { item = pc; pinned++; }
-    else if (!method_of(f, pc, &len)) other++;
+    else if (!method_of(f, pc, &len) && !not_running(f, s, pc)) other++;
   }
   if (nitem == 0) return reject(s, "no call obj:item() on this line (item() is analysed when called as a method)") - 1;
   if (nitem > 1) return reject(s, "several item() calls on one line") - 1;
@@ -386,6 +502,21 @@ static int loaded_before(const proto *f, int pc, int o, lg_cmp *out) {
   return -1;
 }
 
+/* The other operand of the comparison, loaded by the chain first..last into register t (see push_chain), read now
+ * into out (k, k_from_upvalue, k_path): NULL, or what is wrong with it. */
+static const char *upvalue_const(const proto *f, site *s, int first, int last, int t, lg_cmp *out) {
+  lua_State *L = s->L;
+  if (!push_chain(f, s, first, last, t, out->k_path, sizeof out->k_path))
+    return "cannot be read now without metamethods (a missing field, or a value that is not a table on the way)";
+  int num = lua_type(L, -1) == LUA_TNUMBER;
+  out->k_is_int = num && lua_isinteger(L, -1);
+  out->ik = out->k_is_int ? (long long)lua_tointeger(L, -1) : 0;
+  out->k = out->k_is_int ? (double)out->ik : num ? (double)lua_tonumber(L, -1) : 0;
+  out->k_from_upvalue = 1;
+  lua_pop(L, 1);
+  return num ? NULL : "is not a number";
+}
+
 /* Whether register r may still be read from pc on: the value is dead when an instruction writes r without reading
  * it, or the function returns nothing, before anything reads r; anything else this scan does not know is a read. */
 static int may_read(const proto *f, int pc, int r) {
@@ -423,7 +554,7 @@ static int may_read(const proto *f, int pc, int r) {
  * jump. */
 static int analyse(const proto *f, site *s, int pc, lg_cmp *out) {
   uint32_t call = ins(f, pc);
-  int r = I_A(call), p = pc + 1, t = -1;
+  int r = I_A(call), p = pc + 1, t = -1, kchain = -1;
   size_t len;
   if (I_OP(call) == L_TAILCALL) return reject(s, "the value of item() is returned");
   if (I_C(call) == 0)
@@ -431,7 +562,6 @@ static int analyse(const proto *f, site *s, int pc, lg_cmp *out) {
   if (I_C(call) != 2) return reject(s, "the value of item() is %s", I_C(call) == 1 ? "not used" : "assigned to several variables");
   const char *name = local_at(f, r, p, &len);
   if (name) return reject(s, "the value of item() is stored in the local '%.*s'", (int)len, name);
-  memset(out, 0, sizeof *out);
   out->line = s->line;
   if (p >= f->ncode) return reject(s, "the value of item() is not used");
   uint32_t i = ins(f, p);
@@ -440,6 +570,12 @@ static int analyse(const proto *f, site *s, int pc, lg_cmp *out) {
     t = I_A(i);   /* a constant loaded right after the call: v < 1000 */
     num = load_const(f, i, out);
     i = ins(f, ++p);
+  } else if (p + 1 < f->ncode && I_A(i) != r && (I_OP(i) == L_GETUPVAL || I_OP(i) == L_GETTABUP)) {
+    t = I_A(i);   /* an upvalue or a field of one loaded right after the call: v > c.limit */
+    kchain = p;
+    while (p + 2 < f->ncode && I_OP(ins(f, p + 1)) == L_GETFIELD && I_A(ins(f, p + 1)) == t && I_B(ins(f, p + 1)) == t)
+      p++;
+    i = ins(f, ++p);
   } else if ((I_OP(i) == L_LT || I_OP(i) == L_LE) && (I_A(i) == r) != (I_B(i) == r)) {
     t = I_A(i) == r ? I_B(i) : I_A(i);   /* or right before it: 2.5 >= v */
     num = loaded_before(f, pc, t, out);
@@ -447,9 +583,12 @@ static int analyse(const proto *f, site *s, int pc, lg_cmp *out) {
   }
   const char *use = comparison(f, p, r, t, out);
   if (!use && !num) use = "is compared with a constant that is not a number";
+  if (!use && kchain >= 0 && (use = upvalue_const(f, s, kchain, p - 1, t, out)))
+    return reject(s, "the value of item() is compared with %s, which %s", out->k_path, use);
+  if (use && kchain >= 0) { t = -1; i = ins(f, kchain); }   /* name what uses the value, as for other loads */
   if (use) {
     for (int q = p; t < 0 && q < f->ncode && q < p + 8 && (I_OP(i) == L_MOVE || I_OP(i) == L_LOADI ||
-         I_OP(i) == L_LOADK || I_OP(i) == L_GETUPVAL || I_OP(i) == L_GETTABUP) && I_A(i) > r && I_B(i) != r; q++)
+         I_OP(i) == L_LOADK || I_OP(i) == L_GETUPVAL || I_OP(i) == L_GETTABUP || I_OP(i) == L_GETFIELD) && I_A(i) > r && I_B(i) != r; q++)
       i = ins(f, q + 1);   /* other operands loaded after the call: name the instruction that uses the value */
     return reject(s, "the value of item() %s", t < 0 ? use_of(i, r) : use);
   }
@@ -494,23 +633,27 @@ static int writer(lua_State *L, const void *data, size_t sz, void *ud) {
 }
 
 int lg_cmp_site(lua_State *L, int level, lg_cmp *out, char *why, size_t nwhy) {
-  lua_Debug ar;
-  site s = {why, nwhy, "?", 0};
+  lua_Debug ar, run;
+  site s = {why, nwhy, "?", 0, L, &ar, 0, 0, 0, out};
   if (why && nwhy) why[0] = '\0';
-  if (level < 0 || !lua_getstack(L, level, &ar)) return reject(&s, "no function at stack level %d", level);
+  memset(out, 0, sizeof *out);
+  if (level < 1 || !lua_getstack(L, level, &ar) || !lua_getstack(L, level - 1, &run))
+    return reject(&s, "no function at stack level %d", level);
+  lua_getinfo(L, "f", &run);
+  s.running = lua_gettop(L);
   lua_getinfo(L, "Slf", &ar);
+  s.fn = lua_gettop(L);
   s.src = ar.short_src;
   s.line = ar.currentline;
   if (!lua_isfunction(L, -1) || lua_iscfunction(L, -1) || ar.currentline <= 0) {
     int c = lua_iscfunction(L, -1);
-    lua_pop(L, 1);
+    lua_pop(L, 2);
     return reject(&s, c ? "item() is called from a C function" : "the calling function has no line information");
   }
-  int slot = 0;   /* the frame's slots below the called function: the A of the running CALL */
-  while (slot < 256 && lua_getlocal(L, &ar, slot + 1)) { lua_pop(L, 1); slot++; }
+  /* the frame's slots below the called function: the A of the running CALL */
+  while (s.slot < 256 && lua_getlocal(L, &ar, s.slot + 1)) { lua_pop(L, 1); s.slot++; }
   buf b = {NULL, 0, 0, 0};
   int failed = lua_dump(L, writer, &b, 0);
-  lua_pop(L, 1);
   proto f;
   memset(&f, 0, sizeof f);
   rd r = {b.p, b.p + b.n, 0};
@@ -518,9 +661,10 @@ int lg_cmp_site(lua_State *L, int level, lg_cmp *out, char *why, size_t nwhy) {
   int ok = 0;
   if (bad) reject(&s, "cannot analyse the function: %s", bad);
   else {
-    int pc = find_call(&f, &s, slot);
+    int pc = find_call(&f, &s, s.slot);
     if (pc >= 0) ok = analyse(&f, &s, pc, out);
   }
+  lua_pop(L, 2);
   free(f.lines);
   free(b.p);
   return ok;

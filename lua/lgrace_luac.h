@@ -26,9 +26,12 @@ typedef struct {
   long long ik;
   int negate;        /* see above: holds is the negation of (value OP k) */
   int line;          /* the line of the item() call */
+  int k_from_upvalue; /* k is not written in the code: it was read now from an upvalue (k_path: how) */
+  char k_path[64];   /* c.limit, lim, or a global's name */
+  int read_now;      /* the answer depends on values read now (upvalues, fields, registers): do not reuse it */
 } lg_cmp;
 
-/* Analyses the Lua function running at stack `level`, the caller of the function at level-1 (for item() called from
+/* Analyses the Lua function running at stack `level` (at least 1), the caller of the function at level-1 (for item() called from
  * Lua: level 1 from inside the C function implementing item): 1 and *out when the call running there is a method
  * call `obj:item()` whose one result is used only in one comparison with a number constant (or a truth test) that
  * decides a jump; 0 and a reason "source:line: ..." in why otherwise. Answering 0 is always sound.
@@ -36,10 +39,23 @@ typedef struct {
  * (`v > K and 1 or 2`: the comparison decides which of 1 or 2 is computed); an `if` inside a loop, even one whose
  * block ends with break/return/goto. Accepting says only that the value flows nowhere but into that jump: whether
  * the two sides differ only in device work is for whoever merges them.
+ * The other operand may also be read now (k_from_upvalue, k_path): loaded right after the call by GETUPVAL or
+ * GETTABUP and GETFIELDs with constant string keys (`v > lim`, `v > c.limit`, `v > GLOBAL`), each field read raw
+ * and present (no metamethod runs, nothing runs between the load and the comparison), and a number. Whether that
+ * value holds at other calls is the caller's question (grace accepts it only for the function being compiled,
+ * whose upvalues are guarded).
+ * Another plain CALL with the same register on the line is told apart (on either side of item()) when its function
+ * is loaded by GETUPVAL, GETTABUP, or MOVE from a register below the frame's top, then GETFIELDs, read now as above,
+ * with only loads that run no code between that chain and the CALL (writing neither its register nor the MOVE's
+ * source, not jumped into), and that value (through raw __call metamethods) is not the function running at
+ * level - 1: had that CALL been the running one, its function would be that value, since nothing changed since.
+ * read_now says the answer depends on such values: it must not be reused for another call.
  * Not accepted (answer 0): the value stored in a local or a table, used in arithmetic, passed to a function,
  * returned, used as a table key or indexed; a comparison whose result is kept as a boolean (`local b = v > 0`);
- * the value of `v or 0` / `v and 1`; a comparison with a variable or a non-number constant; several item() calls on
- * one line, or another plain function call with the same register on the line; a caller that is a C function
+ * the value of `v or 0` / `v and 1`; a comparison with a local, a field read through __index or missing, a value
+ * loaded before the call (`c.limit < v`: code in between may change it) or a non-number constant; several item()
+ * calls on one line, or another plain function call with the same register on the line that is not told apart as
+ * above (its function is item, or read otherwise); a caller that is a C function
  * (`pcall(x.item, x)`), a metamethod or a function without line information; a bytecode format other than this
  * build's Lua 5.4; and a comparison that decides a loop: the condition of `while` or `repeat ... until` and
  * `if COND then break end` (Lua compiles it into the loop's exit jump): there the value decides how many times the

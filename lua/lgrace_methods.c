@@ -98,7 +98,8 @@ static int m_version(lua_State *L) {
 
 /* lg_cmp_site for the Lua function calling item(): it decodes that function's bytecode each time, so its answer is
  * kept per site (the calling function, weakly, and the line: a line with two item() calls is refused anyway), and a
- * replayed call pays a lookup. */
+ * replayed call pays a lookup. An answer that depends on values read now (an upvalue compared with, the function of
+ * another call on the line) is not kept: those values may differ at the next call. */
 static const char site_key = 0;
 typedef struct { int ok; lg_cmp c; char why[300]; } site_answer;
 
@@ -124,19 +125,34 @@ static int site_of(lua_State *L, lg_cmp *c, char *why, size_t n) {
     lua_pushvalue(L, -2);
     lua_rawset(L, -4);
   }
-  site_answer *a;
+  site_answer fresh, *a = &fresh;
   if (lua_rawgeti(L, -1, ar.currentline) == LUA_TUSERDATA) a = lua_touserdata(L, -1);
   else {
-    lua_pop(L, 1);
-    a = lua_newuserdatauv(L, sizeof *a, 0);
     memset(a, 0, sizeof *a);
     a->ok = lg_cmp_site(L, 1, &a->c, a->why, sizeof a->why);
-    lua_rawseti(L, -2, ar.currentline);
+    if (!a->c.read_now) {
+      site_answer *kept = lua_newuserdatauv(L, sizeof *kept, 0);
+      *kept = fresh;
+      lua_rawseti(L, -3, ar.currentline);
+    }
   }
   *c = a->c;
   snprintf(why, n, "%s", a->why);
   lua_settop(L, top);
   return a->ok;
+}
+
+/* Whether the function calling item() is the one being traced: then its upvalues, and the tables they reach, are
+ * guarded by value, so a constant read from them now holds for every call the compiled program runs. */
+static int caller_is_traced(lua_State *L) {
+  lua_Debug ar;
+  int top = lua_gettop(L), same = 0;
+  if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "f", &ar)) {
+    lua_getfield(L, LUA_REGISTRYINDEX, LG_TRACED_FN);
+    same = !lua_isnil(L, -1) && lua_rawequal(L, -1, -2);
+  }
+  lua_settop(L, top);
+  return same;
 }
 
 /* During a trace or a replay: tells the core how the calling Lua code uses the value item() read from x (v; a
@@ -149,6 +165,11 @@ static void note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int is_bool
   lg_cmp c;
   char why[300] = "";
   int holds = site_of(L, &c, why, sizeof why) ? lg_cmp_holds(&c, is_bool, v) : -1;
+  if (holds >= 0 && c.k_from_upvalue && !caller_is_traced(L)) {
+    snprintf(why, sizeof why, "line %d: compares with %s, a value read from a function other than the compiled one "
+             "(not guarded)", c.line, c.k_path);
+    holds = -1;
+  }
   if (holds < 0) {
     if (!why[0]) snprintf(why, sizeof why, "line %d: an order comparison of a boolean with a number", c.line);
     grace_trace_branch(vm, x, GRACE_CMP_NONE, 0, 0, why);

@@ -11,6 +11,9 @@
 #define LG_TENSOR "grace.Tensor"
 #define LG_NTMP 16   /* temporaries held inline; more (cat of many tensors) grow a heap array */
 #define LG_SIZE "grace.Size"   /* the metatable of sizes (x:size(), x.shape, x:stride()) */
+/* Registry field: the Lua function a compiled function is tracing (or replaying under its guards' checks) now, set by
+ * lgrace_compile.c from trace_begin to trace_end; nil outside. Its upvalues and the tables they reach are guarded. */
+#define LG_TRACED_FN "grace.traced_fn"
 
 /* A temporary and the call that holds it: the Lua state and its CallInfo (lua_Debug's i_ci, used only as the
  * call's identity). */

@@ -101,6 +101,20 @@ static const accept_case accepts[] = {
   {"for i = 1, 2 do\n  if x:item() > 2 then T = true; break end\nend", 3, LG_CMP_GT, 2, 1, 0, 0},
   {"local K <const> = 5\nif x:item() > K then T = true end", 3, LG_CMP_GT, 5, 1, 0, 0},
   {"for i = 1, 2 do\n  if x:item() > 2 then T = true end\nend", 3, LG_CMP_GT, 2, 1, 0, 0},
+  /* the other operand read now from an upvalue, a field of one, or a global */
+  {"local c = {limit = 7}\nlocal function f() if x:item() > c.limit then T = true end end\nf()", 3, LG_CMP_GT, 7, 1, 0, 0},
+  {"local lim = 3\nlocal function f() if x:item() <= lim then T = true end end\nf()", 3, LG_CMP_LE, 3, 1, 0, 0},
+  {"local c = {a = {b = 2.5}}\nlocal function f() if x:item() >= c.a.b then T = true end end\nf()", 3, LG_CMP_GE, 2.5, 0, 0, 0},
+  {"if x:item() > YES2 then T = true end", 2, LG_CMP_GT, 2, 1, 0, 0},
+  /* other plain calls on the line whose function, read now, is not item: before or after it, in its register */
+  {"local function pos(v) return v end\nlocal function f() if x:max():item() > 0 then T = true; return pos(x) end end\nf()",
+   3, LG_CMP_GT, 0, 1, 0, 0},
+  {"if tostring(1) == '1' and x:item() > 0 then T = true end", 2, LG_CMP_GT, 0, 1, 0, 0},
+  {"local p = tostring\nif x:item() > 0 then T = true; p(1) end", 3, LG_CMP_GT, 0, 1, 0, 0},
+  {"local m = {n = {f = tostring}}\nlocal function f() if x:item() > 0 then T = true; m.n.f(1) end end\nf()", 3,
+   LG_CMP_GT, 0, 1, 0, 0},
+  {"local m = setmetatable({}, {__call = function() end})\nlocal function f() if x:item() > 0 then T = true; m(1) end end\nf()",
+   3, LG_CMP_GT, 0, 1, 0, 0},
 };
 
 /* Every accepted snippet: the comparison read from the source, then Lua's branch against lg_cmp_holds. */
@@ -154,7 +168,6 @@ static const reject_case rejects[] = {
   {"S = x:item() > 0 and 1", 2, "boolean value"},
   {"local b = not x:item()", 2, "'not'"},
   {"local b = x:item() or 0", 2, "'and' or 'or'"},
-  {"if x:item() > YES2 then T = true end", 2, "not a constant"},
   {"S = x:item() or 0", 2, "'and' or 'or'"},
   {"S = x:item() and 1", 2, "'and' or 'or'"},
   {"local t = {}\nt.f = x:item() or 0", 3, "'and' or 'or'"},
@@ -176,7 +189,23 @@ static const reject_case rejects[] = {
   {"V = 5\nfor i = 1, 3 do if x:item() > 0 then break end end", 3, "decides a loop"},
   {"V = 3\nrepeat local z = V; F = function() return z end; V = V - 1 until x:item() <= 0", 3, "decides a loop"},
   {"local v <const> = x:item()\nif v > 0 then T = true end", 2, "stored in the local 'v'"},
-  {"if tostring(1) == '1' and x:item() > 0 then T = true end", 2, "cannot be told apart"},
+  {"local c = {limit = 7}\nif x:item() > c.limit then T = true end", 3, "not a constant"},
+  /* another call on the line that may be the running one: its function is item, or cannot be read raw now */
+  {"local it = X.item\nif x:item() > 0 then T = true; it(x) end", 3, "cannot be told apart"},
+  {"local it = X.item\nlocal function f() if x:item() > 0 then T = true; it(x) end end\nf()", 3, "cannot be told apart"},
+  {"local m = {}\nlocal function f() if x:item() > 0 then T = true; m.nope(x) end end\nf()", 3, "cannot be told apart"},
+  {"local m = setmetatable({}, {__index = {g = tostring}})\nlocal function f() if x:item() > 0 then m.g(x) end end\nf()", 3,
+   "cannot be told apart"},
+  {"local m = setmetatable({}, {__call = X.item})\nlocal function f() if x:item() > 0 then m(x) end end\nf()", 3,
+   "cannot be told apart"},
+  {"local function f(g) if x:item() > 0 then T = true; g(1) end end\nf(X.item)", 2, "cannot be told apart"},
+  /* the other operand read from an upvalue that is not a number, or not raw */
+  {"local c = {}\nlocal function f() if x:item() > c.limit then T = true end end\nf()", 3, "c.limit, which cannot be read"},
+  {"local c = setmetatable({}, {__index = {limit = 1}})\nlocal function f() if x:item() > c.limit then T = true end end\nf()",
+   3, "c.limit, which cannot be read"},
+  {"local c = {limit = '1'}\nlocal function f() if x:item() > c.limit then T = true end end\nf()", 3, "c.limit, which is not a number"},
+  {"local c = {a = 5}\nlocal function f() if x:item() > c.a.b then T = true end end\nf()", 3, "c.a.b, which cannot be read"},
+  {"local c = {limit = 7}\nlocal function f() if x:item() > c.limit + 1 then T = true end end\nf()", 3, "arithmetic"},
   {"V = 3\nwhile YES do if x:item() <= 0 then break end V = V - 1 end", 3, "decides a loop"},
 };
 
@@ -213,6 +242,15 @@ static void test_constants(lua_State *L) {
      "2^53 + 1 is kept exactly (%lld)", last.cmp.ik);
   run(L, "if x:item() < -1000000 then T = true end", 0, 1);
   ok(last.ok && last.cmp.op == LG_CMP_LT && last.cmp.k_is_int && last.cmp.ik == -1000000, "-1e6 as an integer");
+  ok(!last.cmp.k_from_upvalue && !last.cmp.read_now, "a constant written in the code: nothing read now");
+  run(L, "local c = {limit = 9007199254740993}\nlocal function f() if x:item() > c.limit then T = true end end\nf()", 0, 1);
+  ok(last.ok && last.cmp.k_from_upvalue && last.cmp.read_now && strcmp(last.cmp.k_path, "c.limit") == 0 &&
+     last.cmp.k_is_int && last.cmp.ik == 9007199254740993LL, "c.limit read now, exactly: %s %lld", last.cmp.k_path,
+     last.cmp.ik);
+  run(L, "if x:item() > YES2 then T = true end", 0, 1);
+  ok(last.ok && last.cmp.k_from_upvalue && strcmp(last.cmp.k_path, "YES2") == 0, "a global: %s", last.cmp.k_path);
+  run(L, "local function pos(v) return v end\nlocal function f() if x:item() > 0 then return pos(x) end end\nf()", 0, 1);
+  ok(last.ok && !last.cmp.k_from_upvalue && last.cmp.read_now, "a call told apart by its function read now");
 }
 
 int main(void) {

@@ -96,6 +96,57 @@ local ce = counted(cm, mlp, {{big}, {small}, {small}, {big}}, 8)
 tap.ok(ce.bad == 0 and ce.replays == 0 and ce.runs == 0 and ce.eager == 0 and ce.hits == 8,
        ("early exit: 8 calls, taken and not, equal eager with no replay (%d bad, %d replays)"):format(ce.bad, ce.replays))
 
+-- ---- the benchmark forms (bench/workloads/branch.lua and early_exit.lua, small) ----
+-- `return pos(h)` on the if's line is another call in the register of the item() call: told apart because its
+-- function, read now, is not item(); `c.limit` is read from an upvalue table of the compiled function, guarded.
+local nn = require "grace.nn"
+local function stack(n)
+  local seq = {}
+  for _ = 1, n do seq[#seq + 1] = nn.Linear(D, D); seq[#seq + 1] = nn.GELU() end
+  return nn.Sequential(seq)
+end
+local first, pos_half, neg_half = stack(2), stack(2), stack(2)
+local function branch_form(x, s)
+  local h = first(x)
+  if (h:sum() * s):item() > 0 then return pos_half(h) end
+  return neg_half(h)
+end
+local cb = grace.compile(branch_form)
+tap.is(run_both(cb, branch_form, {{x, plus}, {x, minus}, {x, plus}}), 0, "branch form: the warm-up calls equal eager")
+local cbc = counted(cb, branch_form, inputs, 10)
+tap.ok(cb:stats().auto_regions == 1 and cbc.bad == 0 and cbc.replays == 0 and cbc.runs == 0 and cbc.hits == 10,
+       ("branch form `if ...:item() > 0 then return pos(h) end`: one program with a cond, 10 calls equal eager, "
+        .. "%d replays"):format(cbc.replays))
+
+local c = {limit = 1e9}
+local efirst, erest = stack(2), stack(2)
+local function early_form(v)
+  local h = efirst(v)
+  if h:abs():max():item() > c.limit then return h end
+  return erest(h)
+end
+local eh = grace.randn(3, D) * 1e13
+local ce2 = grace.compile(early_form)
+tap.is(run_both(ce2, early_form, {{small}, {eh}, {small}}), 0, "early exit form: the warm-up calls equal eager")
+local cec = counted(ce2, early_form, {{eh}, {small}, {small}, {eh}}, 8)
+tap.ok(ce2:stats().auto_regions == 1 and cec.bad == 0 and cec.replays == 0 and cec.runs == 0 and cec.hits == 8,
+       ("early exit form `> c.limit`: one program with a cond, 8 calls equal eager, %d replays"):format(cec.replays))
+tap.ok(grace.explain(ce2, small):find("(gt 1000000000)", 1, true) ~= nil, "early exit form: the predicate compares with c.limit's value")
+c.limit = 1e300   -- guarded: the next call retraces, and the big input no longer exits early
+local cel = counted(ce2, early_form, {{eh}}, 1)
+tap.ok(cel.bad == 0 and cel.traces == 1, "early exit form: c.limit changed after the merge retraces and equals eager")
+c.limit = 1e9
+
+-- the limit read from a function that is not the compiled one: its upvalues are not guarded, so it stays a break
+local lim = {v = 0}
+local function inner(h) if h:sum():item() > lim.v then return h * 2 end return h * 3 end
+local function outer(t) return inner(t + 1) end
+local co2 = grace.compile(outer)
+local con = counted(co2, outer, {{grace.tensor({1.5, 2.5})}, {grace.tensor({-3.5, -4.5})}}, 6)
+tap.ok(con.bad == 0 and co2:stats().auto_regions == 0, "a limit read in a nested function: stays a break, equal to eager")
+tap.ok(grace.explain(outer, grace.tensor({1.5, 2.5})):find("compares with lim.v, a value read from a function other than the compiled one", 1, true) ~= nil,
+       "explain: the nested function's limit is not guarded")
+
 -- ---- == 0 on an integer sum ----
 local function zero(t)
   if t:sum():item() == 0 then
