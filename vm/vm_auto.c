@@ -102,8 +102,14 @@ struct fn_auto {
   int ret_prog[FN_MAXARGS];             /* the entry's ret_output once it runs prog */
   int merged;
   int blocked;                          /* a replayed path changed Lua state: never merged */
+  int watched;                          /* replays watched since the last new path */
   char why[600];
 };
+
+/* Replays watched for the other outcome of a branch (each under the host's trace, which costs a guard walk) before
+ * the merge is given up: a check that never fires (a NaN guard, an early exit for blown-up values) would otherwise
+ * make every call pay for it. */
+enum { AUTO_WATCH = 16 };
 
 int fn_auto_merged(const fn_entry *e) { return e->autos && e->autos->merged; }
 const char *fn_auto_why(const fn_entry *e) { return e->autos ? e->autos->why : ""; }
@@ -243,6 +249,7 @@ void fn_auto_path_added(grace_fn *fn, fn_entry *e) {
   a->nret[q] = a->rec_nret;
   memcpy(a->ret[q], a->rec_ret, sizeof a->ret[q]);
   a->rec_nret = -1;
+  a->watched = 0;
   for (int p = 0; p < q && !a->prog && !a->merged && !a->blocked; p++) try_pair(fn, e, p, q);
   if (a->prog && (!fn->host.trace_begin || !fn->host.trace_end)) fn_auto_guard_end(fn, e, 1);   /* no host guards */
 }
@@ -256,6 +263,16 @@ int fn_auto_guard_begin(grace_fn *fn, fn_entry *e) {
   int watch = a && a->prog;
   for (int p = 0; p < e->ntree && !watch; p++)
     for (int b = 0; b < e->tree[p]->nbreak && !watch; b++) watch = e->tree[p]->breaks[b].kind == IR_BRK_PRED;
+  if (watch && !(a && a->prog)) {
+    if (!(a = autos_of(fn, e))) return 0;
+    if (a->watched >= AUTO_WATCH) {
+      a->blocked = 1;
+      snprintf(a->why, sizeof a->why, "the branch's other outcome did not come in %d replayed calls (each watched "
+               "for effects on Lua state): the paths stay replayed", AUTO_WATCH);
+      return 0;
+    }
+    a->watched++;
+  }
   if (watch) fn->host.trace_begin(fn->ud);
   return watch;
 }

@@ -255,6 +255,20 @@ tap.ok(ceff.bad == 0 and counter.n == 4 and cef:stats().auto_regions == 0 and
        cef:stats().auto_region_failure:find("changes Lua state", 1, true) ~= nil,
        "a branch writing a table field: every call runs the Lua code (4 writes for 4 calls), no merge, with the reason")
 
+-- ---- a check that never fires: watched for its other outcome a bounded number of calls, then plain replays ----
+local function never(t)
+  if t:abs():max():item() > 1e30 then
+    return t
+  end
+  return t * 2 + 1
+end
+local cnv = grace.compile(never)
+local cnev = counted(cnv, function(t) return t * 2 + 1 end, {{pos2}, {neg2}}, 24)
+local nst = cnv:stats()
+tap.ok(cnev.bad == 0 and nst.auto_regions == 0 and nst.auto_region_failure:find("did not come in 16", 1, true) ~= nil,
+       "a check that never fires: 24 calls right, no merge, the watching given up after 16 calls ("
+       .. tostring(nst.auto_region_failure) .. ")")
+
 -- ---- a weight read by one branch only is guarded ----
 local WB = grace.randn(D, D)
 local function weights(v, sgn)
