@@ -312,19 +312,10 @@ grace_status vm_to_host(grace_vm *vm, const grace_tensor *t, grace_tensor **out)
   return st;
 }
 
-grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
-  NEED(vm, t && dst, "read");
-  vm_note_read(t, "reading its elements (item, tolist, print)");
-  if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
-  if (t->storage->device != GRACE_CPU) {   /* through a host copy of the span it covers */
-    grace_tensor *h = NULL;
-    grace_status st = vm_to_host(vm, t, &h);
-    if (st == GRACE_OK) st = grace_tensor_read(vm, h, dst_dt, dst);
-    grace_tensor_release(h);
-    return st;
-  }
+/* The elements of host tensor t in row-major order, converted to dst_dt. */
+static void read_host(const grace_tensor *t, grace_dtype dst_dt, void *dst) {
   int64_t n = vm_numel(t->ndim, t->sizes);
-  if (n == 0) return GRACE_OK;
+  if (n == 0) return;
   size_t ss = grace_dtype_size(t->dtype), ds = grace_dtype_size(dst_dt);
   const char *base = vm_ptr(t);
   char *out = dst;
@@ -337,7 +328,23 @@ grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype 
     else vm_store_f64(dst_dt, out + i * ds, vm_load_f64(t->dtype, p));
     if (!vm_counter_next(&c)) break;
   }
-  return GRACE_OK;
+}
+
+grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
+  NEED(vm, t && dst, "read");
+  vm_note_read(t, "reading its elements (item, tolist, print)");
+  if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
+  if (t->storage->device == GRACE_CPU) {
+    read_host(t, dst_dt, dst);
+    return GRACE_OK;
+  }
+  /* through a host copy of the span it covers, read as it is: one read of t (a trace sees one break, whose value
+   * is t's) */
+  grace_tensor *h = NULL;
+  grace_status st = vm_to_host(vm, t, &h);
+  if (st == GRACE_OK) read_host(h, dst_dt, dst);
+  grace_tensor_release(h);
+  return st;
 }
 
 /* The element at index: its address, or for a device tensor a copy of it in buf. */
