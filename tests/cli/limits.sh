@@ -7,19 +7,7 @@ B=$(dirname "$GRACE")
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export GRACE_DEVICE=cpu
-n=0
-failed=0
-ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
-  n=$((n + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-    echo "not ok $n - $2"; failed=$((failed + 1))
-    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
-  fi
-}
-is() { [ "$2" = "$3" ]; ok $? "$1" "got: [$2]
-expected: [$3]"; }
-has() { case "$2" in *"$3"*) ok 0 "$1" ;; *) ok 1 "$1" "got: [$2]
-expected to contain: [$3]" ;; esac; }
+. "$(dirname "$0")/lib.sh"
 
 echo "1..29"
 
