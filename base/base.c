@@ -33,9 +33,21 @@ void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize) {
 const char *grace_last_error(const grace_vm *vm) { return vm ? vm->err : "no VM"; }
 
 void *vm_alloc(grace_vm *vm, size_t n) { return vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN); }
-void *vm_alloc_data(grace_vm *vm, size_t n) {
-  if (vm->max_bytes && n > vm->max_bytes) return NULL;
-  return vm_alloc(vm, n);
+grace_status vm_data_bytes(grace_vm *vm, const char *op, size_t count, size_t size, size_t *bytes) {
+  if (__builtin_mul_overflow(count, size, bytes))
+    return vm_err(vm, GRACE_ENOMEM, "%s: working memory of %zu x %zu bytes is too large", op, count, size);
+  if (vm->max_bytes && *bytes > vm->max_bytes)
+    return vm_err(vm, GRACE_ENOMEM, "%s: working memory of %zu bytes is past the memory limit of %zu bytes", op, *bytes,
+                  vm->max_bytes);
+  return GRACE_OK;
+}
+
+void *vm_alloc_data(grace_vm *vm, const char *op, size_t count, size_t size) {
+  size_t n;
+  if (vm_data_bytes(vm, op, count, size, &n) != GRACE_OK) return NULL;
+  void *p = vm_alloc(vm, n);
+  if (!p) vm_err(vm, GRACE_ENOMEM, "%s: out of host memory for %zu bytes of working memory", op, n);
+  return p;
 }
 void *vm_calloc(grace_vm *vm, size_t n) {
   void *p = vm_alloc(vm, n);
