@@ -27,15 +27,6 @@ static void hook_hold(grace_vm *vm, int delta) {
 }
 static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold, vm_grad_drop};
 
-/* A block larger than the machine's memory can never be used: refused, so that a huge shape fails as a clean
- * out-of-memory error. mimalloc reserves address space without committing it, so such a request would otherwise
- * succeed and the process be killed once the pages are touched. Looked up only for blocks over 1 GiB. */
-static int fits_ram(size_t n) {
-  if (n <= (size_t)1 << 30) return 1;
-  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-  return pages <= 0 || psize <= 0 || n / (size_t)psize <= (size_t)pages;
-}
-
 #ifdef GRACE_SYSTEM_MALLOC
 /* Under sanitizers (make asan): mimalloc's pages hide a use after free or an overflow from ASan, the system's
  * allocator does not. */
@@ -43,7 +34,6 @@ static int fits_ram(size_t n) {
 static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
   (void)ud; (void)osize;
   if (nsize == 0) { free(ptr); return NULL; }
-  if (!fits_ram(nsize)) return NULL;
   if (align < sizeof(void *)) align = sizeof(void *);
   void *p = aligned_alloc(align, (nsize + align - 1) / align * align);
   if (p && ptr) {
@@ -57,7 +47,6 @@ static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, s
 static void *vm_default_alloc(void *ud, void *ptr, size_t osize, size_t nsize, size_t align) {
   (void)ud; (void)osize;
   if (nsize == 0) { mi_free(ptr); return NULL; }
-  if (!fits_ram(nsize)) return NULL;
   return mi_realloc_aligned(ptr, nsize, align);
 }
 #endif
