@@ -111,6 +111,11 @@ $(BUILD)/tests/%: tests/c/%.c tests/tap.h $(BUILD)/libgrace.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace.a $(LDLIBS_ALL)
 
+# test_luac runs Lua code through the Lua layer's bytecode analysis: it links the Lua layer and Lua too
+$(BUILD)/tests/test_luac: tests/c/test_luac.c tests/tap.h $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
+
 # The fuzz targets of tests/fuzz: under `make test` each replays its committed corpus (tests/fuzz/replay.c) in the
 # normal build; `make fuzz` builds them for libFuzzer and runs them (below).
 FUZZ_TARGETS := ir files ops fn lua

@@ -36,6 +36,10 @@ struct grace_vm {
   struct gpu_state *gpu;         /* the device executor's caches (gpu/gpu_exec.c), NULL until used */
   void *gpu_ops;                 /* gpu/gpu_ops.c's table of loaded single-op kernels, NULL until used */
   struct gg_graph *graph_cap;    /* a CUDA graph being captured (gpu/gpu_graph.c), or NULL */
+  struct gg_graph *graph_pending;   /* graphs whose index-check flags are on their way back (gpu/gpu_graph.c) */
+  grace_status (*after_sync)(grace_vm *vm);   /* run by cuda_sync once the stream is idle: reads those flags */
+  char index_err[VM_ERRLEN];     /* such an error found where it could not be raised (a graph freed): the next
+                                    cuda_sync raises it */
   int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
   int matmul_mode;               /* grace_set_matmul: 0 unset (GRACE_MATMUL decides), else gpu_mm_choice + 1 */
   size_t tensor_bytes;           /* in the storages of live tensors, host and device (grace_tensor_bytes) */

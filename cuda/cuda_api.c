@@ -240,7 +240,10 @@ grace_status cuda_memset(cuda_ctx *c, CUdeviceptr dst, int byte, size_t n) {
 }
 
 grace_status cuda_sync(cuda_ctx *c) {
-  return cuda_check(c->vm, c->fn.cuStreamSynchronize(c->stream), "cuStreamSynchronize");
+  c->nsyncs++;
+  grace_status st = cuda_check(c->vm, c->fn.cuStreamSynchronize(c->stream), "cuStreamSynchronize");
+  if (st == GRACE_OK && (c->vm->graph_pending || c->vm->index_err[0]) && c->vm->after_sync) st = c->vm->after_sync(c->vm);
+  return st;
 }
 
 /* ---- launches and events ---- */
@@ -373,6 +376,7 @@ grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[
 }
 
 uint64_t cuda_launch_count(const cuda_ctx *c) { return c->nlaunches; }
+uint64_t cuda_sync_count(const cuda_ctx *c) { return c->nsyncs; }
 
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e) {
   *e = NULL;

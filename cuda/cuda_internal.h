@@ -81,6 +81,7 @@ struct cuda_ctx {
   /* kernels launched on the stream outside captures (cuda_launch, cuda_launch_overlapped): grace's own kernels per
    * call for benchmarks (cuBLASLt's launches and graph replays are not seen here) */
   uint64_t nlaunches;
+  uint64_t nsyncs;                  /* stream synchronizations (cuda_sync) */
   /* launch grace's kernels as programmatic dependents (cuda_launch_overlapped); GRACE_PDL=0 turns it off */
   int pdl;
   /* functions whose dynamic shared memory limit was raised, and to what: set once, not before every launch */
@@ -108,6 +109,8 @@ void cuda_alloc_free_all(cuda_ctx *c);
 void cuda_alloc_reset_peak(cuda_ctx *c);
 /* cuda_api.c: kernels launched outside captures so far (grace_device_stats.kernel_launches). */
 uint64_t cuda_launch_count(const cuda_ctx *c);
+/* cuda_api.c: stream synchronizations so far (grace_device_stats.syncs). */
+uint64_t cuda_sync_count(const cuda_ctx *c);
 /* cuda_nvrtc.c: unloads the modules and NVRTC. */
 void cuda_nvrtc_free_all(cuda_ctx *c);
 

@@ -31,6 +31,7 @@ void grace_device_stats_get(grace_vm *vm, grace_device_stats *out) {
   out->nvrtc_calls = k.nvrtc_calls; out->disk_hits = k.disk_hits; out->memory_hits = k.memory_hits;
   out->nvrtc_seconds = k.nvrtc_seconds;
   out->kernel_launches = cuda_launch_count(c);
+  out->syncs = cuda_sync_count(c);
 }
 
 void grace_device_reset_peak(grace_vm *vm) {

@@ -17,8 +17,13 @@
  * replay, an output written directly is copied out after it. So each replay gives fresh output tensors: a
  * result the caller keeps is never overwritten by a later call, whatever the strategy. The per-call words are
  * renumbered to the front of the table, so a replay copies only them. Nothing in a capture may synchronize:
- * index checks are read after each replay (the call still fails on a bad index), matmul tuning happens in an
- * eager run of each new layout before its capture. */
+ * matmul tuning happens in an eager run of each new layout before its capture, and index checks become flags
+ * read back after the replay without waiting for it (a wait per call would serialise the host with the device:
+ * a generation loop could not queue its next step). A bad index is skipped by the kernels (never an access out
+ * of bounds) and its error is raised by the first wait for the device after it: a value read on the host, a
+ * synchronize, or a later replay of the same graph that reuses the flags' buffer. So no value computed with a
+ * bad index reaches the host without the error. One capture checks an index tensor once, however many ops use
+ * it with the same bound (a KV cache written per layer at one position). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +62,16 @@ typedef struct gg_out {
   int ndim;
   int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
 } gg_out;
-typedef struct gg_check { CUdeviceptr flag; int64_t n, size; int dim; char op[24]; } gg_check;
+/* a deferred index check; idx (held during the capture only) and its version let later ops of the capture that
+ * check the same index against the same bound skip their own check */
+typedef struct gg_check {
+  CUdeviceptr flag;
+  int64_t n, size;
+  int dim;
+  char op[24];
+  grace_tensor *idx;
+  uint64_t ver;
+} gg_check;
 /* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
  * `bumps` per replay, as the eager ops would */
 typedef struct gg_write { int input, cst, bumps; } gg_write;
@@ -92,7 +106,11 @@ typedef struct gg_graph {
   gg_check chk[GG_CHECKS];
   gg_write *wr;
   int nwr;
-  int64_t *chk_host;      /* page-locked: the flags read back after a replay */
+  int64_t *chk_host;      /* page-locked, GG_RING rows of GG_CHECKS: the flags read back after a replay */
+  CUevent chk_ev[GG_RING];   /* recorded after a row's copies */
+  int chk_pend[GG_RING];     /* a row not yet looked at */
+  struct gg_graph *pend_next;   /* on vm->graph_pending while a row is pending */
+  int on_pending;
 } gg_graph;
 
 /* The launch cache's entry for a program (cuda_graph_decision_load/store). */
@@ -131,15 +149,30 @@ static const char *const strategy_names[] = {"eager", "graph+copies", "graph+ind
 static double now_us(void) { return grace_clock() * 1e6; }
 
 /* ---- one graph ---- */
+static void pending_unlink(grace_vm *vm, gg_graph *gg) {
+  for (gg_graph **p = &vm->graph_pending; *p; p = &(*p)->pend_next)
+    if (*p == gg) { *p = gg->pend_next; break; }
+  gg->on_pending = 0;
+  gg->pend_next = NULL;
+}
+
 static void graph_free(grace_vm *vm, gg_graph *gg) {
   if (!gg) return;
   cuda_ctx *c = vm->cuda;
-  if (c && (gg->x || gg->cap)) cuda_sync(c);   /* staging buffers and the table may still be in use */
+  /* staging buffers and the table may still be in use; a bad index this wait finds cannot be raised here, so the
+   * next wait raises it (the calls' results may still be read) */
+  if (c && (gg->x || gg->cap) && cuda_sync(c) == GRACE_EINDEX) snprintf(vm->index_err, sizeof vm->index_err, "%s", vm->err);
+  if (gg->on_pending) pending_unlink(vm, gg);
   if (c) {
     cuda_graph_destroy(c, gg->g, gg->x);
-    for (int r = 0; r < GG_RING; r++) { cuda_host_free(c, gg->host[r]); cuda_event_free(c, gg->ev[r]); }
+    for (int r = 0; r < GG_RING; r++) {
+      cuda_host_free(c, gg->host[r]);
+      cuda_event_free(c, gg->ev[r]);
+      cuda_event_free(c, gg->chk_ev[r]);
+    }
     cuda_host_free(c, gg->chk_host);
   }
+  for (int k = 0; k < gg->ncheck; k++) grace_tensor_release(gg->chk[k].idx);
   grace_tensor_release(gg->table);
   for (int k = 0; c && k < gg->ncheck; k++) cuda_release(c, gg->chk[k].flag, sizeof(int64_t));
   if (c) cuda_capture_free(c, gg->cap);
@@ -205,13 +238,64 @@ static grace_status table_scalar(grace_vm *vm, gg_graph *gg, const grace_tensor 
 
 int gpu_graph_capturing(grace_vm *vm) { return vm->graph_cap != NULL; }
 
-grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim) {
+int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size) {
+  const gg_graph *gg = vm->graph_cap;
+  for (int k = 0; gg && k < gg->ncheck; k++) {
+    const grace_tensor *t = gg->chk[k].idx;
+    if (!t || t->storage != idx->storage || gg->chk[k].ver != idx->storage->version || t->offset != idx->offset ||
+        t->dtype != idx->dtype || t->ndim != idx->ndim || gg->chk[k].size != size)
+      continue;
+    int same = 1;
+    for (int d = 0; d < t->ndim && same; d++) same = t->sizes[d] == idx->sizes[d] && t->strides[d] == idx->strides[d];
+    if (same) return 1;
+  }
+  return 0;
+}
+
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, const grace_tensor *idx, int64_t n,
+                                   int64_t size, int dim) {
   gg_graph *gg = vm->graph_cap;
   if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
   gg_check *k = &gg->chk[gg->ncheck++];
-  *k = (gg_check){flag, n, size, dim, {0}};
+  *k = (gg_check){flag, n, size, dim, {0}, (grace_tensor *)idx, idx->storage->version};
+  grace_tensor_retain(k->idx);
   snprintf(k->op, sizeof k->op, "%s", op);
   return GRACE_OK;
+}
+
+/* Row r of gg's check flags, copied back and complete: the error of the first bad index, if any. */
+static grace_status check_row(grace_vm *vm, gg_graph *gg, int r) {
+  gg->chk_pend[r] = 0;
+  const int64_t *h = gg->chk_host + (size_t)r * GG_CHECKS;
+  for (int k = 0; k < gg->ncheck; k++) {
+    const gg_check *q = &gg->chk[k];
+    if (h[k] >= q->n) continue;
+    return q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows (in a compiled "
+                               "call, found at the next wait for the device)", q->op, (long long)q->size)
+                      : vm_err(vm, GRACE_EINDEX, "%s: an index is out of range for dim %d of size %lld (in a compiled "
+                               "call, found at the next wait for the device)", q->op, q->dim + vm->index_base,
+                               (long long)q->size);
+  }
+  return GRACE_OK;
+}
+
+/* Run by cuda_sync once the stream is idle: every pending row of flags is back; the first bad index is the error. */
+static grace_status after_sync(grace_vm *vm) {
+  grace_status st = GRACE_OK;
+  if (vm->index_err[0]) {
+    st = vm_err(vm, GRACE_EINDEX, "%s", vm->index_err);
+    vm->index_err[0] = 0;
+  }
+  while (vm->graph_pending) {
+    gg_graph *gg = vm->graph_pending;
+    for (int r = 0; r < GG_RING; r++)
+      if (gg->chk_pend[r]) {
+        grace_status s = check_row(vm, gg, r);
+        if (st == GRACE_OK) st = s;
+      }
+    pending_unlink(vm, gg);
+  }
+  return st;
 }
 
 /* The table word of slot address a. */
@@ -332,6 +416,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     if ((st = cuda_host_alloc(c, sizeof(uint64_t) * GG_WORDS, (void **)&gg->host[r])) == GRACE_OK)
       st = cuda_event_new(c, &gg->ev[r]);
   }
+  for (int r = 0; r < GG_RING && st == GRACE_OK; r++) st = cuda_event_new(c, &gg->chk_ev[r]);
   /* The table keeps its fixed words from one replay to the next, so it must not be arena memory, which another
    * graph may use as scratch: it is allocated before the capture opens. */
   if (st == GRACE_OK && !(gg->table = vm_tensor_new(vm, "graph", GRACE_INT64, GRACE_CUDA, 1, (int64_t[]){GG_WORDS})))
@@ -372,6 +457,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
       vm->graph_cap = gg;
       st = exec(ir, nin, args, nout, res);
       vm->graph_cap = NULL;
+      for (int k = 0; k < gg->ncheck; k++) { grace_tensor_release(gg->chk[k].idx); gg->chk[k].idx = NULL; }
       for (int k = 0; k < gg->nwr; k++)
         if (gg->wr[k].cst >= 0) ir->consts[gg->wr[k].cst].t->storage->version = ir->consts[gg->wr[k].cst].version = cver[k];
       gg->rng_total = vm->rng_offset - gg->rng0;
@@ -470,7 +556,8 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
     if (st == GRACE_OK)
       st = cuda_copy_to_device_async(c, gpu_ptr(gg->table), gg->host[0], sizeof(uint64_t) * (size_t)(GG_SCALARS + gg->nslots));
     if (st == GRACE_OK) st = cuda_sync(c);
-    if (st == GRACE_OK && gg->ncheck) st = cuda_host_alloc(c, sizeof(int64_t) * GG_CHECKS, (void **)&gg->chk_host);
+    if (st == GRACE_OK && gg->ncheck)
+      st = cuda_host_alloc(c, sizeof(int64_t) * GG_CHECKS * GG_RING, (void **)&gg->chk_host);
     if (st == GRACE_OK) st = cuda_graph_instantiate(c, gg->g, &gg->x, &gg->nkernels);
     /* placeholders and outputs that every replay redirects are never touched again: their memory goes back */
     for (int i = 0; i < nin && st == GRACE_OK; i++)
@@ -501,6 +588,9 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   int r = gg->ring;
   gg->ring = (r + 1) % GG_RING;
   if (gg->evused[r] && (st = cuda_event_sync(c, gg->ev[r])) != GRACE_OK) return st;
+  if (gg->chk_pend[r]) {   /* the flags of the call GG_RING replays ago: waited for, as their row is reused */
+    if ((st = cuda_event_sync(c, gg->chk_ev[r])) != GRACE_OK || (st = check_row(vm, gg, r)) != GRACE_OK) return st;
+  }
   uint64_t *h = gg->host[r];
   /* the outputs: one allocation (one allocator call per replay); the caller's views keep it alive */
   grace_tensor *fresh = vm_tensor_new(vm, "graph", GRACE_BOOL, GRACE_CUDA, 1, (int64_t[]){(int64_t)gg->out_bytes});
@@ -528,16 +618,13 @@ static grace_status replay(grace_ir *ir, gg_graph *gg, grace_tensor *const *in, 
   for (int g = 0; g < gg->ngrp && st == GRACE_OK; g++)
     if (gg->grp[g].direct) st = cuda_copy_device(c, fb + gg->grp[g].at, gg->grp[g].base, gg->grp[g].bytes);
   if (st == GRACE_OK) st = finish_writes(ir, gg, in);
-  /* index checks: as eager, the call waits for them (so a bad index fails this call, not a later one) */
+  /* index checks: their flags come back without a wait; the next wait for the device looks at them */
   for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++)
-    st = cuda_copy_to_host_async(c, &gg->chk_host[k], gg->chk[k].flag, sizeof(int64_t));
-  if (st == GRACE_OK && gg->ncheck) st = cuda_sync(c);
-  for (int k = 0; k < gg->ncheck && st == GRACE_OK; k++) {
-    const gg_check *q = &gg->chk[k];
-    if (gg->chk_host[k] >= q->n) continue;
-    st = q->dim < 0 ? vm_err(vm, GRACE_EINDEX, "%s: an id is out of range for a table of %lld rows", q->op, (long long)q->size)
-                    : vm_err(vm, GRACE_EINDEX, "%s: an index is out of range for dim %d of size %lld", q->op,
-                             q->dim + vm->index_base, (long long)q->size);
+    st = cuda_copy_to_host_async(c, &gg->chk_host[(size_t)r * GG_CHECKS + k], gg->chk[k].flag, sizeof(int64_t));
+  if (st == GRACE_OK && gg->ncheck && (st = cuda_event_record(c, gg->chk_ev[r])) == GRACE_OK) {
+    gg->chk_pend[r] = 1;
+    vm->after_sync = after_sync;
+    if (!gg->on_pending) { gg->pend_next = vm->graph_pending; vm->graph_pending = gg; gg->on_pending = 1; }
   }
   for (int j = 0; j < nout; j++) out[j] = NULL;
   for (int j = 0; j < nout && st == GRACE_OK; j++) {

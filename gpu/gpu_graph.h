@@ -25,9 +25,12 @@ grace_status gpu_graph_number(grace_vm *vm, grace_tensor *t, grace_tensor **out)
  * argument table, rewritten per replay with the VM's seed and the offset that op takes then. An error unless the
  * capture uses indirection (a baked offset would repeat the same numbers every call). */
 grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, uint64_t *offset_slot);
-/* While capturing: an index check whose device flag (the first bad position, or more than n) is read after
- * each replay instead of now; a bad index then fails that call as the eager check would. On success the graph
- * owns the flag (8 bytes from cuda_malloc) and releases it. */
-grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, int64_t n, int64_t size, int dim);
+/* While capturing: an index check whose device flag (the first bad position, or more than n) is read back after
+ * each replay instead of now; a bad index then fails at the next wait for the device (gpu_graph.c's header says
+ * why). On success the graph owns the flag (8 bytes from cuda_malloc) and releases it. */
+grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, const grace_tensor *idx, int64_t n,
+                                   int64_t size, int dim);
+/* While capturing: whether index idx was already checked against bound size by this capture (unchanged since). */
+int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size);
 
 #endif

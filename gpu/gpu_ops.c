@@ -301,6 +301,7 @@ static grace_status check_index(grace_vm *vm, const char *op, const grace_tensor
   if (n == 0) return GRACE_OK;
   if (idx->storage->device != GRACE_CUDA)
     return vm_err(vm, GRACE_EDEVICE, "%s: index is on '%s', the input on 'cuda'", op, grace_device_name(idx->storage->device));
+  if (gpu_graph_capturing(vm) && gpu_graph_check_seen(vm, idx, size)) return GRACE_OK;
   cuda_ctx *c = gpu_ctx(vm);
   CUdeviceptr flag = 0;
   grace_status st = cuda_malloc(c, 8, &flag);
@@ -315,7 +316,7 @@ static grace_status check_index(grace_vm *vm, const char *op, const grace_tensor
     /* in a graph capture the flag becomes the graph's (it releases it when it goes) and is read after each
      * replay; released now, a later allocation of the capture could take its block */
     if (st == GRACE_OK && gpu_graph_capturing(vm)) {
-      if ((st = gpu_graph_defer_check(vm, flag, op, n, size, dim)) == GRACE_OK) return GRACE_OK;
+      if ((st = gpu_graph_defer_check(vm, flag, op, idx, n, size, dim)) == GRACE_OK) return GRACE_OK;
     } else if (st == GRACE_OK)
       st = cuda_copy_to_host(c, &first, flag, 8);
   }

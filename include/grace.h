@@ -110,6 +110,10 @@ typedef struct grace_device_stats {
    * kernels launched by cuBLASLt, kernels replayed inside a CUDA graph (grace_graph_info.kernels says how many a
    * graph holds) and launches recorded into a graph being captured. */
   uint64_t kernel_launches;
+  /* Times the host waited for all of the device's queued work (a stream synchronization): each read of a device
+   * value on the host, grace_synchronize, the first call of a new layout. A compiled call replayed as a graph
+   * waits for nothing, index checks included. */
+  uint64_t syncs;
 } grace_device_stats;
 void grace_device_stats_get(grace_vm *vm, grace_device_stats *out);
 /* Starts a new peak: peak_allocated becomes the bytes allocated now, so that grace_device_stats_get reports the

@@ -129,6 +129,7 @@ static int l_device_stats(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)s.memory_hits); lua_setfield(L, -2, "memory_hits");
   lua_pushnumber(L, s.nvrtc_seconds); lua_setfield(L, -2, "nvrtc_seconds");
   lua_pushinteger(L, (lua_Integer)s.kernel_launches); lua_setfield(L, -2, "kernel_launches");
+  lua_pushinteger(L, (lua_Integer)s.syncs); lua_setfield(L, -2, "syncs");
   return 1;
 }
 
