@@ -9,7 +9,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 export GRACE_DEVICE=cpu
 . "$(dirname "$0")/lib.sh"
 
-echo "1..34"
+echo "1..35"
 
 # ---- --max-memory: tensors ----
 out=$("$GRACE" --max-memory 1M -e '
@@ -58,6 +58,18 @@ has "save: the copy of an expanded view past the cap is refused" "$out" \
   "save: working memory of 4194304 bytes is past the memory limit of 1048576 bytes"
 has "... it leaves no file, and topk with a small scratch still runs" "$out" "true
 0.0"
+# the Lua bindings' buffers sized from a shape too: tolist's values of an expanded view, tensor's staging of a
+# table whose rows are one shared table (512 x 512 numbers from 512 of them)
+out=$("$GRACE" --max-memory 1M -e '
+print(pcall(function() return grace.zeros(1):expand(1048576):tolist() end))
+local r = {} for i = 1, 512 do r[i] = 1 end
+local t = {} for i = 1, 512 do t[i] = r end
+print(pcall(grace.tensor, t))
+print(#grace.zeros(1):expand(1000):tolist(), grace.tensor(r):sum():item())' 2>&1)
+is "tolist and tensor: their buffers past the cap are refused with the cap's figures" "$out" \
+"false	(command line):2: tolist: working memory of 8388608 bytes is past the memory limit of 1048576 bytes
+false	tensor: working memory of 2097152 bytes is past the memory limit of 1048576 bytes
+1000	512"
 # garbage tensors are collected before the cap is reached: 200 x 4 MB through a 16 MB cap
 out=$("$GRACE" --max-memory 16M -e 'for i = 1, 200 do local x = grace.ones(1000, 1000) + 1 end print("done")' 2>&1)
 is "garbage tensors do not count against the cap" "$out" "done"
