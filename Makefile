@@ -147,7 +147,7 @@ $(BUILD)/examples/game_loop: examples/embed/game_loop.c $(BUILD)/libgrace_lua.a 
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libgrace_lua.a $(BUILD)/libgrace.a $(DEP_LIB) -llua5.4 $(LDLIBS_ALL)
 
-TESTS = $(CTEST_BIN) $(FUZZ_REPLAY) $(sort $(wildcard tests/lua/test_*.lua tests/cli/*.sh tests/conformance/test_*.py)) tools/layers.sh
+TESTS = $(CTEST_BIN) $(FUZZ_REPLAY) $(sort $(wildcard tests/lua/test_*.lua tests/conformance/test_*.py) $(filter-out tests/cli/lib.sh,$(wildcard tests/cli/*.sh))) tools/layers.sh
 # make check: every test file but the four that generate and check kernels over many random cases (about 2.5 of
 # make test's 3 minutes on 2 cores, one at a time; measured in bench/RESULTS.md): under a minute on 2 cores.
 CHECK_SLOW := test_cg_fused test_cg_matmul test_cg_ops test_fuse_random

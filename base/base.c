@@ -4,6 +4,7 @@
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "base/base.h"
 
 static const char *status_names[] = {
@@ -25,17 +26,41 @@ grace_status grace_set_error(grace_vm *vm, grace_status st, const char *fmt, ...
   return st;
 }
 
+/* A block larger than the machine's memory can never be used: no allocator is asked for one, so a huge shape fails
+ * as a clean out-of-memory error. mimalloc reserves address space without committing it (such a request would
+ * succeed and the process be killed once the pages are touched); AddressSanitizer aborts past its own maximum.
+ * Looked up only for blocks over 1 GiB. */
+static int fits_ram(size_t n) {
+  if (n <= (size_t)1 << 30) return 1;
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  return pages <= 0 || psize <= 0 || n / (size_t)psize <= (size_t)pages;
+}
+
 void *grace_realloc(grace_vm *vm, void *ptr, size_t osize, size_t nsize) {
-  if (!vm) return NULL;
+  if (!vm || (nsize && !fits_ram(nsize))) return NULL;
   return vm->alloc(vm->alloc_ud, ptr, osize, nsize, VM_ALIGN);
 }
 
 const char *grace_last_error(const grace_vm *vm) { return vm ? vm->err : "no VM"; }
 
-void *vm_alloc(grace_vm *vm, size_t n) { return vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN); }
-void *vm_alloc_data(grace_vm *vm, size_t n) {
-  if (vm->max_bytes && n > vm->max_bytes) return NULL;
-  return vm_alloc(vm, n);
+void *vm_alloc(grace_vm *vm, size_t n) {
+  return fits_ram(n) ? vm->alloc(vm->alloc_ud, NULL, 0, n ? n : 1, VM_ALIGN) : NULL;
+}
+grace_status vm_data_bytes(grace_vm *vm, const char *op, size_t count, size_t size, size_t *bytes) {
+  if (__builtin_mul_overflow(count, size, bytes))
+    return vm_err(vm, GRACE_ENOMEM, "%s: working memory of %zu x %zu bytes is too large", op, count, size);
+  if (vm->max_bytes && *bytes > vm->max_bytes)
+    return vm_err(vm, GRACE_ENOMEM, "%s: working memory of %zu bytes is past the memory limit of %zu bytes", op, *bytes,
+                  vm->max_bytes);
+  return GRACE_OK;
+}
+
+void *vm_alloc_data(grace_vm *vm, const char *op, size_t count, size_t size) {
+  size_t n;
+  if (vm_data_bytes(vm, op, count, size, &n) != GRACE_OK) return NULL;
+  void *p = vm_alloc(vm, n);
+  if (!p) vm_err(vm, GRACE_ENOMEM, "%s: out of host memory for %zu bytes of working memory", op, n);
+  return p;
 }
 void *vm_calloc(grace_vm *vm, size_t n) {
   void *p = vm_alloc(vm, n);

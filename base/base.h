@@ -92,10 +92,14 @@ const char *vm_fmt_shape(char *buf, size_t n, int ndim, const int64_t *sizes);
 
 /* ---- host memory through the VM's allocator ---- */
 void *vm_alloc(grace_vm *vm, size_t n);          /* 64-byte aligned, NULL on failure (no message) */
-/* As vm_alloc, for a temporary an op sizes from its data (a count of selected positions, a converted operand):
- * under a memory cap (grace_set_memory_limit), which counts tensor storages, it is refused past the cap too, so
- * an expanded view cannot make a host block far larger than the cap. */
-void *vm_alloc_data(grace_vm *vm, size_t n);
+/* Working memory an op sizes from its data (a count of selected positions, a converted operand, a copy of an
+ * expanded view): count elements of size bytes. Under a memory cap (grace_set_memory_limit), which counts tensor
+ * storages, a block larger than the cap is refused, so an expanded view (a few bytes of storage for a huge shape)
+ * cannot make a host or device block far larger than the cap; a product that overflows is refused too.
+ * vm_data_bytes checks and sets *bytes; vm_alloc_data allocates on the host. Both set the error (naming op, the
+ * size and the cap) when they refuse: NULL / the status. */
+grace_status vm_data_bytes(grace_vm *vm, const char *op, size_t count, size_t size, size_t *bytes);
+void *vm_alloc_data(grace_vm *vm, const char *op, size_t count, size_t size);
 void *vm_calloc(grace_vm *vm, size_t n);
 void vm_free(grace_vm *vm, void *p, size_t n);
 

@@ -734,9 +734,11 @@ grace_status cpu_fused_row_run(grace_vm *vm, grace_ir *ir, const int32_t *insts,
     job.arena_bytes = (size_t)(ninst + 3) * (size_t)L * 4;
     abytes = job.arena_bytes * (size_t)job.narena;
     bbytes = sizeof(atomic_int) * (size_t)job.narena;
-    job.arenas = vm_alloc_data(vm, abytes);   /* rows of the input's length: data-sized */
-    job.busy = vm_alloc(vm, bbytes);
-    if (!job.arenas || !job.busy) st = vm_err(vm, GRACE_ENOMEM, "fused: out of host memory");
+    /* rows of the input's length: data-sized (the product checked there, so arena_bytes did not overflow) */
+    job.arenas = vm_alloc_data(vm, "fused", (size_t)(ninst + 3) * (size_t)job.narena, (size_t)L * 4);
+    job.busy = job.arenas ? vm_alloc(vm, bbytes) : NULL;
+    if (!job.arenas) st = vm->status;
+    else if (!job.busy) st = vm_err(vm, GRACE_ENOMEM, "fused: out of host memory");
     else if (!(o = vm_tensor_new(vm, "fused", GRACE_FLOAT32, GRACE_CPU, ot->ndim, ot->sizes))) st = vm->status;
   }
   if (st == GRACE_OK && R > 0) {

@@ -99,8 +99,8 @@ typedef struct iput {
 /* The element offsets into dst of every position of the broadcast index shape, each index checked against its
  * dim's size. *offs is freed by the caller (nsel entries, at least one allocated). */
 static grace_status put_offsets(grace_vm *vm, const grace_tensor *dst, grace_tensor *const *idx, iput *p, int64_t **offs) {
-  int64_t *o = vm_alloc_data(vm, (size_t)(p->nsel > 0 ? p->nsel : 1) * sizeof(int64_t));
-  if (!o) return vm_err(vm, GRACE_ENOMEM, "index_put_: out of host memory for %lld positions", (long long)p->nsel);
+  int64_t *o = vm_alloc_data(vm, "index_put_", (size_t)(p->nsel > 0 ? p->nsel : 1), sizeof(int64_t));
+  if (!o) return vm->status;
   *offs = o;
   if (p->nsel == 0) return GRACE_OK;
   vm_counter c;

@@ -545,8 +545,8 @@ static int gemv_f32(grace_vm *vm, const mm_plan *p, float *C, grace_status *st) 
   size_t vbytes = 0;
   if (x.ms_k == 1 && x.vs != 1) {   /* the dot form wants contiguous vectors: gather them once */
     vbytes = (size_t)(p->nb * p->K) * sizeof(float);
-    if (!(vbuf = vm_alloc_data(vm, vbytes))) {
-      *st = vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory (%zu bytes)", vbytes);
+    if (!(vbuf = vm_alloc_data(vm, "matmul", (size_t)(p->nb * p->K), sizeof(float)))) {
+      *st = vm->status;
       return 1;
     }
     for (int64_t b = 0; b < p->nb; b++) {
@@ -684,8 +684,8 @@ static grace_status compute(grace_vm *vm, mm_plan *p, grace_tensor *x, grace_ten
       return gemm_f32(vm, p, (float *)vm_ptr(o));
     }
     size_t bytes = (size_t)numel * sizeof(float);
-    float *c = vm_alloc_data(vm, bytes);
-    if (!c) return vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory (%zu bytes)", bytes);
+    float *c = vm_alloc_data(vm, "matmul", (size_t)numel, sizeof(float));
+    if (!c) return vm->status;
     if ((st = gemm_f32(vm, p, c)) == GRACE_OK) {
       uint16_t *d = (uint16_t *)vm_ptr(o);
       if (p->dt == GRACE_FLOAT16) for (int64_t i = 0; i < numel; i++) d[i] = vm_float_to_half(c[i]);
@@ -769,9 +769,8 @@ grace_status cpu_mm_pack_b(grace_vm *vm, const grace_tensor *b, cpu_mm_pack *pk)
     return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: only a 2-d float32 CPU matrix is packed ahead");
   int64_t K = b->sizes[0], N = b->sizes[1], npad = round_up(N, NR);
   size_t bytes = (size_t)(K * npad) * sizeof(float);
-  float *d = vm_alloc(vm, bytes ? bytes : 64);
-  if (!d) return vm_err(vm, GRACE_ENOMEM, "matmul: out of host memory packing a %lldx%lld matrix", (long long)K,
-                        (long long)N);
+  float *d = vm_alloc_data(vm, "matmul", bytes ? bytes : 64, 1);   /* an expanded weight packs to its full size */
+  if (!d) return vm->status;
   const char *B = vm_ptr(b);
   int64_t brs = N == 1 ? 1 : b->strides[0], bcs = N == 1 ? 1 : b->strides[1];
   if (K == 1) brs = 1;

@@ -542,9 +542,9 @@ static grace_status reduce_run(grace_vm *vm, grace_op op, grace_tensor *x, const
     vm_parallel_for(vm, tasks, 65536 / (p.nred * VT) + 1, run_vertical, &p);
   } else if (p.nred >= 2 * RBLOCK && p.nout <= 16) {
     p.nblocks = (p.nred + RBLOCK - 1) / RBLOCK;
+    /* a block's state each: as many as the rows' length allows, so data-sized (an expanded view's rows) */
     size_t bytes = sizeof(rstate) * (size_t)(p.nout * p.nblocks);
-    p.states = vm_alloc(vm, bytes);
-    if (!p.states) return vm_err(vm, GRACE_ENOMEM, "%s: out of host memory", name);
+    if (!(p.states = vm_alloc_data(vm, name, (size_t)(p.nout * p.nblocks), sizeof(rstate)))) return vm->status;
     vm_parallel_for(vm, p.nout * p.nblocks, 1, run_blocks, &p);
     for (int64_t o = 0; o < p.nout; o++) {
       rstate *st = &p.states[o * p.nblocks];

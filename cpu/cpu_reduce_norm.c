@@ -86,11 +86,11 @@ static void norm_rows(void *ctx, int64_t r0, int64_t r1) {
 static int f32_contig(const grace_tensor *t) { return !t || (t->dtype == GRACE_FLOAT32 && t->strides[t->ndim - 1] == 1); }
 
 /* The parameter as contiguous float32: its own data when it already is, else a converted copy in *copy. */
-static const float *param_f32(grace_vm *vm, const grace_tensor *t, float **copy) {
+static const float *param_f32(grace_vm *vm, const char *op, const grace_tensor *t, float **copy) {
   *copy = NULL;
   if (!t) return NULL;
   if (f32_contig(t)) return (const float *)vm_ptr(t);
-  *copy = vm_alloc(vm, sizeof(float) * (size_t)t->sizes[0]);
+  *copy = vm_alloc_data(vm, op, (size_t)t->sizes[0], sizeof(float));   /* an expanded parameter: data-sized */
   if (*copy) rr_load_f32(t->dtype, vm_ptr(t), t->strides[0], t->sizes[0], *copy);
   return *copy;
 }
@@ -122,12 +122,12 @@ grace_status cpu_norm_run(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
     vm_parallel_for(vm, p.rows, grain, norm_rows, &p);
     return GRACE_OK;
   }
-  float *wc, *bc;
-  p.wf = param_f32(vm, p.w, &wc);
-  p.bf = param_f32(vm, p.b, &bc);
+  float *wc = NULL, *bc = NULL;
+  p.wf = param_f32(vm, name, p.w, &wc);
+  p.bf = p.w && !p.wf ? NULL : param_f32(vm, name, p.b, &bc);
   if ((p.w && !p.wf) || (p.b && !p.bf)) {
     vm_free(vm, wc, sizeof(float) * (size_t)p.D);
-    return vm_err(vm, GRACE_ENOMEM, "%s: out of host memory", name);
+    return vm->status;
   }
   vm_parallel_for(vm, p.rows, grain, f32_contig(x) ? norm_rows_f32 : norm_rows_staged, &p);
   vm_free(vm, wc, sizeof(float) * (size_t)p.D);

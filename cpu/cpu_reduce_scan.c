@@ -296,10 +296,10 @@ grace_status cpu_scan_run(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
   int64_t work = r.rows * r.L;
   r.parts = work >= 32768 && vm->threads > 1 ? vm->threads * 2 : 1;
   if (r.parts > r.rows) r.parts = r.rows;
-  size_t per = (size_t)(small_k(r.k, r.L) ? r.k : 2 * r.L), bytes = sizeof(kv) * per * (size_t)r.parts;
-  r.scratch = vm_alloc(vm, bytes);
-  if (!r.scratch) return vm_err(vm, GRACE_ENOMEM, "%s: out of host memory for %lld rows of %lld", name,
-                                (long long)r.rows, (long long)r.L);
+  /* rows of an expanded view can be far longer than its storage: the scratch is data-sized, its size checked */
+  size_t per = (size_t)(small_k(r.k, r.L) ? r.k : 2 * r.L);
+  if (!(r.scratch = vm_alloc_data(vm, name, per, sizeof(kv) * (size_t)r.parts))) return vm->status;
+  size_t bytes = per * sizeof(kv) * (size_t)r.parts;   /* did not overflow: checked by vm_alloc_data */
   vm_parallel_for(vm, r.parts, 1, sort_part, &r);
   vm_free(vm, r.scratch, bytes);
   return GRACE_OK;

@@ -119,8 +119,8 @@ static void copy_slice(grace_vm *vm, const tview *dst, int64_t di, const tview *
 static grace_status read_index(grace_vm *vm, const char *op, const grace_tensor *idx, int64_t size, int dim,
                                int64_t **pos) {
   int64_t n = vm_numel(idx->ndim, idx->sizes);
-  int64_t *p = vm_alloc(vm, (size_t)(n > 0 ? n : 1) * sizeof(int64_t));
-  if (!p) return vm_err(vm, GRACE_ENOMEM, "%s: out of host memory for %lld indices", op, (long long)n);
+  int64_t *p = vm_alloc_data(vm, op, (size_t)(n > 0 ? n : 1), sizeof(int64_t));   /* an expanded index: data-sized */
+  if (!p) return vm->status;
   *pos = p;
   if (n == 0) return GRACE_OK;
   size_t es = grace_dtype_size(idx->dtype);

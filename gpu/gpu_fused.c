@@ -142,7 +142,9 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
     CUdeviceptr ws = 0;
     /* a split row's workspace: zeroed counters and partials, given back in stream order after the launch */
     if (geom.ws_bytes) {
-      st = cuda_malloc(ctx, geom.ws_bytes, &ws);
+      size_t wsb;   /* partials of every chunk of every row: data-sized */
+      st = vm_data_bytes(vm, "fused kernel", geom.ws_bytes, 1, &wsb);
+      if (st == GRACE_OK) st = cuda_malloc(ctx, wsb, &ws);
       if (st == GRACE_OK && (st = cuda_memset(ctx, ws, 0, geom.ws_bytes)) != GRACE_OK) cuda_release(ctx, ws, geom.ws_bytes);
       if (st != GRACE_OK) ws = 0;
       ptrs[io->next + io->nstore] = ws;

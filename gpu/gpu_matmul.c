@@ -434,9 +434,10 @@ static int blas_fits(const mm_prob *p, cuda_blas_gemm *g) {
 static grace_status run_blas(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p, cuda_blas_gemm *g, CUdeviceptr C) {
   snprintf(s->last, sizeof s->last, "cublaslt");
   if (!p->nepi) { g->C = C; return cuda_blas_matmul(vm, s->blas, c, g); }
-  size_t bytes = (size_t)(p->nb * p->M * p->N) * sizeof(float);
+  size_t bytes;   /* the product in float32 before the epilogue: twice a 16-bit result, so checked against the cap */
+  grace_status st = vm_data_bytes(vm, "matmul", (size_t)(p->nb * p->M * p->N), sizeof(float), &bytes);
   CUdeviceptr tmp;
-  grace_status st = cuda_malloc(c, bytes, &tmp);
+  if (st == GRACE_OK) st = cuda_malloc(c, bytes, &tmp);
   if (st != GRACE_OK) return st;
   g->C = tmp;
   if ((st = cuda_blas_matmul(vm, s->blas, c, g)) == GRACE_OK) {

@@ -71,7 +71,8 @@ typedef struct grace_vm grace_vm;
 typedef struct grace_tensor grace_tensor;
 
 /* Host allocator, as lua_Alloc plus an alignment: nsize 0 frees ptr; otherwise (re)allocates to nsize
- * bytes aligned to `align` (a power of two). Returns NULL on failure. */
+ * bytes aligned to `align` (a power of two). Returns NULL on failure. grace never asks for a block larger than
+ * the machine's physical memory (it fails such a request itself, as out of memory). */
 typedef void *(*grace_alloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize, size_t align);
 
 typedef struct grace_config {

@@ -25,6 +25,10 @@ void io_map_close(io_map *m);
 /* Host memory through the VM's allocator (n is needed again to free). */
 void *io_alloc(grace_vm *vm, size_t n);
 void io_free(grace_vm *vm, void *p, size_t n);
+/* A buffer sized by the data (a copy of a tensor being saved, an inflated member): as io_alloc, but under a memory
+ * cap (grace_set_memory_limit) one larger than the cap is refused, so a saved expanded view or a file claiming a
+ * huge member cannot make a block far past the cap. NULL with the error set (op, size and cap). */
+void *io_alloc_data(grace_vm *vm, const char *op, size_t n);
 
 /* numel(sizes) * size of dt in *out; 0 when it overflows 2^62 (a lying header's huge shape). */
 int io_nbytes(int ndim, const int64_t *sizes, grace_dtype dt, uint64_t *out);

@@ -17,6 +17,17 @@ void io_free(grace_vm *vm, void *p, size_t n) {
   if (p) grace_realloc(vm, p, n ? n : 1, 0);
 }
 
+void *io_alloc_data(grace_vm *vm, const char *op, size_t n) {
+  size_t cap = grace_memory_limit(vm);
+  if (cap && n > cap) {
+    grace_set_error(vm, GRACE_ENOMEM, "%s: working memory of %zu bytes is past the memory limit of %zu bytes", op, n, cap);
+    return NULL;
+  }
+  void *p = io_alloc(vm, n);
+  if (!p) grace_set_error(vm, GRACE_ENOMEM, "%s: out of host memory for %zu bytes of working memory", op, n);
+  return p;
+}
+
 static char *io_strndup(grace_vm *vm, const char *s, size_t n) {
   char *d = io_alloc(vm, n + 1);
   if (d) {
@@ -142,8 +153,8 @@ grace_status io_tensor_bytes(grace_vm *vm, grace_tensor *t, const void **p, void
     *p = grace_tensor_data(t);
     return GRACE_OK;
   }
-  void *b = io_alloc(vm, *n);
-  if (!b) return grace_set_error(vm, GRACE_ENOMEM, "save: out of host memory for a %zu-byte copy", *n);
+  void *b = io_alloc_data(vm, "save", *n);   /* an expanded view is copied to its full size */
+  if (!b) return GRACE_ENOMEM;
   grace_status st = grace_tensor_read(vm, t, grace_tensor_dtype(t), b);
   if (st != GRACE_OK) {
     io_free(vm, b, *n);

@@ -115,9 +115,8 @@ static grace_status zip_inflate(grace_vm *vm, const char *what, const zip_entry 
   if (e->usize / 1032 > e->csize + 1 || e->usize > SIZE_MAX)
     return grace_set_error(vm, GRACE_EARG, "load: '%s': %llu bytes cannot inflate to the claimed %llu", what,
                            (unsigned long long)e->csize, (unsigned long long)e->usize);
-  unsigned char *buf = io_alloc(vm, (size_t)e->usize);
-  if (!buf) return grace_set_error(vm, GRACE_ENOMEM, "load: '%s': out of host memory inflating %llu bytes", what,
-                                   (unsigned long long)e->usize);
+  unsigned char *buf = io_alloc_data(vm, "load", (size_t)e->usize);
+  if (!buf) return GRACE_ENOMEM;
   z_stream z = {0};
   if (inflateInit2(&z, -MAX_WBITS) != Z_OK) {   /* raw deflate: zip members have no zlib header */
     io_free(vm, buf, (size_t)e->usize);

@@ -103,7 +103,7 @@ static int l_tensor(lua_State *L) {
   s.cat = numel == 0 ? 2 : 0;   /* tensor({}) is float32, as PyTorch */
   lua_pushvalue(L, 1);
   walk(L, c, &s, 0, 0);
-  s.buf = lua_newuserdatauv(L, (size_t)(numel > 0 ? numel : 1) * 8, 0);   /* collected even if we raise */
+  s.buf = lg_data_buffer(L, c, "tensor", numel);
   lua_pushvalue(L, 1);
   walk(L, c, &s, 0, 1);
   lua_pop(L, 1);

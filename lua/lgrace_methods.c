@@ -236,7 +236,7 @@ static int m_tolist(lua_State *L) {
   if (tables > (1 << 20) && tables / GRACE_MAX_DIMS > n)
     return lg_errorf(L, c, "tolist: a tensor of shape %s would make %lld nested tables for %lld elements", LG_SHAPE(x),
                      (long long)tables, (long long)n);
-  void *buf = lua_newuserdatauv(L, (size_t)(n > 0 ? n : 1) * 8, 0);   /* collected even if we raise */
+  void *buf = lg_data_buffer(L, c, "tolist", n);
   list_src s = {buf, grace_dtype_is_float(dt) ? 0 : dt == GRACE_BOOL ? 2 : 1, 0};
   if (grace_tensor_read(c->vm, x, s.kind ? GRACE_INT64 : GRACE_FLOAT64, buf) != GRACE_OK) return lg_fail(L, c);
   lua_checkstack(L, GRACE_MAX_DIMS * 2 + 4);

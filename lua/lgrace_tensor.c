@@ -118,6 +118,13 @@ int lg_errorf(lua_State *L, lg_ctx *c, const char *fmt, ...) {
   return luaL_error(L, "%s", msg);
 }
 
+void *lg_data_buffer(lua_State *L, lg_ctx *c, const char *op, int64_t n) {
+  size_t bytes = (size_t)(n > 0 ? n : 1) * 8, cap = grace_memory_limit(c->vm);   /* n <= 2^60: no overflow */
+  if (cap && bytes > cap)
+    lg_errorf(L, c, "%s: working memory of %zu bytes is past the memory limit of %zu bytes", op, bytes, cap);
+  return lua_newuserdatauv(L, bytes, 0);   /* collected even if the caller raises */
+}
+
 /* ---- the userdata ---- */
 grace_tensor **lg_newslot(lua_State *L) {
   grace_tensor **p = lua_newuserdatauv(L, sizeof *p, 0);

@@ -51,6 +51,10 @@ static inline int lg_done(lg_ctx *c, int n) { lg_drop(c); return n; }
 /* Releases the temporaries and raises the VM's last error (resp. a formatted one) at the script line. */
 int lg_fail(lua_State *L, lg_ctx *c);
 int lg_errorf(lua_State *L, lg_ctx *c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A Lua buffer of n elements of 8 bytes that a binding sizes from a tensor's shape (tolist's values, tensor's
+ * staging), pushed on the stack and returned. Past the VM's memory cap it raises the core's working-memory error
+ * (op, size, cap): a huge expanded view then fails with the cap's figures, not a buffer of its whole size. */
+void *lg_data_buffer(lua_State *L, lg_ctx *c, const char *op, int64_t n);
 
 /* ---- the userdata ---- */
 /* Pushes a new tensor userdata holding NULL and returns its slot: grace_run writes the result there,

@@ -4,18 +4,7 @@
 GRACE=${GRACE:-build/grace}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
-n=0
-failed=0
-ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
-  n=$((n + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-    echo "not ok $n - $2"; failed=$((failed + 1))
-    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
-  fi
-}
-# is NAME GOT EXPECTED
-is() { [ "$2" = "$3" ]; ok $? "$1" "got: [$2]
-expected: [$3]"; }
+. "$(dirname "$0")/lib.sh"
 
 echo "1..26"
 

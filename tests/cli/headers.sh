@@ -6,15 +6,7 @@ GRACE=${GRACE:-build/grace}
 build=$(dirname "$GRACE")
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
-n=0
-failed=0
-ok() {
-  n=$((n + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-    echo "not ok $n - $2"; failed=$((failed + 1))
-    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 echo "1..7"
 flags="-Wall -Wextra -pedantic -Werror -Iinclude -I/usr/include/lua5.4 ${GRACE_DEP_CFLAGS:-}"
 for h in grace.h grace_ops.h grace_lua.h; do

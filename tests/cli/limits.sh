@@ -7,21 +7,9 @@ B=$(dirname "$GRACE")
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export GRACE_DEVICE=cpu
-n=0
-failed=0
-ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
-  n=$((n + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-    echo "not ok $n - $2"; failed=$((failed + 1))
-    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
-  fi
-}
-is() { [ "$2" = "$3" ]; ok $? "$1" "got: [$2]
-expected: [$3]"; }
-has() { case "$2" in *"$3"*) ok 0 "$1" ;; *) ok 1 "$1" "got: [$2]
-expected to contain: [$3]" ;; esac; }
+. "$(dirname "$0")/lib.sh"
 
-echo "1..29"
+echo "1..35"
 
 # ---- --max-memory: tensors ----
 out=$("$GRACE" --max-memory 1M -e '
@@ -47,8 +35,41 @@ local i = grace.ones({1}, {dtype = "int64"}):expand(1048576)
 print(pcall(function() d:index_put_({i}, grace.tensor(1.0)) end))
 print(d:sum():item())' 2>&1)
 is "a temporary past the cap is refused, the op leaves its target as it was" "$out" \
-"false	(command line):4: index_put_: out of host memory for 1048576 positions
+"false	(command line):4: index_put_: working memory of 8388608 bytes is past the memory limit of 1048576 bytes
 0.0"
+# working memory other ops size from an expanded view is refused past the cap too, the error naming the op, the size
+# and the cap: topk's scratch (2 x 16 bytes an element of a 2^20 row), index_select's positions (8 bytes each of
+# 2^18), a long sum's block states (64 bytes per 2^16 elements of 2^35), save's contiguous copy (4 bytes x 2^20)
+out=$("$GRACE" --max-memory 1M -e '
+local x = grace.zeros(1):expand(1048576)
+print(pcall(function() return x:topk(100) end))
+print(pcall(function() return grace.ones(3, {dtype = "uint8"}):index_select(1, grace.ones({1}, {dtype = "int64"}):expand(262144)) end))
+print(pcall(function() return grace.zeros(1):expand(2^35):sum() end))
+print(pcall(grace.save, "'"$tmp"'/x.npy", x))
+print(io.open("'"$tmp"'/x.npy") == nil)
+print(x:topk(3):sum():item())' 2>&1)
+has "topk: its scratch past the cap is refused" "$out" \
+  "topk: working memory of 33554432 bytes is past the memory limit of 1048576 bytes"
+has "index_select: an expanded index's positions past the cap are refused" "$out" \
+  "index_select: working memory of 2097152 bytes is past the memory limit of 1048576 bytes"
+has "sum: the block states of a 2^35-element row past the cap are refused" "$out" \
+  "sum: working memory of 33554432 bytes is past the memory limit of 1048576 bytes"
+has "save: the copy of an expanded view past the cap is refused" "$out" \
+  "save: working memory of 4194304 bytes is past the memory limit of 1048576 bytes"
+has "... it leaves no file, and topk with a small scratch still runs" "$out" "true
+0.0"
+# the Lua bindings' buffers sized from a shape too: tolist's values of an expanded view, tensor's staging of a
+# table whose rows are one shared table (512 x 512 numbers from 512 of them)
+out=$("$GRACE" --max-memory 1M -e '
+print(pcall(function() return grace.zeros(1):expand(1048576):tolist() end))
+local r = {} for i = 1, 512 do r[i] = 1 end
+local t = {} for i = 1, 512 do t[i] = r end
+print(pcall(grace.tensor, t))
+print(#grace.zeros(1):expand(1000):tolist(), grace.tensor(r):sum():item())' 2>&1)
+is "tolist and tensor: their buffers past the cap are refused with the cap's figures" "$out" \
+"false	(command line):2: tolist: working memory of 8388608 bytes is past the memory limit of 1048576 bytes
+false	tensor: working memory of 2097152 bytes is past the memory limit of 1048576 bytes
+1000	512"
 # garbage tensors are collected before the cap is reached: 200 x 4 MB through a 16 MB cap
 out=$("$GRACE" --max-memory 16M -e 'for i = 1, 200 do local x = grace.ones(1000, 1000) + 1 end print("done")' 2>&1)
 is "garbage tensors do not count against the cap" "$out" "done"

@@ -26,15 +26,8 @@ trap 'exit 1' INT TERM
 # the caller's own init chunks must not change what either prints
 unset GRACE_INIT LUA_INIT LUA_INIT_5_4
 
-n=0
-failed=0
-ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
-  n=$((n + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-    echo "not ok $n - $2"; failed=$((failed + 1))
-    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
-  fi
-}
+. "$(dirname "$0")/lib.sh"
+# is NAME GOT EXPECTED, its diagnostic labelled: grace's output against lua5.4's
 is() { [ "$2" = "$3" ]; ok $? "$1" "grace:  [$2]
 lua5.4: [$3]"; }
 

@@ -21,9 +21,8 @@ cleanup() { # kill-server leaves the socket file behind
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-n=0
-failed=0
-ok() { # ok CONDITION_STATUS NAME
+. "$(dirname "$0")/lib.sh"
+ok() { # ok CONDITION_STATUS NAME: lib.sh's, with the screen as the diagnostic
   n=$((n + 1))
   if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
     echo "not ok $n - $2"; failed=$((failed + 1))

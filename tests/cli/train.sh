@@ -2,15 +2,7 @@
 # train.sh: examples/train_mlp.lua and train_gpt.lua run a few compiled training steps and their loss falls; no
 # progress line when stdout is not a terminal. Run by prove through tests/run.sh, which sets $GRACE.
 GRACE=${GRACE:-build/grace}
-n=0
-failed=0
-ok() { # ok CONDITION_STATUS NAME [DIAGNOSTIC]
-  n=$((n + 1))
-  if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else
-    echo "not ok $n - $2"; failed=$((failed + 1))
-    [ -n "$3" ] && printf '%s\n' "$3" | sed 's/^/# /'
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 echo "1..6"
 out=$("$GRACE" examples/train_mlp.lua steps=40 every=20 2>&1); st=$?
 ok $st "train_mlp.lua runs" "$out"
