@@ -7,9 +7,11 @@
  * node's handle nor, therefore, decide which body a replay would run. */
 #ifndef GRACE_TEST_FAKE_CUDA_H
 #define GRACE_TEST_FAKE_CUDA_H
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cuda/cuda_internal.h"
 
 static long kernel_launches, graph_launches, instantiations, driver_frees;
@@ -229,6 +231,37 @@ static cuda_ctx *install_fake(grace_vm *vm) {
   f->cuStreamDestroy_v2 = f_sdestroy;
   return c;
 }
+/* A VM on the CPU device with a fresh GRACE_CACHE_DIR made from template dir (so no launch decision of an earlier
+ * run is read). NULL after printing the TAP lines when the VM cannot be made (a failure) or NVRTC is missing (a
+ * skip: the fake driver needs real kernels); *rc is then what main returns. */
+static inline grace_vm *fake_vm_new(char *dir, int *rc) {
+  if (mkdtemp(dir)) setenv("GRACE_CACHE_DIR", dir, 1);
+  char err[256];
+  grace_vm *vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
+  if (!vm) { printf("not ok 1 - grace_vm_new: %s\n1..1\n", err); *rc = 1; return NULL; }
+  const char *why = cuda_nvrtc_why(vm);
+  if (why) {
+    printf("1..0 # SKIP no NVRTC to compile the kernels: %s\n", why);
+    grace_vm_free(vm);
+    *rc = 0;
+    return NULL;
+  }
+  return vm;
+}
+
+/* Frees vm and removes dir with the kernel and launch caches the run wrote there. */
+static inline void fake_vm_free(grace_vm *vm, const char *dir) {
+  grace_vm_free(vm);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.') unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+
 static inline void install_fake_cond(cuda_ctx *c) {
   c->fn.cuStreamGetCaptureInfo_v3 = f_capture_info;
   c->fn.cuStreamUpdateCaptureDependencies_v2 = f_update_deps;
