@@ -170,6 +170,15 @@ static void note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int is_bool
              "(not guarded)", c.line, c.k_path);
     holds = -1;
   }
+  /* Lua compares integers and floats exactly; the predicate gets the constant and (here) the value as float64,
+   * exact only up to 2^53 in magnitude for an integer: beyond, the branch stays a break */
+  if (holds >= 0 && c.op != LG_CMP_TRUTH &&
+      ((c.k_is_int && (c.ik >= (1LL << 53) || c.ik <= -(1LL << 53))) ||
+       (!grace_dtype_is_float(grace_tensor_dtype(x)) && fabs(v) >= 9007199254740992.0))) {
+    snprintf(why, sizeof why, "line %d: an integer at 2^53 or beyond in magnitude in the comparison, which float64 "
+             "does not hold exactly", c.line);
+    holds = -1;
+  }
   if (holds < 0) {
     if (!why[0]) snprintf(why, sizeof why, "line %d: an order comparison of a boolean with a number", c.line);
     grace_trace_branch(vm, x, GRACE_CMP_NONE, 0, 0, why);

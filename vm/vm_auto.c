@@ -103,6 +103,10 @@ struct fn_auto {
   int merged;
   int blocked;                          /* a replayed path changed Lua state: never merged */
   int watched;                          /* replays watched since the last new path */
+  int side;                             /* the outcome the call in progress took at the branch (-1: none known) */
+  uint64_t kept[2];                     /* the host's guards of the last watched call taking each outcome: a merged
+                                           program is guarded by both (a global only one branch reads) */
+  int have[2];                          /* kept[s] is known (a handle of 0: nothing to guard) */
   char why[600];
 };
 
@@ -116,6 +120,8 @@ const char *fn_auto_why(const fn_entry *e) { return e->autos ? e->autos->why : "
 
 void fn_auto_free(grace_fn *fn, fn_entry *e) {
   if (!e->autos) return;
+  for (int s = 0; s < 2; s++)
+    if (e->autos->kept[s] && fn->host.release) fn->host.release(fn->ud, e->autos->kept[s]);
   grace_ir_free(e->autos->prog);
   grace_realloc(fn->vm, e->autos, sizeof *e->autos, 0);
   e->autos = NULL;
@@ -153,6 +159,11 @@ void fn_auto_call_end(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *arg
   struct fn_auto *a = autos_of(fn, e);
   if (!tr || !a) return;
   a->rec_nret = -1;
+  a->side = -1;   /* a replay's notes, or (a call recording a new path) the path's own break */
+  for (int b = 0; tr->replay && b < VM_SEEN && a->side < 0; b++)
+    if (tr->seen[b].nread && tr->seen[b].kind == IR_BRK_PRED) a->side = tr->seen[b].taken != 0;
+  for (int b = 0; !tr->replay && tr->ir && b < tr->ir->nbreak && a->side < 0; b++)
+    if (tr->ir->breaks[b].kind == IR_BRK_PRED) a->side = tr->ir->breaks[b].taken != 0;
   if (tr->replay) record_early_end(vm);
   if (tr->replay || !tr->owns_ir || nres != e->nret || nres > FN_MAXARGS) return;
   int nout = 0;
@@ -257,18 +268,35 @@ void fn_auto_path_added(grace_fn *fn, fn_entry *e) {
 /* A replayed call runs under the host's trace_begin/trace_end while the entry may still merge: a trace checks
  * that the function has no effect on Lua state a compiled call would not repeat, and the paths a replay records
  * need the same check before a program stands for them; a call with a merged program waiting builds its guards. */
+/* Keeps g as the guard of the outcome the call in progress took (replacing an older one). */
+static void keep_side(grace_fn *fn, struct fn_auto *a, uint64_t g) {
+  if (a->kept[a->side] && fn->host.release) fn->host.release(fn->ud, a->kept[a->side]);
+  a->kept[a->side] = g;
+  a->have[a->side] = 1;
+}
+
+/* The outcome the trace's own call took at its branch (tree[0]'s predicate break), -1 when none. */
+static int trace_side(const fn_entry *e) {
+  const grace_ir *t = e->ntree ? e->tree[0] : NULL;
+  for (int b = 0; t && b < t->nbreak; b++)
+    if (t->breaks[b].kind == IR_BRK_PRED) return t->breaks[b].taken != 0;
+  return -1;
+}
+
 int fn_auto_guard_begin(grace_fn *fn, fn_entry *e) {
   struct fn_auto *a = e->autos;
   if (fn->no_auto || e->ir || !fn->host.trace_begin || !fn->host.trace_end || (a && (a->blocked || a->merged))) return 0;
   int watch = a && a->prog;
   for (int p = 0; p < e->ntree && !watch; p++)
     for (int b = 0; b < e->tree[p]->nbreak && !watch; b++) watch = e->tree[p]->breaks[b].kind == IR_BRK_PRED;
-  if (watch && !(a && a->prog)) {
+  if (watch) {
     if (!(a = autos_of(fn, e))) return 0;
     if (a->watched >= AUTO_WATCH) {
       a->blocked = 1;
       snprintf(a->why, sizeof a->why, "the branch's other outcome did not come in %d replayed calls (each watched "
                "for effects on Lua state): the paths stay replayed", AUTO_WATCH);
+      grace_ir_free(a->prog);
+      a->prog = NULL;
       return 0;
     }
     a->watched++;
@@ -285,11 +313,21 @@ void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
   grace_ir *check = a && a->prog ? a->prog : e->tree[0];
   if (fn->host.trace_end) fn->host.trace_end(fn->ud, ok && a ? check : NULL, &g, &ng, why, sizeof why);
   if (!ok || !a || !a->prog) {   /* a failed call builds nothing; a watched one may block the merge */
-    if (g && fn->host.release) fn->host.release(fn->ud, g);
     if (ok && a && why[0]) {
       a->blocked = 1;
       snprintf(a->why, sizeof a->why, "a replayed call cannot be compiled: %.500s", why);
     }
+    if (ok && a && !why[0] && a->side >= 0) keep_side(fn, a, g);   /* what this outcome's Lua code read */
+    else if (g && fn->host.release) fn->host.release(fn->ud, g);
+    return;
+  }
+  /* the other outcome's guard: a watched call's, or the trace's own (e->guard) when the trace took it */
+  int known = a->side >= 0 && a->have[!a->side], from_trace = 0;
+  uint64_t other = known ? a->kept[!a->side] : 0;
+  if (!known && a->side >= 0 && trace_side(e) == !a->side) { other = e->guard; known = from_trace = 1; }
+  if (!why[0] && !known) {   /* wait for a call that takes it (the watch bounds the wait) */
+    if (a->side >= 0) keep_side(fn, a, g);
+    else if (g && fn->host.release) fn->host.release(fn->ud, g);
     return;
   }
   e->ir = a->prog;
@@ -304,8 +342,10 @@ void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
     if (g && fn->host.release) fn->host.release(fn->ud, g);
     return;
   }
-  if (e->guard && fn->host.release) fn->host.release(fn->ud, e->guard);
+  if (e->guard && !from_trace && fn->host.release) fn->host.release(fn->ud, e->guard);
   e->guard = g;
+  e->guard2 = other;
+  if (!from_trace) { a->kept[!a->side] = 0; a->have[!a->side] = 0; }
   e->nguarded = ng;
   memcpy(e->ret_output, a->ret_prog, sizeof e->ret_output);
   a->merged = 1;

@@ -165,6 +165,8 @@ static const char *entry_miss(grace_fn *fn, const fn_entry *e, int nargs, const 
   if (!miss) miss = alias_miss(e, nargs, args);
   if (!miss && e->guard && fn->host.guard_check && !fn->host.guard_check(fn->ud, e->guard, nargs, args, buf, n))
     miss = buf[0] ? buf : "a value the host guards changed";
+  if (!miss && e->guard2 && fn->host.guard_check && !fn->host.guard_check(fn->ud, e->guard2, nargs, args, buf, n))
+    miss = buf[0] ? buf : "a value the host guards changed";
   return miss;
 }
 
@@ -193,6 +195,7 @@ void fn_entry_free(grace_fn *fn, fn_entry *e) {
   for (int j = 0; j < e->nret && j < FN_MAXARGS; j++)
     if (e->ret_output[j] == -1 && e->ret_const[j].kind == GRACE_ARG_HOST) release_handle(fn, e->ret_const[j].host);
   release_handle(fn, e->guard);
+  release_handle(fn, e->guard2);
   grace_realloc(fn->vm, e, sizeof *e, 0);
 }
 
@@ -547,6 +550,7 @@ static int differ_in_numbers(grace_fn *fn, const fn_entry *e1, const fn_entry *e
   if (!ok || !nd) return 0;
   for (int j = 0; j < e1->nret && ok; j++) ok = e1->ret_output[j] == e2->ret_output[j];
   for (int j = 0; j < e1->nret && ok; j++) if (e1->ret_output[j] == -1) ok = fn_same_const(fn, &e1->ret_const[j], &e2->ret_const[j]);
+  if (ok && (e1->guard2 || e2->guard2)) ok = 0;   /* merged programs: never taken for one another */
   if (ok && (e1->guard || e2->guard))
     ok = e1->guard && e2->guard && fn->host.guard_same && fn->host.guard_same(fn->ud, e1->guard, e2->guard);
   return ok;

@@ -49,6 +49,7 @@ typedef struct fn_entry {
   int alias[FN_MAXARGS];                /* tensor argument i shares storage with argument alias[i] (-1: none) */
   struct fn_auto *autos;                /* tree: what each path returns, the merged program (vm/vm_auto.c) */
   uint64_t guard;                       /* the host's guard (0: none) */
+  uint64_t guard2;                      /* a merged program's: the host's guard of the other branch's call (0: none) */
   int nguarded;                         /* values the host's guard checks */
   long hits;
   char why[1024];                       /* why it runs eagerly ("" when it does not) */

@@ -269,6 +269,37 @@ tap.ok(cnev.bad == 0 and nst.auto_regions == 0 and nst.auto_region_failure:find(
        "a check that never fires: 24 calls right, no merge, the watching given up after 16 calls ("
        .. tostring(nst.auto_region_failure) .. ")")
 
+-- ---- comparisons at 2^53 and beyond stay breaks (float64 does not hold them exactly; Lua compares exactly) ----
+local function big_eq(t) if t:sum():item() == 9007199254740993 then return t:float() * 2 end return t:float() * 3 end
+local cbe = grace.compile(big_eq)
+local b1, b2, b3 = grace.tensor({9007199254740993}):long(), grace.tensor({5}):long(), grace.tensor({9007199254740992}):long()
+local cbig = counted(cbe, big_eq, {{b1}, {b2}, {b3}}, 9)
+tap.ok(cbig.bad == 0 and cbe:stats().auto_regions == 0,
+       "an int64 compared with 2^53+1: 9 calls equal eager (2^53 and 2^53+1 told apart), no merge")
+local function big_lt(t) if t:sum():item() < 9007199254740993 then return t * 2 end return t * 3 end
+local cbl = grace.compile(big_lt)
+local cbig2 = counted(cbl, big_lt, {{grace.tensor({0}):double()}, {grace.tensor({1e20}):double()},
+                                    {grace.tensor({9007199254740992}):double()}}, 9)
+tap.ok(cbig2.bad == 0 and cbl:stats().auto_regions == 0, "a float64 compared with 2^53+1: equal eager, no merge")
+
+-- ---- a global read only by the branch recorded second is guarded after the merge ----
+GSCALE_AUTO = 3
+local function gscale(t)
+  if t:sum():item() > 0 then
+    return t * 2
+  end
+  return t * GSCALE_AUTO
+end
+local cgs = grace.compile(gscale)
+local P1, N1 = grace.tensor({1.0}), grace.tensor({-1.0})
+local cgw = counted(cgs, gscale, {{P1}, {N1}}, 6)
+local merged_g = cgs:stats().auto_regions
+GSCALE_AUTO = 5
+local after_g = (cgs(N1) - gscale(N1)):abs():max():item()
+tap.ok(cgw.bad == 0 and merged_g == 1 and after_g == 0,
+       ("a global read by the second path only: merged (%d), and after it changes the result follows it (diff %g)")
+       :format(merged_g, after_g))
+
 -- ---- a weight read by one branch only is guarded ----
 local WB = grace.randn(D, D)
 local function weights(v, sgn)
