@@ -306,6 +306,8 @@ static void h_trace_begin(void *ud) {
   lua_newtable(L); int expect = lua_gettop(L);
   walk pw = {L, fn, cp->args, cp->nargs, seen, targets, paths, expect, 0, WALK_BUDGET, libs, 0, 0};
   lg_walk_roots(&pw, fn, cp->args, cp->nargs);
+  lg_push_table_copies(L, seen);
+  lua_setfield(L, s, "pre_tables");
   lua_pushvalue(L, libs); lua_setfield(L, s, "libs");
   lua_pushvalue(L, paths); lua_setfield(L, s, "pre_paths");
   lua_pushvalue(L, expect); lua_setfield(L, s, "pre_expect");
@@ -450,6 +452,13 @@ static void h_trace_end(void *ud, grace_ir *ir, uint64_t *guard, int *nguarded, 
     lua_getfield(L, s, "pre_expect");
     lua_getfield(L, s, "pre_n");
     lg_changed_path(L, cp->fidx, cp->args, s + 1, s + 2, (int)lua_tointeger(L, s + 3), why, len);
+    lua_settop(L, s);
+  }
+  /* keys added, or fields written that the function never read (an append, a stored tensor): for a program that
+   * runs without its Lua code (with breaks the code runs on every call, effects and all) */
+  if (ir && !*why && grace_ir_count(ir, "breaks") == 0) {
+    lua_getfield(L, s, "pre_tables");
+    lg_changed_table(L, lua_gettop(L), why, len);
     lua_settop(L, s);
   }
   if (ir && !*why) find_captures(cp, ir, s, guard, nguarded, why, len);

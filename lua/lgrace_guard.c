@@ -457,3 +457,61 @@ const char *lg_changed_path(lua_State *L, int fn, int args, int paths, int expec
   return NULL;
 }
 
+
+/* ---- tables the function can reach, compared whole around a trace: a key added or a field written that the
+ * function does not read is an effect no path shows (an append to a log, a tensor stored for later) ---- */
+void lg_push_table_copies(lua_State *L, int seen) {
+  lua_newtable(L);
+  int copies = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, seen)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      int t = lua_gettop(L);
+      lua_pushvalue(L, t);
+      lua_newtable(L);
+      lua_pushnil(L);
+      while (lua_next(L, t)) { lua_pushvalue(L, -2); lua_insert(L, -2); lua_rawset(L, -4); }
+      lua_rawset(L, copies);
+    }
+  }
+}
+
+static const char *key_text(lua_State *L, int k) {
+  return lua_type(L, k) == LUA_TSTRING ? lua_tostring(L, k) : lua_type(L, k) == LUA_TNUMBER ? "(a number)" : "(a key)";
+}
+
+const char *lg_changed_table(lua_State *L, int copies, char *buf, size_t len) {
+  int top = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, copies)) {   /* stack: table, copy */
+    int t = lua_gettop(L) - 1, c = t + 1;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {   /* every key of the table now: in the copy, with the same value */
+      lua_pushvalue(L, -2);
+      lua_rawget(L, c);
+      if (!lua_rawequal(L, -1, -2)) {
+        snprintf(buf, len, "the function changes a table it can reach (key %s); a compiled call would not, so it "
+                 "runs eagerly", key_text(L, -3));
+        lua_settop(L, top);
+        return buf;
+      }
+      lua_pop(L, 2);
+    }
+    lua_pushnil(L);
+    while (lua_next(L, c)) {   /* and no key of the copy gone */
+      lua_pushvalue(L, -2);
+      lua_rawget(L, t);
+      if (lua_isnil(L, -1)) {
+        snprintf(buf, len, "the function changes a table it can reach (key %s removed); a compiled call would not, "
+                 "so it runs eagerly", key_text(L, -3));
+        lua_settop(L, top);
+        return buf;
+      }
+      lua_pop(L, 2);
+    }
+    lua_settop(L, t);
+  }
+  lua_settop(L, top);
+  return NULL;
+}

@@ -40,6 +40,10 @@ void lg_push_libs(lua_State *L);
 /* The walk from the arguments and the function's upvalues, and from the globals the trace read (reads: name -> value). */
 void lg_walk_roots(walk *w, int fn, int args, int nargs);
 void lg_walk_globals(walk *w, int reads);
+/* Pushes {table -> a shallow copy of it} for every table in seen (the tables a walk met). */
+void lg_push_table_copies(lua_State *L, int seen);
+/* Whether a table of copies (lg_push_table_copies) no longer matches its tables: a description in buf, or NULL. */
+const char *lg_changed_table(lua_State *L, int copies, char *buf, size_t len);
 /* Which path of a walk (paths/expect tables) no longer holds its value: a description in buf, or NULL. */
 const char *lg_changed_path(lua_State *L, int fn, int args, int paths, int expect, int n, char *buf, size_t len);
 #endif

@@ -94,4 +94,20 @@ eager("pairs over _ENV", function(t) local n = 0; for _ in pairs(_ENV) do n = 1;
 local shallow = {a = {b = {v = 3}}}
 retraces("three tables deep", function(t) return t * shallow.a.b.v end, 3, function() shallow.a.b.v = 1 end, 1)
 
+-- effects on tables the function can reach that no guard path shows: a key added, a field written and never read.
+-- A compiled call would not repeat them, so the function runs eagerly (and its effects happen on every call).
+local log = {}
+local flog = grace.compile(function(t) log[#log + 1] = 1; if #log > 2 then return t * 3 end return t * 2 end)
+local got = {}
+for i = 1, 5 do got[i] = first(flog(grace.tensor({1.0}))) end
+tap.ok(table.concat(got, " ") == "2.0 2.0 3.0 3.0 3.0" and #log == 5,
+       "an append to an upvalue table: every call appends and reads the new length (" .. table.concat(got, " ")
+       .. ", #log " .. #log .. ")")
+local sink = {}
+local fsink = grace.compile(function(t) sink.h = t * 2; return t + 1 end)
+for i = 1, 3 do fsink(grace.tensor({i * 1.0})) end
+tap.ok(first(sink.h) == 6 and fsink:stats().eager_calls == 2,
+       "a tensor stored into a field the function does not read: stored on every call, the function eager ("
+       .. tostring(first(sink.h)) .. ")")
+
 tap.done()
