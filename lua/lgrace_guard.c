@@ -7,7 +7,7 @@
 #include <string.h>
 #include "lua/lgrace_guard.h"
 
-const char lg_meta_key, lg_nil_read, lg_snap_key;
+const char lg_meta_key, lg_nil_read, lg_snap_key, lg_len_key;
 
 /* ---- snapshots: one guard for a whole table reached through a metatable (a class: its methods and fields) ----
  * A snapshot is a table {key = value} of the table's numbers, strings, booleans and functions (under string or
@@ -85,7 +85,8 @@ int lg_guard_holds(lua_State *L, int got, int want) {
 /* ---- paths: where a captured tensor or a guarded number lives, re-read on every call ----
  * A path is a table {root, k1, k2, ...}: root "a<i>" (argument i), "u<i>" (upvalue i of the function),
  * "g" (a global: k1 is its name); then the keys of nested tables (raw access), "u<i>" for an upvalue
- * of a function met on the way, or &lg_meta_key for a table's metatable. */
+ * of a function met on the way, &lg_meta_key for a table's metatable, or &lg_len_key (last) for a table's length
+ * (`#t` without __len: what an append changes, and no path of its elements shows). */
 static void push_root(lua_State *L, int fn, int args, int path) {
   lua_rawgeti(L, path, 1);
   const char *root = lua_tostring(L, -1);
@@ -115,6 +116,11 @@ static void step(lua_State *L, int path, lua_Integer k) {
   if (lua_touserdata(L, -1) == &lg_meta_key) {
     lua_pop(L, 1);
     if (ty != LUA_TTABLE || !lua_getmetatable(L, -1)) lua_pushnil(L);
+    lua_remove(L, -2);
+  } else if (lua_touserdata(L, -1) == &lg_len_key) {
+    lua_pop(L, 1);
+    if (ty == LUA_TTABLE) lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -1));
+    else lua_pushnil(L);
     lua_remove(L, -2);
   } else if (ty == LUA_TFUNCTION && lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') {
     int ui = atoi(lua_tostring(L, -1) + 1);
@@ -295,6 +301,12 @@ static void visit(walk *w, int path_idx, int depth, int guard_scalars) {
     visit_child(w, path_idx, lua_gettop(L) - 1, depth - 1, 2);
     lua_settop(L, v);
   }
+  if (!snap) {   /* its length: `#t` reads it, and an element added at the end changes no other path */
+    lua_pushlightuserdata(L, (void *)&lg_len_key);
+    lua_pushinteger(L, (lua_Integer)lua_rawlen(L, v));
+    visit_child(w, path_idx, lua_gettop(L) - 1, depth - 1, 1);
+    lua_settop(L, v);
+  }
   if (snap) {   /* one guard for the fields (below); the functions' upvalues and nested tables are walked still */
     lua_newtable(L);
     lua_Integer count = 0;
@@ -447,6 +459,7 @@ const char *lg_changed_path(lua_State *L, int fn, int args, int paths, int expec
         snprintf(buf, len, "the function changes Lua state that it reads (%s %s, key %s); a compiled call would not, so "
                  "it runs eagerly", root[0] == 'a' ? "argument" : "upvalue", name ? name : root + 1,
                  lua_touserdata(L, -1) == &lg_meta_key ? "(its metatable)"
+                 : lua_touserdata(L, -1) == &lg_len_key ? "(its length)"
                  : lua_isstring(L, -1)                ? lua_tostring(L, -1)
                                                       : "?");
       lua_settop(L, path - 1);

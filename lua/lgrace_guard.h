@@ -10,7 +10,7 @@
 
 /* A path key that stands for "the metatable of", the value a global read as nil is recorded as, and the key of a
  * snapshot's count (their addresses only: light userdata no Lua code makes). */
-extern const char lg_meta_key, lg_nil_read, lg_snap_key;
+extern const char lg_meta_key, lg_nil_read, lg_snap_key, lg_len_key;
 
 typedef struct walk {
   lua_State *L;

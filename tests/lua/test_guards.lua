@@ -109,5 +109,13 @@ for i = 1, 3 do fsink(grace.tensor({i * 1.0})) end
 tap.ok(first(sink.h) == 6 and fsink:stats().eager_calls == 2,
        "a tensor stored into a field the function does not read: stored on every call, the function eager ("
        .. tostring(first(sink.h)) .. ")")
+-- the length of a table the function can reach (`#t` on a plain table) is guarded: it grows, the call retraces
+local hs = {1, 2}
+local flen = grace.compile(function(t) return t * (#hs + 1) end)
+local lens = {}
+for i = 1, 4 do lens[i] = first(flen(grace.tensor({1.0}))); hs[#hs + 1] = i end
+tap.ok(table.concat(lens, " ") == "3.0 4.0 5.0 6.0" and traces(flen) == 4,
+       "#t of an upvalue table that grows between calls: each call sees the new length (" .. table.concat(lens, " ")
+       .. ", " .. traces(flen) .. " traces)")
 
 tap.done()
