@@ -29,6 +29,10 @@ static int snapshot_kind(lua_State *L, int key, int value) {
 
 /* Two values are the same for a guard: raw equality, an integer and a float apart. */
 static int same_scalar(lua_State *L, int a, int b) {
+  if (lua_type(L, a) == LUA_TNUMBER && lua_type(L, b) == LUA_TNUMBER && !lua_isinteger(L, a) && !lua_isinteger(L, b)) {
+    lua_Number x = lua_tonumber(L, a), y = lua_tonumber(L, b);   /* a float bit for bit: NaN is itself, -0.0 not 0.0 */
+    return memcmp(&x, &y, sizeof x) == 0;
+  }
   return lua_rawequal(L, a, b) && (lua_type(L, a) != LUA_TNUMBER || lua_isinteger(L, a) == lua_isinteger(L, b));
 }
 

@@ -117,5 +117,18 @@ for i = 1, 4 do lens[i] = first(flen(grace.tensor({1.0}))); hs[#hs + 1] = i end
 tap.ok(table.concat(lens, " ") == "3.0 4.0 5.0 6.0" and traces(flen) == 4,
        "#t of an upvalue table that grows between calls: each call sees the new length (" .. table.concat(lens, " ")
        .. ", " .. traces(flen) .. " traces)")
+-- upvalue floats are guarded bit for bit: a NaN stays itself (no retrace, no eager run), -0.0 is not 0.0
+local nlim = 0 / 0
+local fnan = grace.compile(function(t) if nlim ~= nlim then return t * 2 end return t * 3 end)
+for _ = 1, 3 do fnan(grace.tensor({1.0})) end
+tap.ok(traces(fnan) == 1 and fnan:stats().eager_calls == 0 and fnan:stats().hits == 2,
+       "a NaN upvalue: one trace, then compiled calls (" .. traces(fnan) .. " traces)")
+local zero = 0.0
+local fz = grace.compile(function(t) return t * (1 / zero) end)
+local pz = first(fz(grace.tensor({1.0})))
+zero = -0.0
+local nz = first(fz(grace.tensor({1.0})))
+tap.ok(pz == math.huge and nz == -math.huge and traces(fz) == 2,
+       ("an upvalue 0.0 changed to -0.0 retraces: 1/z gives %s then %s"):format(tostring(pz), tostring(nz)))
 
 tap.done()
