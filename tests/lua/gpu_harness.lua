@@ -45,4 +45,32 @@ function H.absmax(t)
   if not grace.is_tensor(t) or t:numel() == 0 then return 0 end
   return t:double():abs():max():item()
 end
+
+-- The early-exit MLP of the partition and automatic-region tests: #Ws layers of relu(x W + b), returning x * 0.5
+-- after layer 4 when x:abs():max():item() > 1e9 (a host read: a graph break, or a branch grace can make a region).
+function H.early_exit_mlp(Ws, bs)
+  return function(x)
+    for i = 1, #Ws do
+      x = (x:matmul(Ws[i]) + bs[i]):relu()
+      if i == 4 and x:abs():max():item() > 1e9 then return x * 0.5 end
+    end
+    return x
+  end
+end
+-- Its weights: `layers` random [K, K] and [K] CPU tensors, and their copies on the device under test.
+function H.mlp_weights(K, layers)
+  local Wc, bc, Wd, bd = {}, {}, {}, {}
+  for i = 1, layers do
+    Wc[i] = grace.randn(K, K) * (1 / math.sqrt(K))
+    bc[i] = grace.randn(K) * 0.1
+    Wd[i], bd[i] = H.to_dev(Wc[i]), H.to_dev(bc[i])
+  end
+  return Wc, bc, Wd, bd
+end
+-- Whether got (any device) is want (CPU, float32) within 1e-4 * sqrt(K) + 1e-4 * max |want|, a sum over K
+-- products; and the largest difference.
+function H.close_k(got, want, K)
+  local d = (got:cpu():double() - want:double()):abs():max():item()
+  return d <= 1e-4 * math.sqrt(K) + 1e-4 * H.absmax(want), d
+end
 return H

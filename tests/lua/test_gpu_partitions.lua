@@ -13,29 +13,12 @@ local DEV, to_dev = H.DEV, H.to_dev
 
 local K, B, LAYERS = 256, 8, 8
 
-local function make_mlp(Ws, bs)
-  return function(x)
-    for i = 1, LAYERS do
-      x = (x:matmul(Ws[i]) + bs[i]):relu()
-      if i == 4 and x:abs():max():item() > 1e9 then return x * 0.5 end
-    end
-    return x
-  end
-end
+local make_mlp = H.early_exit_mlp
 
-local Wc, bc, Wd, bd = {}, {}, {}, {}
-for i = 1, LAYERS do
-  Wc[i] = grace.randn(K, K) * (1 / math.sqrt(K))
-  bc[i] = grace.randn(K) * 0.1
-  Wd[i], bd[i] = to_dev(Wc[i]), to_dev(bc[i])
-end
+local Wc, bc, Wd, bd = H.mlp_weights(K, LAYERS)
 local eager = make_mlp(Wc, bc)
 
-local function close(got, want)
-  local g = got:cpu():double()
-  local d = (g - want:double()):abs():max():item()
-  return d <= 1e-4 * math.sqrt(K) + 1e-4 * H.absmax(want), d
-end
+local function close(got, want) return H.close_k(got, want, K) end
 
 local function partitions_of(f)
   local out = {}
