@@ -30,7 +30,8 @@ grace_status gpu_graph_rng(grace_vm *vm, uint64_t offset, uint64_t *seed_slot, u
  * why). On success the graph owns the flag (8 bytes from cuda_malloc) and releases it. */
 grace_status gpu_graph_defer_check(grace_vm *vm, uint64_t flag, const char *op, const grace_tensor *idx, int64_t n,
                                    int64_t size, int dim);
-/* While capturing: whether index idx was already checked against bound size by this capture (unchanged since). */
+/* Whether index idx was already checked against bound size by the capture under way (unchanged since); 0 when no
+ * capture is. */
 int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size);
 
 /* While capturing: the iteration counter of a while_loop with max_iters (gpu_cond.c), read back after each replay
