@@ -14,6 +14,11 @@ static grace_tensor *fold(vm_gctx *c, grace_tensor *g, grace_tensor *like2, cons
   return s && s->ndim != like->ndim ? gx_reshape(c, s, like->ndim, like->sizes) : s;
 }
 
+/* Whether t is the transpose of a contiguous matrix. */
+static int transposed(const grace_tensor *t) {
+  return t && t->ndim == 2 && t->sizes[0] > 1 && t->sizes[1] > 1 && t->strides[0] == 1 && t->strides[1] == t->sizes[0];
+}
+
 static grace_status matmul(vm_gctx *c, grace_tensor *g, grace_tensor **gin) {
   grace_tensor *a = gx_in(c, 0), *b = gx_in(c, 1);
   if (!a || !b || !g) return c->st;
@@ -23,7 +28,9 @@ static grace_status matmul(vm_gctx *c, grace_tensor *g, grace_tensor **gin) {
   else if (a1) g2 = gx_unsqueeze(c, g, -2);
   else if (b1) g2 = gx_unsqueeze(c, g, -1);
   if (vm_gneeds(c->n, 0)) gin[0] = fold(c, G(MATMUL, g2, mT(c, b2)), a2, a);
-  if (vm_gneeds(c->n, 1)) gin[1] = fold(c, G(MATMUL, mT(c, a2), g2), b2, b);
+  if (vm_gneeds(c->n, 1))   /* b a transposed matrix (a Linear's weight.T): its gradient made in b's own layout, so
+                              the weight's gradient is contiguous, not a transposed copy */
+    gin[1] = fold(c, transposed(b2) ? mT(c, G(MATMUL, mT(c, g2), a2)) : G(MATMUL, mT(c, a2), g2), b2, b);
   return c->st;
 }
 
