@@ -91,6 +91,10 @@ def build(wname, vname, T, c, torch, nn, F):
                 layers += [lin, nn.GELU()]
             return nn.Sequential(*layers)
         loss_fn = F.mse_loss
+
+        def named_params(model):   # (the weight's name on file, the parameter)
+            return [(f"tmlp.fc{i}.{w}", getattr(model[2 * (i - 1)], w))
+                    for i in range(1, m["layers"] + 1) for w in ("weight", "bias")]
         pool = [(T[f"tmlp.x.{k}"], T[f"tmlp.y.{k}"]) for k in range(1, NPOOL + 1)]
         desc = f"{m['layers']} x (Linear {m['d']}->{m['d']} + GELU), batch {m['batch']}, MSE"
     elif vname == "train_step_gpt":
@@ -146,6 +150,10 @@ def build(wname, vname, T, c, torch, nn, F):
 
         def loss_fn(logits, y):
             return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+
+        def named_params(model):
+            own = dict(model.named_parameters())
+            return [(n, own[torch_name(n)]) for n, _, _ in gpt_params(g)]
         pool = [(T[f"tgpt.x.{k}"], T[f"tgpt.y.{k}"]) for k in range(1, NPOOL + 1)]
         desc = (f"GPT, {g['layers']} layers, d {d}, {H} heads, vocab {V}, batch {g['batch']} x {g['seq']} tokens, "
                 "cross-entropy")
@@ -183,6 +191,14 @@ def build(wname, vname, T, c, torch, nn, F):
                     for v in st.values():
                         if torch.is_tensor(v):
                             v.zero_()
+
+        def grads(self, x, y):
+            """Each parameter's gradient after one forward and backward from the initial state, by name on file."""
+            self.reset()
+            self.opt.zero_grad(set_to_none=True)
+            with torch.enable_grad():
+                loss_fn(self.model(x), y).backward()
+            return [(n, p.grad.detach()) for n, p in named_params(self.model)]
 
         def compiled(self, mode):
             return TrainStep(mode)

@@ -17,8 +17,8 @@ Weights and the pool of 8 inputs are made with NumPy from fixed per-tensor seeds
 are written there (one raw little-endian .bin per tensor, listed in DIR/manifest.txt as
 "name dtype d1,d2,... file", "scalar" for 0-d) together with PyTorch's eager output for pool input 1 of each
 workload ("<workload>.ref.1", the first result, as float32; for the training step the losses of 8 steps from
-the initial weights), so `grace bench/workloads/run.lua --weights DIR` checks grace against PyTorch on the same
-numbers. Token ids are 0-based on file.
+the initial weights, and "<workload>.grad.<weight>", each parameter's gradient after one forward and backward from
+them), so `grace bench/workloads/run.lua --weights DIR` checks grace against PyTorch on the same numbers. Token ids are 0-based on file.
 
 usage: python3 bench/torch/workloads.py [--device cuda|cpu] [--only mlp,eos,...] [--iters N] [--warmup N]
            [--json out.json] [--weights DIR] [--small] [--modes eager,compile,reduce-overhead]
@@ -946,6 +946,10 @@ def main():
                 modes_here = modes
                 if wdir:
                     wdir.add(f"{vname}.ref.1", want_ref.float().cpu().numpy())
+                    if hasattr(model, "grads"):   # a training step: each parameter's gradient, for run.lua to check
+                        for n, gr in model.grads(*pool[0]):
+                            wdir.add(f"{vname}.grad.{n}", gr.float().cpu().numpy())
+                        model.reset()
             cum_peak = 0
             for mode in modes_here:
                 m = {}

@@ -724,6 +724,14 @@ local function run_variant(module, variant)
     if ref then
       entry.checks[#entry.checks + 1] = compare("eager vs " .. ref_label .. " " .. what, want_ref, ref, tol.vs_torch)
     end
+    -- a training step: each parameter's gradient from the initial state against the reference's
+    for _, p in ipairs(manifest and w.grads and w.grads(table.unpack(w.pool[1])) or {}) do
+      local e = manifest[variant.name .. ".grad." .. p.name]
+      if e then
+        entry.checks[#entry.checks + 1] = compare(fmt("eager gradient of %s vs %s", p.name, ref_label), p.grad,
+                                                  grace.fromfile(e.file, e.dtype, e.shape), tol.vs_torch)
+      end
+    end
     for _, mode in ipairs(modes) do
       local mok, m = xpcall(run_mode, debug.traceback, entry, w, mode, tol, want1, want2, want_ref, ref, e1_ms, e2_ms)
       if not mok then

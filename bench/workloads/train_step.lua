@@ -75,6 +75,29 @@ function M.build(ctx)
     pbytes = pbytes + p:numel() * 4
   end
 
+  -- the parameters under the names their weights have on file (PyTorch's side names its gradients so)
+  local named = {}
+  if ctx.variant == "train_step_mlp" then
+    for i, p in ipairs(params) do
+      named[i] = {name = ("tmlp.fc%d.%s"):format((i + 1) // 2, i % 2 == 1 and "weight" or "bias"), t = p}
+    end
+  else
+    local own, names = model:named_parameters()
+    for i, n in ipairs(names) do named[i] = {name = "tgpt." .. n, t = own[n]} end
+  end
+
+  local function reset()
+    grace.no_grad(function()
+      for i, p in ipairs(params) do
+        p:copy_(initial[i])
+        local s = opt.state[i]
+        s.exp_avg:zero_()
+        s.exp_avg_sq:zero_()
+        s.step:zero_()
+      end
+    end)
+  end
+
   local function step(x, y)
     opt:zero_grad()
     local loss = loss_fn(model(x), y)
@@ -91,16 +114,15 @@ function M.build(ctx)
     -- the weights read by the forward and by the backward, and AdamW reading and writing the weights and both
     -- moments (a gradient consumed where it is made is never stored), one input batch, the loss
     min_bytes = 8 * pbytes,
-    reset = function()
-      grace.no_grad(function()
-        for i, p in ipairs(params) do
-          p:copy_(initial[i])
-          local s = opt.state[i]
-          s.exp_avg:zero_()
-          s.exp_avg_sq:zero_()
-          s.step:zero_()
-        end
-      end)
+    reset = reset,
+    -- each parameter's gradient after one forward and backward from the initial state
+    grads = function(x, y)
+      reset()
+      opt:zero_grad()
+      grace.enable_grad(function() loss_fn(model(x), y):backward() end)
+      local out = {}
+      for i, p in ipairs(named) do out[i] = {name = p.name, grad = p.t.grad} end
+      return out
     end,
   }
 end
