@@ -147,6 +147,9 @@ grace_status cuda_blas_matmul(grace_vm *vm, cuda_blas *b, cuda_ctx *c, const cud
   lt_view x, y;
   if (!cuda_blas_supports(g) || !view_b(g, &x) || !view_a(g, &y))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "cuBLASLt: layout not supported");
+  if (cuda_pred_word(c, NULL))
+    return grace_set_error(vm, GRACE_EUNSUPPORTED, "cuBLASLt: a library kernel cannot be predicated (it cannot read "
+                           "the predicate word and return)");
   grace_status st;
   /* a graph redirects these only by re-pointing cuBLASLt's kernel nodes (cuda_graph_update.h) */
   cuda_capture_library(c, (uint64_t[]){g->A, g->B, g->C}, 3);
