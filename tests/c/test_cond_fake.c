@@ -270,7 +270,8 @@ static void linked_image(grace_vm *vm, cuda_ctx *c) {
   grace_realloc(vm, img, nimg, 0);
 }
 
-/* nvJitLink absent: the regions run as host branches, kernel by kernel, and the report says why. */
+/* nvJitLink absent: no conditional node, the report says why; the regions are predicated instead (no device runtime
+ * needed), and with predication forced off too they run as host branches, kernel by kernel. */
 static void no_link(grace_vm *vm, cuda_ctx *c) {
   c->link_probed = 1;
   c->link_ok = 0;
@@ -279,17 +280,26 @@ static void no_link(grace_vm *vm, cuda_ctx *c) {
   grace_ir *ir = cond_prog(vm);
   grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
-  is_int(run_calls(vm, ir, x, 6, 1, 1, &syncs, &launches), 0, "no nvJitLink: 6 calls run");
+  is_int(run_calls(vm, ir, x, 6, 1, 4, &syncs, &launches), 0, "no nvJitLink: 6 calls run");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.regions == 1 && strstr(gi.region_why, "nvJitLink not found"), "no nvJitLink: the report says why (%s)",
      gi.region_why);
-  ok(gi.managed && gi.ineligible[0] && gi.cond_nodes == 0 && gi.captures == 0,
-     "no nvJitLink: the program is not graphed, and the report says so (%s)", gi.ineligible);
+  ok(gi.captures == 1 && gi.cond_nodes == 0 && gi.region_lowering == GRACE_REGION_PRED && launches == 3 && !syncs,
+     "no nvJitLink: the regions are predicated in one graph (%ld captures, lowering %d, %ld launches, %ld syncs)",
+     gi.captures, gi.region_lowering, launches, syncs);
+  grace_ir_free(ir);
+  grace_set_regions(vm, "nodes");
+  ir = cond_prog(vm);
+  is_int(run_calls(vm, ir, x, 6, 1, 1, &syncs, &launches), 0, "no nvJitLink, conditional nodes asked for: 6 calls run");
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.managed && gi.ineligible[0] && gi.cond_nodes == 0 && gi.captures == 0 && gi.region_lowering == GRACE_REGION_HOST,
+     "no nvJitLink, conditional nodes asked for: the program is not graphed, and the report says so (%s)", gi.ineligible);
   ok(launches <= 6, "no nvJitLink: a call replays at most the graph of the branch it takes (%ld launches)", launches);
   ok(syncs >= 6, "no nvJitLink: every call reads its predicate on the host (%ld synchronisations)", syncs);
   grace_tensor_release(x);
   grace_ir_free(ir);
+  grace_set_regions(vm, NULL);
   grace_set_graphs(vm, NULL);
 }
 
@@ -300,6 +310,7 @@ int main(void) {
   if (!vm) return rc;
   cuda_ctx *fake = install_fake(vm);
   install_fake_cond(fake);
+  grace_set_regions(vm, "nodes");   /* conditional nodes only, but in no_link */
   const char *lw = cuda_link_why(fake);
   if (lw) printf("# conditional nodes not checked: %s\n", lw);
   else {
@@ -309,6 +320,7 @@ int main(void) {
     nested_graph(vm);
     bounded_graph(vm);
   }
+  grace_set_regions(vm, NULL);
   no_link(vm, fake);
   fake_vm_free(vm, dir);
   return tap_done();
