@@ -384,6 +384,7 @@ typedef struct gpu_plan {
   char unfused_why[160];
   int regions;                /* region instructions; in a graph they can become conditional nodes (cond_ok) or be */
   int cond_ok, pred_ok;       /* predicated (pred_ok) */
+  int pred_warm;              /* its predicated kernels compiled (gpu_pred_warm, after the first host branch) */
   char region_why[160];       /* why not conditional nodes (gpu_cond_available, or the mode) */
   char pred_why[160];         /* why not predicated (gpu_pred_available, or the mode) */
   char host_why[160];         /* why not the host branch: the mode forces another lowering ("" when it is allowed) */
@@ -542,6 +543,7 @@ static grace_status run_members(grace_ir *ir, const gpu_plan *p, const ir_fuse_g
       st = gpu_graph_pred(ir->vm) ? gpu_pred_lower(ir, m, val) : gpu_cond_lower(ir, m, val);
     else if (st == GRACE_OK) st = ir_exec_inst(ir, m, in, val);
     if (st == GRACE_OK && region && !capturing && (p->cond_ok || p->pred_ok)) gpu_cond_warm(ir, m, val);
+    if (st == GRACE_OK && region && !capturing && p->pred_ok && !p->pred_warm) gpu_pred_warm(ir, m, val);
     if (st != GRACE_OK) return st;
   }
   return GRACE_OK;
@@ -610,6 +612,7 @@ static grace_status exec(grace_ir *ir, int nin, grace_tensor *const *in, int nou
       val[p->rel[r]] = NULL;
     }
   }
+  if (st == GRACE_OK && !gpu_graph_capturing(vm)) p->pred_warm = 1;   /* every region of the plan warmed once */
   for (int i = 0; i < ir->nout && st == GRACE_OK; i++) st = need(ir, ir->outputs[i], in, val);
   for (int i = 0; i < ir->nwrite && st == GRACE_OK; i++) st = need(ir, ir->writes[i].value, in, val);
   if (st != GRACE_OK && at >= 0 && ir->insts[at].loc >= 0) {

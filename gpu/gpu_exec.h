@@ -93,6 +93,9 @@ void gpu_region_why(const grace_ir *ir, int pred, char *why, size_t n);
 int gpu_pred_available(grace_ir *ir, char *why, size_t n);
 /* gpu_pred.c: during a capture, cond instruction i of ir predicated: its results in val. */
 grace_status gpu_pred_lower(grace_ir *ir, int i, grace_tensor **val);
+/* gpu_pred.c: after cond instruction i ran as a host branch (outside a capture), launches both its sub-programs once
+ * predicated, with a word neither body wants, so that their predicated kernels are compiled before a capture. */
+void gpu_pred_warm(grace_ir *ir, int i, grace_tensor **val);
 /* gpu_pred.c: the region lowering asked for (grace_set_regions, else GRACE_REGIONS): -1 auto, else a
  * grace_region_lowering. */
 int gpu_region_mode(grace_vm *vm);

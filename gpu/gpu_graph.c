@@ -800,6 +800,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     else if (st == GRACE_OK) st = replay(ir, gg, in, nout, out);
     else {   /* this strategy cannot run here: said in the report; this call, and the next once decided, eager */
       snprintf(p->why[s], sizeof p->why[s], "%.159s", vm->err);
+      if (gg_pred(s) && !p->pred_fail[0]) snprintf(p->pred_fail, sizeof p->pred_fail, "%.159s", vm->err);
       if (p->decided) p->chosen = GRACE_LAUNCH_EAGER;
       measure = 0;
       st = exec(ir, nin, in, nout, out);

@@ -18,19 +18,17 @@ static void strategies(const gpu_part *p, grace_graph_info *out) {
   }
 }
 
-/* Per lowering of the regions: the best measured, the one kept (-1 while measuring), and why predication cannot
- * take them (the program's reason, else the first predicated capture's failure). */
+/* Per lowering of the regions: the best measured, the one kept (-1 while measuring), and why predication is not kept
+ * where a predicated capture failed (cuBLASLt in a body, a driver copy). */
 static void lowerings(const gpu_part *p, grace_graph_info *out) {
   for (int k = 0; k < GG_NCAND; k++) {
     int l = gg_pred(k) ? GRACE_REGION_PRED : k == GRACE_LAUNCH_EAGER ? GRACE_REGION_HOST : GRACE_REGION_NODES;
     if (p->samples[k] && (out->region_us[l] == 0 || p->best[k] < out->region_us[l])) out->region_us[l] = p->best[k];
-    if (gg_pred(k) && p->why[k][0] && !out->pred_why[0]) memcpy(out->pred_why, p->why[k], sizeof out->pred_why);
   }
-  int all = 1;   /* every predicated candidate refused: its first reason stands for predication */
-  for (int k = GRACE_LAUNCH_NSTRATEGIES; k < GG_NCAND; k++) all &= p->why[k][0] != 0;
-  if (!all) out->pred_why[0] = 0;
   out->region_lowering = !p->decided ? -1 : gg_pred(p->chosen) ? GRACE_REGION_PRED
                          : p->chosen == GRACE_LAUNCH_EAGER ? GRACE_REGION_HOST : GRACE_REGION_NODES;
+  if (!out->pred_why[0] && out->region_lowering != GRACE_REGION_PRED)
+    memcpy(out->pred_why, p->pred_fail, sizeof out->pred_why);
 }
 
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {

@@ -126,6 +126,7 @@ struct gpu_part {
   char why[GG_NCAND][160];
   int regions;            /* region instructions of the program (gpu_ir_lowerings) */
   char inel[160];
+  char pred_fail[160];    /* why the first predicated capture failed ("" when none did) */
   gg_graph *gr[GG_MAX_LIMIT];
   int ngr;
   uint64_t tick;

@@ -17,14 +17,17 @@
  * What cannot be skipped so refuses, and the capture fails with the reason (the measurement then drops this
  * lowering for the program, and the report says why): cuBLASLt's kernels (a library cannot read the word), driver
  * copies, random numbers (the generator's offset would advance by both bodies), while loops (a predicate skips a
- * body once, it cannot repeat it). Predicated kernels are compiled when first launched, which may be inside the
- * capture (captures are relaxed: loading a module there is allowed). */
+ * body once, it cannot repeat it). Predicated kernels are compiled when first launched: gpu_pred_warm launches them
+ * once outside any capture, after the first host branch, with a word no body wants (each returns at once); a layout
+ * first seen later compiles them in its capture (relaxed: drivers from CUDA 12.3 load modules there; an older one
+ * fails the capture, and the measurement keeps another lowering). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "codegen/cg_cond.h"
 #include "gpu/gpu_exec.h"
 #include "gpu/gpu_graph.h"
+#include "ir/ir_exec.h"
 
 static const char *const mode_names[] = {"host", "nodes", "pred"};
 
@@ -107,4 +110,25 @@ grace_status gpu_pred_lower(grace_ir *ir, int i, grace_tensor **val) {
   if (st != GRACE_OK)
     for (int j = 0; j < k->nout; j++) { grace_tensor_release(res[j]); res[j] = NULL; }
   return st;
+}
+
+void gpu_pred_warm(grace_ir *ir, int i, grace_tensor **val) {
+  grace_vm *vm = ir->vm;
+  const ir_inst *k = &ir->insts[i];
+  cuda_ctx *c = gpu_ctx(vm);
+  if (k->op != IR_OP_COND || k->nin > 64 || k->nout > 64 || !c) return;
+  grace_tensor *in[64], *out[64];
+  for (int j = 0; j < k->nin; j++) in[j] = val[ir->args[k->first_arg + j]];
+  grace_tensor *word = vm_tensor_new(vm, "cond", GRACE_INT32, GRACE_CUDA, 0, NULL);
+  if (!word) return;
+  unsigned want = 0;
+  CUdeviceptr outer = cuda_pred_word(c, &want);
+  for (int b = 0; b < 2 && cuda_memset(c, gpu_ptr(word), 0, 4) == GRACE_OK; b++) {
+    cuda_pred_set(c, gpu_ptr(word), b == 0 ? CG_PRED_THEN : CG_PRED_ELSE);
+    /* results dropped, and so is an error (a host read of a value no kernel wrote, a copy the predicate refuses) */
+    if (ir_exec_sub(ir->subs[k->sub + b], k->nin - 1, in + 1, k->nout, out) == GRACE_OK)
+      for (int j = 0; j < k->nout; j++) grace_tensor_release(out[j]);
+  }
+  cuda_pred_set(c, outer, want);
+  grace_tensor_release(word);
 }
