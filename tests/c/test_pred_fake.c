@@ -213,18 +213,6 @@ static void refusals(grace_vm *vm, cuda_ctx *c) {
   grace_tensor_release(x);
 }
 
-/* Whether src's kernel enters predicated: the check (dependents launched, the wait, the return) is the body's start. */
-static int pred_enters_first(const char *src) {
-  static const char enter[] = "{\n  {   /* grace: predicated */\n#if __CUDA_ARCH__ >= 900\n"
-                              "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
-                              "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n"
-                              "    if (*(const volatile unsigned *)grace_pred != grace_want) return;\n  }\n";
-  const char *g = src ? strstr(src, "__global__") : NULL;
-  const char *sig = g ? strstr(g, "const unsigned *grace_pred, const unsigned grace_want) {") : NULL;
-  const char *body = g ? strstr(g, "{\n") : NULL;
-  return sig && body && !strncmp(body, enter, sizeof enter - 1);
-}
-
 static void check_source(grace_vm *vm, grace_status st, cg_kernel *k, const char *what) {
   if (st != GRACE_OK) { ok(0, "%s: source (%s)", what, grace_last_error(vm)); return; }
   ok(pred_enters_first(k->src), "%s: predicated, it lets dependents launch, waits, and returns unless the word holds "
