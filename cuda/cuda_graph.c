@@ -352,7 +352,6 @@ void cuda_host_free(cuda_ctx *c, void *p) {
 
 grace_status cuda_copy_to_device_async(cuda_ctx *c, CUdeviceptr dst, const void *src, size_t n) {
   if (n == 0) return GRACE_OK;
-  if (c->pred) return vm_err(c->vm, GRACE_EUNSUPPORTED, "predication: a driver copy cannot be skipped by a predicate");
   return cuda_check(c->vm, c->fn.cuMemcpyHtoDAsync_v2(dst, src, n, c->stream), "cuMemcpyHtoDAsync_v2");
 }
 

@@ -15,12 +15,12 @@
  *      struct, the check at entry, cg_pred_enter) and so is the copy of each body result into the region's result
  *      (a kernel, never a driver copy: a body that returns its argument as it is still fills the result).
  * What cannot be skipped so refuses, and the capture fails with the reason (the measurement then drops this
- * lowering for the program, and the report says why): cuBLASLt's kernels (a library cannot read the word), driver
- * copies, random numbers (the generator's offset would advance by both bodies), while loops (a predicate skips a
- * body once, it cannot repeat it). Predicated kernels are compiled when first launched: gpu_pred_warm launches them
- * once outside any capture, after the first host branch, with a word no body wants (each returns at once); a layout
- * first seen later compiles them in its capture (relaxed: drivers from CUDA 12.3 load modules there; an older one
- * fails the capture, and the measurement keeps another lowering). */
+ * lowering for the program, and the report says why): cuBLASLt's kernels (a library cannot read the word),
+ * device-to-device driver copies, random numbers (the generator's offset would advance by both bodies), while loops
+ * (a predicate skips a body once, it cannot repeat it). Predicated kernels are compiled when first launched:
+ * gpu_pred_warm launches them once outside any capture, after the first host branch, with a word no body wants
+ * (each returns at once); a layout first seen later compiles them in its capture (relaxed: drivers from CUDA 12.3
+ * load modules there; an older one fails the capture, and the measurement keeps another lowering). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * (1 then, 2 else), after the one kernel that writes the word (itself not predicated); a cond nested in a then body
  * gets a word kernel of its own that reads the enclosing word (a conjunction); a branch returning its argument as it
  * is still writes the result (a predicated copy); a while_loop refuses predication with the reason, and so do
- * cuBLASLt and driver copies while a predicate is set. The generated sources of predicated kernels (an op template,
+ * cuBLASLt and device-to-device driver copies while a predicate is set. The generated sources of predicated kernels (an op template,
  * GEMV and GEMM, the fused kernels of the programs above) enter by letting dependents launch, waiting, and returning
  * unless the word holds the value, before reading anything; NVRTC compiles them for real (the file skips without
  * NVRTC). */
@@ -41,33 +41,37 @@ static int predicated(const fake_graph *g, unsigned long long word, unsigned wan
   return n;
 }
 
-static void pred_graph(grace_vm *vm) {
+/* The cond of cond_prog predicated in a graph of strategy mode ("copy" or "indirect"). */
+static void pred_graph(grace_vm *vm, const char *mode) {
+  grace_set_graphs(vm, mode);
   grace_ir *ir = cond_prog(vm);
   grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long c0 = cond_nodes_added, syncs = 0, launches = 0;
-  is_int(run_calls(vm, ir, x, 12, 1, 4, &syncs, &launches), 0, "pred: 12 calls, the branch flipping every call");
+  is_int(run_calls(vm, ir, x, 12, 1, 4, &syncs, &launches), 0, "pred [%s]: 12 calls, the branch flipping every call",
+         mode);
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.regions == 1 && !gi.pred_why[0] && gi.region_lowering == GRACE_REGION_PRED,
-     "pred: one region, predicated ('%s', lowering %d)", gi.pred_why, gi.region_lowering);
-  ok(strstr(gi.region_why, "forced to predication") != NULL, "pred: the report says conditional nodes were forced off (%s)",
-     gi.region_why);
-  is_int(gi.captures, 1, "pred: captured once, whichever branch each call takes");
-  ok(gi.cond_nodes == 0 && cond_nodes_added == c0, "pred: no conditional node in the graph (%d)", gi.cond_nodes);
-  is_int(launches, 9, "pred: calls 4 to 12 each launch the graph once");
-  is_int(syncs, 0, "pred: calls 4 to 12 never wait for the device (the stats and the driver agree)");
+     "pred [%s]: one region, predicated ('%s', lowering %d)", mode, gi.pred_why, gi.region_lowering);
+  ok(strstr(gi.region_why, "forced to predication") != NULL,
+     "pred [%s]: the report says conditional nodes were forced off (%s)", mode, gi.region_why);
+  is_int(gi.captures, 1, "pred [%s]: captured once, whichever branch each call takes", mode);
+  ok(gi.cond_nodes == 0 && cond_nodes_added == c0, "pred [%s]: no conditional node in the graph (%d)", mode, gi.cond_nodes);
+  is_int(launches, 9, "pred [%s]: calls 4 to 12 each launch the graph once", mode);
+  is_int(syncs, 0, "pred [%s]: calls 4 to 12 never wait for the device (the stats and the driver agree)",
+         mode);
   const fake_graph *g = &fgraph[0];
   int w[4];
   int nw = word_kernels(g, w);
   ok(nw == 1 && w[0] == 0 && g->pword[0] == 0 && g->pwords[0][3] == 0,
-     "pred: first the word kernel, not predicated itself, with no enclosing word (%d word kernels)", nw);
+     "pred [%s]: first the word kernel, not predicated itself, with no enclosing word (%d word kernels)", mode, nw);
   unsigned long long word = nw ? g->pwords[w[0]][5] : 1;
   /* each body: its branch's fused kernel and the copy of its result into the region's result */
   ok(g->kernels == 5 && predicated(g, word, CG_PRED_THEN) == 2 && predicated(g, word, CG_PRED_ELSE) == 2,
-     "pred: the graph holds both bodies' kernels, each predicated on the word (%d kernels: %d then, %d else)",
+     "pred [%s]: the graph holds both bodies' kernels, each predicated on the word (%d kernels: %d then, %d else)", mode,
      g->kernels, predicated(g, word, CG_PRED_THEN), predicated(g, word, CG_PRED_ELSE));
   ok(g->pwant[1] == CG_PRED_THEN && g->pwant[2] == CG_PRED_THEN && g->pwant[3] == CG_PRED_ELSE &&
-     g->pwant[4] == CG_PRED_ELSE, "pred: the then body's kernels want 1, then the else body's want 2");
+     g->pwant[4] == CG_PRED_ELSE, "pred [%s]: the then body's kernels want 1, then the else body's want 2", mode);
   grace_tensor_release(x);
   grace_ir_free(ir);
 }
@@ -253,9 +257,9 @@ int main(void) {
   cuda_ctx *fake = install_fake(vm);
   install_fake_cond(fake);
   sources(vm);
-  grace_set_graphs(vm, "indirect");
   grace_set_regions(vm, "pred");
-  pred_graph(vm);
+  pred_graph(vm, "copy");
+  pred_graph(vm, "indirect");
   nested_graph(vm);
   identity_graph(vm);
   grace_set_regions(vm, NULL);
