@@ -87,6 +87,22 @@ void cg_pdl_enter(cg_buf *b) {
              "#endif\n");
 }
 
+const char *cg_pred_params(int pred) {
+  return pred ? ", const unsigned *grace_pred, const unsigned grace_want" : "";
+}
+
+void cg_pred_enter(cg_buf *b, int pred) {
+  if (!pred) return;
+  /* dependents launched first: a kernel that returns here must not hold back the chain after it */
+  cg_puts(b, "  {   /* grace: predicated */\n"
+             "#if __CUDA_ARCH__ >= 900\n"
+             "    asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+             "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+             "#endif\n"
+             "    if (*(const volatile unsigned *)grace_pred != grace_want) return;\n"
+             "  }\n");
+}
+
 int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T) {
   size_t k = 0;
   for (const char *p = tmpl; *p; p++) {

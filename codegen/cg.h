@@ -47,6 +47,14 @@ void cg_prelude(cg_buf *b);
  * visible. Emitted before anything the kernel reads, so it runs as a plain launch would; what it saves is the
  * launch of the next kernel, which overlaps this one. No-ops in a plain launch and before sm_90. */
 void cg_pdl_enter(cg_buf *b);
+/* Predication (gpu/gpu_pred.c: a cond region whose two bodies are both captured into one graph). A kernel generated
+ * with its spec's pred flag takes two more parameters after its struct (cg_pred_params: a pointer to a 32-bit word
+ * and the value it must hold) and starts with cg_pred_enter: it lets its dependents launch and waits for the kernels
+ * before it (griddepcontrol, as cg_pdl_enter: the word may be written by the kernel just before), then returns,
+ * before reading anything else, unless the word holds the value. The flag is off for every kernel outside such a
+ * body: those have neither the parameters nor the check. Both emit nothing when pred is 0. */
+const char *cg_pred_params(int pred);
+void cg_pred_enter(cg_buf *b, int pred);
 /* Expands a CUDA template of the pointwise table (ir/ir_pointwise.h) into out (n bytes): $0..$2 become args[0..2],
  * $f "f" when f32 (a float register; "" for a double one), $T the register type T. 0 when it does not fit. */
 int cg_pw_expand(char *out, size_t n, const char *tmpl, const char *const *args, int nargs, int f32, const char *T);

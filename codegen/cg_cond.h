@@ -16,4 +16,16 @@ enum { CG_COND_WORDS = 6 };
 void cg_cond_pack(uint64_t w[CG_COND_WORDS], uint64_t value_ptr, grace_dtype dt, uint64_t handle, uint64_t count_ptr,
                   int64_t max);
 
+/* Predication (gpu/gpu_pred.c): the kernel that writes a cond region's predicate word, the 32-bit word every
+ * predicated kernel of its bodies compares with its wanted value (cg_pred_params): 1 when the then body runs, 2
+ * when the else body runs, 0 when neither (a region nested in a body that does not run). It reads the value as
+ * grace_cond_set does, and first the enclosing region's word when there is one (nested regions: a conjunction).
+ * A plain NVRTC kernel (no device runtime). Its words: the value's address, its size and sign mask (as
+ * cg_cond_pack), the enclosing word's address (0: none) and the value it must hold, and the word's address. */
+#define CG_PRED_KERNEL "grace_pred_set"
+enum { CG_PRED_WORDS = 6, CG_PRED_THEN = 1, CG_PRED_ELSE = 2 };
+const char *cg_pred_source(void);
+void cg_pred_pack(uint64_t w[CG_PRED_WORDS], uint64_t value_ptr, grace_dtype dt, uint64_t outer_ptr, unsigned outer_want,
+                  uint64_t word_ptr);
+
 #endif

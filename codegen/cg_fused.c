@@ -540,7 +540,9 @@ void cgf_emit_params(cg_buf *b, const grace_ir *ir, const cg_group_io *io, const
   }
   if (cg_fused_split(spec)) cg_printf(b, "  unsigned long long *%sws;\n", spec->indirect ? "const *" : "");
   cg_printf(b, "  long long w[%d];\n};\n", nwords > 0 ? nwords : 1);
-  cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) GRACE_KNAME(const GRACE_KNAME_p p) {\n", spec->block);
+  cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) GRACE_KNAME(const GRACE_KNAME_p p%s) {\n", spec->block,
+            cg_pred_params(spec->pred));
+  cg_pred_enter(b, spec->pred);
   cg_pdl_enter(b);
   for (int k = 0; k < io->next + io->nstore; k++) {
     int out = k >= io->next;

@@ -45,6 +45,7 @@ typedef struct cg_group_io {
 typedef struct cg_fused_spec {
   int32_t kind;                  /* CG_POINTWISE or CG_ROW */
   int32_t indirect;
+  int32_t pred;                  /* predicated (cg_pred_params): set by the caller after cg_fused_plan */
   int32_t ndim;                  /* POINTWISE: coalesced iteration rank; ROW: base rank */
   int32_t nkept;                 /* ROW: kept dims (the first nkept of the iteration order) */
   int32_t wide;                  /* 64-bit element indices */

@@ -34,6 +34,7 @@ static uint32_t desc_hash(const cg_mm_desc *d) {
   int n = 0;
   f[n++] = d->form; f[n++] = d->dt; f[n++] = d->out_dt; f[n++] = d->a_kmajor; f[n++] = d->b_kmajor;
   f[n++] = d->vec; f[n++] = d->a_vec; f[n++] = d->mtile; f[n++] = d->wpr; f[n++] = d->tile; f[n++] = d->split; f[n++] = d->indirect;
+  f[n++] = d->pred;
   f[n++] = d->prefetch; f[n++] = d->rl; f[n++] = d->rc; f[n++] = d->rw_late;
   f[n++] = d->nop; f[n++] = d->nscalar; f[n++] = d->nepi;
   for (int i = 0; i < d->nop; i++) f[n++] = d->op_dtypes[i];
@@ -174,9 +175,10 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
 
   static const int threads[] = {CG_MM_NT_WARPS * 32, CG_MM_NN_COLS * CG_MM_NN_KSLICES, 0,
                                 CG_MM_SIMT_THREADS, 256, CG_MM_NT_WARPS * 32, CG_MM_WG_THREADS};
-  cg_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const %s%s_p p) {\n",
+  cg_printf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(const %s%s_p p%s) {\n",
             d->form == CG_MM_GEMM_TC ? tc_threads(d) : threads[d->form], nm,
-            d->form == CG_MM_GEMM_WG ? "__grid_constant__ " : "", nm);
+            d->form == CG_MM_GEMM_WG ? "__grid_constant__ " : "", nm, cg_pred_params(d->pred));
+  cg_pred_enter(&b, d->pred);   /* before the GEMVs' early weight loads too */
   /* the GEMVs place their own wait: after their weights start streaming */
   if (!cg_matmul_waits_late(d)) cg_pdl_enter(&b);
   const char *deref = d->indirect ? "*" : "";

@@ -70,6 +70,7 @@ typedef struct cg_mm_desc {
   int rw_late;          /* GEMV_RW: weights loaded after griddepcontrol.wait (B not settled: a kernel still running
                          * may write it) */
   int indirect;
+  int pred;             /* predicated (cg_pred_params) */
   int nop;              /* tensor operands */
   grace_dtype op_dtypes[CG_MM_MAX_OPS];
   int nscalar;

@@ -255,7 +255,8 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   int n = snprintf(k->name, sizeof k->name, "cgo_%s", tmpl_names[s->tmpl]);
   for (int i = 0; i < td->nptr && n < (int)sizeof k->name; i++)   /* a role named again (CAT's sources) is one dtype */
     if (i == 0 || strcmp(td->roles[i], td->roles[i - 1])) n += snprintf(k->name + n, sizeof k->name - (size_t)n, "_%s", dt_short[dts[i]]);
-  if (n < (int)sizeof k->name) snprintf(k->name + n, sizeof k->name - (size_t)n, "_v%d%s", s->variant, s->indirect ? "_ind" : "");
+  if (n < (int)sizeof k->name) snprintf(k->name + n, sizeof k->name - (size_t)n, "_v%d%s%s", s->variant, s->indirect ? "_ind" : "",
+                                        s->pred ? "_pred" : "");
   k->kind = CG_OP;
   k->indirect = s->indirect;
   k->narg = td->nptr;
@@ -287,7 +288,9 @@ grace_status cg_ops_source(grace_vm *vm, const cgo_spec *s, cg_kernel *k) {
   for (int i = 0; i < td->nptr; i++) cg_printf(&b, "  %s_t *%sP_%s;\n", td->roles[i], ind, td->ptrs[i]);
   cg_printf(&b, "  long long %s;\n", td->words);
   for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  long long %sS_%s;\n", ind, td->scalars[i]);
-  cg_printf(&b, "};\nextern \"C\" __global__ void %s(const struct %s_p p) {\n", k->name, k->name);
+  cg_printf(&b, "};\nextern \"C\" __global__ void %s(const struct %s_p p%s) {\n", k->name, k->name,
+            cg_pred_params(s->pred));
+  cg_pred_enter(&b, s->pred);
   cg_pdl_enter(&b);
   for (int i = 0; i < td->nptr; i++) cg_printf(&b, "  %s_t *%s = %sp.P_%s;\n", td->roles[i], td->ptrs[i], ind, td->ptrs[i]);
   for (int i = 0; i < td->nscalar; i++) cg_printf(&b, "  const long long %s = %sp.S_%s;\n", td->scalars[i], ind, td->scalars[i]);

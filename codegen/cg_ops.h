@@ -105,6 +105,7 @@ typedef struct cgo_spec {
   grace_dtype dt[3];
   int variant;
   int indirect;
+  int pred;          /* predicated (cg_pred_params) */
 } cgo_spec;
 
 /* Fills k (name, kind CG_OP, args, src) for spec; errors: GRACE_ENOMEM, GRACE_EARG for an invalid spec. */

@@ -237,6 +237,7 @@ grace_status cuda_copy_to_host(cuda_ctx *c, void *dst, CUdeviceptr src, size_t n
 
 grace_status cuda_copy_device(cuda_ctx *c, CUdeviceptr dst, CUdeviceptr src, size_t n) {
   if (n == 0) return GRACE_OK;
+  if (c->pred) return vm_err(c->vm, GRACE_EUNSUPPORTED, "predication: a driver copy cannot be skipped by a predicate");
   if (c->cap) cuda_capture_note(c, (uint64_t[]){dst, src}, 2);
   return cuda_check(c->vm, c->fn.cuMemcpyDtoDAsync_v2(dst, src, n, c->stream), "cuMemcpyDtoDAsync_v2");
 }
@@ -281,7 +282,7 @@ grace_status cuda_launch(cuda_ctx *c, CUfunction f, const unsigned grid[3], cons
   grace_status st = launch_prepare(c, f, smem, params, param_bytes);
   if (st != GRACE_OK) return st;
   if (c->cap) cuda_capture_kernel(c, f, params, param_bytes);   /* its words, pointers among them, noted */
-  void *args[1] = {(void *)params};
+  void *args[3] = {(void *)params, &c->pred, &c->pred_want};   /* the last two only reach a predicated kernel */
   st = cuda_check(c->vm, c->fn.cuLaunchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                                               c->stream, args, NULL),
                   "cuLaunchKernel");
@@ -325,7 +326,7 @@ static grace_status launch_ex(cuda_ctx *c, CUfunction f, const unsigned grid[3],
   }
   if (c->cap) cuda_capture_kernel(c, f, params, param_bytes);
   launch_config cfg = {{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, c->stream, attr, n};
-  void *args[1] = {(void *)params};
+  void *args[3] = {(void *)params, &c->pred, &c->pred_want};
   st = cuda_check(c->vm, c->fn.cuLaunchKernelEx(&cfg, f, args, NULL), "cuLaunchKernelEx");
   if (st == GRACE_OK && !c->cap) c->nlaunches++;   /* counted as cuda_launch counts */
   return st;
@@ -384,6 +385,16 @@ grace_status cuda_launch_cluster(cuda_ctx *c, CUfunction f, const unsigned grid[
 }
 
 uint64_t cuda_launch_count(const cuda_ctx *c) { return c->nlaunches; }
+
+void cuda_pred_set(cuda_ctx *c, CUdeviceptr word, unsigned want) {
+  c->pred = word;
+  c->pred_want = word ? want : 0;
+}
+
+CUdeviceptr cuda_pred_word(const cuda_ctx *c, unsigned *want) {
+  if (want) *want = c ? c->pred_want : 0;
+  return c ? c->pred : 0;
+}
 uint64_t cuda_sync_count(const cuda_ctx *c) { return c->nsyncs; }
 
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e) {

@@ -147,6 +147,14 @@ int64_t cuda_coresident_blocks(cuda_ctx *c, CUfunction f, unsigned block, unsign
  * cuLaunchKernelEx (CUDA 12). */
 grace_status cuda_launch_cooperative(cuda_ctx *c, CUfunction f, const unsigned grid[3], const unsigned block[3],
                                      unsigned smem, const void *params, size_t param_bytes);
+/* Predication (gpu/gpu_pred.c). While word is set (not 0), every kernel launched must be a predicated one (generated
+ * with codegen's pred flag, cg_pred_params): each launch passes word and want as its second and third parameters,
+ * and the kernel returns at entry unless the 32-bit word holds want. Library kernels (cuBLASLt) and device-to-device
+ * driver copies (which could write a region's result) cannot be skipped so: they fail with GRACE_EUNSUPPORTED
+ * meanwhile (memsets and copies from the host stay: they only ever fill memory private to the kernels after them).
+ * cuda_pred_word: the word set now (0: none) and its want. */
+void cuda_pred_set(cuda_ctx *c, CUdeviceptr word, unsigned want);
+CUdeviceptr cuda_pred_word(const cuda_ctx *c, unsigned *want);
 grace_status cuda_event_new(cuda_ctx *c, CUevent *e);
 void cuda_event_free(cuda_ctx *c, CUevent e);
 grace_status cuda_event_record(cuda_ctx *c, CUevent e);

@@ -144,6 +144,9 @@ static grace_status lt_check(grace_vm *vm, lt_status s, const char *call) {
 }
 
 grace_status cuda_blas_matmul(grace_vm *vm, cuda_blas *b, cuda_ctx *c, const cuda_blas_gemm *g) {
+  if (cuda_pred_word(c, NULL))
+    return grace_set_error(vm, GRACE_EUNSUPPORTED, "cuBLASLt: a library kernel cannot be predicated (it cannot read "
+                           "the predicate word and return)");
   lt_view x, y;
   if (!cuda_blas_supports(g) || !view_b(g, &x) || !view_a(g, &y))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "cuBLASLt: layout not supported");

@@ -26,7 +26,9 @@ struct cuda_capture {
   size_t nraw, capraw;
   uint64_t *lib;                    /* words vendor libraries were given (cuda_capture_library) */
   size_t nlib, caplib;
-  struct { CUfunction f; size_t bytes; } *fns;   /* grace's kernels launched in the capture, with their struct size */
+  /* grace's kernels launched in the capture, with their struct size and whether they are predicated (two more
+   * parameters after the struct: cuda_pred_set) */
+  struct { CUfunction f; size_t bytes; int pred; } *fns;
   size_t nfns, capfns;
 };
 
@@ -181,6 +183,7 @@ void cuda_capture_kernel(cuda_ctx *c, CUfunction f, const void *params, size_t b
   for (size_t i = 0; i < cap->nfns; i++) if (cap->fns[i].f == f) return;
   if (!grow(c->vm, (void **)&cap->fns, sizeof *cap->fns, cap->nfns, &cap->capfns)) { cap->failed = 1; return; }
   cap->fns[cap->nfns].f = f;
+  cap->fns[cap->nfns].pred = c->pred != 0;
   cap->fns[cap->nfns++].bytes = bytes;
 }
 
@@ -273,7 +276,9 @@ grace_status cuda_graph_remap_slots(cuda_ctx *c, const cuda_capture *cap, CUgrap
         continue;
       }
       size_t size = 0;   /* grace's own kernels (one struct, launched in the capture) are the ones with slots */
-      for (size_t k = 0; k < cap->nfns && kp.func; k++) if (cap->fns[k].f == kp.func) size = cap->fns[k].bytes;
+      int pred = 0;
+      for (size_t k = 0; k < cap->nfns && kp.func; k++)
+        if (cap->fns[k].f == kp.func) size = cap->fns[k].bytes, pred = cap->fns[k].pred;
       if (!size || !kp.kernelParams || size % 8 || size > 4096 || pass == 0) continue;
       uint64_t words[512];
       memcpy(words, kp.kernelParams[0], size);
@@ -284,7 +289,7 @@ grace_status cuda_graph_remap_slots(cuda_ctx *c, const cuda_capture *cap, CUgrap
           changed = 1;
         }
       if (!changed) continue;
-      void *args[1] = {words};
+      void *args[3] = {words, pred ? kp.kernelParams[1] : NULL, pred ? kp.kernelParams[2] : NULL};   /* the predicate's */
       kp.kernelParams = args;
       st = cuda_check(c->vm, c->fn.cuGraphKernelNodeSetParams_v2(nodes[i], &kp), "cuGraphKernelNodeSetParams");
     }

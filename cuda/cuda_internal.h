@@ -96,6 +96,10 @@ struct cuda_ctx {
   uint64_t nsyncs;                  /* stream synchronizations (cuda_sync) */
   /* launch grace's kernels as programmatic dependents (cuda_launch_overlapped); GRACE_PDL=0 turns it off */
   int pdl;
+  /* predication (cuda_pred_set): while pred is set, every launch passes it and pred_want as the kernel's second and
+   * third parameters (the predicated kernels of codegen, cg_pred_params) */
+  CUdeviceptr pred;
+  unsigned pred_want;
   /* functions whose dynamic shared memory limit was raised, and to what: set once, not before every launch */
   struct { CUfunction f; unsigned smem; } smem_set[64];
   int nsmem_set;

@@ -28,12 +28,13 @@
 #include "gpu/gpu_graph.h"
 #include "ir/ir_exec.h"
 
-/* Why a region of ir (or of its sub-programs, at any depth) cannot become conditional nodes; "" when all can. */
-static void region_why(const grace_ir *ir, char *why, size_t n) {
+void gpu_region_why(const grace_ir *ir, int pred, char *why, size_t n) {
   for (int i = 0; i < ir->ninst && !why[0]; i++) {
     const ir_inst *k = &ir->insts[i];
     if (!ir_is_region(k->op)) continue;
     const char *op = k->op == IR_OP_COND ? "cond" : "while_loop";
+    if (pred && k->op == IR_OP_WHILE)
+      snprintf(why, n, "while_loop cannot be predicated (a predicate skips a body once; it cannot repeat it)");
     if (ir_region_random(ir, i))
       snprintf(why, n, "%s draws random numbers (the generator's offset would depend on what the device decides)", op);
     for (int r = 0; r < k->nout && !why[0]; r++)   /* results live at device addresses the bodies write */
@@ -46,7 +47,7 @@ static void region_why(const grace_ir *ir, char *why, size_t n) {
     for (int j = 0; j < 2 && !why[0]; j++) {
       const grace_ir *sub = ir->subs[k->sub + j];
       if (ir_exec_device(sub) != GRACE_CUDA) snprintf(why, n, "a sub-program of %s runs on the CPU", op);
-      else region_why(sub, why, n);
+      else gpu_region_why(sub, pred, why, n);
     }
   }
 }
@@ -69,11 +70,10 @@ int gpu_cond_available(grace_ir *ir, char *why, size_t n) {
     const char *lw = cuda_link_why(c);
     if (lw) snprintf(why, n, "the predicate kernel cannot be linked: %s", lw);
   }
-  if (!why[0]) region_why(ir, why, n);
+  if (!why[0]) gpu_region_why(ir, 0, why, n);
   CUfunction f = NULL;
   if (!why[0] && setter(c, &f) != GRACE_OK)   /* compiled now, outside any capture */
     snprintf(why, n, "the predicate kernel: %.200s", vm->err);
-  if (why[0]) vm_progress(vm, "regions of %s run as host branches: %s", ir->name, why);
   return !why[0];
 }
 
@@ -102,8 +102,7 @@ static grace_status copy_into(grace_vm *vm, grace_tensor *dst, grace_tensor *src
   return gpu_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){dst, src}, &(grace_attrs){0}, 0, NULL);
 }
 
-/* Fresh device tensors typed as values v0 .. v0+n of ir: the addresses a region's results live at. */
-static grace_status fresh(grace_ir *ir, int32_t v0, int n, grace_tensor **out) {
+grace_status gpu_region_fresh(grace_ir *ir, int32_t v0, int n, grace_tensor **out) {
   for (int j = 0; j < n; j++) out[j] = NULL;
   for (int j = 0; j < n; j++) {
     const ir_type *t = &ir->vals[v0 + j].type;
@@ -119,17 +118,22 @@ static void release_all(grace_tensor **t, int n) {
   for (int j = 0; j < n; j++) { grace_tensor_release(t[j]); t[j] = NULL; }
 }
 
+grace_status gpu_region_body(grace_ir *sub, int nin, grace_tensor *const *in, int nout, grace_tensor *const *dst) {
+  grace_tensor *tmp[64] = {0};
+  if (nout > 64) return vm_err(sub->vm, GRACE_EINTERNAL, "region: too many results");
+  grace_status st = run_sub(sub, nin, in, nout, tmp);
+  for (int j = 0; j < nout && st == GRACE_OK; j++) st = copy_into(sub->vm, dst[j], tmp[j]);
+  release_all(tmp, nout);
+  return st;
+}
+
 /* One body of a cond: sub's launches captured into body, its results copied into dst. */
 static grace_status cond_body(cuda_ctx *c, CUgraph body, grace_ir *sub, int nin, grace_tensor *const *in, int nout,
                               grace_tensor *const *dst) {
   cuda_cond_saved sv;
   grace_status st = cuda_cond_body_begin(c, body, &sv);
   if (st != GRACE_OK) return st;
-  grace_tensor *tmp[64] = {0};
-  st = run_sub(sub, nin, in, nout, tmp);
-  for (int j = 0; j < nout && st == GRACE_OK; j++) st = copy_into(sub->vm, dst[j], tmp[j]);
-  release_all(tmp, nout);
-  return cuda_cond_body_end(c, &sv, st);
+  return cuda_cond_body_end(c, &sv, gpu_region_body(sub, nin, in, nout, dst));
 }
 
 static grace_status lower_cond(grace_ir *ir, const ir_inst *k, grace_tensor *const *in, grace_tensor **res) {
@@ -137,7 +141,7 @@ static grace_status lower_cond(grace_ir *ir, const ir_inst *k, grace_tensor *con
   cuda_ctx *c = gpu_ctx(vm);
   CUgraphConditionalHandle h = 0;
   CUgraph bodies[2] = {0};
-  grace_status st = fresh(ir, k->first_result, k->nout, res);
+  grace_status st = gpu_region_fresh(ir, k->first_result, k->nout, res);
   if (st == GRACE_OK) st = cuda_cond_handle(c, &h);
   if (st == GRACE_OK) st = set_handle(vm, c, in[0], h, 0, 0);
   if (st == GRACE_OK) st = cuda_cond_node(c, h, CU_GRAPH_COND_TYPE_IF, 2, bodies);
@@ -192,7 +196,7 @@ static grace_status lower_while(grace_ir *ir, const ir_inst *k, grace_tensor *co
   CUgraphConditionalHandle h = 0;
   CUgraph body = NULL;
   CUdeviceptr count = 0;
-  grace_status st = fresh(ir, k->first_result, ns, res);   /* the state lives here, and is the result */
+  grace_status st = gpu_region_fresh(ir, k->first_result, ns, res);   /* the state lives here, and is the result */
   if (st == GRACE_OK) st = loop_counter(vm, c, k->attrs.i0, &count);
   for (int j = 0; j < ns && st == GRACE_OK; j++) st = copy_into(vm, res[j], in[j]);
   for (int j = 0; j < n; j++) cur[j] = j < ns ? res[j] : in[j];

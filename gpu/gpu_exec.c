@@ -382,9 +382,12 @@ typedef struct gpu_plan {
   gpu_part *part;             /* graphs and launch measurements (gpu_graph.c); not for one-op programs */
   int unfused;                /* groups that ran an op at a time (slots[g].unfused), and why the first did */
   char unfused_why[160];
-  int regions;                /* region instructions; cond_ok: they become conditional nodes in a graph */
-  int cond_ok;
-  char region_why[160];       /* why not (gpu_cond_available) */
+  int regions;                /* region instructions; in a graph they can become conditional nodes (cond_ok) or be */
+  int cond_ok, pred_ok;       /* predicated (pred_ok) */
+  int pred_warm;              /* its predicated kernels compiled (gpu_pred_warm, after the first host branch) */
+  char region_why[160];       /* why not conditional nodes (gpu_cond_available, or the mode) */
+  char pred_why[160];         /* why not predicated (gpu_pred_available, or the mode) */
+  char host_why[160];         /* why not the host branch: the mode forces another lowering ("" when it is allowed) */
 } gpu_plan;
 
 static void plan_free(grace_ir *ir);
@@ -399,10 +402,33 @@ int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n) {
   return p ? p->unfused : 0;
 }
 
-int gpu_ir_regions(const grace_ir *ir, char *why, size_t n) {
+int gpu_ir_lowerings(const grace_ir *ir, char why[3][160]) {
   const gpu_plan *p = ir && ir->exec_free == plan_free ? ir->exec : NULL;
-  if (n) snprintf(why, n, "%s", p ? p->region_why : "");
+  snprintf(why[GRACE_REGION_HOST], 160, "%s", p ? p->host_why : "");
+  snprintf(why[GRACE_REGION_NODES], 160, "%s", p ? p->region_why : "");
+  snprintf(why[GRACE_REGION_PRED], 160, "%s", p ? p->pred_why : "");
   return p ? p->regions : 0;
+}
+
+/* Which lowerings the regions of ir can take (conditional nodes, predication, the host branch), the mode
+ * (grace_set_regions, GRACE_REGIONS) leaving only the one it names where the program can take it. */
+static void plan_regions(grace_ir *ir, gpu_plan *p) {
+  static const char *const names[] = {"the host branch", "conditional nodes", "predication"};
+  grace_vm *vm = ir->vm;
+  int mode = gpu_region_mode(vm);
+  p->cond_ok = gpu_cond_available(ir, p->region_why, sizeof p->region_why);
+  p->pred_ok = gpu_pred_available(ir, p->pred_why, sizeof p->pred_why);
+  int ok[3] = {1, p->cond_ok, p->pred_ok};
+  if (mode >= 0) {   /* the others off; the host branch stays where the one asked for cannot take them */
+    char forced[160];
+    snprintf(forced, sizeof forced, "regions are forced to %s (GRACE_REGIONS or grace.regions)", names[mode]);
+    if (mode != GRACE_REGION_HOST && ok[mode]) snprintf(p->host_why, sizeof p->host_why, "%s", forced);
+    if (mode != GRACE_REGION_NODES && p->cond_ok) p->cond_ok = 0, snprintf(p->region_why, sizeof p->region_why, "%s", forced);
+    if (mode != GRACE_REGION_PRED && p->pred_ok) p->pred_ok = 0, snprintf(p->pred_why, sizeof p->pred_why, "%s", forced);
+  }
+  if (!p->cond_ok && !p->pred_ok)
+    vm_progress(vm, "regions of %s run as host branches: conditional nodes: %s; predication: %s", ir->name,
+                p->region_why, p->pred_why);
 }
 
 static void plan_free(grace_ir *ir) {
@@ -446,7 +472,7 @@ static grace_status make_plan(grace_ir *ir) {
   ir->exec_free = plan_free;
   p->eager = !strcmp(ir->name, "eager");
   for (int i = 0; i < ir->ninst; i++) p->regions += ir_is_region(ir->insts[i].op);
-  if (p->regions && !p->eager) p->cond_ok = gpu_cond_available(ir, p->region_why, sizeof p->region_why);
+  if (p->regions && !p->eager) plan_regions(ir, p);
   int ng = p->f.ngroup;
   int32_t *last = vm_alloc(vm, sizeof *last * (size_t)(ir->nval ? ir->nval : 1));
   p->slots = vm_calloc(vm, sizeof *p->slots * (size_t)(ng ? ng : 1));
@@ -510,10 +536,14 @@ static grace_status run_members(grace_ir *ir, const gpu_plan *p, const ir_fuse_g
     *at = m;
     grace_status st = GRACE_OK;
     for (int a = 0; a < k->nin && st == GRACE_OK; a++) st = need(ir, ir->args[k->first_arg + a], in, val);
-    /* in a graph capture a region becomes conditional nodes; elsewhere the IR runs it as a host branch */
+    /* in a graph capture a region becomes conditional nodes or is predicated, as the capture says; elsewhere the
+     * IR runs it as a host branch */
     int region = ir_is_region(k->op), capturing = gpu_graph_capturing(ir->vm);
-    if (st == GRACE_OK) st = region && capturing ? gpu_cond_lower(ir, m, val) : ir_exec_inst(ir, m, in, val);
-    if (st == GRACE_OK && region && !capturing && p->cond_ok) gpu_cond_warm(ir, m, val);
+    if (st == GRACE_OK && region && capturing)
+      st = gpu_graph_pred(ir->vm) ? gpu_pred_lower(ir, m, val) : gpu_cond_lower(ir, m, val);
+    else if (st == GRACE_OK) st = ir_exec_inst(ir, m, in, val);
+    if (st == GRACE_OK && region && !capturing && (p->cond_ok || p->pred_ok)) gpu_cond_warm(ir, m, val);
+    if (st == GRACE_OK && region && !capturing && p->pred_ok && !p->pred_warm) gpu_pred_warm(ir, m, val);
     if (st != GRACE_OK) return st;
   }
   return GRACE_OK;
@@ -582,6 +612,7 @@ static grace_status exec(grace_ir *ir, int nin, grace_tensor *const *in, int nou
       val[p->rel[r]] = NULL;
     }
   }
+  if (st == GRACE_OK && !gpu_graph_capturing(vm)) p->pred_warm = 1;   /* every region of the plan warmed once */
   for (int i = 0; i < ir->nout && st == GRACE_OK; i++) st = need(ir, ir->outputs[i], in, val);
   for (int i = 0; i < ir->nwrite && st == GRACE_OK; i++) st = need(ir, ir->writes[i].value, in, val);
   if (st != GRACE_OK && at >= 0 && ir->insts[at].loc >= 0) {
@@ -707,9 +738,10 @@ grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout
     return vm_err(ir->vm, GRACE_EINTERNAL, "run: the program is held by another executor");
   if (!ir->exec && (st = make_plan(ir)) != GRACE_OK) return st;
   gpu_plan *p = ir->exec;
-  /* Regions that cannot become conditional nodes (gpu_cond.c) run as host branches (ir_region.c): the predicate
-   * read on the host, a synchronisation no CUDA graph can hold, so such a program runs kernel by kernel. */
-  if (p->eager || (p->regions && !p->cond_ok)) return exec(ir, nin, in, nout, out);
+  /* Regions that can neither become conditional nodes (gpu_cond.c) nor be predicated (gpu_pred.c) run as host
+   * branches (ir_region.c): the predicate read on the host, a synchronisation no CUDA graph can hold, so such a
+   * program runs kernel by kernel. */
+  if (p->eager || (p->regions && !p->cond_ok && !p->pred_ok)) return exec(ir, nin, in, nout, out);
   return gpu_graph_call(ir, &p->part, exec, nin, in, nout, out);
 }
 

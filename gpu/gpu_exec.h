@@ -69,18 +69,39 @@ const struct gpu_part *gpu_ir_part(const grace_ir *ir);
 /* How many fused groups of a program run on the device went an op at a time (no generated kernel runs them
  * whole), and why the first did ("" when none); 0 for a program not run on the device. */
 int gpu_ir_unfused(const grace_ir *ir, char *why, size_t n);
-/* The regions (cond, while) of a program run on the device, and why they cannot become conditional nodes ("" when
- * they can, or when there are none). */
-int gpu_ir_regions(const grace_ir *ir, char *why, size_t n);
 /* gpu_cond.c: whether every region of ir (at any depth) can become CUDA conditional nodes when ir is captured;
  * else why (n bytes). Compiles the predicate kernel, outside any capture. */
 int gpu_cond_available(grace_ir *ir, char *why, size_t n);
-/* gpu_cond.c: during a capture, region instruction i of ir as conditional nodes: its results in val. */
 /* gpu_cond.c: after region instruction i ran as a host branch (outside a capture), runs once each sub-program of it
  * that has never run (on the same inputs; results and errors dropped), so that a capture finds its kernels compiled
  * and its matmuls tuned. */
 void gpu_cond_warm(grace_ir *ir, int i, grace_tensor **val);
+/* gpu_cond.c: during a capture, region instruction i of ir as conditional nodes: its results in val. */
 grace_status gpu_cond_lower(grace_ir *ir, int i, grace_tensor **val);
+/* gpu_cond.c: fresh device tensors typed as values v0 .. v0+n of ir: the addresses a region's results live at, made
+ * before its bodies, which both write them. */
+grace_status gpu_region_fresh(grace_ir *ir, int32_t v0, int n, grace_tensor **out);
+/* gpu_cond.c: one body of a cond region: sub's launches (where the stream captures to; host numbers among in[] may
+ * be table values of the graph), its results copied into dst. */
+grace_status gpu_region_body(grace_ir *sub, int nin, grace_tensor *const *in, int nout, grace_tensor *const *dst);
+/* gpu_cond.c: why a region of ir (or of its sub-programs, at any depth) cannot be lowered on the device, as
+ * conditional nodes or (pred) predicated: random numbers, host results or tensors, a sub-program on the CPU, and
+ * for predication a while_loop; "" (why[0] == 0 on entry) when all can. */
+void gpu_region_why(const grace_ir *ir, int pred, char *why, size_t n);
+/* gpu_pred.c: whether every region of ir (at any depth) can be predicated when ir is captured, else why (n bytes).
+ * Compiles the predicate word's kernel, outside any capture. */
+int gpu_pred_available(grace_ir *ir, char *why, size_t n);
+/* gpu_pred.c: during a capture, cond instruction i of ir predicated: its results in val. */
+grace_status gpu_pred_lower(grace_ir *ir, int i, grace_tensor **val);
+/* gpu_pred.c: after cond instruction i ran as a host branch (outside a capture), launches both its sub-programs once
+ * predicated, with a word neither body wants, so that their predicated kernels are compiled before a capture. */
+void gpu_pred_warm(grace_ir *ir, int i, grace_tensor **val);
+/* gpu_pred.c: the region lowering asked for (grace_set_regions, else GRACE_REGIONS): -1 auto, else a
+ * grace_region_lowering. */
+int gpu_region_mode(grace_vm *vm);
+/* gpu_exec.c: the regions of a program run on the device (0: none, or not run there yet) and why each lowering
+ * cannot take them (why[GRACE_REGION_*], "" when it can; a lowering the mode excludes says so). */
+int gpu_ir_lowerings(const grace_ir *ir, char why[3][160]);
 /* Runs an IR program on the device (grace_ir_run's device branch). */
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 

@@ -167,6 +167,7 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
     RELEASE_MOVED();
     return st;
   }
+  spec.pred = cuda_pred_word(ctx, NULL) != 0;   /* in a predicated body (gpu_pred.c) */
 
   /* nothing to compute for an empty iteration, but rows over an empty reduced dim still get their values */
   int work = spec.kind == CG_POINTWISE ? geom.n > 0 : geom.rows > 0;

@@ -31,127 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/cuda_cond.h"
-#include "cuda/cuda_graph.h"
-#include "cuda/cuda_graph_update.h"
 #include "ir/ir_place.h"
-#include "gpu/gpu_exec.h"
-#include "gpu/gpu_graph.h"
-
-enum {
-  GG_SCALARS = 512,       /* host numbers per graph (an optimizer step reads several a parameter): the table's
-                             first words, number k at word GG_SCALARS - 1 - k */
-  GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
-  GG_WORDS = GG_SCALARS + GG_SLOTS,
-  GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
-  GG_ROUNDS = 7,          /* measured calls per strategy (a median of 3 was not steady enough between runs to
-                             choose by: bench/RESULTS.md) */
-  GG_CHECKS = 32,         /* deferred index checks per graph */
-  GG_MAX_LIMIT = 64
-};
-
-typedef enum { SRC_INPUT, SRC_OUTPUT, SRC_SEED, SRC_RNG } gg_src;
-typedef enum { SC_FIXED, SC_INPUT, SC_SCALAR, SC_CONST } gg_sc_kind;
-
-typedef struct gg_dyn { int32_t word, kind, index; int64_t delta; } gg_dyn;   /* a table word rewritten per replay */
-typedef struct gg_scalar { gg_sc_kind kind; int32_t inst; grace_dtype dt; uint64_t bits; } gg_scalar;
-typedef struct gg_in {
-  int host;               /* a host number: read into the table */
-  int copy;               /* read directly by some node: copied into the placeholder before each replay */
-  int via;                /* this replay, a library node reads it through the placeholder (gg_rng) */
-  CUdeviceptr ph;         /* the placeholder's first element */
-  size_t bytes;
-} gg_in;
-/* an output storage; per call all of them are one fresh allocation, this one at offset `at` */
-typedef struct gg_grp { CUdeviceptr base; size_t bytes, at; int direct; } gg_grp;
-typedef struct gg_out {
-  int grp;
-  grace_dtype dt;
-  int ndim;
-  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS], offset;
-} gg_out;
-/* a flag read back after each replay, bad when below n: a deferred index check's first bad position, or (loop) a
- * while_loop's iteration count, -1 past its max_iters (size). idx (held during the capture only) and its version let
- * later ops of the capture that check the same index against the same bound skip their own check. reset: the check
- * runs inside a conditional body, which may not run (and clear the flag) on a replay: it is cleared before each
- * replay instead */
-typedef struct gg_check {
-  CUdeviceptr flag;
-  int64_t n, size;
-  int dim, reset, loop;
-  char op[24];
-  grace_tensor *idx;
-  uint64_t ver;
-} gg_check;
-/* an in-place write of the program: into input `input` or capture `cst` (the other -1), advancing its version by
- * `bumps` per replay, as the eager ops would */
-typedef struct gg_write { int input, cst, bumps; uint64_t ver; } gg_write;
-/* graph+node updates: an input or output library kernels read or write directly, re-pointed per replay. A call
- * whose address is less aligned than the capture's (the library chose its kernels for that alignment, up to 256
- * bytes) keeps the captured address and copies instead, for that call. */
-typedef struct gg_rng { gg_src kind; int index; CUdeviceptr base; uint64_t align; size_t bytes; } gg_rng;
-typedef struct gg_sig {
-  int present, device, dtype, ndim, aligned;
-  int64_t sizes[GRACE_MAX_DIMS], strides[GRACE_MAX_DIMS];
-} gg_sig;
-
-typedef struct gg_graph {
-  const grace_ir *ir;     /* the program captured (nested one-op programs run inside it) */
-  grace_launch_strategy strat;
-  int nin, nout, ngrp, ndyn, nsc, lo, hi, nkernels, nslots;
-  gg_sig *sig;
-  gg_in *in;
-  gg_out *out;
-  gg_grp *grp;
-  gg_dyn *dyn;
-  gg_scalar sc[GG_SCALARS];
-  CUgraph g;
-  CUgraphExec x;
-  cuda_capture *cap;
-  grace_tensor *table;
-  uint64_t *host[GG_RING];
-  CUevent ev[GG_RING];
-  int evused[GG_RING], ring;
-  size_t copy_bytes, out_bytes;
-  uint64_t used;
-  double replay_us_sum, replay_us_min;   /* host time of replay() (the table, its copy, the launch) */
-  long nreplay;
-  uint64_t rng0, rng_total;   /* the VM's generator offset when capture began, and how far one call advances it */
-  int ncheck;
-  int ncond;              /* conditional nodes (gpu_cond.c), at any depth */
-  gg_check chk[GG_CHECKS];
-  gg_write *wr;
-  int nwr;
-  int64_t *chk_host;      /* page-locked, GG_RING rows of GG_CHECKS: the flags read back after a replay */
-  CUevent chk_ev[GG_RING];   /* recorded after a row's copies */
-  int chk_pend[GG_RING];     /* a row not yet looked at */
-  struct gg_graph *pend_next;   /* on vm->graph_pending while a row is pending */
-  int on_pending;
-  cuda_node_updates *upd; /* graph+node updates: the library nodes re-pointed per replay */
-  gg_rng *rng;
-  int nrng;
-} gg_graph;
-
-/* The launch cache's entry for a program (cuda_graph_decision_load/store). */
-enum { GG_DECISION_MAGIC = 0x47524c32 };   /* "GRL2" */
-typedef struct gg_decision { int32_t magic, chosen; double us[GRACE_LAUNCH_NSTRATEGIES]; } gg_decision;
-
-struct gpu_part {
-  long calls, captures;
-  int mode;               /* -1 auto, -2 off, else a forced grace_launch_strategy */
-  int decided, limit;
-  grace_launch_strategy chosen;
-  double best[GRACE_LAUNCH_NSTRATEGIES];   /* the median of the samples once all are in (or the cached figure) */
-  double samp[GRACE_LAUNCH_NSTRATEGIES][GG_ROUNDS];
-  int samples[GRACE_LAUNCH_NSTRATEGIES];
-  char why[GRACE_LAUNCH_NSTRATEGIES][160];
-  char inel[160];
-  gg_graph *gr[GG_MAX_LIMIT];
-  int ngr;
-  uint64_t tick;
-  int from_cache;         /* the decision was read from the launch cache (measured by an earlier process) */
-  int nwarm;              /* inputs of the last layout run eagerly: a new layout runs so once before capture */
-  gg_sig *warm;
-};
+#include "gpu/gpu_graph_int.h"
 
 /* The median of v[0..n) (n <= GG_ROUNDS), v left as it was. */
 static double median(const double *v, int n) {
@@ -163,6 +44,12 @@ static double median(const double *v, int n) {
 }
 
 static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection", "graph+node updates"};
+
+/* Candidate k's name, as progress messages say it. */
+static const char *cand_name(int k, char *buf, size_t n) {
+  snprintf(buf, n, "%s%s", strategy_names[gg_strat(k)], gg_pred(k) ? " (regions predicated)" : "");
+  return buf;
+}
 
 static double now_us(void) { return grace_clock() * 1e6; }
 
@@ -258,6 +145,8 @@ static grace_status table_scalar(grace_vm *vm, gg_graph *gg, const grace_tensor 
 
 int gpu_graph_capturing(grace_vm *vm) { return vm->graph_cap != NULL; }
 
+int gpu_graph_pred(grace_vm *vm) { return vm->graph_cap && vm->graph_cap->pred; }
+
 void gpu_graph_cond_added(grace_vm *vm) { vm->graph_cap->ncond++; }
 
 int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size) {
@@ -280,7 +169,9 @@ static grace_status add_check(grace_vm *vm, uint64_t flag, const char *op, const
   gg_graph *gg = vm->graph_cap;
   if (gg->ncheck >= GG_CHECKS) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than %d index checks", GG_CHECKS);
   gg_check *k = &gg->chk[gg->ncheck++];
-  *k = (gg_check){flag, n, size, dim, cuda_cond_depth(gpu_ctx(vm)) > 0, loop, {0}, (grace_tensor *)idx,
+  cuda_ctx *c = gpu_ctx(vm);   /* made in a conditional or predicated body, which a replay may not run */
+  int maybe = cuda_cond_depth(c) > 0 || cuda_pred_word(c, NULL) != 0;
+  *k = (gg_check){flag, n, size, dim, maybe, loop, {0}, (grace_tensor *)idx,
                   idx ? idx->storage->version : 0};
   grace_tensor_retain(k->idx);
   snprintf(k->op, sizeof k->op, "%s", op);
@@ -487,20 +378,22 @@ static grace_status point_nodes(cuda_ctx *c, gg_graph *gg, grace_tensor *const *
   return st == GRACE_OK ? cuda_graph_updates_apply(c, gg->upd, gg->x, base, NULL) : st;
 }
 
-/* Records exec's launches for these inputs into a graph of strategy strat (forced: chosen by the user, so a
- * graph+node updates with nothing to update is still made). */
-static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strategy strat, int forced, int nin,
+/* Records exec's launches for these inputs into a graph of strategy strat, its cond regions predicated when pred is
+ * set (forced: chosen by the user, so a graph+node updates with nothing to update is still made). */
+static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strategy strat, int pred, int forced, int nin,
                             grace_tensor *const *in, int nout, gg_graph **out) {
   grace_vm *vm = ir->vm;
   cuda_ctx *c = gpu_ctx(vm);
   *out = NULL;
   if (!c) return vm->status;
-  vm_progress(vm, "recording a CUDA graph (%s) of %s", strategy_names[strat], ir->name);
+  vm_progress(vm, "recording a CUDA graph (%s%s) of %s", strategy_names[strat], pred ? ", regions predicated" : "",
+              ir->name);
   if (nin > 256 || nout > 256) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 256 inputs or outputs");
   gg_graph *gg = vm_calloc(vm, sizeof *gg);
   if (!gg) return vm_err(vm, GRACE_ENOMEM, "graph: out of host memory");
   gg->ir = ir;
   gg->strat = strat;
+  gg->pred = pred;
   gg->nin = nin;
   gg->nout = nout;
   gg->sig = vm_calloc(vm, sizeof *gg->sig * (size_t)(nin ? nin : 1));
@@ -784,20 +677,20 @@ void gpu_part_free(grace_vm *vm, gpu_part *p) {
   vm_free(vm, p, sizeof *p);
 }
 
-static void drop_graphs(grace_vm *vm, gpu_part *p, int keep_strategy) {
+static void drop_graphs(grace_vm *vm, gpu_part *p, int keep) {
   int k = 0;
   for (int i = 0; i < p->ngr; i++)
-    if ((int)p->gr[i]->strat == keep_strategy) p->gr[k++] = p->gr[i];
+    if (p->gr[i]->strat == gg_strat(keep) && p->gr[i]->pred == gg_pred(keep)) p->gr[k++] = p->gr[i];
     else graph_free(vm, p->gr[i]);
   p->ngr = k;
 }
 
-/* The graph of strategy s for these inputs: found, or recorded now (*fresh set). */
-static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, grace_launch_strategy s, int nin,
-                               grace_tensor *const *in, int nout, gg_graph **out, int *fresh) {
+/* The graph of candidate s for these inputs: found, or recorded now (*fresh set). */
+static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, int s, int nin, grace_tensor *const *in,
+                               int nout, gg_graph **out, int *fresh) {
   *fresh = 0;
   for (int i = 0; i < p->ngr; i++)
-    if (p->gr[i]->strat == s && sig_matches(p->gr[i], nin, in)) { *out = p->gr[i]; p->gr[i]->used = ++p->tick; return GRACE_OK; }
+    if (p->gr[i]->strat == gg_strat(s) && p->gr[i]->pred == gg_pred(s) && sig_matches(p->gr[i], nin, in)) { *out = p->gr[i]; p->gr[i]->used = ++p->tick; return GRACE_OK; }
   /* a layout not run before runs eagerly once (its kernels compiled and matmuls tuned outside any capture) */
   gg_graph probe = {.nin = p->nwarm, .sig = p->warm};
   if (!p->warm || !sig_matches(&probe, nin, in)) {
@@ -809,7 +702,7 @@ static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, grac
     return GRACE_OK;
   }
   gg_graph *gg = NULL;
-  grace_status st = capture(ir, exec, s, p->mode >= 0, nin, in, nout, &gg);
+  grace_status st = capture(ir, exec, gg_strat(s), gg_pred(s), p->mode >= 0, nin, in, nout, &gg);
   if (st != GRACE_OK) return st;
   p->captures++;
   if (p->ngr >= p->limit) {   /* the least recently used goes */
@@ -823,6 +716,23 @@ static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, grac
   *out = gg;
   *fresh = 1;
   return GRACE_OK;
+}
+
+/* The candidates the program's regions leave out, and why (a program without regions leaves out the predicated
+ * ones); a forced strategy is decided now, its regions as conditional nodes where they can be, else predicated. */
+static void part_lowerings(grace_ir *ir, gpu_part *p) {
+  char lw[3][160];
+  p->regions = gpu_ir_lowerings(ir, lw);
+  for (int k = 0; k < GG_NCAND; k++) {
+    const char *w = gg_pred(k) ? (p->regions ? lw[GRACE_REGION_PRED] : "no cond region to predicate")
+                    : !p->regions ? "" : k == GRACE_LAUNCH_EAGER ? lw[GRACE_REGION_HOST] : lw[GRACE_REGION_NODES];
+    if (w[0]) snprintf(p->why[k], sizeof p->why[k], "%.159s", w);
+  }
+  if (p->mode < 0) return;
+  p->decided = 1;   /* forced: nothing to measure */
+  p->chosen = p->mode;
+  int pk = p->mode + GRACE_LAUNCH_NSTRATEGIES - 1;
+  if (p->mode != GRACE_LAUNCH_EAGER && p->why[p->mode][0] && !p->why[pk][0]) p->chosen = pk;
 }
 
 grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int nin, grace_tensor *const *in,
@@ -839,13 +749,13 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     if (p->mode == -2) snprintf(p->inel, sizeof p->inel, "graphs are off (GRACE_GRAPHS or grace.graphs)");
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
-    if (p->mode >= 0) p->decided = 1, p->chosen = (grace_launch_strategy)p->mode;   /* forced: nothing to measure */
+    part_lowerings(ir, p);
     gg_decision dc;
     if (p->mode == -1 && !p->inel[0] && c && cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) &&
-        dc.magic == GG_DECISION_MAGIC && dc.chosen >= 0 && dc.chosen < GRACE_LAUNCH_NSTRATEGIES) {
+        dc.magic == GG_DECISION_MAGIC && dc.chosen >= 0 && dc.chosen < GG_NCAND && !p->why[dc.chosen][0]) {
       p->decided = p->from_cache = 1;
-      p->chosen = (grace_launch_strategy)dc.chosen;
-      for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) p->best[k] = dc.us[k], p->samples[k] = dc.us[k] > 0;
+      p->chosen = dc.chosen;
+      for (int k = 0; k < GG_NCAND; k++) p->best[k] = dc.us[k], p->samples[k] = dc.us[k] > 0;
     }
     *pp = p;
   }
@@ -854,22 +764,24 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     /* the first call, eager: a program that calls no vendor library has nothing for node updates to re-point */
     uint64_t lib0 = cuda_library_calls(vm->cuda);
     grace_status st = exec(ir, nin, in, nout, out);
-    if (st == GRACE_OK && cuda_library_calls(vm->cuda) == lib0)
-      snprintf(p->why[GRACE_LAUNCH_UPDATE], sizeof p->why[GRACE_LAUNCH_UPDATE],
-               "no library kernel in the program (graph+indirection is the same graph)");
+    for (int k = GRACE_LAUNCH_UPDATE; k < GG_NCAND && st == GRACE_OK && cuda_library_calls(vm->cuda) == lib0; k++)
+      if (gg_strat(k) == GRACE_LAUNCH_UPDATE && !p->why[k][0])
+        snprintf(p->why[k], sizeof p->why[k], "no library kernel in the program (graph+indirection is the same graph)");
     return st;
   }
   if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
-  grace_launch_strategy s;
-  int measure = 0;
+  int s, measure = 0;
   if (p->decided) s = p->chosen;
-  else {   /* the strategy with the fewest measurements among those that can run */
+  else {   /* the candidate with the fewest measurements among those that can run */
     int best = -1;
-    for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
+    for (int k = 0; k < GG_NCAND; k++)
       if (!p->why[k][0] && p->samples[k] < GG_ROUNDS && (best < 0 || p->samples[k] < p->samples[best])) best = k;
-    s = (grace_launch_strategy)best;
+    if (best < 0) best = GRACE_LAUNCH_EAGER;   /* every candidate refused (their captures failed) */
+    s = best;
     measure = 1;
-    vm_progress(vm, "measuring %s for %s (call %d of %d)", strategy_names[s], ir->name, p->samples[s] + 1, GG_ROUNDS);
+    char nm[64];
+    vm_progress(vm, "measuring %s for %s (call %d of %d)", cand_name(s, nm, sizeof nm), ir->name, p->samples[s] + 1,
+                GG_ROUNDS);
   }
   cuda_ctx *c = gpu_ctx(vm);
   if (!c) return vm->status;
@@ -880,7 +792,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     t0 = now_us();
   }
   int fresh = 0;
-  if (s == GRACE_LAUNCH_EAGER) st = exec(ir, nin, in, nout, out);
+  if (gg_strat(s) == GRACE_LAUNCH_EAGER) st = exec(ir, nin, in, nout, out);
   else {
     gg_graph *gg = NULL;
     st = find_graph(ir, p, exec, s, nin, in, nout, &gg, &fresh);
@@ -888,6 +800,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     else if (st == GRACE_OK) st = replay(ir, gg, in, nout, out);
     else {   /* this strategy cannot run here: said in the report; this call, and the next once decided, eager */
       snprintf(p->why[s], sizeof p->why[s], "%.159s", vm->err);
+      if (gg_pred(s) && !p->pred_fail[0]) snprintf(p->pred_fail, sizeof p->pred_fail, "%.159s", vm->err);
       if (p->decided) p->chosen = GRACE_LAUNCH_EAGER;
       measure = 0;
       st = exec(ir, nin, in, nout, out);
@@ -900,63 +813,20 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
   }
   if (!p->decided) {
     int done = 1, best = -1;
-    for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
+    for (int k = 0; k < GG_NCAND; k++) {
       if (p->why[k][0]) continue;
       if (p->samples[k] < GG_ROUNDS) done = 0;
       else if (best < 0 || p->best[k] < p->best[best]) best = k;
     }
+    if (done && best < 0) p->decided = 1, p->chosen = GRACE_LAUNCH_EAGER;   /* every candidate refused */
     if (done && best >= 0) {
       p->decided = 1;
-      p->chosen = (grace_launch_strategy)best;
+      p->chosen = best;
       drop_graphs(vm, p, best);
       gg_decision dc = {GG_DECISION_MAGIC, best, {0}};
-      for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) dc.us[k] = p->samples[k] ? p->best[k] : 0;
+      for (int k = 0; k < GG_NCAND; k++) dc.us[k] = p->samples[k] ? p->best[k] : 0;
       cuda_graph_decision_store(c, grace_ir_text(ir), &dc, sizeof dc);
     }
   }
   return st;
-}
-
-void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
-  if (!out) return;
-  memset(out, 0, sizeof *out);
-  if (!ir) return;
-  out->unfused = gpu_ir_unfused(ir, out->unfused_why, sizeof out->unfused_why);
-  out->regions = gpu_ir_regions(ir, out->region_why, sizeof out->region_why);
-  const gpu_part *p = ir ? gpu_ir_part(ir) : NULL;
-  if (!p && out->regions && out->region_why[0]) {   /* run kernel by kernel, its regions as host branches */
-    out->managed = 1;
-    snprintf(out->ineligible, sizeof out->ineligible, "its regions run as host branches (%.120s)", out->region_why);
-  }
-  if (!p) return;
-  out->managed = 1;
-  out->calls = p->calls;
-  out->captures = p->captures;
-  out->decided = p->decided;
-  out->from_cache = p->from_cache;
-  out->chosen = p->chosen;
-  memcpy(out->ineligible, p->inel, sizeof out->ineligible);
-  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
-    out->us[k] = p->samples[k] ? p->best[k] : 0;
-    memcpy(out->why[k], p->why[k], sizeof out->why[k]);
-  }
-  out->graphs = p->ngr;
-  if (ir->vm->cuda) out->arena_bytes = cuda_graph_arena_bytes(ir->vm->cuda);
-  const gg_graph *last = NULL;
-  for (int i = 0; i < p->ngr; i++) {
-    out->table_bytes += sizeof(uint64_t) * GG_WORDS;
-    out->graph_bytes += cuda_capture_bytes(p->gr[i]->cap);
-    if ((!p->decided || p->gr[i]->strat == p->chosen) && (!last || p->gr[i]->used > last->used)) last = p->gr[i];
-  }
-  out->graph_bytes += out->table_bytes;
-  if (last) {
-    out->kernels = last->nkernels;
-    out->cond_nodes = last->ncond;
-    out->indirect_words = last->ndyn;
-    out->node_updates = cuda_graph_updates_nodes(last->upd);
-    out->copy_bytes = last->copy_bytes;
-    out->replays = last->nreplay;
-    out->replay_host_us_min = last->replay_us_min;
-    out->replay_host_us_mean = last->nreplay ? last->replay_us_sum / (double)last->nreplay : 0;
-  }
 }

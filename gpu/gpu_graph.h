@@ -38,6 +38,9 @@ int gpu_graph_check_seen(grace_vm *vm, const grace_tensor *idx, int64_t size);
  * like an index check's flag: negative when the loop was stopped past max_iters, which raises the eager loop's error
  * at the next wait for the device. The graph owns the counter (8 bytes from cuda_malloc) on success. */
 grace_status gpu_graph_defer_loop(grace_vm *vm, uint64_t counter, int64_t max_iters);
+/* While capturing: whether the capture predicates the program's cond regions (gpu_pred.c) rather than making them
+ * conditional nodes (gpu_cond.c); the launch measurement tries both. */
+int gpu_graph_pred(grace_vm *vm);
 /* While capturing: a conditional node was added (gpu_cond.c); counted per graph (grace_graph_info.cond_nodes). */
 void gpu_graph_cond_added(grace_vm *vm);
 

@@ -288,10 +288,11 @@ static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_d
   cg_mm_desc di;
   cg_launch li;
   cuda_capture *ind = cuda_capture_indirect(c);
+  di = *d;
+  di.pred = cuda_pred_word(c, NULL) != 0;   /* in a predicated body (gpu_pred.c) */
+  d = &di;
   if (ind) {   /* captured for a graph: pointers and scalars through slots of its argument table */
-    di = *d;
     di.indirect = 1;
-    d = &di;
     li = *l;
     for (int i = 0; i < li.nwords; i++)
       if (i < 4 + d->nop || i >= li.nwords - d->nscalar)

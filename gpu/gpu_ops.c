@@ -59,7 +59,7 @@ static unsigned spec_hash(const cgo_spec *s) {
 }
 static int spec_equal(const cgo_spec *a, const cgo_spec *b) {
   return a->tmpl == b->tmpl && a->dt[0] == b->dt[0] && a->dt[1] == b->dt[1] && a->dt[2] == b->dt[2] &&
-         a->variant == b->variant && a->indirect == b->indirect;
+         a->variant == b->variant && a->indirect == b->indirect && a->pred == b->pred;
 }
 
 static grace_status get_function(grace_vm *vm, cuda_ctx *c, const cgo_spec *spec, CUfunction *f) {
@@ -93,7 +93,7 @@ static grace_status get_function(grace_vm *vm, cuda_ctx *c, const cgo_spec *spec
 static grace_status launch_own(grace_vm *vm, cgo_tmpl t, grace_dtype d0, grace_dtype d1, grace_dtype d2, int variant,
                                unsigned grid, unsigned block, unsigned smem, const words *w, int own, unsigned cluster) {
   cuda_ctx *c = gpu_ctx(vm);
-  cgo_spec spec = {t, {d0, d1, d2}, variant, 0};
+  cgo_spec spec = {t, {d0, d1, d2}, variant, 0, cuda_pred_word(c, NULL) != 0};   /* pred: in a predicated body */
   words wi;
   cuda_capture *ind = cuda_capture_indirect(c);
   if (ind) {   /* captured for a graph: pointers and scalars through slots of its argument table */
@@ -159,9 +159,11 @@ static grace_status dev_copy(grace_vm *vm, int nd, const int64_t *sizes, CUdevic
   wptr(&w, dst); wptr(&w, src);
   wput(&w, n); wput(&w, k); warr(&w, sz, k); warr(&w, a, k); warr(&w, b, k);
   int flat = k == 1 && a[0] == 1 && b[0] == 1;
-  /* a flat copy is a driver copy, unless a graph is being captured with indirection: its kernel reads slots */
-  if (flat && sdt == ddt && !cuda_capture_indirect(gpu_ctx(vm)))
-    return cuda_copy_device(gpu_ctx(vm), dst, src, (size_t)n * grace_dtype_size(ddt));
+  /* a flat copy is a driver copy, unless a graph is being captured with indirection (its kernel reads slots) or
+   * the copy is in a predicated body (gpu_pred.c: a kernel can be skipped, a driver copy cannot) */
+  cuda_ctx *c = gpu_ctx(vm);
+  if (flat && sdt == ddt && !cuda_capture_indirect(c) && !cuda_pred_word(c, NULL))
+    return cuda_copy_device(c, dst, src, (size_t)n * grace_dtype_size(ddt));
   return launch(vm, CGO_COPY, ddt, sdt, ddt, flat, blocks_for(n, 256), 256, 0, &w);
 }
 

@@ -408,6 +408,11 @@ typedef enum grace_launch_strategy {
                                directly are re-pointed per call by updating their nodes' parameters */
   GRACE_LAUNCH_NSTRATEGIES
 } grace_launch_strategy;
+typedef enum grace_region_lowering {
+  GRACE_REGION_HOST,        /* a host branch: the predicate read on the host, one graph-less call */
+  GRACE_REGION_NODES,       /* CUDA conditional nodes (IF, IF/ELSE, WHILE) in the program's graph */
+  GRACE_REGION_PRED         /* predication: both bodies in the graph, their kernels skipped by the predicate */
+} grace_region_lowering;
 typedef struct grace_graph_info {
   int managed;                     /* 1 when the program ran on the device under this scheme */
   long calls, captures;
@@ -429,14 +434,19 @@ typedef struct grace_graph_info {
   double replay_host_us_min, replay_host_us_mean;   /* host time from a replay's start to its launch returning */
   int unfused;                     /* fused groups no generated kernel could run whole: they ran an op at a time */
   char unfused_why[160];           /* why the first of them could not ("" when none) */
-  /* Regions (cond, while_loop) of the program, and how they run: as CUDA conditional nodes inside the program's
-   * graph (the predicate read on the device; cond_nodes > 0 in the graph the chosen strategy replays), or as host
-   * branches (the predicate read on the host, a wait for the device per decision; the eager strategy of a program
-   * that can take conditional nodes is this lowering, measured against the graph). region_why: why conditional
-   * nodes cannot take them ("" when they can). */
+  /* Regions (cond, while_loop) of the program, and how they run (grace_region_lowering): as CUDA conditional nodes
+   * inside the program's graph (the predicate read on the device; cond_nodes > 0 in the graph the chosen strategy
+   * replays), predicated (both bodies' kernels in the graph, each returning at once unless the predicate picks its
+   * body), or as host branches (the predicate read on the host, a wait for the device per decision: the eager
+   * strategy). Each graph strategy is measured with each lowering that can take the regions; region_us: the best
+   * measured per lowering (0: not measured), region_lowering: the one the calls use now (-1 while measuring).
+   * region_why: why conditional nodes cannot take them, pred_why: why predication cannot ("" when it can). */
   int regions;
   int cond_nodes;
   char region_why[160];
+  int region_lowering;
+  double region_us[3];
+  char pred_why[160];
 } grace_graph_info;
 void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out);
 /* A device program with symbolic sizes runs as copies specialised to the sizes of its calls, a few kept (least
@@ -446,6 +456,10 @@ grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t
 /* Sets the launch strategy for device programs that first run after this call: "auto" (measure and choose),
  * "off" (no graphs, no measuring), "eager", "copy", "indirect" or "update" (forced); NULL: back to GRACE_GRAPHS. */
 grace_status grace_set_graphs(grace_vm *vm, const char *mode);
+/* Sets how regions (cond, while_loop) of device programs that first run after this call are lowered: "auto"
+ * (measured with the launch strategies, the fastest kept), "host", "nodes" or "pred" (forced where the program can
+ * take it, else the host branch); NULL: back to GRACE_REGIONS (default auto). */
+grace_status grace_set_regions(grace_vm *vm, const char *mode);
 /* Which implementation runs a matrix product on the CUDA device: "auto" (grace's kernel or cuBLASLt, whichever
  * timing once per shape finds faster), "grace" (grace's generated kernels only) or "cublaslt" (cuBLASLt where it
  * can take the product, grace's kernels elsewhere); NULL: back to GRACE_MATMUL (default auto). */

@@ -95,6 +95,14 @@ static int l_synchronize(lua_State *L) {
   return 0;
 }
 
+/* grace.regions(mode): how regions (cond, while_loop) of device programs that first run after the call are
+ * lowered ("auto", "host", "nodes", "pred"; nil: back to GRACE_REGIONS). */
+static int l_regions(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  if (grace_set_regions(vm, luaL_optstring(L, 1, NULL)) != GRACE_OK) return lgrace_error(L, vm);
+  return 0;
+}
+
 /* grace.graphs(mode): the launch strategy of device programs that first run after the call ("auto", "off",
  * "eager", "copy", "indirect", "update"; nil: back to GRACE_GRAPHS). */
 static int l_graphs(lua_State *L) {
@@ -267,6 +275,7 @@ static const luaL_Reg grace_funcs[] = {
   {"set_rng_state", l_set_rng_state},
   {"synchronize", l_synchronize},
   {"graphs", l_graphs},
+  {"regions", l_regions},
   {"matmul_backend", l_matmul_backend},
   {"empty_cache", l_empty_cache},
   {"device_stats", l_device_stats},

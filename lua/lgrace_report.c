@@ -9,11 +9,13 @@
 static const char *const launch_names[GRACE_LAUNCH_NSTRATEGIES] = {"eager", "graph+copies", "graph+indirection",
                                                                          "graph+node updates"};
 
-/* How the program's regions run now: in its graph as conditional nodes, or as host branches (the eager strategy of
- * a program that can take conditional nodes is the host branch, measured against its graph). */
+static const char *const lowering_names[3] = {"host branch", "conditional nodes", "predication"};
+static const char *const lowering_keys[3] = {"host", "nodes", "pred"};
+
+/* How the program's regions run now: in its graph as conditional nodes or predicated, or as host branches (the
+ * eager strategy is the host branch, measured against the graphs). */
 static const char *region_lowering(const grace_graph_info *gi) {
-  if (gi->cond_nodes > 0 && gi->decided && gi->chosen != GRACE_LAUNCH_EAGER) return "conditional nodes";
-  return gi->region_why[0] || gi->decided ? "host branch" : "measuring";
+  return gi->region_lowering >= 0 && gi->region_lowering < 3 ? lowering_names[gi->region_lowering] : "measuring";
 }
 
 /* Pushes one program's launch figures as a table. */
@@ -58,6 +60,11 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
     lua_pushinteger(L, gi->cond_nodes); lua_setfield(L, -2, "cond_nodes");
     lua_pushstring(L, region_lowering(gi)); lua_setfield(L, -2, "region_lowering");
     if (gi->region_why[0]) { lua_pushstring(L, gi->region_why); lua_setfield(L, -2, "region_why"); }
+    if (gi->pred_why[0]) { lua_pushstring(L, gi->pred_why); lua_setfield(L, -2, "pred_why"); }
+    lua_createtable(L, 0, 3);   /* the best measured per lowering, microseconds per call */
+    for (int l = 0; l < 3; l++)
+      if (gi->region_us[l] > 0) { lua_pushnumber(L, gi->region_us[l]); lua_setfield(L, -2, lowering_keys[l]); }
+    lua_setfield(L, -2, "region_times");
   }
 }
 
@@ -192,9 +199,16 @@ int lg_report(lua_State *L) {
       luaL_addstring(&b, line);
     }
     if (gi->regions) {
-      snprintf(line, sizeof line, "    %d region%s (cond, while_loop): %s%s%.160s (eager is the host branch)\n", gi->regions,
-               gi->regions > 1 ? "s" : "", region_lowering(gi), gi->region_why[0] ? ": " : "", gi->region_why);
+      snprintf(line, sizeof line, "    %d region%s (cond, while_loop): %s (eager is the host branch)\n", gi->regions,
+               gi->regions > 1 ? "s" : "", region_lowering(gi));
       luaL_addstring(&b, line);
+      for (int l = 0; l < 3; l++) {
+        const char *why = l == GRACE_REGION_NODES ? gi->region_why : l == GRACE_REGION_PRED ? gi->pred_why : "";
+        if (why[0]) snprintf(line, sizeof line, "      %-18s unavailable: %.160s\n", lowering_names[l], why);
+        else if (gi->region_us[l] > 0) snprintf(line, sizeof line, "      %-18s %9.1f us\n", lowering_names[l], gi->region_us[l]);
+        else continue;
+        luaL_addstring(&b, line);
+      }
     }
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
       if (gi->why[k][0]) snprintf(line, sizeof line, "    %-18s unavailable: %s\n", launch_names[k], gi->why[k]);

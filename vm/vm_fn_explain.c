@@ -91,23 +91,36 @@ static void explain_partitions(grace_ir *prog, sbuf *b) {
 }
 
 /* How each region (cond, while_loop) of prog runs, one line each after prefix: on CUDA as conditional graph nodes
- * where gpu_cond_available says they can be, else as host branches, with the reason. */
+ * where gpu_cond_available says they can be, predicated where gpu_pred_available says a cond can be (the launch
+ * measurement keeps the fastest of these and the host branch), else as host branches, with the reasons. */
 static void explain_regions(grace_vm *vm, grace_ir *prog, const char *prefix, sbuf *b) {
   int nr = 0;
   for (int i = 0; i < prog->ninst; i++) nr += ir_is_region(prog->insts[i].op);
   if (!nr) return;
-  char why[160] = "";
+  char why[160] = "", pwhy[160] = "";
   int dev = ir_exec_device(prog) == GRACE_CUDA, cond = dev && gpu_cond_available(prog, why, sizeof why);
+  int pred = dev && gpu_pred_available(prog, pwhy, sizeof pwhy), mode = dev ? gpu_region_mode(vm) : -1;
+  if (mode == GRACE_REGION_HOST || mode == GRACE_REGION_PRED) cond = 0, snprintf(why, sizeof why, "forced off (GRACE_REGIONS)");
+  if (mode == GRACE_REGION_HOST || mode == GRACE_REGION_NODES) pred = 0, snprintf(pwhy, sizeof pwhy, "forced off (GRACE_REGIONS)");
   for (int i = 0; i < prog->ninst; i++) {
     const ir_inst *k = &prog->insts[i];
     if (!ir_is_region(k->op)) continue;
     sb_add(b, "%s%s at %s: ", prefix, k->op == IR_OP_COND ? "cond" : "while_loop", k->loc >= 0 ? prog->locs[k->loc] : "(unknown place)");
     if (!dev) sb_add(b, "runs on the CPU (the interpreter branches on the host value)\n");
+    else if (cond && pred)
+      sb_add(b, "conditional node (IF with an else body) or predication (both bodies in the program's CUDA graph, "
+             "each kernel returning at once unless the predicate picks its body): the predicate is read on the device, "
+             "no host synchronisation; both measured against the host branch, the fastest kept (grace.report)\n");
     else if (cond)
       sb_add(b, "conditional node (%s) in the program's CUDA graph: the predicate is read on the device, no host "
-             "synchronisation; measured against the host branch, the faster kept (grace.report)\n",
-             k->op == IR_OP_COND ? "IF with an else body" : "WHILE");
-    else sb_add(b, "host branch (the predicate is read on the host, a synchronisation per decision): %s\n", why);
+             "synchronisation; measured against the host branch, the faster kept (grace.report); not predicated: %s\n",
+             k->op == IR_OP_COND ? "IF with an else body" : "WHILE", pwhy);
+    else if (pred)
+      sb_add(b, "predication (both bodies in the program's CUDA graph, each kernel returning at once unless the "
+             "predicate picks its body): no host synchronisation; measured against the host branch, the faster kept "
+             "(grace.report); no conditional node: %s\n", why);
+    else sb_add(b, "host branch (the predicate is read on the host, a synchronisation per decision): %s; not "
+                "predicated: %s\n", why, pwhy);
   }
 }
 

@@ -133,6 +133,7 @@ local entries = {
   {{"eager"}, "grace.eager(fn): runs fn outside the trace"},
   {{"report"}, "grace.report(f): the launch strategy and timings of compiled function f's device programs"},
   {{"graphs"}, "grace.graphs([mode]): CUDA graph strategy: auto, off, eager, copy, indirect"},
+  {{"regions"}, "grace.regions([mode]): cond/while_loop lowering on CUDA: auto, host, nodes, pred"},
   {{"matmul_backend"}, "grace.matmul_backend([mode]): device matmuls by auto, grace or cublaslt"},
   {{"clock"}, "grace.clock(): a wall clock in seconds"},
   {{"isatty"}, "grace.isatty([stream=\"stdout\"]): whether stdout (stderr, stdin) is a terminal"},

@@ -39,17 +39,23 @@ static CUresult f_unload(CUmodule m) { (void)m; return 0; }
  * fgraph[0] is the graph a stream capture begun on the VM's stream records into (cleared when one begins); a
  * conditional node added to a graph gets fresh entries for its bodies. Per graph: the kernels launched into it,
  * the handles the predicate kernel (grace_cond_set, told apart by its name) was launched with, and its conditional
- * nodes (type, number of bodies, handle, the body entries). A stream made by cuStreamCreate captures into the
+ * nodes (type, number of bodies, handle, the body entries), and per kernel the predicate it was given (predication:
+ * cuda_pred_set). A stream made by cuStreamCreate captures into the
  * graph cuStreamBeginCaptureToGraph names. */
 typedef struct fake_graph {
   int kernels, nsets, nconds;
+  /* per kernel (the first 64): the predicate word and wanted value it was launched with (0, 0: not predicated),
+   * and whether it is the predication's word kernel (grace_pred_set), then that kernel's words */
+  unsigned long long pword[64], pwords[64][6];
+  unsigned pwant[64];
+  int is_word[64];
   unsigned long long sets[8], counts[8];   /* the handle each predicate kernel sets, and its loop counter's address */
   struct { int type; unsigned size; unsigned long long handle; int body[2]; } cond[8];
   CUgraph bodies[8][2];             /* the arrays handed back as phGraph_out */
 } fake_graph;
 static fake_graph fgraph[64];
 static int nfgraph, fake_main_target = -1, fake_stream_target[8] = {-1, -1, -1, -1, -1, -1, -1, -1}, nfake_streams;
-static int fake_streams_obj[8], fake_setfn_obj;
+static int fake_streams_obj[8], fake_setfn_obj, fake_predfn_obj;
 static long cond_nodes_added;
 static unsigned long long fake_handles;
 static int fake_graph_index(CUgraph g) { return (int)((fake_graph *)(void *)g - fgraph); }
@@ -64,6 +70,13 @@ static void fake_record(CUfunction f, CUstream s, void **p) {
   int t = *fake_target(s);
   if (t < 0) return;
   fake_graph *fg = &fgraph[t];
+  if (fg->kernels < 64) {   /* grace's launches pass the predicate's two parameters after the struct */
+    int k = fg->kernels;
+    fg->pword[k] = *(const unsigned long long *)p[1];
+    fg->pwant[k] = *(const unsigned *)p[2];
+    fg->is_word[k] = (void *)f == (void *)&fake_predfn_obj;
+    if (fg->is_word[k]) memcpy(fg->pwords[k], p[0], sizeof fg->pwords[k]);
+  }
   fg->kernels++;
   if ((void *)f == (void *)&fake_setfn_obj && fg->nsets < 8) {
     fg->counts[fg->nsets] = ((const uint64_t *)p[0])[4];
@@ -72,7 +85,8 @@ static void fake_record(CUfunction f, CUstream s, void **p) {
 }
 static CUresult f_getfn(CUfunction *f, CUmodule m, const char *name) {
   (void)m;
-  *f = !strcmp(name, "grace_cond_set") ? (CUfunction)&fake_setfn_obj : (CUfunction)&fake_obj;
+  *f = !strcmp(name, "grace_cond_set") ? (CUfunction)&fake_setfn_obj
+       : !strcmp(name, "grace_pred_set") ? (CUfunction)&fake_predfn_obj : (CUfunction)&fake_obj;
   return 0;
 }
 static CUresult f_attr(CUfunction f, int a, int v) { (void)f; (void)a; (void)v; return 0; }

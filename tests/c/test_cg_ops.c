@@ -22,8 +22,8 @@ static int compile_ok(const cgo_spec *s, const char *what) {
   if (cg_ops_source(vm, s, &k) != GRACE_OK) return ok(0, "%s: source (%s)", what, grace_last_error(vm));
   char *out = NULL;
   size_t n = 0;
-  if (!pdl_enters_first(k.src)) printf("# %s: does not wait for earlier kernels on entry\n", k.name);
-  int enters = pdl_enters_first(k.src);
+  int enters = s->pred ? pred_enters_first(k.src) : pdl_enters_first(k.src);
+  if (!enters) printf("# %s: does not wait for earlier kernels on entry\n", k.name);
   grace_status st = cuda_nvrtc_compile(vm, k.src, 90, 1, &out, &n);
   int good = enters && st == GRACE_OK && out && strstr(out, k.name);
   if (!good && enters) printf("# %s: %s\n", k.name, grace_last_error(vm));
@@ -37,7 +37,8 @@ static const grace_dtype all_dt[] = {GRACE_FLOAT32, GRACE_FLOAT64, GRACE_FLOAT16
 static const grace_dtype float_dt[] = {GRACE_FLOAT32, GRACE_FLOAT64, GRACE_FLOAT16, GRACE_BFLOAT16};
 
 /* Each template over its dtypes and variants; indirect alternates so both forms are covered per template and
- * dtype, and every pair of dtypes of a copy compiles at least once. */
+ * dtype, the indirect pass predicated too (the predicate's parameters and entry, gpu/gpu_pred.c), and every pair of
+ * dtypes of a copy compiles at least once. */
 static void compile_all(void) {
   int fails = 0, count = 0;
   char what[96];
@@ -45,51 +46,51 @@ static void compile_all(void) {
                       count++; if (!compile_ok(&s_, what)) fails++; } while (0)
   for (int ind = 0; ind < 2; ind++) {
     for (int i = 0; i < 8; i++) {
-      for (int j = 0; j < 8; j++) if ((i + j + ind) % 2 == 0 || i == j) TRY({CGO_COPY, {all_dt[i], all_dt[j], all_dt[i]}, i == j, ind});
-      TRY({CGO_FILL, {all_dt[i]}, 0, ind});
-      TRY({CGO_TRI, {all_dt[i]}, 0, ind});
-      TRY({CGO_IMOVE, {all_dt[i], all_dt[i], i % 2 ? GRACE_INT32 : GRACE_INT64}, 0, ind});
-      TRY({CGO_SORT, {all_dt[i]}, i % 2, ind});
-      TRY({CGO_SORT, {all_dt[i]}, 2 | ((i + 1) % 2), ind});   /* selection (topk of long rows) */
-      TRY({CGO_CUMSUM, {grace_dtype_is_float(all_dt[i]) ? all_dt[i] : GRACE_INT64, all_dt[i]}, 0, ind});
+      for (int j = 0; j < 8; j++) if ((i + j + ind) % 2 == 0 || i == j) TRY({CGO_COPY, {all_dt[i], all_dt[j], all_dt[i]}, i == j, ind, ind});
+      TRY({CGO_FILL, {all_dt[i]}, 0, ind, ind});
+      TRY({CGO_TRI, {all_dt[i]}, 0, ind, ind});
+      TRY({CGO_IMOVE, {all_dt[i], all_dt[i], i % 2 ? GRACE_INT32 : GRACE_INT64}, 0, ind, ind});
+      TRY({CGO_SORT, {all_dt[i]}, i % 2, ind, ind});
+      TRY({CGO_SORT, {all_dt[i]}, 2 | ((i + 1) % 2), ind, ind});   /* selection (topk of long rows) */
+      TRY({CGO_CUMSUM, {grace_dtype_is_float(all_dt[i]) ? all_dt[i] : GRACE_INT64, all_dt[i]}, 0, ind, ind});
     }
-    TRY({CGO_IMOVE, {GRACE_FLOAT16, GRACE_INT64, GRACE_INT32}, 0, ind});   /* scatter of a 0-d value */
-    for (int i = 0; i < 8; i++) TRY({CGO_CAT, {all_dt[i], all_dt[(i + ind) % 8], all_dt[i]}, 0, ind});   /* cat, stack */
-    TRY({CGO_ICHECK, {GRACE_INT32}, 0, ind});
-    TRY({CGO_ICHECK, {GRACE_INT64}, 0, ind});
+    TRY({CGO_IMOVE, {GRACE_FLOAT16, GRACE_INT64, GRACE_INT32}, 0, ind, ind});   /* scatter of a 0-d value */
+    for (int i = 0; i < 8; i++) TRY({CGO_CAT, {all_dt[i], all_dt[(i + ind) % 8], all_dt[i]}, 0, ind, ind});   /* cat, stack */
+    TRY({CGO_ICHECK, {GRACE_INT32}, 0, ind, ind});
+    TRY({CGO_ICHECK, {GRACE_INT64}, 0, ind, ind});
     for (int i = 0; i < 8; i++) {   /* nonzero and masked_select: count, positions, values (any mask dtype) */
-      TRY({CGO_NZ, {GRACE_INT64, all_dt[i], all_dt[i]}, CGO_NZ_COUNT, ind});
-      TRY({CGO_NZ, {GRACE_INT64, all_dt[i], all_dt[i]}, CGO_NZ_POS, ind});
-      TRY({CGO_NZ, {all_dt[i], GRACE_BOOL, all_dt[i]}, CGO_NZ_VALUES, ind});
+      TRY({CGO_NZ, {GRACE_INT64, all_dt[i], all_dt[i]}, CGO_NZ_COUNT, ind, ind});
+      TRY({CGO_NZ, {GRACE_INT64, all_dt[i], all_dt[i]}, CGO_NZ_POS, ind, ind});
+      TRY({CGO_NZ, {all_dt[i], GRACE_BOOL, all_dt[i]}, CGO_NZ_VALUES, ind, ind});
     }
     for (int i = 0; i < 8; i++)   /* index_put_ with accumulate: the dtypes with an atomic add, values of any dtype */
       if (all_dt[i] == GRACE_FLOAT32 || all_dt[i] == GRACE_FLOAT64 || all_dt[i] == GRACE_INT32 || all_dt[i] == GRACE_INT64)
-        for (int j = 0; j < 8; j += 1 + ind) TRY({CGO_IADD, {all_dt[i], all_dt[j], GRACE_INT64}, 0, ind});
+        for (int j = 0; j < 8; j += 1 + ind) TRY({CGO_IADD, {all_dt[i], all_dt[j], GRACE_INT64}, 0, ind, ind});
     for (int v = 0; v < CGO_NCREATE; v++)
       for (int i = 0; i < 8; i++) {
         int fl = grace_dtype_is_float(all_dt[i]);
         if ((v == CGO_RAND || v == CGO_RANDN) && !fl) continue;
         if (v == CGO_ARANGE_I && fl) continue;
-        TRY({CGO_CREATE, {all_dt[i]}, v, ind});
+        TRY({CGO_CREATE, {all_dt[i]}, v, ind, ind});
       }
     for (int i = 0; i < 4; i++) {
-      for (int v = 0; v < 8; v++) TRY({CGO_SOFTMAX, {float_dt[i], float_dt[(i + v) % 4]}, v, ind});
-      for (int v = 0; v < 32; v += 1 + ind) TRY({CGO_NORM, {float_dt[i], float_dt[(i + 1) % 4], float_dt[i]}, v, ind});
+      for (int v = 0; v < 8; v++) TRY({CGO_SOFTMAX, {float_dt[i], float_dt[(i + v) % 4]}, v, ind, ind});
+      for (int v = 0; v < 32; v += 1 + ind) TRY({CGO_NORM, {float_dt[i], float_dt[(i + 1) % 4], float_dt[i]}, v, ind, ind});
       /* attention per dtype (out, q/kt/v, scale): no flags, and every flag (scale divided, mask kept) */
       TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
-           (ind ? 15 : 0) | (float_dt[i] == GRACE_FLOAT64 ? CGO_ATTN_F64 : 0), ind});
+           (ind ? 15 : 0) | (float_dt[i] == GRACE_FLOAT64 ? CGO_ATTN_F64 : 0), ind, ind});
       /* the tiled kernel (float compute): every flag, or a scale by value with a mask */
       if (float_dt[i] != GRACE_FLOAT64)
         TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
-             CGO_ATTN_TILED | (ind ? 15 : CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_DIV), ind});
+             CGO_ATTN_TILED | (ind ? 15 : CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_DIV), ind, ind});
       if (float_dt[i] != GRACE_FLOAT64)   /* the decode kernel: 1, 8, 16 vectors a key row, 2, 16, 1 a value row */
         for (int l = 0; l < 3; l++)
           TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[(i + 1) % 4]},
                CGO_ATTN_DECODE | (int[]){0, 3, 4}[l] << CGO_ATTN_LK_SHIFT | (int[]){1, 4, 0}[l] << CGO_ATTN_LV_SHIFT |
-               (ind ? 15 : l == 1 ? CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_KEEP : 0), ind});
+               (ind ? 15 : l == 1 ? CGO_ATTN_SVAL | CGO_ATTN_MASK | CGO_ATTN_KEEP : 0), ind, ind});
       if (float_dt[i] != GRACE_FLOAT64)   /* keys split over a cluster's blocks (decode) */
         TRY({CGO_ATTN, {float_dt[i], float_dt[i], float_dt[i]},
-             CGO_ATTN_TILED | CGO_ATTN_SPLIT | (ind ? CGO_ATTN_SCALE : CGO_ATTN_SVAL | CGO_ATTN_MASK), ind});
+             CGO_ATTN_TILED | CGO_ATTN_SPLIT | (ind ? CGO_ATTN_SCALE : CGO_ATTN_SVAL | CGO_ATTN_MASK), ind, ind});
     }
   }
 #undef TRY
@@ -104,47 +105,47 @@ static int count_of(const char *s, const char *what) {
 
 static void source_checks(void) {
   cg_kernel k;
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_ICHECK, {GRACE_INT32}, 0, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_ICHECK, {GRACE_INT32}, 0, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "atomicMin(flag, i)") && strstr(k.src, "- p.base") && strstr(k.src, "q >= p.bound"),
      "index check: records the first bad position in the flag word, honours the index base");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_CREATE, {GRACE_FLOAT32}, CGO_RANDN, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_CREATE, {GRACE_FLOAT32}, CGO_RANDN, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "0xD2511F53u") && strstr(k.src, "0xCD9E8D57u") && strstr(k.src, "0x9E3779B9u") &&
      strstr(k.src, "0xBB67AE85u") && strstr(k.src, "r < 10") && strstr(k.src, "6.283185307179586") &&
      strstr(k.src, "log(u1)"),
      "randn: Philox4x32-10 constants and the CPU's Box-Muller in double");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_CREATE, {GRACE_FLOAT32}, CGO_RAND, 1}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_CREATE, {GRACE_FLOAT32}, CGO_RAND, 1, 0}, &k) == GRACE_OK &&
      strstr(k.src, "long long *S_seed") && strstr(k.src, "long long *S_offset") && strstr(k.src, "D_t **P_out") && strstr(k.src, "typedef float D_t;"),
      "indirect: tensor pointers as T**, scalars (seed, offset) through pointers");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_SORT, {GRACE_FLOAT32}, 1, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_SORT, {GRACE_FLOAT32}, 1, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "ka == kb && ia > ib") && strstr(k.src, "~0ULL") && strstr(k.src, "if (d != d) return ~0ULL"),
      "sort: ties broken by index (stable), NaN largest, descending by inverted keys");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_IMOVE, {GRACE_FLOAT32, GRACE_FLOAT32, GRACE_INT64}, 0, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_IMOVE, {GRACE_FLOAT32, GRACE_FLOAT32, GRACE_INT64}, 0, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "for (long long l = 0; l < p.len; l++)"),
      "scatter/index_copy_: the indexed dim is looped in order by one thread (last write wins)");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_NZ, {GRACE_INT64, GRACE_FLOAT32, GRACE_FLOAT32}, CGO_NZ_POS, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_NZ, {GRACE_INT64, GRACE_FLOAT32, GRACE_FLOAT32}, CGO_NZ_POS, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "cnt[0] = sum") && strstr(k.src, "+ p.base") && strstr(k.src, "M_ld(m + mo) == 0.0") &&
      strstr(k.src, "C_t *P_cnt"),
      "nonzero: counts scanned in order, positions offset by the index base, a NaN counts as nonzero");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_NZ, {GRACE_FLOAT16, GRACE_BOOL, GRACE_FLOAT16}, CGO_NZ_COUNT, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_NZ, {GRACE_FLOAT16, GRACE_BOOL, GRACE_FLOAT16}, CGO_NZ_COUNT, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "#define CGO_NZ_COUNT_ONLY 1") && strstr(k.src, "#if !CGO_NZ_COUNT_ONLY"),
      "masked_select's counting pass writes no values (its body's writes are under #if !CGO_NZ_COUNT_ONLY)");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_IADD, {GRACE_INT64, GRACE_INT32, GRACE_INT64}, 0, 0}, &k) == GRACE_OK &&
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_IADD, {GRACE_INT64, GRACE_INT32, GRACE_INT64}, 0, 0, 0}, &k) == GRACE_OK &&
      strstr(k.src, "atomicAdd((unsigned long long *)d") && strstr(k.src, "I_ldi(off + io)"),
      "index_put_ accumulate: int64 added atomically at the precomputed offsets");
   cg_kernel_free(vm, &k);
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_IADD, {GRACE_FLOAT16, GRACE_FLOAT16, GRACE_INT64}, 0, 0}, &k) == GRACE_EARG,
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_IADD, {GRACE_FLOAT16, GRACE_FLOAT16, GRACE_INT64}, 0, 0, 0}, &k) == GRACE_EARG,
      "index_put_ accumulate into float16: no kernel (the CPU takes it)");
-  ok(cg_ops_source(vm, &(cgo_spec){CGO_NTMPL, {GRACE_FLOAT32}, 0, 0}, &k) == GRACE_EARG, "an invalid template is an error");
+  ok(cg_ops_source(vm, &(cgo_spec){CGO_NTMPL, {GRACE_FLOAT32}, 0, 0, 0}, &k) == GRACE_EARG, "an invalid template is an error");
   is_int(cg_ops_nptr(CGO_NORM), 4, "norm takes y, x, weight, bias");
   for (int regs = 0; regs < 2; regs++) {   /* the row read once into registers, or once per pass (cg_ops_rows.cuh) */
-    ok(cg_ops_source(vm, &(cgo_spec){CGO_NORM, {GRACE_BFLOAT16, GRACE_FLOAT32, GRACE_BFLOAT16}, 3 | (regs ? CGO_NORM_REGS : 0), 0},
+    ok(cg_ops_source(vm, &(cgo_spec){CGO_NORM, {GRACE_BFLOAT16, GRACE_FLOAT32, GRACE_BFLOAT16}, 3 | (regs ? CGO_NORM_REGS : 0), 0, 0},
                      &k) == GRACE_OK && strstr(k.src, regs ? "#define CGO_NORM_REGS 1" : "#define CGO_NORM_REGS 0") &&
                      count_of(k.src, "xv[t] = CGO_XLD(x + xo + l * p.xl)") == 1 && count_of(k.src, "#define CGO_X xv[t]") == 1,
        "layer_norm %s", regs ? "in registers: x read once" : "without registers: x read by each pass");
