@@ -630,6 +630,7 @@ static int compiled_stats(lua_State *L) {
   lua_pushinteger(L, s.staged_bytes); lua_setfield(L, -2, "staged_bytes");
   lua_pushinteger(L, s.auto_regions); lua_setfield(L, -2, "auto_regions");
   lua_pushstring(L, s.auto_why); lua_setfield(L, -2, "auto_region_failure");
+  lua_pushinteger(L, s.ahead_paths); lua_setfield(L, -2, "ahead_paths");
   return 1;
 }
 

@@ -151,9 +151,15 @@ static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
     char pred[64];
     if (br->cmp == GRACE_CMP_TRUTH) snprintf(pred, sizeof pred, "truth");
     else snprintf(pred, sizeof pred, "%s %.17g", ir_cmp_name(br->cmp), br->k);
+    char pre[400];
+    const char *prefix = br->ahead == 1 ? fn_auto_prefix_effects(prog, br->after, pre, sizeof pre) : NULL;
     if (br->kind == IR_BRK_PRED)
       sb_add(b, "    %s: a branch on a value read on the host (%s): once calls have taken both ways, the two paths "
-             "become one program with a cond region (no Lua code runs then)\n", where, pred);
+             "become one program with a cond region (no Lua code runs then)%s%s%s\n", where, pred,
+             br->ahead == 1 && !prefix ? "; its other way only returns values already computed, so it is recorded "
+                                         "after a few calls that go the same way, without waiting for one to take it"
+             : prefix ? "\n      its other way is not recorded before a call takes it: "
+             : br->ahead == 2 ? "\n      " : "", prefix ? prefix : "", br->ahead == 2 ? prog->locs[br->ahead_why] : "");
     else if (br->kind == IR_BRK_WHY && br->why >= 0)
       sb_add(b, "    %s: a value read on the host stays a graph break: %s\n", where, prog->locs[br->why]);
     else
