@@ -196,7 +196,15 @@ static int note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int kind, do
   if (want >= 0) holds = c.negate ? !want : want;
   /* the outcome of `v OP k` itself: the core's predicate computes that comparison */
   grace_trace_branch(vm, x, cmps[c.op], c.k, c.negate ? !holds : holds, NULL);
-  grace_trace_branch_ahead(vm, c.ahead_why[!holds][0] ? c.ahead_why[!holds] : NULL);
+  const char *ahead = c.ahead_why[!holds][0] ? c.ahead_why[!holds] : NULL;
+  lua_Debug ar;
+  if (!ahead && !caller_is_traced(L)) {   /* its return goes on in the caller's code, which may do anything */
+    int named = lua_getstack(L, 1, &ar) && lua_getinfo(L, "S", &ar);
+    snprintf(why, sizeof why, "%s:%d: the branch's other way is not recorded before a call takes it: it returns to "
+             "the function that called this one, not out of the compiled function", named ? ar.short_src : "?", c.line);
+    ahead = why;
+  }
+  grace_trace_branch_ahead(vm, ahead);
   return want >= 0;
 }
 

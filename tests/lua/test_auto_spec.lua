@@ -217,6 +217,19 @@ for _, r in ipairs(refused) do
   tap.ok(explain(fn, smalls(1)[1]):find(reason, 1, true) ~= nil, name .. ": explain says why")
 end
 
+-- the exit in a helper the compiled function calls: its return goes back into the compiled function's code
+local function check(h)
+  if h:abs():max():item() > 1e9 then return h end
+  return rest(h)
+end
+local function outer(x) return check(first(x)) * 2 end
+local cou = grace.compile(outer)
+local coun = counted(cou, outer, smalls(6))
+tap.ok(coun.bad == 0 and cou:stats().ahead_paths == 0 and
+       cou:stats().auto_region_failure:find("test_auto_spec.lua:" .. debug.getinfo(check, "S").linedefined + 1
+                                            .. ": [^\n]*not out of the compiled function") ~= nil,
+       "an exit inside a helper: not recorded ahead (" .. cou:stats().auto_region_failure .. ")")
+
 -- the value kept in a local: the site itself is no predicate
 local function kept(x)
   local h = first(x)
