@@ -404,9 +404,12 @@ void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
     if (g && fn->host.release) fn->host.release(fn->ud, g);
     return;
   }
+  /* the other branch's guard is checked on every call too, unless this call's checks all it does */
+  int covered = other && g && fn->host.guard_covers && fn->host.guard_covers(fn->ud, g, other);
   if (e->guard && !from_trace && fn->host.release) fn->host.release(fn->ud, e->guard);
   e->guard = g;
-  e->guard2 = other;
+  e->guard2 = covered ? 0 : other;
+  if (covered && fn->host.release) fn->host.release(fn->ud, other);
   if (!from_trace) { a->kept[!a->side] = 0; a->have[!a->side] = 0; }
   e->nguarded = ng;
   memcpy(e->ret_output, a->ret_prog, sizeof e->ret_output);

@@ -558,7 +558,7 @@ static int differ_in_numbers(grace_fn *fn, const fn_entry *e1, const fn_entry *e
   if (!ok || !nd) return 0;
   for (int j = 0; j < e1->nret && ok; j++) ok = e1->ret_output[j] == e2->ret_output[j];
   for (int j = 0; j < e1->nret && ok; j++) if (e1->ret_output[j] == -1) ok = fn_same_const(fn, &e1->ret_const[j], &e2->ret_const[j]);
-  if (ok && (e1->guard2 || e2->guard2)) ok = 0;   /* merged programs: never taken for one another */
+  if (ok && (fn_auto_merged(e1) || fn_auto_merged(e2))) ok = 0;   /* merged programs: never taken for one another */
   if (ok && (e1->guard || e2->guard))
     ok = e1->guard && e2->guard && fn->host.guard_same && fn->host.guard_same(fn->ud, e1->guard, e2->guard);
   return ok;
