@@ -25,7 +25,12 @@
  * (value OP k), k 1 its negation. TEST leaves R in place, so R must be dead on both sides (in `v or 0` it is the
  * expression's value). Rejected are a comparison whose result becomes a boolean value (the jump lands on
  * LFALSESKIP/LOADTRUE) and one that decides a loop (the jump goes back, or to a CLOSE and back, or it leaves a loop
- * whose back jump ends where the jump lands). */
+ * whose back jump ends where the jump lands).
+ *
+ * Each side of an accepted jump is also scanned (more_than_return): when its code, followed through forward jumps,
+ * only moves registers and loads constants and upvalues up to a return, without reading R (until R is overwritten),
+ * it is an early return of values already computed: running it has no effect and calls nothing, so grace may force
+ * the value to record that side before a call takes it (lg_cmp.ahead_why). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>

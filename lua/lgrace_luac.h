@@ -67,6 +67,7 @@ typedef struct {
  * `if COND then break end` (Lua compiles it into the loop's exit jump): there the value decides how many times the
  * loop runs.
  * Assumes a method called under another name on the same line (x:max() in x:max():item()) is not item itself.
+ * On acceptance out->ahead_why also says, for each side, whether its code is an early return (see lg_cmp).
  * Leaves the Lua stack as it was; keeps no state between calls (dumps and decodes the function each time: call it
  * once per site while recording, not per call). */
 int lg_cmp_site(lua_State *L, int level, lg_cmp *out, char *why, size_t nwhy);

@@ -5,7 +5,9 @@
  * path took); a replay keeps it per call and hands it to a path it records. Once a function's recorded paths hold
  * both outcomes of such a break, and each runs to its end without another, ir_merge makes them one program; the
  * next replayed call lets the host build the guards of that program (its captured tensors, those of both branches),
- * and from then on the entry runs the program like any other: no host code, no sync at the branch. */
+ * and from then on the entry runs the program like any other: no host code, no sync at the branch. A branch whose
+ * other outcome never comes but whose code for it is an early return gets that path recorded ahead (fn_auto_ahead,
+ * at the end of this file). */
 #include <stdio.h>
 #include <string.h>
 #include "vm/vm_fn.h"
@@ -479,10 +481,13 @@ static const char *run_ahead(grace_fn *fn, fn_entry *e, int p, int nargs, const 
   fn->host.trace_begin(fn->ud);
   grace_arg res[FN_MAXARGS];
   int nres = 0;
+  char err[300], before[VM_ERRLEN];   /* the VM's message, put back after: this call is not the user's */
+  grace_status before_st = vm->status;
+  snprintf(before, sizeof before, "%s", grace_last_error(vm));
+  grace_set_error(vm, GRACE_OK, "%s", "");
   grace_status st = fn->host.call(fn->ud, nargs, args, &nres, res, FN_MAXARGS);
   int nw = nres < FN_MAXARGS ? nres : FN_MAXARGS, forced = tr->ahead_forced;
-  char err[300];
-  snprintf(err, sizeof err, "%s", st == GRACE_EHOST ? "an error in the Lua code" : grace_last_error(vm));
+  snprintf(err, sizeof err, "the host function failed%s%.250s", *grace_last_error(vm) ? ": " : "", grace_last_error(vm));
   if (st == GRACE_OK) fn_auto_call_end(fn, e, nargs, args, nw, res);
   grace_ir *rec = NULL;
   grace_status rs = grace_replay_end(vm, &rec);
@@ -496,6 +501,10 @@ static const char *run_ahead(grace_fn *fn, fn_entry *e, int p, int nargs, const 
   if (seed2 != seed || off2 != off) grace_set_rng_state(vm, seed, off);
   for (int i = 0; i < nargs; i++)
     changed |= args[i].kind == GRACE_ARG_TENSOR && args[i].t && grace_tensor_version(args[i].t) != ver[i];
+  int verified = rec && grace_ir_verify(rec) == GRACE_OK;
+  char bad_ir[300];
+  snprintf(bad_ir, sizeof bad_ir, "%s", grace_last_error(vm));
+  grace_set_error(vm, before_st, "%s", before);
   const ir_break *b = rec && rec->nbreak == 1 ? &rec->breaks[0] : NULL;
   const char *why = st != GRACE_OK || rs != GRACE_OK ? err
                   : !forced ? "the value read at the branch was not forced"
@@ -505,7 +514,7 @@ static const char *run_ahead(grace_fn *fn, fn_entry *e, int p, int nargs, const 
                   : seed2 != seed || off2 != off ? "it drew random numbers"
                   : changed ? "it wrote in place to an argument"
                   : e->ntree >= FN_MAXPATHS ? "the function has too many paths"
-                  : grace_ir_verify(rec) != GRACE_OK ? grace_last_error(vm) : NULL;
+                  : !verified ? bad_ir : NULL;
   if (why) {
     snprintf(buf, n, "the call recording it failed: %.300s", why);
     grace_ir_free(rec);
