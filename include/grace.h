@@ -579,14 +579,14 @@ typedef struct grace_host {
   int (*guard_check)(void *ud, uint64_t guard, int nargs, const grace_arg *args, char *why, size_t n);
   /* Whether two guards check the same values with the same expectations (for promotion; optional: never). */
   int (*guard_same)(void *ud, uint64_t a, uint64_t b);
-  /* Whether guard a checks every value guard b checks (the same paths), with the same expectations: then b need not
-   * be checked beside a (optional: never). */
-  int (*guard_covers)(void *ud, uint64_t a, uint64_t b);
   uint64_t (*keep)(void *ud, uint64_t handle);   /* a handle the core owns, for the same value */
   void (*release)(void *ud, uint64_t handle);    /* a kept handle or a guard */
   int (*same)(void *ud, uint64_t a, uint64_t b); /* identity of two host values (required for HOST arguments) */
   grace_where_fn where;                          /* "file:line" of the host code running now (optional) */
   void (*eager)(void *ud, const char *why);      /* once, when the function starts to run eagerly (optional) */
+  /* Whether guard a checks every value guard b checks (the same paths), with the same expectations: then b need not
+   * be checked beside a (optional: never). */
+  int (*guard_covers)(void *ud, uint64_t a, uint64_t b);
 } grace_host;
 typedef struct grace_fn_options {
   int cache_limit;            /* entries before the function runs eagerly for good; at least 1 */
