@@ -90,8 +90,8 @@ grace_status grace_trace_branch_ahead(grace_vm *vm, const char *why) {
   grace_ir *ir = tr->ir;
   ir_break *b = ir->nbreak ? &ir->breaks[ir->nbreak - 1] : NULL;
   if (!b || b->after != ir->ninst - 1 || b->kind != IR_BRK_PRED) return GRACE_OK;   /* no predicate made here */
-  b->ahead = why ? 2 : 1;
   if (why && (b->ahead_why = ir_intern(ir, why)) < 0) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+  b->ahead = why ? 2 : 1;
   return GRACE_OK;
 }
 
@@ -118,8 +118,10 @@ grace_status vm_auto_copy_break(grace_vm *vm, grace_ir *dst, int bi) {
   d->why = -1;
   if (d->kind == IR_BRK_WHY && (d->why = ir_intern(dst, tr->seen_why[bi])) < 0)
     return vm_err(vm, GRACE_ENOMEM, "replay: out of host memory");
-  if (d->ahead == 2 && (d->ahead_why = ir_intern(dst, tr->seen_ahead[bi])) < 0)
+  if (d->ahead == 2 && (d->ahead_why = ir_intern(dst, tr->seen_ahead[bi])) < 0) {
+    d->ahead = 0;
     return vm_err(vm, GRACE_ENOMEM, "replay: out of host memory");
+  }
   return GRACE_OK;
 }
 

@@ -44,7 +44,9 @@ static grace_status h_call(void *ud, int nargs, const grace_arg *args, int *nres
   if (st == GRACE_OK && v > 1e9) {
     r = y;
     y = NULL;
-    if (ahead && behave == OP_AFTER) st = grace_run(vm, GRACE_OP_NEG, 1, &r, NULL, 1, &two);
+    grace_tensor *more = NULL;
+    if (ahead && behave == OP_AFTER) st = grace_run(vm, GRACE_OP_NEG, 1, &r, NULL, 1, &more);
+    grace_tensor_release(more);
   } else if (st == GRACE_OK)
     st = grace_run(vm, GRACE_OP_NEG, 1, &y, NULL, 1, &r);
   grace_tensor_release(two); grace_tensor_release(y); grace_tensor_release(s);
