@@ -6,7 +6,7 @@
 -- auto_regions, replays, partition runs), a debug hook counting the Lua function's own calls (none once merged: no
 -- host read), f:ir(), version counters and the generator's state (the extra call leaves neither moved), and results
 -- against the function run eagerly; a call that does take the exit returns the first half's output, computed here
--- by hand. Also each comparison (<, <=, >=, ==, ~=, not) on float and integer values, forced on its exact edge.
+-- by hand; the limit and the weights stay guarded after the merge. Also each comparison (<, <=, >=, ==, ~=, not) on float and integer values, forced on its exact edge.
 -- What is not recorded ahead, each with its reason and file:line in f:stats().auto_region_failure and
 -- grace.explain, results equal to eager: an exit that calls a function, reads a global, assigns a table field,
 -- computes, a value kept in a local (the site itself stays a break), the exit taken every time (the other way is
@@ -100,6 +100,17 @@ local got = cf(big)
 tap.ok(maxdiff(got, want) <= 1e-6 * want:abs():max():item() and maxdiff(got, rest(want)) > 1 and
        cf:stats().replays == s0.replays and cf:stats().hits == s0.hits + 1,
        "a call that takes the exit returns the first half's output, from the program (no replay)")
+-- the limit is guarded as before: raised past the big input's values, the next call retraces and no longer exits
+c.limit = 1e300
+local t0 = cf:stats().traces
+got = cf(big)
+tap.ok(cf:stats().traces == t0 + 1 and maxdiff(got, rest(want)) <= 1e-6 * rest(want):abs():max():item(),
+       "c.limit changed after the merge: the call retraces and runs the rest of the function")
+c.limit = 1e9
+-- so are the weights: one the exit does not read, replaced, is the one the next call uses
+Ws[4] = grace.randn(D, D) * 0.25
+local xw = smalls(1)[1]
+tap.ok(maxdiff(cf(xw), early(xw)) <= 1e-5, "a weight of the rest replaced after the merge: the result uses the new one")
 local line = debug.getinfo(early, "S").linedefined + 2
 local rep = explain(early, xs[1])
 tap.ok(rep:find("test_auto_spec.lua:" .. line .. ": a branch on a value read on the host (gt 1000000000)", 1, true)
