@@ -503,6 +503,17 @@ typedef enum grace_cmp {
   GRACE_CMP_NONE = -1, GRACE_CMP_LT, GRACE_CMP_LE, GRACE_CMP_GT, GRACE_CMP_GE, GRACE_CMP_EQ, GRACE_CMP_NE, GRACE_CMP_TRUTH
 } grace_cmp;
 grace_status grace_trace_branch(grace_vm *vm, const grace_tensor *t, grace_cmp cmp, double k, int taken, const char *why);
+/* After grace_trace_branch with a comparison: what the host code does on the outcome this call did not take. why
+ * NULL: it only returns values already computed (no call, no write, no use of the value read), so grace may record
+ * that outcome's path before a call takes it, by calling the function once more with the read forced that way
+ * (grace_trace_forced); a host that says so must honour the forcing. Otherwise why ("file:line: ...") says why not,
+ * kept for grace_fn_explain. Nothing without a trace or after a read that is no predicate. */
+grace_status grace_trace_branch_ahead(grace_vm *vm, const char *why);
+/* Before the host uses a value it just read from t (a one-element tensor) to decide a branch: -1 when it uses the
+ * value read; 0 or 1 while grace records a branch's other outcome ahead (see grace_trace_branch_ahead): the host must
+ * then use instead a value for which `value cmp k` (as it will tell grace_trace_branch) is false or true, or fail the
+ * call. */
+int grace_trace_forced(grace_vm *vm, const grace_tensor *t);
 /* Replaying: runs a function again against the paths recorded for it (IR with breaks). Each grace_run
  * is matched against the paths and deferred; a host read (a break) or the end runs what was deferred.
  * A call that leaves every path is recorded from there on as a new path (prefix included), which
@@ -587,6 +598,9 @@ typedef struct grace_host {
   int (*same)(void *ud, uint64_t a, uint64_t b); /* identity of two host values (required for HOST arguments) */
   grace_where_fn where;                          /* "file:line" of the host code running now (optional) */
   void (*eager)(void *ud, const char *why);      /* once, when the function starts to run eagerly (optional) */
+  /* Whether guard a checks every value guard b checks (the same paths), with the same expectations: then b need not
+   * be checked beside a (optional: never). */
+  int (*guard_covers)(void *ud, uint64_t a, uint64_t b);
 } grace_host;
 typedef struct grace_fn_options {
   int cache_limit;            /* entries before the function runs eagerly for good; at least 1 */
@@ -623,6 +637,7 @@ typedef struct grace_fn_stats {
   int symbolic_entries;                   /* entries whose program has symbolic sizes */
   int auto_regions;                       /* entries whose paths became one program with a cond region */
   const char *auto_why;                   /* why the latest paths that could have merged stay replayed ("" none) */
+  int ahead_paths;                        /* paths of a branch's other outcome recorded before a call took it */
 } grace_fn_stats;
 void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out);
 int grace_fn_entry_count(const grace_fn *fn);

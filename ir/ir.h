@@ -71,8 +71,11 @@ typedef struct ir_break {
    * (`value`) compared with k (cmp, a grace_cmp) deciding a branch, this path taking `taken`; IR_BRK_WHY a read that
    * cannot become a predicate, why (an index into locs) says how */
   int8_t kind, cmp, taken;
+  /* IR_BRK_PRED: what the host code does on the outcome this path did not take (grace_trace_branch_ahead): 0 not
+   * said, 1 only an early return (that path may be recorded ahead), 2 more: ahead_why (an index into locs) says what */
+  int8_t ahead;
   int32_t nread;                       /* host reads at this point */
-  int32_t value, why;
+  int32_t value, why, ahead_why;
   double k;
 } ir_break;
 enum { IR_BRK_READ, IR_BRK_PRED, IR_BRK_WHY };

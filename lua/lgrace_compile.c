@@ -289,6 +289,37 @@ static int h_guard_same(void *ud, uint64_t a, uint64_t b) {
   return ok;
 }
 
+/* Whether guard a checks every value guard b checks: each path of b is one of a's, expecting the same. */
+static int h_guard_covers(void *ud, uint64_t a, uint64_t b) {
+  lua_State *L = ((compiled *)ud)->L;
+  int top = lua_gettop(L), ok = 1;
+  lua_checkstack(L, 16);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, (lua_Integer)a);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, (lua_Integer)b);
+  for (int g = 1; g <= 2; g++)
+    for (int f = 1; f <= 3; f++) lua_rawgeti(L, top + g, f);
+  int pa = top + 3, ea = top + 4, na = (int)lua_tointeger(L, top + 5);
+  int pb = top + 6, eb = top + 7, nb = (int)lua_tointeger(L, top + 8);
+  for (int i = 1; i <= nb && ok; i++) {
+    lua_rawgeti(L, pb, i);
+    int path = lua_gettop(L);
+    lua_Integer len = (lua_Integer)lua_rawlen(L, path);
+    ok = 0;
+    for (int j = 1; j <= na && !ok; j++) {
+      lua_rawgeti(L, pa, j);
+      if ((lua_Integer)lua_rawlen(L, -1) == len && lg_shared_prefix(L, -1, path) == len) {
+        lua_rawgeti(L, ea, j);
+        lua_rawgeti(L, eb, i);
+        ok = lg_same_expectation(L, -1, -2);
+      }
+      lua_settop(L, path);
+    }
+    lua_settop(L, path - 1);
+  }
+  lua_settop(L, top);
+  return ok;
+}
+
 /* Before a trace: what the function can read of Lua state (a change afterwards is a side effect), and a proxy _ENV
  * that records the globals it reads and writes. Kept in a registry table until h_trace_end. */
 static void h_trace_begin(void *ud) {
@@ -469,7 +500,7 @@ static void h_trace_end(void *ud, grace_ir *ir, uint64_t *guard, int *nguarded, 
 
 static const grace_host lua_host = {
   .call = h_call, .trace_begin = h_trace_begin, .trace_end = h_trace_end, .guard_check = h_guard_check,
-  .guard_same = h_guard_same, .keep = h_keep, .release = h_release, .same = h_same, .where = where_cb,
+  .guard_same = h_guard_same, .guard_covers = h_guard_covers, .keep = h_keep, .release = h_release, .same = h_same, .where = where_cb,
   .eager = h_eager,
 };
 
@@ -630,6 +661,7 @@ static int compiled_stats(lua_State *L) {
   lua_pushinteger(L, s.staged_bytes); lua_setfield(L, -2, "staged_bytes");
   lua_pushinteger(L, s.auto_regions); lua_setfield(L, -2, "auto_regions");
   lua_pushstring(L, s.auto_why); lua_setfield(L, -2, "auto_region_failure");
+  lua_pushinteger(L, s.ahead_paths); lua_setfield(L, -2, "ahead_paths");
   return 1;
 }
 

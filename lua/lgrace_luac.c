@@ -25,7 +25,12 @@
  * (value OP k), k 1 its negation. TEST leaves R in place, so R must be dead on both sides (in `v or 0` it is the
  * expression's value). Rejected are a comparison whose result becomes a boolean value (the jump lands on
  * LFALSESKIP/LOADTRUE) and one that decides a loop (the jump goes back, or to a CLOSE and back, or it leaves a loop
- * whose back jump ends where the jump lands). */
+ * whose back jump ends where the jump lands).
+ *
+ * Each side of an accepted jump is also scanned (more_than_return): when its code, followed through forward jumps,
+ * only moves registers and loads constants and upvalues up to a return, without reading R (until R is overwritten),
+ * it is an early return of values already computed: running it has no effect and calls nothing, so grace may force
+ * the value to record that side before a call takes it (lg_cmp.ahead_why). */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -550,6 +555,69 @@ static int may_read(const proto *f, int pc, int r) {
   return 1;
 }
 
+/* What the code from pc on does that is more than returning values already computed (NULL: nothing): register
+ * moves, loads of constants and upvalues, and forward jumps up to a return are all it may run, and it may not read
+ * item()'s value (register r, until overwritten). Such code has no effect and calls nothing, so grace may run the
+ * function with item() forced to give this side, to record its path before a call takes it. *line: where. */
+static const char *more_than_return(const proto *f, int pc, int r, int *line) {
+  int value = 1, tbc = 0;   /* value: r still holds item()'s value */
+  for (int q = 0; q < f->ncode; q++) tbc |= I_OP(ins(f, q)) == L_TBC;
+  for (int n = 0; n < 64; n++, pc++) {
+    if (pc < 0 || pc >= f->ncode) return "runs off the function's code";
+    uint32_t i = ins(f, pc);
+    int op = I_OP(i), a = I_A(i), b = I_B(i);
+    *line = f->lines[pc];
+    switch (op) {
+    case L_MOVE:
+      if (value && b == r) return "uses the value item() returned";
+      value &= a != r;
+      break;
+    case L_LOADI: case L_LOADF: case L_LOADK: case L_LOADFALSE: case L_LOADTRUE: case L_GETUPVAL:
+      value &= a != r;
+      break;
+    case L_LOADKX:
+      value &= a != r;
+      pc++;   /* its EXTRAARG */
+      break;
+    case L_LOADNIL: value &= !(a <= r && r <= a + b); break;
+    case L_JMP:
+      if (I_SJ(i) < 0) return "loops";
+      pc += I_SJ(i);
+      break;
+    case L_RETURN0: return NULL;
+    case L_RETURN1: return value && a == r ? "returns the value item() returned" : NULL;
+    case L_RETURN:
+      if (b == 0) return "returns the results of a call or of '...'";
+      if (value && a <= r && r <= a + b - 2) return "returns the value item() returned";
+      return I_K(i) && tbc ? "closes to-be-closed variables as it returns" : NULL;
+    case L_CALL: case L_TAILCALL: case L_TFORCALL: return "calls a function";
+    case L_SETUPVAL: case L_SETTABUP: case L_SETTABLE: case L_SETI: case L_SETFIELD: case L_SETLIST:
+      return "assigns a table field, a global or an upvalue";
+    case L_GETTABUP: case L_GETTABLE: case L_GETI: case L_GETFIELD: case L_SELF:
+      return "reads a global or a table field (an __index metamethod may run)";
+    case L_CLOSE: case L_TBC: return "closes to-be-closed variables (a __close metamethod may run)";
+    case L_NEWTABLE: case L_CLOSURE: return "makes a table or a function";
+    case L_EQ: case L_LT: case L_LE: case L_EQK: case L_EQI: case L_LTI: case L_LEI: case L_GTI: case L_GEI:
+    case L_TEST: case L_TESTSET:
+      return "tests another condition";
+    case L_FORPREP: case L_FORLOOP: case L_TFORPREP: case L_TFORLOOP: return "loops";
+    default: return "computes (arithmetic, a length, a concatenation: metamethods may run)";
+    }
+  }
+  return "is too long to follow";
+}
+
+/* why (n bytes): "" when the side of the branch starting at pc may be recorded ahead (see more_than_return), else
+ * the reason with the place of the branch. */
+static void ahead(const proto *f, site *s, int pc, int r, char *why, size_t n) {
+  int line = s->line;
+  const char *what = more_than_return(f, pc, r, &line);
+  why[0] = 0;
+  if (what)
+    snprintf(why, n, "%s:%d: the branch's other way is not recorded before a call takes it: its code %s (line %d); "
+             "only an early return of values already computed is", s->src, s->line, what, line);
+}
+
 /* The use of the result of the item() call at pc: 1 and *out when it is only compared with a constant to decide a
  * jump. */
 static int analyse(const proto *f, site *s, int pc, lg_cmp *out) {
@@ -608,6 +676,8 @@ static int analyse(const proto *f, site *s, int pc, lg_cmp *out) {
     out->op = out->op == LG_CMP_EQ ? LG_CMP_NE : LG_CMP_EQ;
     out->negate = 0;
   }
+  ahead(f, s, j + 1, r, out->ahead_why[1], sizeof out->ahead_why[1]);   /* Lua falls through: the comparison holds */
+  ahead(f, s, target, r, out->ahead_why[0], sizeof out->ahead_why[0]);
   return 1;
 }
 

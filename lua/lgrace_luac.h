@@ -3,6 +3,7 @@
  * comparison can stand for the value (a device-side predicate). */
 #ifndef LGRACE_LUAC_H
 #define LGRACE_LUAC_H
+#include <math.h>
 #include <stddef.h>
 #include <lua.h>
 
@@ -29,6 +30,11 @@ typedef struct {
   int k_from_upvalue; /* k is not written in the code: it was read now from an upvalue (k_path: how) */
   char k_path[64];   /* c.limit, lim, or a global's name */
   int read_now;      /* the answer depends on values read now (upvalues, fields, registers): do not reuse it */
+  /* Per side ([1]: the code Lua falls through to, where holds is true; [0]: where it jumps): "" when that code is an
+   * early return of values already computed (only register moves, loads of constants and upvalues, and forward
+   * jumps up to a return, none reading the value), which has no effect and calls nothing, so that grace may record
+   * that side by forcing the value (lg_cmp_force); else why not, "source:line: ...". */
+  char ahead_why[2][240];
 } lg_cmp;
 
 /* Analyses the Lua function running at stack `level` (at least 1), the caller of the function at level-1 (for item() called from
@@ -61,6 +67,7 @@ typedef struct {
  * `if COND then break end` (Lua compiles it into the loop's exit jump): there the value decides how many times the
  * loop runs.
  * Assumes a method called under another name on the same line (x:max() in x:max():item()) is not item itself.
+ * On acceptance out->ahead_why also says, for each side, whether its code is an early return (see lg_cmp).
  * Leaves the Lua stack as it was; keeps no state between calls (dumps and decodes the function each time: call it
  * once per site while recording, not per call). */
 int lg_cmp_site(lua_State *L, int level, lg_cmp *out, char *why, size_t nwhy);
@@ -80,6 +87,27 @@ static inline int lg_cmp_holds(const lg_cmp *c, int is_bool, double v) {
     r = c->op == LG_CMP_LT ? v < c->k : c->op == LG_CMP_LE ? v <= c->k : c->op == LG_CMP_GT ? v > c->k : v >= c->k;
   }
   return c->negate ? !r : r;
+}
+
+/* A value for item() that makes the comparison `value OP k` itself (negate aside) come out as `outcome`, for a tensor
+ * of kind 0 (floating point: a number), 1 (integer: an integral number, returned as a Lua integer) or 2 (boolean:
+ * 0 or 1, returned as a boolean): 1 and *v, or 0 when no such value exists (an integer never equals 2.5, a boolean
+ * never equals a number, k infinite). The nearest such value to k is taken. */
+static inline int lg_cmp_force(const lg_cmp *c, int kind, int outcome, double *v) {
+  double k = c->k, up = kind == 1 ? floor(k) + 1 : nextafter(k, INFINITY),
+         down = kind == 1 ? ceil(k) - 1 : nextafter(k, -INFINITY);
+  switch (c->op) {
+  case LG_CMP_TRUTH: *v = outcome; break;
+  case LG_CMP_LT: *v = outcome ? down : (kind == 1 ? ceil(k) : k); break;
+  case LG_CMP_LE: *v = outcome ? (kind == 1 ? floor(k) : k) : up; break;
+  case LG_CMP_GT: *v = outcome ? up : (kind == 1 ? floor(k) : k); break;
+  case LG_CMP_GE: *v = outcome ? (kind == 1 ? ceil(k) : k) : down; break;
+  case LG_CMP_EQ: *v = outcome ? k : up; break;
+  case LG_CMP_NE: *v = outcome ? up : k; break;
+  }
+  if (kind == 1 && (*v != floor(*v) || !(fabs(*v) < 9007199254740992.0))) return 0;   /* an exact Lua integer */
+  int h = lg_cmp_holds(c, kind == 2, *v);
+  return h >= 0 && (c->negate ? !h : h) == outcome;   /* the comparison checked as Lua would make it */
 }
 
 #endif

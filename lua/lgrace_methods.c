@@ -155,16 +155,20 @@ static int caller_is_traced(lua_State *L) {
   return same;
 }
 
-/* During a trace or a replay: tells the core how the calling Lua code uses the value item() read from x (v; a
- * boolean when is_bool), so that a branch on it can become a cond region (grace_trace_branch). */
-static void note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int is_bool, double v) {
+/* During a trace or a replay: tells the core how the calling Lua code uses the value item() read from x (v, of kind
+ * 0 float, 1 integer, 2 boolean), so that a branch on it can become a cond region (grace_trace_branch), and whether
+ * the code of the branch's other way is an early return that grace may record ahead (grace_trace_branch_ahead).
+ * While grace records that way, the value is forced: 1 and *forced, which item() returns instead of v; -1 when it
+ * cannot be (err says why: the call fails, and grace drops the recording); 0 otherwise. */
+static int note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int kind, double v, double *forced, char *err,
+                       size_t nerr) {
   static const grace_cmp cmps[] = {
     [LG_CMP_LT] = GRACE_CMP_LT, [LG_CMP_LE] = GRACE_CMP_LE, [LG_CMP_GT] = GRACE_CMP_GT, [LG_CMP_GE] = GRACE_CMP_GE,
     [LG_CMP_EQ] = GRACE_CMP_EQ, [LG_CMP_NE] = GRACE_CMP_NE, [LG_CMP_TRUTH] = GRACE_CMP_TRUTH};
-  if (!grace_trace_active(vm)) return;
+  if (!grace_trace_active(vm)) return 0;
   lg_cmp c;
   char why[300] = "";
-  int holds = site_of(L, &c, why, sizeof why) ? lg_cmp_holds(&c, is_bool, v) : -1;
+  int holds = site_of(L, &c, why, sizeof why) ? lg_cmp_holds(&c, kind == 2, v) : -1;
   if (holds >= 0 && c.k_from_upvalue && !caller_is_traced(L)) {
     snprintf(why, sizeof why, "line %d: compares with %s, a value read from a function other than the compiled one "
              "(not guarded)", c.line, c.k_path);
@@ -173,19 +177,35 @@ static void note_branch(lua_State *L, grace_vm *vm, grace_tensor *x, int is_bool
   /* Lua compares integers and floats exactly; the predicate gets the constant and (here) the value as float64,
    * exact only up to 2^53 in magnitude for an integer: beyond, the branch stays a break */
   if (holds >= 0 && c.op != LG_CMP_TRUTH &&
-      ((c.k_is_int && (c.ik >= (1LL << 53) || c.ik <= -(1LL << 53))) ||
-       (!grace_dtype_is_float(grace_tensor_dtype(x)) && fabs(v) >= 9007199254740992.0))) {
+      ((c.k_is_int && (c.ik >= (1LL << 53) || c.ik <= -(1LL << 53))) || (kind != 0 && fabs(v) >= 9007199254740992.0))) {
     snprintf(why, sizeof why, "line %d: an integer at 2^53 or beyond in magnitude in the comparison, which float64 "
              "does not hold exactly", c.line);
     holds = -1;
   }
+  int want = grace_trace_forced(vm, x);   /* the outcome of `v OP k` itself that grace records ahead */
+  if (want >= 0 && (holds < 0 || !lg_cmp_force(&c, kind, want, forced))) {
+    snprintf(err, nerr, "item: recording a branch's other way ahead: no value gives that outcome here (%s)",
+             why[0] ? why : "the comparison");
+    return -1;
+  }
   if (holds < 0) {
     if (!why[0]) snprintf(why, sizeof why, "line %d: an order comparison of a boolean with a number", c.line);
     grace_trace_branch(vm, x, GRACE_CMP_NONE, 0, 0, why);
-    return;
+    return 0;
   }
+  if (want >= 0) holds = c.negate ? !want : want;
   /* the outcome of `v OP k` itself: the core's predicate computes that comparison */
   grace_trace_branch(vm, x, cmps[c.op], c.k, c.negate ? !holds : holds, NULL);
+  const char *ahead = c.ahead_why[!holds][0] ? c.ahead_why[!holds] : NULL;
+  lua_Debug ar;
+  if (!ahead && !caller_is_traced(L)) {   /* its return goes on in the caller's code, which may do anything */
+    int named = lua_getstack(L, 1, &ar) && lua_getinfo(L, "S", &ar);
+    snprintf(why, sizeof why, "%s:%d: the branch's other way is not recorded before a call takes it: it returns to "
+             "the function that called this one, not out of the compiled function", named ? ar.short_src : "?", c.line);
+    ahead = why;
+  }
+  grace_trace_branch_ahead(vm, ahead);
+  return want >= 0;
 }
 
 static int m_item(lua_State *L) {
@@ -196,18 +216,18 @@ static int m_item(lua_State *L) {
     return lg_errorf(L, c, "item: a tensor with %lld elements cannot be converted to a number (shape %s)", (long long)n,
                      LG_SHAPE(x));
   grace_dtype dt = grace_tensor_dtype(x);
-  if (grace_dtype_is_float(dt)) {
-    double v;
-    if (grace_tensor_read(c->vm, x, GRACE_FLOAT64, &v) != GRACE_OK) return lg_fail(L, c);
-    note_branch(L, c->vm, x, 0, v);
-    lua_pushnumber(L, v);
-  } else {
-    int64_t v;
-    if (grace_tensor_read(c->vm, x, GRACE_INT64, &v) != GRACE_OK) return lg_fail(L, c);
-    note_branch(L, c->vm, x, dt == GRACE_BOOL, (double)v);
-    if (dt == GRACE_BOOL) lua_pushboolean(L, v != 0);
-    else lua_pushinteger(L, (lua_Integer)v);
-  }
+  int kind = grace_dtype_is_float(dt) ? 0 : dt == GRACE_BOOL ? 2 : 1, forced;
+  double v, f = 0;
+  int64_t iv = 0;
+  char err[400];
+  if (grace_tensor_read(c->vm, x, kind ? GRACE_INT64 : GRACE_FLOAT64, kind ? (void *)&iv : (void *)&v) != GRACE_OK)
+    return lg_fail(L, c);
+  if (kind) v = (double)iv;
+  if ((forced = note_branch(L, c->vm, x, kind, v, &f, err, sizeof err)) < 0) return lg_errorf(L, c, "%s", err);
+  if (forced) { v = f; iv = (int64_t)f; }
+  if (kind == 0) lua_pushnumber(L, v);
+  else if (kind == 2) lua_pushboolean(L, iv != 0);
+  else lua_pushinteger(L, (lua_Integer)iv);
   return lg_done(c, 1);
 }
 

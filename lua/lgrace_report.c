@@ -168,6 +168,11 @@ int lg_report(lua_State *L) {
              "program)\n", fs.auto_regions, fs.auto_regions == 1 ? "" : "es");
     luaL_addstring(&b, line);
   }
+  if (fs.ahead_paths) {
+    snprintf(line, sizeof line, "  %d branch path%s recorded before a call took %s (an early return that calls never "
+             "took)\n", fs.ahead_paths, fs.ahead_paths == 1 ? "" : "s", fs.ahead_paths == 1 ? "it" : "them");
+    luaL_addstring(&b, line);
+  }
   if (fs.auto_why[0]) {
     snprintf(line, sizeof line, "  paths kept replayed: %.400s\n", fs.auto_why);
     luaL_addstring(&b, line);

@@ -5,7 +5,9 @@
  * path took); a replay keeps it per call and hands it to a path it records. Once a function's recorded paths hold
  * both outcomes of such a break, and each runs to its end without another, ir_merge makes them one program; the
  * next replayed call lets the host build the guards of that program (its captured tensors, those of both branches),
- * and from then on the entry runs the program like any other: no host code, no sync at the branch. */
+ * and from then on the entry runs the program like any other: no host code, no sync at the branch. A branch whose
+ * other outcome never comes but whose code for it is an early return gets that path recorded ahead (fn_auto_ahead,
+ * at the end of this file). */
 #include <stdio.h>
 #include <string.h>
 #include "vm/vm_fn.h"
@@ -74,6 +76,34 @@ grace_status grace_trace_branch(grace_vm *vm, const grace_tensor *t, grace_cmp c
   return GRACE_OK;
 }
 
+grace_status grace_trace_branch_ahead(grace_vm *vm, const char *why) {
+  if (!vm) return GRACE_EARG;
+  vm_trace *tr = vm->trace;
+  if (!tr || tr->paused || tr->parent) return GRACE_OK;
+  if (tr->replay) {
+    int b = replay_break(tr);
+    if (b < 0 || b >= VM_SEEN || tr->seen[b].kind != IR_BRK_PRED) return GRACE_OK;
+    tr->seen[b].ahead = why ? 2 : 1;
+    snprintf(tr->seen_ahead[b], sizeof tr->seen_ahead[b], "%s", why ? why : "");
+    return GRACE_OK;
+  }
+  grace_ir *ir = tr->ir;
+  ir_break *b = ir->nbreak ? &ir->breaks[ir->nbreak - 1] : NULL;
+  if (!b || b->after != ir->ninst - 1 || b->kind != IR_BRK_PRED) return GRACE_OK;   /* no predicate made here */
+  if (why && (b->ahead_why = ir_intern(ir, why)) < 0) return vm_err(vm, GRACE_ENOMEM, "trace: out of host memory");
+  b->ahead = why ? 2 : 1;
+  return GRACE_OK;
+}
+
+int grace_trace_forced(grace_vm *vm, const grace_tensor *t) {
+  vm_trace *tr = vm ? vm->trace : NULL;
+  if (!t || !tr || !tr->replay || tr->paused || !tr->ahead_on || tr->ahead_forced) return -1;
+  int b = replay_break(tr);
+  if (b < 0 || tr->paths[tr->lead]->breaks[b].after != tr->ahead_after) return -1;
+  tr->ahead_forced = 1;
+  return tr->ahead_outcome;
+}
+
 grace_status vm_auto_copy_break(grace_vm *vm, grace_ir *dst, int bi) {
   vm_trace *tr = vm->trace;
   ir_break *d = &dst->breaks[dst->nbreak - 1];
@@ -88,6 +118,10 @@ grace_status vm_auto_copy_break(grace_vm *vm, grace_ir *dst, int bi) {
   d->why = -1;
   if (d->kind == IR_BRK_WHY && (d->why = ir_intern(dst, tr->seen_why[bi])) < 0)
     return vm_err(vm, GRACE_ENOMEM, "replay: out of host memory");
+  if (d->ahead == 2 && (d->ahead_why = ir_intern(dst, tr->seen_ahead[bi])) < 0) {
+    d->ahead = 0;
+    return vm_err(vm, GRACE_ENOMEM, "replay: out of host memory");
+  }
   return GRACE_OK;
 }
 
@@ -107,6 +141,11 @@ struct fn_auto {
   uint64_t kept[2];                     /* the host's guards of the last watched call taking each outcome: a merged
                                            program is guarded by both (a global only one branch reads) */
   int have[2];                          /* kept[s] is known (a handle of 0: nothing to guard) */
+  int last, same;                       /* the outcome of the latest calls, and how many in a row took it */
+  int ahead_free;                       /* the latest call's host code of the other outcome is an early return */
+  int ahead_tried;                      /* the other outcome was recorded ahead, or that was given up */
+  char ahead_why[400];                  /* why the other outcome is not recorded ahead ("" none known) */
+  grace_ir *watch;                      /* tree[0] without its breaks (watch_ir) */
   char why[600];
 };
 
@@ -114,17 +153,32 @@ struct fn_auto {
  * the merge is given up: a check that never fires (a NaN guard, an early exit for blown-up values) would otherwise
  * make every call pay for it. */
 enum { AUTO_WATCH = 16 };
+/* Calls taking the same outcome (the trace's included) before the other one is recorded ahead, where its code is
+ * an early return: a branch that goes both ways usually shows it within the first calls. */
+enum { AUTO_AHEAD = 3 };
 
 int fn_auto_merged(const fn_entry *e) { return e->autos && e->autos->merged; }
-const char *fn_auto_why(const fn_entry *e) { return e->autos ? e->autos->why : ""; }
+const char *fn_auto_why(const fn_entry *e) {
+  const struct fn_auto *a = e->autos;
+  return !a ? "" : a->why[0] || a->merged || !a->ahead_tried ? a->why : a->ahead_why;
+}
 
 void fn_auto_free(grace_fn *fn, fn_entry *e) {
   if (!e->autos) return;
   for (int s = 0; s < 2; s++)
     if (e->autos->kept[s] && fn->host.release) fn->host.release(fn->ud, e->autos->kept[s]);
   grace_ir_free(e->autos->prog);
+  grace_ir_free(e->autos->watch);
   grace_realloc(fn->vm, e->autos, sizeof *e->autos, 0);
   e->autos = NULL;
+}
+
+/* The outcome the trace's own call took at its branch (tree[0]'s predicate break), -1 when none. */
+static int trace_side(const fn_entry *e) {
+  const grace_ir *t = e->ntree ? e->tree[0] : NULL;
+  for (int b = 0; t && b < t->nbreak; b++)
+    if (t->breaks[b].kind == IR_BRK_PRED) return t->breaks[b].taken != 0;
+  return -1;
 }
 
 static struct fn_auto *autos_of(grace_fn *fn, fn_entry *e) {
@@ -136,6 +190,8 @@ static struct fn_auto *autos_of(grace_fn *fn, fn_entry *e) {
   a->rec_nret = -1;
   a->nret[0] = e->nret <= FN_MAXARGS ? e->nret : -1;   /* the first path: the trace's own results */
   memcpy(a->ret[0], e->ret_output, sizeof a->ret[0]);
+  a->last = trace_side(e);
+  a->same = a->last >= 0;
   return e->autos = a;
 }
 
@@ -160,8 +216,17 @@ void fn_auto_call_end(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *arg
   if (!tr || !a) return;
   a->rec_nret = -1;
   a->side = -1;   /* a replay's notes, or (a call recording a new path) the path's own break */
-  for (int b = 0; tr->replay && b < VM_SEEN && a->side < 0; b++)
-    if (tr->seen[b].nread && tr->seen[b].kind == IR_BRK_PRED) a->side = tr->seen[b].taken != 0;
+  for (int b = 0; tr->replay && b < VM_SEEN && a->side < 0; b++) {
+    const ir_break *s = &tr->seen[b];
+    if (!s->nread || s->kind != IR_BRK_PRED) continue;
+    a->side = s->taken != 0;
+    if (tr->ahead_on) break;   /* a call recording ahead: not one of the function's own */
+    a->same = a->side == a->last ? a->same + 1 : 1;
+    a->last = a->side;
+    if (a->ahead_tried) break;   /* its reason stays */
+    a->ahead_free = s->ahead == 1;
+    snprintf(a->ahead_why, sizeof a->ahead_why, "%s", s->ahead == 2 ? tr->seen_ahead[b] : "");
+  }
   for (int b = 0; !tr->replay && tr->ir && b < tr->ir->nbreak && a->side < 0; b++)
     if (tr->ir->breaks[b].kind == IR_BRK_PRED) a->side = tr->ir->breaks[b].taken != 0;
   if (tr->replay) record_early_end(vm);
@@ -275,12 +340,12 @@ static void keep_side(grace_fn *fn, struct fn_auto *a, uint64_t g) {
   a->have[a->side] = 1;
 }
 
-/* The outcome the trace's own call took at its branch (tree[0]'s predicate break), -1 when none. */
-static int trace_side(const fn_entry *e) {
-  const grace_ir *t = e->ntree ? e->tree[0] : NULL;
-  for (int b = 0; t && b < t->nbreak; b++)
-    if (t->breaks[b].kind == IR_BRK_PRED) return t->breaks[b].taken != 0;
-  return -1;
+/* What a watched call's Lua code is checked against: tree[0] without its breaks, as for a program that runs without
+ * that code (then a table it changes counts even where the function does not read it back: an append to a log). */
+static grace_ir *watch_ir(fn_entry *e) {
+  struct fn_auto *a = e->autos;
+  if (!a->watch && (a->watch = ir_clone(e->tree[0]))) a->watch->nbreak = 0;
+  return a->watch ? a->watch : e->tree[0];
 }
 
 int fn_auto_guard_begin(grace_fn *fn, fn_entry *e) {
@@ -294,7 +359,8 @@ int fn_auto_guard_begin(grace_fn *fn, fn_entry *e) {
     if (a->watched >= AUTO_WATCH) {
       a->blocked = 1;
       snprintf(a->why, sizeof a->why, "the branch's other outcome did not come in %d replayed calls (each watched "
-               "for effects on Lua state): the paths stay replayed", AUTO_WATCH);
+               "for effects on Lua state): the paths stay replayed%s%.400s", AUTO_WATCH,
+               a->ahead_why[0] ? "; " : "", a->ahead_why);
       grace_ir_free(a->prog);
       a->prog = NULL;
       return 0;
@@ -310,7 +376,7 @@ void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
   uint64_t g = 0;
   int ng = 0;
   char why[1024] = "";
-  grace_ir *check = a && a->prog ? a->prog : e->tree[0];
+  grace_ir *check = a && a->prog ? a->prog : a ? watch_ir(e) : e->tree[0];
   if (fn->host.trace_end) fn->host.trace_end(fn->ud, ok && a ? check : NULL, &g, &ng, why, sizeof why);
   if (!ok || !a || !a->prog) {   /* a failed call builds nothing; a watched one may block the merge */
     if (ok && a && why[0]) {
@@ -342,11 +408,160 @@ void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok) {
     if (g && fn->host.release) fn->host.release(fn->ud, g);
     return;
   }
+  /* the other branch's guard is checked on every call too, unless this call's checks all it does */
+  int covered = other && g && fn->host.guard_covers && fn->host.guard_covers(fn->ud, g, other);
   if (e->guard && !from_trace && fn->host.release) fn->host.release(fn->ud, e->guard);
   e->guard = g;
-  e->guard2 = other;
+  e->guard2 = covered ? 0 : other;
+  if (covered && fn->host.release) fn->host.release(fn->ud, other);
   if (!from_trace) { a->kept[!a->side] = 0; a->have[!a->side] = 0; }
   e->nguarded = ng;
   memcpy(e->ret_output, a->ret_prog, sizeof e->ret_output);
   a->merged = 1;
+}
+
+/* ---- recording a branch's other outcome ahead ---- */
+/* A check that never fires (an early exit for blown-up values) would never give its second path, and every call
+ * would stop at the branch. Where the host says the other outcome's code only returns values already computed
+ * (grace_trace_branch_ahead), that path is the prefix the calls replay, then the return: after a call that went the
+ * usual way, grace calls the function once more on the same arguments with the read forced the other way, records
+ * that path and drops the results. Running the prefix again must leave no trace: it may not write in place to
+ * arguments or captured tensors nor draw random numbers (checked on the recorded ops), the Lua code is watched for
+ * effects as in any watched call, and the call may neither leave the path nor run an op after the branch. */
+
+/* Whether in-place op k of p writes into an argument or a captured tensor: its target, followed back through views
+ * and earlier in-place writes, is one. */
+static int writes_outside(const grace_ir *p, const ir_inst *k) {
+  int32_t v = k->nin ? p->args[k->first_arg] : -1;
+  for (int n = 0; v >= 0 && n < p->ninst; n++) {
+    const ir_inst *d = &p->insts[p->vals[v].inst];
+    if (d->op == IR_OP_INPUT || d->op == IR_OP_CONST) return 1;
+    if (d->op >= GRACE_NOPS || d->nin < 1) return 0;
+    grace_opkind kind = grace_op_kind((grace_op)d->op);
+    if (kind != GRACE_KIND_VIEW && kind != GRACE_KIND_INPLACE) return 0;
+    v = p->args[d->first_arg];
+  }
+  return v >= 0;
+}
+
+const char *fn_auto_prefix_effects(const grace_ir *p, int after, char *buf, size_t n) {
+  for (int i = 0; i <= after && i < p->ninst; i++) {
+    const ir_inst *k = &p->insts[i];
+    const char *what = NULL;
+    if (k->op == GRACE_OP_RAND || k->op == GRACE_OP_RANDN || k->op == GRACE_OP_RANDINT ||
+        (ir_is_region(k->op) && ir_region_random(p, i)))
+      what = "draws random numbers";
+    else if (k->op < GRACE_NOPS && grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE && writes_outside(p, k))
+      what = "writes in place to an argument or a captured tensor";
+    for (int r = 0; r < k->nout && !what; r++)
+      if (p->vals[k->first_result + r].root >= 0) what = "writes in place to an argument or a captured tensor";
+    if (what) {
+      snprintf(buf, n, "the code before the branch %s (%s at %s), which a second run would repeat", what,
+               grace_op_name((grace_op)k->op), k->loc >= 0 ? p->locs[k->loc] : "an unknown place");
+      return buf;
+    }
+  }
+  return NULL;
+}
+
+/* The call recording ahead (path p took the usual outcome, seen): NULL when its path joined e's, else why not. */
+static const char *run_ahead(grace_fn *fn, fn_entry *e, int p, int nargs, const grace_arg *args, char *buf, size_t n) {
+  grace_vm *vm = fn->vm;
+  struct fn_auto *a = e->autos;
+  int seen = a->side, after = e->tree[p]->breaks[0].after;
+  uint64_t seed, off, seed2, off2, ver[FN_MAXARGS];
+  grace_rng_state(vm, &seed, &off);
+  for (int i = 0; i < nargs; i++) ver[i] = args[i].kind == GRACE_ARG_TENSOR && args[i].t ? grace_tensor_version(args[i].t) : 0;
+  if (fn_replay_begin(fn, e, args) != GRACE_OK) {
+    snprintf(buf, n, "its replay failed: %.300s", grace_last_error(vm));
+    return buf;
+  }
+  vm_trace *tr = vm->trace;
+  tr->ahead_on = 1;
+  tr->ahead_after = after;
+  tr->ahead_outcome = !seen;
+  fn->host.trace_begin(fn->ud);
+  grace_arg res[FN_MAXARGS];
+  int nres = 0;
+  char err[300], before[VM_ERRLEN];   /* the VM's message, put back after: this call is not the user's */
+  grace_status before_st = vm->status;
+  snprintf(before, sizeof before, "%s", grace_last_error(vm));
+  grace_set_error(vm, GRACE_OK, "%s", "");
+  grace_status st = fn->host.call(fn->ud, nargs, args, &nres, res, FN_MAXARGS);
+  int nw = nres < FN_MAXARGS ? nres : FN_MAXARGS, forced = tr->ahead_forced;
+  snprintf(err, sizeof err, "the host function failed%s%.250s", *grace_last_error(vm) ? ": " : "", grace_last_error(vm));
+  if (st == GRACE_OK) fn_auto_call_end(fn, e, nargs, args, nw, res);
+  grace_ir *rec = NULL;
+  grace_status rs = grace_replay_end(vm, &rec);
+  if (rs != GRACE_OK) snprintf(err, sizeof err, "%s", grace_last_error(vm));
+  uint64_t g = 0;
+  int ng = 0, changed = 0;
+  char lua[1024] = "";
+  fn->host.trace_end(fn->ud, st == GRACE_OK && rs == GRACE_OK ? watch_ir(e) : NULL, &g, &ng, lua, sizeof lua);
+  if (st == GRACE_OK) fn_release_results(fn, nw, res);
+  grace_rng_state(vm, &seed2, &off2);
+  if (seed2 != seed || off2 != off) grace_set_rng_state(vm, seed, off);
+  for (int i = 0; i < nargs; i++)
+    changed |= args[i].kind == GRACE_ARG_TENSOR && args[i].t && grace_tensor_version(args[i].t) != ver[i];
+  int verified = rec && grace_ir_verify(rec) == GRACE_OK;
+  char bad_ir[300];
+  snprintf(bad_ir, sizeof bad_ir, "%s", grace_last_error(vm));
+  grace_set_error(vm, before_st, "%s", before);
+  const ir_break *b = rec && rec->nbreak == 1 ? &rec->breaks[0] : NULL;
+  const char *why = st != GRACE_OK || rs != GRACE_OK ? err
+                  : !forced ? "the value read at the branch was not forced"
+                  : !b || b->kind != IR_BRK_PRED || b->taken == seen || rec->ninst != b->after + 1
+                      ? "the call did not return right after the branch"
+                  : lua[0] ? lua
+                  : seed2 != seed || off2 != off ? "it drew random numbers"
+                  : changed ? "it wrote in place to an argument"
+                  : e->ntree >= FN_MAXPATHS ? "the function has too many paths"
+                  : !verified ? bad_ir : NULL;
+  if (why) {
+    snprintf(buf, n, "the call recording it failed: %.300s", why);
+    grace_ir_free(rec);
+    if (g && fn->host.release) fn->host.release(fn->ud, g);
+    a->side = seen;
+    return buf;
+  }
+  a->side = !seen;
+  keep_side(fn, a, g);   /* what that outcome's Lua code read */
+  e->tree[e->ntree++] = rec;
+  fn->aheads++;
+  fn_auto_path_added(fn, e);
+  return NULL;
+}
+
+void fn_auto_ahead(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args) {
+  struct fn_auto *a = e->autos;
+  if (!a || a->ahead_tried || a->merged || a->blocked || a->prog || a->side < 0 || a->same < AUTO_AHEAD ||
+      !fn->host.trace_begin || !fn->host.trace_end)
+    return;
+  int p = -1;
+  for (int q = 0; q < e->ntree; q++) {   /* one path has the usual outcome, none the other */
+    const grace_ir *t = e->tree[q];
+    if (t->nbreak != 1 || t->breaks[0].kind != IR_BRK_PRED) continue;
+    if (t->breaks[0].taken != a->side) return;
+    if (p < 0) p = q;
+  }
+  if (p < 0) return;
+  a->ahead_tried = 1;
+  const grace_ir *P = e->tree[p];
+  const char *where = P->breaks[0].loc >= 0 ? P->locs[P->breaks[0].loc] : "(unknown place)";
+  char buf[400];
+  const char *why = a->ahead_free ? fn_auto_prefix_effects(P, P->breaks[0].after, buf, sizeof buf) : NULL;
+  if (a->ahead_free && !why) why = run_ahead(fn, e, p, nargs, args, buf, sizeof buf);
+  if (!a->ahead_free) {   /* the host's reason says where already */
+    if (!a->ahead_why[0])
+      snprintf(a->ahead_why, sizeof a->ahead_why, "%s: the branch's other way is not recorded before a call takes it: "
+               "the host does not say that its code is free of effects", where);
+  } else if (why)
+    snprintf(a->ahead_why, sizeof a->ahead_why, "%s: the branch's other way is not recorded before a call takes it: "
+             "%.250s", where, why);
+  else
+    a->ahead_why[0] = 0;
+  why = a->ahead_why[0] ? a->ahead_why : NULL;
+  if (fn_log_topic("regions"))
+    fprintf(stderr, "grace: regions of %s: %s\n", fn->name, why ? why : "the other way of the branch was recorded "
+            "before a call took it (its code only returns values already computed)");
 }

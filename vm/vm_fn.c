@@ -457,8 +457,7 @@ static grace_status call_eager(grace_fn *fn, int nargs, const grace_arg *args, i
 
 /* A function with breaks: the host function runs with every op matched against the recorded paths and deferred
  * to the next break; a call that leaves the paths adds a new one. Results are those of the host function. */
-static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int *nres, grace_arg *res,
-                               int maxres) {
+grace_status fn_replay_begin(grace_fn *fn, fn_entry *e, const grace_arg *args) {
   grace_vm *vm = fn->vm;
   if (!e->parts && !(e->parts = vm_parts_new(vm))) return grace_set_error(vm, GRACE_ENOMEM, "%s: out of host memory", fn->name);
   grace_status st = vm_replay_begin(vm, e->tree, e->ntree, fn->host.where, fn->ud, e->parts);
@@ -474,6 +473,14 @@ static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace
       return grace_set_error(vm, st, "%s", msg);
     }
   }
+  return GRACE_OK;
+}
+
+static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args, int *nres, grace_arg *res,
+                               int maxres) {
+  grace_vm *vm = fn->vm;
+  grace_status st = fn_replay_begin(fn, e, args);
+  if (st != GRACE_OK) return st;
   int n = 0, guarding = fn_auto_guard_begin(fn, e);
   st = fn->host.call(fn->ud, nargs, args, &n, res, maxres);
   if (st == GRACE_OK && !fn->no_auto) fn_auto_call_end(fn, e, nargs, args, n < maxres ? n : maxres, res);
@@ -498,7 +505,8 @@ static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace
     } else
       grace_ir_free(rec);
     fn->traces++;
-  }
+  } else if (!fn->no_auto)
+    fn_auto_ahead(fn, e, nargs, args);
   fn->replays++;
   return check_room(fn, nres, res, maxres);
 }
@@ -550,7 +558,7 @@ static int differ_in_numbers(grace_fn *fn, const fn_entry *e1, const fn_entry *e
   if (!ok || !nd) return 0;
   for (int j = 0; j < e1->nret && ok; j++) ok = e1->ret_output[j] == e2->ret_output[j];
   for (int j = 0; j < e1->nret && ok; j++) if (e1->ret_output[j] == -1) ok = fn_same_const(fn, &e1->ret_const[j], &e2->ret_const[j]);
-  if (ok && (e1->guard2 || e2->guard2)) ok = 0;   /* merged programs: never taken for one another */
+  if (ok && (fn_auto_merged(e1) || fn_auto_merged(e2))) ok = 0;   /* merged programs: never taken for one another */
   if (ok && (e1->guard || e2->guard))
     ok = e1->guard && e2->guard && fn->host.guard_same && fn->host.guard_same(fn->ud, e1->guard, e2->guard);
   return ok;
@@ -770,6 +778,7 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
   out->replays = fn->replays;
   out->entries = fn->nentries;
   out->auto_why = "";
+  out->ahead_paths = fn->aheads;
   for (int k = 0; k < fn->nentries; k++) {
     out->auto_regions += fn_auto_merged(fn->entries[k]);
     if (*fn_auto_why(fn->entries[k])) out->auto_why = fn_auto_why(fn->entries[k]);

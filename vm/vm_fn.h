@@ -69,6 +69,7 @@ struct grace_fn {
   int eager_forever, warned;
   int no_auto;                          /* paths that part at a branch stay replayed (grace_fn_options.no_auto_regions) */
   long calls, hits, traces, eager_calls, recaptures, replays;
+  int aheads;                           /* paths recorded ahead (vm_auto.c) */
   char name[96];
   char irname[64];
   char last_miss[400];
@@ -92,6 +93,9 @@ const char *fn_tensor_desc(const fn_guard *g, char *buf, size_t n);
 /* Two constant results alike (numbers by value, host values by identity). */
 int fn_same_const(grace_fn *fn, const grace_arg *a, const grace_arg *b);
 
+/* vm_fn.c: starts a replay of e's paths on the call's arguments (its tensor inputs declared). */
+grace_status fn_replay_begin(grace_fn *fn, fn_entry *e, const grace_arg *args);
+
 /* vm_auto.c: paths that part at a branch on a value read on the host become one program with a cond region. */
 /* After a replayed call's host function returned, its trace still active: a call that ended at a branch where the
  * recorded paths go on is recorded as a path of its own (the other outcome of an early return), and a path being
@@ -105,6 +109,13 @@ int fn_auto_guard_begin(grace_fn *fn, fn_entry *e);
  * state a compiled call would not repeat, or gives the guards of a merged program waiting (the entry runs it from
  * now on). */
 void fn_auto_guard_end(grace_fn *fn, fn_entry *e, int ok);
+/* After a replayed call that stayed on the recorded paths, its results made: where the calls so far all took the
+ * same outcome of the branch and the host says the other outcome's code is an early return, records that path
+ * ahead by calling the function once more (results dropped, nothing visible; see vm_auto.c), once per entry. */
+void fn_auto_ahead(grace_fn *fn, fn_entry *e, int nargs, const grace_arg *args);
+/* Why instructions 0..after of path p may not run a second time for one call (NULL: they may): an in-place write to
+ * an argument or a captured tensor, or a random draw; buf (n bytes) holds the reason. */
+const char *fn_auto_prefix_effects(const grace_ir *p, int after, char *buf, size_t n);
 int fn_auto_merged(const fn_entry *e);        /* the entry runs a merged program */
 const char *fn_auto_why(const fn_entry *e);   /* why its paths stay replayed ("" none known) */
 void fn_auto_free(grace_fn *fn, fn_entry *e);

@@ -164,9 +164,17 @@ static void explain_program(grace_vm *vm, grace_ir *prog, sbuf *b) {
     char pred[64];
     if (br->cmp == GRACE_CMP_TRUTH) snprintf(pred, sizeof pred, "truth");
     else snprintf(pred, sizeof pred, "%s %.17g", ir_cmp_name(br->cmp), br->k);
+    char pre[400], other[700] = "";   /* whether its other way is recorded before a call takes it */
+    const char *prefix = br->ahead == 1 ? fn_auto_prefix_effects(prog, br->after, pre, sizeof pre) : NULL;
+    if (prefix) snprintf(other, sizeof other, "\n      its other way is not recorded before a call takes it: %s", prefix);
+    else if (br->ahead == 1)
+      snprintf(other, sizeof other, "; its other way only returns values already computed, so it is recorded after a "
+               "few calls that go the same way, without waiting for one to take it");
+    else if (br->ahead == 2)
+      snprintf(other, sizeof other, "\n      %s", prog->locs[br->ahead_why]);
     if (br->kind == IR_BRK_PRED)
       sb_add(b, "    %s: a branch on a value read on the host (%s): once calls have taken both ways, the two paths "
-             "become one program with a cond region (no Lua code runs then)\n", where, pred);
+             "become one program with a cond region (no Lua code runs then)%s\n", where, pred, other);
     else if (br->kind == IR_BRK_WHY && br->why >= 0)
       sb_add(b, "    %s: a value read on the host stays a graph break: %s\n", where, prog->locs[br->why]);
     else

@@ -172,6 +172,11 @@ grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
   int inplace = grace_op_kind(op) == GRACE_KIND_INPLACE, nres = inplace ? 1 : nout, at = -1, best = -1;
   grace_value vals[64], bvals[64];
   uint64_t alive = 0;
+  if (tr->ahead_on && (tr->ahead_forced || nin > 64)) {   /* the side recorded ahead was to return at once */
+    *handled = 1;
+    return vm_err(vm, GRACE_EUNSUPPORTED, "recording a branch's other outcome ahead: %s runs after the branch",
+                  grace_op_name(op));
+  }
   if (nin > 64) return vm_replay_diverge(vm);
   for (int p = 0; p < tr->npaths; p++) {
     if (!(tr->alive >> p & 1)) continue;
@@ -180,6 +185,12 @@ grace_status vm_replay_op(grace_vm *vm, grace_op op, int nin, grace_tensor *cons
       if (best < 0) { best = p; at = c; memcpy(bvals, vals, sizeof(grace_value) * (size_t)nin); }
       if (c == at) alive |= 1ull << p;
     }
+  }
+  if (tr->ahead_on && (best < 0 || at > tr->ahead_after)) {   /* the same inputs and Lua code cannot; if they did,
+                                                                  nothing may run that the real call ran */
+    *handled = 1;
+    return vm_err(vm, GRACE_EUNSUPPORTED, "recording a branch's other outcome ahead: %s leaves the recorded path "
+                  "or passes the branch unforced", grace_op_name(op));
   }
   if (best < 0) {   /* no recorded path makes this call */
     *handled = 0;

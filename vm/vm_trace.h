@@ -52,6 +52,11 @@ struct vm_trace {
    * recording keeps it on the break itself; a path recorded from here on copies it */
   ir_break seen[VM_SEEN];
   char seen_why[VM_SEEN][200];
+  char seen_ahead[VM_SEEN][240];  /* the reason of a seen break whose ahead is 2 */
+  /* replay: a call recording a branch's other outcome ahead (vm_auto.c): the read at the lead path's break after
+   * instruction ahead_after is forced to give the comparison's outcome ahead_outcome (grace_trace_forced; then
+   * ahead_forced is set); the call may not leave the path before, nor run an op after */
+  int ahead_on, ahead_after, ahead_outcome, ahead_forced;
   double replay_ns;             /* host time spent matching, for the report */
   long replayed_ops;
   /* a region's sub-program being recorded (vm_region.c): the enclosing trace waits in parent; tensors of the

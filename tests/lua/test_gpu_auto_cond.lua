@@ -3,8 +3,10 @@
 -- `if (h:sum() * s):item() > 0 then A else B end`, compiled with device weights: once both outcomes were seen, the
 -- two paths become one program with a cond region (f:stats().auto_regions), later calls run it with no replay and
 -- no partition run, and every result equals the same Lua function run eagerly on CPU copies (float32; rtol 1e-4,
--- atol 1e-4 * sqrt(K)), on both outcomes. Without a usable CUDA device it prints a TAP skip plan
--- (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU).
+-- atol 1e-4 * sqrt(K)), on both outcomes. Then the early exit as written in bench/workloads/early_exit.lua (`return
+-- h` when the check fires, which it never does): its exit is recorded ahead and merged, and under graphs "copy" and
+-- "indirect" each later call is one launch of the program's CUDA graph with no wait for the device. Without a usable
+-- CUDA device it prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU).
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local H = require "tests.lua.gpu_harness"
@@ -61,5 +63,72 @@ tap.ok(bad == 0 and g:stats().auto_regions == 1, "branch: warm-up calls equal ea
 b2, replays, runs = run(g, geager, {{x, minus}, {x, plus}}, 12)
 tap.ok(b2 == 0 and replays == 0 and runs == 0, ("branch: 12 alternating calls equal eager with no replay (%d bad, "
        .. "%d replays)"):format(b2, replays))
+
+-- ---- the benchmark's early exit as users write it (bench/workloads/early_exit.lua): the check never fires, its exit
+-- only returns `h`, so the exit's path is recorded ahead after three calls and the paths merge on the fourth. Under
+-- the graph strategies that lower regions to conditional nodes ("copy", "indirect"), each call from the eighth on
+-- (the program's first three calls run, warm and capture it) must launch the one CUDA graph once (the report's
+-- replays move by one, its captures stay) and never wait for the device (grace.device_stats().syncs unchanged).
+local limit = {v = 1e9}
+local function halves(Ws, bs)
+  local function layers(x, from, to)
+    for i = from, to do x = (x:matmul(Ws[i]) + bs[i]):relu() end
+    return x
+  end
+  return function(x)
+    local h = layers(x, 1, 4)
+    if h:abs():max():item() > limit.v then return h end
+    return layers(h, 5, 8)
+  end, function(x) return layers(x, 1, 4) end
+end
+local natural_eager, first_half = halves(Wc, bc)
+local ON_GPU = DEV == "cuda"
+local function syncs() return grace.device_stats().syncs or 0 end
+-- The merged program's line of f:report() (the entry's own program, not a partition of the replayed paths).
+local function program(f)
+  if not ON_GPU then return {} end
+  for _, p in ipairs(f:report()) do
+    if p.partition == 0 and p.path == 0 and (p.regions or 0) > 0 then return p end
+  end
+  return {}
+end
+for _, mode in ipairs(ON_GPU and {"copy", "indirect"} or {"auto"}) do
+  grace.graphs(mode)
+  local nf = grace.compile((halves(Wd, bd)))
+  local nbad, waited, launches, counted_calls, lua_replays = 0, 0, 0, 0, 0
+  for k = 1, 14 do
+    local x = grace.randn(B, K)
+    local want = natural_eager(x)
+    local r0 = program(nf)
+    local s0, rp0 = syncs(), nf:stats().replays
+    local got = nf(to_dev(x))
+    local r1 = program(nf)
+    if not close(got, want) then nbad = nbad + 1 end
+    if k >= 8 then
+      lua_replays = lua_replays + nf:stats().replays - rp0
+      if (r1.captures or 0) == (r0.captures or 0) then
+        waited = waited + syncs() - s0
+        launches = launches + (r1.replays or 0) - (r0.replays or 0)
+        counted_calls = counted_calls + 1
+      end
+    end
+  end
+  local st = nf:stats()
+  tap.ok(nbad == 0 and st.ahead_paths == 1 and st.auto_regions == 1 and lua_replays == 0,
+         ("early exit as written [%s]: 14 calls equal eager, the exit recorded ahead (%d) and merged (%d), no Lua "
+          .. "replay from the 8th call (%d) %s"):format(mode, st.ahead_paths, st.auto_regions, lua_replays,
+                                                        st.auto_region_failure))
+  if ON_GPU then
+    local p = program(nf)
+    tap.ok(p.region_lowering == "conditional nodes" and counted_calls >= 6 and launches == counted_calls and waited == 0,
+           ("early exit as written [%s]: one graph launch per call (%d for %d calls), no wait for the device (%d), "
+            .. "regions as %s"):format(mode, launches, counted_calls, waited, tostring(p.region_lowering)))
+  end
+  local bx = grace.randn(B, K) * 1e12
+  local rp = nf:stats().replays
+  tap.ok(close(nf(to_dev(bx)), first_half(bx)) and nf:stats().replays == rp,
+         ("early exit as written [%s]: a call that exits returns the first half's output, from the program"):format(mode))
+end
+grace.graphs()
 
 tap.done()
