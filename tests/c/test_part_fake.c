@@ -12,6 +12,9 @@
  *   - placement (vm/vm_place.c, gpu/gpu_stage.c): a host argument moved to the device inside the function is staged
  *     ahead of the program (bytes counted), a captured host tensor becomes a device constant (made again, with the
  *     new contents, once the tensor is written), the program is one graph, explain lists both decisions.
+ *   - outputs kept internal (vm/vm_part.c): a host computes a chain of four ops, branches on its sum (recorded as a
+ *     comparison) and goes on from the last one: the first partition hands back only that value and the sum, the
+ *     other two stay inside its program, so its graph copies out two outputs instead of four.
  * NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
@@ -96,6 +99,74 @@ static void forced(const char *mode, grace_launch_strategy want) {
       ok(gi.copy_bytes >= (size_t)n * 4, "copy: the second partition's input is copied into its placeholder (%zu bytes)",
          gi.copy_bytes);
   }
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
+/* ---- outputs kept internal ---- */
+/* chain(x): a = exp(x), b = a * 2, c = b + 1, s = sum(c), the host branches on s > 0 (recorded), returns c * 3 */
+static grace_status h_chain(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR) return GRACE_EHOST;
+  grace_tensor *a = NULL, *b = NULL, *c = NULL, *s = NULL, *two = NULL, *one = NULL, *three = NULL, *y = NULL;
+  double host = 0;
+  grace_status st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 3.0, 0, &three);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &a);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){a, two}, NULL, 1, &b);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){b, one}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &c, NULL, 1, &s);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, s, GRACE_FLOAT64, &host);   /* the break */
+  if (st == GRACE_OK) st = grace_trace_branch(vm, s, GRACE_CMP_GT, 0.0, 1, NULL);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){c, three}, NULL, 1, &y);
+  grace_tensor *all[] = {a, b, c, s, two, one, three};
+  for (int i = 0; i < 7; i++) grace_tensor_release(all[i]);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+static void kept_inside(void) {
+  grace_set_graphs(vm, "copy");
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL;
+  int64_t n = 4096;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  const grace_host hc = {.call = h_chain};
+  if (grace_fn_new(vm, "chain", &hc, NULL, NULL, &fn) != GRACE_OK || !x) { ok(0, "chain: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  int bad = 0;
+  long g_before = 0, k_before = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 5) { g_before = graph_launches; k_before = kernel_launches; }
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, 1, &a, &nr, r, 1) != GRACE_OK || nr != 1) bad++;
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  is_int(bad, 0, "chain: 10 calls run");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  is_int(s.partitions, 2, "chain: two partitions became programs");
+  grace_ir *p1 = grace_fn_entry_partition(fn, 0, 0, NULL, NULL), *p2 = grace_fn_entry_partition(fn, 0, 1, NULL, NULL);
+  is_int(p1 ? grace_ir_count(p1, "outputs") : -1, 2, "chain: the first hands back what is read after it: c and sum(c)");
+  is_int(p2 ? grace_ir_count(p2, "outputs") : -1, 1, "chain: the second hands back the result");
+  is_int(s.partition_outputs, 3, "chain: stats count three outputs in all");
+  is_int(s.partition_internal, 2, "chain: exp(x) and its double stay inside the first program");
+  is_int(graph_launches - g_before, 10, "chain: calls 6 to 10 launch two graphs each");
+  is_int(kernel_launches - k_before, 0, "chain: and no kernel outside them (nothing computed again)");
+  grace_graph_info gi;
+  grace_ir_graph_info(p1, &gi);
+  ok(gi.managed && gi.decided && gi.chosen == GRACE_LAUNCH_COPY && gi.captures == 1,
+     "chain: the first partition is one graph, captured once, no eager fallback (%s)", gi.ineligible);
+  /* x into its placeholder and c out: two tensors' bytes (and the sum, the table); four with a and b handed back */
+  ok(gi.copy_bytes >= 2 * (size_t)n * 4 && gi.copy_bytes < 3 * (size_t)n * 4,
+     "chain: its graph copies x in and c and the sum out, not exp(x) and its double (%zu bytes per replay)", gi.copy_bytes);
   grace_fn_free(fn);
   grace_tensor_release(x);
   grace_set_graphs(vm, NULL);
@@ -285,6 +356,7 @@ int main(void) {
   state("copy", GRACE_LAUNCH_COPY);
   state("indirect", GRACE_LAUNCH_INDIRECT);
   placement();
+  kept_inside();
   fake_vm_free(vm, dir);
   return tap_done();
 }
