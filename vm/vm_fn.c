@@ -272,6 +272,7 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
   if (!e->why[0] && grace_ir_count(e->ir, "breaks") > 0) {
     e->tree[e->ntree++] = e->ir;
     e->ir = NULL;
+    fn_place_explain(vm, e);
   } else if (!e->why[0]) {
     grace_ir *opt = NULL;
     if (grace_ir_pass(e->ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) {

@@ -239,7 +239,7 @@ grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, ch
   if (prog) explain_program(fn->vm, prog, &b);
   else sb_add(&b, "  runs eagerly (no compiled partition):\n    %s\n", e->why);
   const char *moves = fn_moves_text(e->moves);
-  if (*moves) sb_add(&b, "  placement rewrites (host tensors the program only moves to the device):\n");
+  if (*moves) sb_add(&b, "  placement rewrites (host tensors the program only moves to the device, host work between device ops):\n");
   for (const char *p = moves, *q; *p; p = *q ? q + 1 : q) {
     q = strchr(p, '\n');
     if (!q) q = p + strlen(p);

@@ -14,7 +14,11 @@
  *     new contents, once the tensor is written), the program is one graph, explain lists both decisions.
  *   - outputs kept internal (vm/vm_part.c): a host computes a chain of four ops, branches on its sum (recorded as a
  *     comparison) and goes on from the last one: the first partition hands back only that value and the sum, the
- *     other two stay inside its program, so its graph copies out two outputs instead of four.
+ *     other two stay inside its program, so its graph copies out two outputs instead of four;
+ *   - host work between device ops (vm/vm_place.c, ir/ir_place.c): exp(x) copied to the host, `* 2 + 1` there, the
+ *     result copied back and multiplied on the device: the host ops move onto the device (no copy either way, no
+ *     synchronize per call, one graph, explain says so); with an op the device lacks, or the host value returned
+ *     too, the round trip stays and explain says why.
  * NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
@@ -273,6 +277,107 @@ static void state(const char *mode, grace_launch_strategy want) {
   grace_set_graphs(vm, NULL);
 }
 
+/* ---- host work between device ops ---- */
+/* trip(x): h = exp(x):to(cpu); d = (h * 2 + 1):to(cuda); returns d * 3, and with `leak` h too (the host value escapes) */
+static int trip_leak;
+static grace_status h_trip(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR || maxres < 1 + trip_leak) return GRACE_EHOST;
+  grace_tensor *e = NULL, *h = NULL, *b = NULL, *c = NULL, *d = NULL, *y = NULL, *two = NULL, *one = NULL, *three = NULL;
+  grace_status st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 3.0, 0, &three);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &e, &(grace_attrs){.device = GRACE_CPU}, 1, &h);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){h, two}, NULL, 1, &b);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){b, one}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &c, &(grace_attrs){.device = GRACE_CUDA}, 1, &d);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){d, three}, NULL, 1, &y);
+  grace_tensor *all[] = {e, b, c, d, two, one, three};
+  for (int i = 0; i < 7; i++) grace_tensor_release(all[i]);
+  if (st != GRACE_OK) { grace_tensor_release(y); grace_tensor_release(h); return GRACE_EHOST; }
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  if (trip_leak) res[1] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = h};
+  else grace_tensor_release(h);
+  *nres = 1 + trip_leak;
+  return GRACE_OK;
+}
+
+/* trip_mm(x): (x:to(cpu) @ x:to(cpu)):to(cuda), x int64 */
+static grace_status h_trip_mm(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR || maxres < 1) return GRACE_EHOST;
+  grace_tensor *h = NULL, *c = NULL, *d = NULL;
+  grace_status st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &args[0].t, &(grace_attrs){.device = GRACE_CPU}, 1, &h);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MATMUL, 2, (grace_tensor *[]){h, h}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &c, &(grace_attrs){.device = GRACE_CUDA}, 1, &d);
+  grace_tensor_release(h);
+  grace_tensor_release(c);
+  if (st != GRACE_OK) { grace_tensor_release(d); return GRACE_EHOST; }
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = d};
+  *nres = 1;
+  return GRACE_OK;
+}
+
+static void round_trip(void) {
+  grace_set_graphs(vm, "indirect");
+  int64_t n = 1024;
+  grace_tensor *x = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  static const grace_host trip_host = {.call = h_trip};
+  grace_fn *fn = NULL;
+  grace_fn_new(vm, "trip", &trip_host, NULL, NULL, &fn);
+  if (!x || !fn) { ok(0, "round trip: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  long g = 0, k = 0;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "round trip: 10 calls run");
+  long h0 = htod_copies, d0 = dtoh_copies, s0 = stream_syncs;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "round trip: 10 more calls run");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  grace_ir *ir = grace_fn_entry_ir(fn, 0, NULL, NULL, NULL);
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(ir && gi.decided && gi.chosen == GRACE_LAUNCH_INDIRECT && !gi.ineligible[0] && gi.captures == 1,
+     "round trip: the program is one graph, captured once, no eager fallback (%s)", gi.ineligible);
+  ok(g == 5 && k == 0 && s.eager_calls == 0, "round trip: calls 6 to 10 replay it, no kernel outside it (%ld graphs, %ld kernels)", g, k);
+  is_int(dtoh_copies - d0, 0, "round trip: no copy to the host in 10 calls");
+  is_int(stream_syncs - s0, 0, "round trip: no synchronize in 10 calls");
+  ok(htod_copies - h0 <= 10, "round trip: at most the argument table's one copy a call to the device (%ld)", htod_copies - h0);
+  const char *text = grace_ir_text(ir);
+  ok(text && !strstr(text, " to ") && !strstr(text, "cpu"), "round trip: no copy and no host value left in the program");
+  char buf[8192];
+  grace_status xs = grace_fn_explain(fn, 1, &a, buf, sizeof buf);
+  ok(xs == GRACE_OK && strstr(buf, "2 host ops between a copy to the host and one back) -> moved to the device"),
+     "round trip: explain says the two host ops moved to the device");
+  grace_fn_free(fn);
+  /* the host value returned too: it stays, and explain says why */
+  trip_leak = 1;
+  fn = NULL;
+  grace_fn_new(vm, "trip_leak", &trip_host, NULL, NULL, &fn);
+  xs = fn ? grace_fn_explain(fn, 1, &a, buf, sizeof buf) : GRACE_EARG;
+  ok(xs == GRACE_OK && strstr(buf, "-> stays on the host: its host value %") && strstr(buf, "is returned to Lua"),
+     "round trip: a host value the function returns keeps the round trip, explain says so");
+  grace_fn_free(fn);
+  trip_leak = 0;
+  /* an op the device has no kernel for (a matmul of int64 tensors) keeps it too */
+  static const grace_host mm_host = {.call = h_trip_mm};
+  fn = NULL;
+  grace_tensor *xi = NULL;
+  grace_tensor_empty(vm, GRACE_INT64, GRACE_CUDA, 2, (int64_t[]){4, 4}, &xi);
+  grace_fn_new(vm, "trip_mm", &mm_host, NULL, NULL, &fn);
+  grace_arg ai = {.kind = GRACE_ARG_TENSOR, .t = xi};
+  xs = fn && xi ? grace_fn_explain(fn, 1, &ai, buf, sizeof buf) : GRACE_EARG;
+  ok(xs == GRACE_OK && strstr(buf, "-> stays on the host: matmul %") && strstr(buf, "has no device kernel"),
+     "round trip: an op with no device kernel keeps the round trip, explain says so");
+  grace_fn_free(fn);
+  grace_tensor_release(xi);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
 /* ---- placement: a per-call host input and a captured host tensor moved to the device ---- */
 /* model(x): exp(x:cuda()) + bias:cuda(), x a host argument, bias a host tensor the host holds (a capture) */
 static grace_tensor *bias;
@@ -357,6 +462,7 @@ int main(void) {
   state("indirect", GRACE_LAUNCH_INDIRECT);
   placement();
   kept_inside();
+  round_trip();
   fake_vm_free(vm, dir);
   return tap_done();
 }
