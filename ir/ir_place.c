@@ -419,34 +419,33 @@ static int host_word(const grace_ir *ir, int32_t w) {
   return vtype(ir, w)->ndim == 0 && (op == IR_OP_INPUT || op == IR_OP_SCALAR || op == IR_OP_CONST || op == IR_OP_LITERAL);
 }
 
-/* The round trip whose copy back to the device is instruction c, walked back from its input into t. */
+/* The round trip whose copy back to the device is instruction c, walked back from its input into t (the whole walk,
+ * so that a reason found early still counts the copies to the host that make it a round trip). */
+#define TRIP_WHY(...) do { if (!t->why[0]) snprintf(t->why, sizeof t->why, __VA_ARGS__); } while (0)
 static void trip_collect(const grace_ir *ir, int c, trip *t, int32_t *stack) {
   int sp = 0;
   int32_t z = arg(ir, &ir->insts[c], 0);
   t->in[z] = 1;
   stack[sp++] = z;
-  while (sp && !t->why[0]) {
+  while (sp) {
     int32_t u = stack[--sp];
     int i = ir->vals[u].inst;
     const ir_inst *k = &ir->insts[i];
-    if (t->n == TRIP_MAX) { snprintf(t->why, sizeof t->why, "more than %d host ops", TRIP_MAX); break; }
+    if (t->n == TRIP_MAX) { TRIP_WHY("more than %d host ops", TRIP_MAX); break; }
     if (is_copy_to_host(ir, k)) {
-      if (vtype(ir, arg(ir, k, 0))->dtype != vtype(ir, u)->dtype)
-        snprintf(t->why, sizeof t->why, "the copy to the host %%%d changes the dtype", u);
+      if (vtype(ir, arg(ir, k, 0))->dtype != vtype(ir, u)->dtype) TRIP_WHY("the copy to the host %%%d changes the dtype", u);
       t->list[t->n++] = i;
       t->ncopies++;
       continue;
     }
     grace_op op = (grace_op)k->op;
     if (k->op >= GRACE_NOPS) {
-      snprintf(t->why, sizeof t->why, "it reads %%%d, a host tensor the function is given, not a device value", u);
-      break;
+      TRIP_WHY("it reads %%%d, a host tensor the function is given, not a device value", u);
+      continue;
     }
-    if (grace_op_kind(op) == GRACE_KIND_CREATE || grace_op_kind(op) == GRACE_KIND_INPLACE || op == GRACE_OP_TO_DEVICE) {
-      snprintf(t->why, sizeof t->why, "%s %%%d %s", ir_op_name(k->op), u,
+    if (grace_op_kind(op) == GRACE_KIND_CREATE || grace_op_kind(op) == GRACE_KIND_INPLACE || op == GRACE_OP_TO_DEVICE)
+      TRIP_WHY("%s %%%d %s", ir_op_name(k->op), u,
                grace_op_kind(op) == GRACE_KIND_INPLACE ? "writes in place" : "makes a host tensor from nothing on the device");
-      break;
-    }
     t->list[t->n++] = i;
     t->nops++;
     for (int r = 0; r < k->nout; r++) t->in[k->first_result + r] = 1;
@@ -458,6 +457,7 @@ static void trip_collect(const grace_ir *ir, int c, trip *t, int32_t *stack) {
     }
   }
 }
+#undef TRIP_WHY
 
 /* Whether the round trip t ending at c can move: its host values used by nothing else, no break inside it, a device
  * kernel for each op (why set where not). */
