@@ -419,12 +419,11 @@ static int host_word(const grace_ir *ir, int32_t w) {
   return vtype(ir, w)->ndim == 0 && (op == IR_OP_INPUT || op == IR_OP_SCALAR || op == IR_OP_CONST || op == IR_OP_LITERAL);
 }
 
-/* The round trip whose copy back to the device is instruction c, walked back from its input into t (the whole walk,
- * so that a reason found early still counts the copies to the host that make it a round trip). */
+/* The round trip whose result is host value z (read by a device op), walked back into t (the whole walk, so that a
+ * reason found early still counts the copies to the host that make it a round trip). */
 #define TRIP_WHY(...) do { if (!t->why[0]) snprintf(t->why, sizeof t->why, __VA_ARGS__); } while (0)
-static void trip_collect(const grace_ir *ir, int c, trip *t, int32_t *stack) {
+static void trip_collect(const grace_ir *ir, int32_t z, trip *t, int32_t *stack) {
   int sp = 0;
-  int32_t z = arg(ir, &ir->insts[c], 0);
   t->in[z] = 1;
   stack[sp++] = z;
   while (sp) {
@@ -459,8 +458,13 @@ static void trip_collect(const grace_ir *ir, int c, trip *t, int32_t *stack) {
 }
 #undef TRIP_WHY
 
-/* Whether the round trip t ending at c can move: its host values used by nothing else, no break inside it, a device
- * kernel for each op (why set where not). */
+/* A device op: one whose results are device values (a copy to the host is not). */
+static int device_op(const grace_ir *ir, const ir_inst *k) {
+  return k->op < GRACE_NOPS && k->nout > 0 && vtype(ir, k->first_result)->device == GRACE_CUDA;
+}
+
+/* Whether round trip t, read by device op c, can move: its host values read by nothing but its own host work and
+ * device ops, no break inside it, a device kernel for each op (why set where not). */
 static void trip_check(const grace_ir *ir, int c, trip *t) {
   int first = c;
   for (int i = 0; i < t->n; i++) first = t->list[i] < first ? t->list[i] : first;
@@ -471,13 +475,14 @@ static void trip_check(const grace_ir *ir, int c, trip *t) {
                "host copy is needed", l >= 0 ? ir->locs[l] : "(unknown place)");
     }
   for (int j = 0; j < ir->ninst && !t->why[0]; j++) {
-    int mine = j == c;
-    for (int i = 0; i < t->n && !mine; i++) mine = t->list[i] == j;
     const ir_inst *k = &ir->insts[j];
+    int mine = device_op(ir, k);
+    for (int i = 0; i < t->n && !mine; i++) mine = t->list[i] == j;
     for (int a = 0; a < k->nin && !mine && !t->why[0]; a++) {
       int32_t w = arg(ir, k, a);
       if (w >= 0 && t->in[w])
-        snprintf(t->why, sizeof t->why, "its host value %%%d is also read by %s %%%d", w, ir_op_name(k->op), k->first_result);
+        snprintf(t->why, sizeof t->why, "its host value %%%d is also read by %s %%%d on the host", w, ir_op_name(k->op),
+                 k->first_result);
     }
   }
   for (int o = 0; o < ir->nout && !t->why[0]; o++)
@@ -492,8 +497,9 @@ static void trip_check(const grace_ir *ir, int c, trip *t) {
   }
 }
 
-/* Moves round trip t ending at c onto the device: its values become device values, readers of each copy to the host
- * read the device value itself, readers of the copy back read the moved result; the copies are left to dce. */
+/* Moves round trip t onto the device: its values become device values, readers of each copy to the host read the
+ * device value itself, and where device op c is a copy back (`:cuda()`), its readers read the moved result; the
+ * copies are left to dce. */
 static void trip_move(grace_ir *ir, int c, const trip *t) {
   for (int i = 0; i < t->n; i++) {
     const ir_inst *k = &ir->insts[t->list[i]];
@@ -505,45 +511,60 @@ static void trip_move(grace_ir *ir, int c, const trip *t) {
     for (int j = 0; j < ir->narg; j++) if (ir->args[j] == from) ir->args[j] = to;
   }
   const ir_inst *k = &ir->insts[c];
+  if (k->op != GRACE_OP_TO_DEVICE) return;
   int32_t from = k->first_result, to = arg(ir, k, 0);
   for (int j = 0; j < ir->narg; j++) if (ir->args[j] == from) ir->args[j] = to;
   for (int o = 0; o < ir->nout; o++) if (ir->outputs[o] == from) ir->outputs[o] = to;
   for (int w = 0; w < ir->nwrite; w++) if (ir->writes[w].value == from) ir->writes[w].value = to;
 }
 
+/* One line for round trip t (z its result, read by device op c): moved or why not. */
+static size_t trip_say(const grace_ir *ir, int c, int32_t z, const trip *t, char *text, size_t n) {
+  const ir_inst *k = &ir->insts[c];
+  const char *at = k->loc >= 0 ? ir->locs[k->loc] : "(unknown place)", *s = t->nops == 1 ? "" : "s";
+  char what[160];
+  if (k->op == GRACE_OP_TO_DEVICE)
+    snprintf(what, sizeof what, "round trip %%%d (%d host op%s between a copy to the host and one back)", k->first_result,
+             t->nops, s);
+  else
+    snprintf(what, sizeof what, "host work %%%d (%d host op%s on a device value copied to the host, read by %s %%%d on the "
+             "device)", z, t->nops, s, ir_op_name(k->op), k->first_result);
+  if (t->why[0]) return (size_t)snprintf(text, n, "%s -> stays on the host: %s; at %s\n", what, t->why, at);
+  return (size_t)snprintf(text, n, "%s -> moved to the device: the ops run on the device value, no copy to the host "
+                          "and back, no synchronize, so the program can stay a CUDA graph; at %s\n", what, at);
+}
+
 int ir_place_round_trips(grace_ir *ir, int rewrite, char *text, size_t n) {
   size_t nv = (size_t)(ir->nval ? ir->nval : 1), len = text && n ? strlen(text) : 0;
   trip t;
   int32_t *stack = grace_realloc(ir->vm, NULL, 0, sizeof *stack * nv);
+  int8_t *done = grace_realloc(ir->vm, NULL, 0, nv);
   t.in = grace_realloc(ir->vm, NULL, 0, nv);
   int moved = 0;
-  for (int c = 0; c < ir->ninst && stack && t.in; c++) {
+  if (done) memset(done, 0, nv);
+  for (int c = 0; c < ir->ninst && stack && t.in && done; c++) {
     const ir_inst *k = &ir->insts[c];
-    if (k->op != GRACE_OP_TO_DEVICE || k->attrs.device != GRACE_CUDA || vtype(ir, arg(ir, k, 0))->device != GRACE_CPU ||
-        ir->insts[ir->vals[arg(ir, k, 0)].inst].op >= GRACE_NOPS)
-      continue;   /* a copy back of host work (a copy of an input or capture is vm/vm_place.c's) */
-    memset(t.in, 0, nv);
-    t.n = t.nops = t.ncopies = 0;
-    t.why[0] = 0;
-    trip_collect(ir, c, &t, stack);
-    if (!t.ncopies) continue;   /* no device value went to the host: no round trip */
-    if (!t.why[0] && vtype(ir, k->first_result)->dtype != vtype(ir, arg(ir, k, 0))->dtype)
-      snprintf(t.why, sizeof t.why, "the copy back changes the dtype");
-    if (!t.why[0]) trip_check(ir, c, &t);
-    const char *at = k->loc >= 0 ? ir->locs[k->loc] : "(unknown place)";
-    if (!t.why[0] && rewrite) trip_move(ir, c, &t);
-    moved += !t.why[0];
-    if (!text || len >= n) continue;
-    if (t.why[0])
-      len += (size_t)snprintf(text + len, n - len, "round trip %%%d (%d host op%s between a copy to the host and one back) "
-                              "-> stays on the host: %s; at %s\n", k->first_result, t.nops, t.nops == 1 ? "" : "s", t.why, at);
-    else
-      len += (size_t)snprintf(text + len, n - len, "round trip %%%d (%d host op%s between a copy to the host and one back) "
-                              "-> moved to the device: the ops run on the device value, no copy to the host and back, no "
-                              "synchronize, so the program can stay a CUDA graph; at %s\n", k->first_result, t.nops,
-                              t.nops == 1 ? "" : "s", at);
+    if (!device_op(ir, k)) continue;
+    for (int a = 0; a < k->nin; a++) {
+      int32_t z = arg(ir, k, a);
+      /* host work read by a device op (a copy of an input or capture is vm/vm_place.c's, a host number a word) */
+      if (z < 0 || done[z] || vtype(ir, z)->device != GRACE_CPU || ir->insts[ir->vals[z].inst].op >= GRACE_NOPS) continue;
+      memset(t.in, 0, nv);
+      t.n = t.nops = t.ncopies = 0;
+      t.why[0] = 0;
+      trip_collect(ir, z, &t, stack);
+      for (size_t v = 0; v < nv; v++) done[v] |= t.in[v];
+      if (!t.ncopies) continue;   /* no device value went to the host: no round trip */
+      if (k->op == GRACE_OP_TO_DEVICE && vtype(ir, k->first_result)->dtype != vtype(ir, z)->dtype)
+        snprintf(t.why, sizeof t.why, "the copy back changes the dtype");
+      if (!t.why[0]) trip_check(ir, c, &t);
+      if (!t.why[0] && rewrite) trip_move(ir, c, &t);
+      moved += !t.why[0];
+      if (text && len < n) len += trip_say(ir, c, z, &t, text + len, n - len);
+    }
   }
   grace_realloc(ir->vm, stack, sizeof *stack * nv, 0);
+  grace_realloc(ir->vm, done, nv, 0);
   grace_realloc(ir->vm, t.in, nv, 0);
   return moved;
 }

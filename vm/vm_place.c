@@ -6,7 +6,8 @@
  *   - a captured tensor becomes a device constant, made once, and made again when the tensor's version changes.
  * The moves `to` made are forwarded to the value itself and dropped. Host work between two device ops (a device
  * value copied to the host, ops on it there, the result copied back: `x:cpu()`, `:exp()`, `:cuda()`) runs on the
- * device instead where the device has the ops (ir_place_round_trips): no copy either way, no synchronize. Each
+ * device instead where the device has the ops (ir_place_round_trips; also host work a device op reads as a number):
+ * no copy either way, no synchronize. Each
  * decision, and why a round trip stays, is said in explain and under GRACE_LOG=placement; a function with graph
  * breaks gets the reasons only (its partitions are programs of their own). Host numbers (0-d host tensors) are left
  * alone: they are argument-table words already. */

@@ -352,12 +352,19 @@ static void test_round_trips(void) {
   check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = to %0 : f32[8]  @\"t.lua:2\"\n"
              "  %2 = neg %1 : f32[8]  @\"t.lua:3\"\n  %3 = exp %2 : f32[8]  @\"t.lua:3\"\n"
              "  %4 = to %3 {device=cuda} : f32[8] cuda  @\"t.lua:4\"\n  %5 = sum %2 : f32[]\n  return %4, %5\n}\n", 1, 0,
-             TRIP(4) "stays on the host: its host value %2 is also read by sum %5; at t.lua:4\n", "read by other host work");
+             TRIP(4) "stays on the host: its host value %2 is also read by sum %5 on the host; at t.lua:4\n",
+             "read by other host work");
   check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = to %0 : f32[8]  @\"t.lua:2\"\n"
              "  %2 = neg %1 : f32[8]  @\"t.lua:3\"\n  break  @\"t.lua:3\"\n  %3 = exp %2 : f32[8]  @\"t.lua:4\"\n"
              "  %4 = to %3 {device=cuda} : f32[8] cuda  @\"t.lua:5\"\n  return %4\n}\n", 0, 0,
              TRIP(4) "stays on the host: the host reads a value in between (a graph break at t.lua:3: item(), print), so "
              "the host copy is needed; at t.lua:5\n", "a break in between");
+  check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = exp %0 : f32[8] cuda  @\"s.lua:1\"\n"
+             "  %2 = to %1 : f32[8]  @\"s.lua:2\"\n  %3 = sum %2 : f32[]  @\"s.lua:2\"\n"
+             "  %4 = div %1, %3 : f32[8] cuda  @\"s.lua:3\"\n  return %4\n}\n", 1, 1,
+             "host work %3 (1 host op on a device value copied to the host, read by div %4 on the device) -> moved to the "
+             "device: the ops run on the device value, no copy to the host and back, no synchronize, so the program can "
+             "stay a CUDA graph; at s.lua:3\n", "a host number computed from a device value");
   check_trip("func @f {\n  %0 = input #0 : i64[4, 4] cuda\n  %1 = to %0 : i64[4, 4]  @\"t.lua:2\"\n"
              "  %2 = matmul %1, %1 : i64[4, 4]  @\"t.lua:3\"\n"
              "  %3 = to %2 {device=cuda} : i64[4, 4] cuda  @\"t.lua:4\"\n  return %3\n}\n", 1, 0,
