@@ -354,8 +354,8 @@ static inline void vm_note_read(const grace_tensor *t, const char *how) {
 static inline grace_status vm_host_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   vm_note_read(t, how);
   vm_materialize(t);
-  if (!t->pending) return GRACE_OK;
-  return vm->status != GRACE_OK ? vm->status : grace_set_error(vm, GRACE_EARG, "a value of a compiled function that was never computed");
+  if (!t->pending) return GRACE_OK;   /* a recipe that failed said why; a call that failed left no recipe */
+  return t->lazy ? vm->status : grace_set_error(vm, GRACE_EARG, "a value of a compiled function's call that failed: it was never computed");
 }
 /* ---- routing (base_route.c): one op on the backend of its inputs' device, outside any trace ---- */
 /* The checks common to all ops and the device it runs on; *op may change (a wrapped number's CONTIGUOUS is a

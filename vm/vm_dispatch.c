@@ -20,7 +20,7 @@ static grace_status run(grace_vm *vm, grace_device dev, grace_op op, int nin, gr
       vm_materialize(in[i]);
       if (in[i]->pending) {
         char msg[VM_ERRLEN];
-        snprintf(msg, sizeof msg, "%s", vm->err);
+        snprintf(msg, sizeof msg, "%s", in[i]->lazy ? vm->err : "a value of a compiled function's call that failed: it was never computed");
         return vm_err(vm, GRACE_EARG, "%s: input %d: %s", grace_op_name(op), i + 1, msg);
       }
     }

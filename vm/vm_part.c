@@ -475,13 +475,14 @@ grace_status vm_lazy_compute(grace_vm *vm, grace_tensor *t) {
   if (!grace_ir_consts_current(full))
     return vm_err(vm, GRACE_EARG, "%s: a value the compiled function computed inside this partition (and did not keep) "
                   "is asked for after a tensor it captured was written in place; it cannot be computed again", full->name);
-  grace_status st = grace_ir_run(full, L->nin, L->in, full->nout, out);
+  int nout = full->nout;   /* becoming the result drops t's recipe, perhaps the last reference to full */
+  grace_status st = grace_ir_run(full, L->nin, L->in, nout, out);
   if (st != GRACE_OK) return st;
   grace_tensor *r = out[t->lazy_out];
   if (r->dtype != t->dtype || r->ndim != t->ndim || memcmp(r->sizes, t->sizes, sizeof(int64_t) * (size_t)t->ndim))
     st = vm_err(vm, GRACE_EINTERNAL, "%s: a value computed again is %s, recorded %s", full->name, VM_SHAPE(r), VM_SHAPE(t));
   else vm_replay_become(t, r);
-  for (int j = 0; j < full->nout; j++) grace_tensor_release(out[j]);
+  for (int j = 0; j < nout; j++) grace_tensor_release(out[j]);
   return st;
 }
 
