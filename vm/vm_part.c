@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include "vm/vm_trace.h"
 #include "vm/vm_fn.h"
+#include "ir/ir_place.h"
 
 /* A partition's program with every tensor it made an output, as built (before the passes): how a value kept
  * internal is computed again. Shared by the partition and by each run whose values wait on it. */
@@ -291,6 +292,16 @@ static int covers(grace_vm *vm, const vm_trace *tr, uint64_t paths, int end, vm_
   return ok;
 }
 
+/* The program a partition runs: host work between its device ops moved onto the device (vm/vm_place.c does the same
+ * for a whole program, and says so; a function with breaks has the reasons said of its first path). */
+static grace_ir *placed(grace_vm *vm, grace_ir *ir) {
+  grace_ir *opt = NULL;
+  if (!vm->cuda || !ir_place_round_trips(ir, 1, NULL, 0)) return ir;
+  if (grace_ir_pass(ir, "dce", &opt) != GRACE_OK) return ir;   /* the copies stay, unread: harmless */
+  grace_ir_free(ir);
+  return opt;
+}
+
 /* Built program *irp (every tensor an output, seg->outs) into seg->prog: the passes, over the outputs the paths in the
  * mask read after instruction end; *irp kept as the recipe where some stay internal (NULL then). */
 static grace_status finish(grace_vm *vm, vm_trace *tr, int end, uint64_t paths, vm_seg *seg, grace_ir **irp) {
@@ -324,7 +335,7 @@ static grace_status finish(grace_vm *vm, vm_trace *tr, int end, uint64_t paths, 
       }
       for (int j = 0, o = 0; j < nall; j++) if (seg->keep[j]) seg->outs[o++] = seg->all[j];
       *seg->rc = (vm_recipe){1, ir};
-      seg->prog = opt;
+      seg->prog = placed(vm, opt);
       seg->checked = paths;
       *irp = NULL;
       return GRACE_OK;
@@ -339,7 +350,7 @@ static grace_status finish(grace_vm *vm, vm_trace *tr, int end, uint64_t paths, 
     seg->nout = nall;
   }
   if (grace_ir_pass(ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) { grace_ir_free(ir); ir = opt; }
-  seg->prog = ir;
+  seg->prog = placed(vm, ir);
   seg->checked = ~0ull;   /* hands back everything: any path is covered */
   *irp = NULL;
   return GRACE_OK;

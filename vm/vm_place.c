@@ -8,7 +8,8 @@
  * value copied to the host, ops on it there, the result copied back: `x:cpu()`, `:exp()`, `:cuda()`) runs on the
  * device instead where the device has the ops (ir_place_round_trips; also host work a device op reads as a number):
  * no copy either way, no synchronize. Each decision, and why a round trip stays, is said in explain and under
- * GRACE_LOG=placement; a function with graph breaks gets the reasons only (its partitions are programs of their own).
+ * GRACE_LOG=placement; a function with graph breaks gets them said of its first path (vm/vm_part.c moves the round
+ * trips inside each partition's program).
  * Host numbers (0-d host tensors) are left alone: they are argument-table words already. */
 #include <stdio.h>
 #include "ir/ir_place.h"

@@ -17,8 +17,8 @@
  *     other two stay inside its program, so its graph copies out two outputs instead of four;
  *   - host work between device ops (vm/vm_place.c, ir/ir_place.c): exp(x) copied to the host, `* 2 + 1` there, the
  *     result copied back and multiplied on the device: the host ops move onto the device (no copy either way, no
- *     synchronize per call, one graph, explain says so); with an op the device lacks, or the host value returned
- *     too, the round trip stays and explain says why.
+ *     synchronize per call, one graph, explain says so), also inside the second partition of a function with a
+ *     break; with an op the device lacks, or the host value returned too, the round trip stays and explain says why.
  * NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
@@ -279,7 +279,7 @@ static void state(const char *mode, grace_launch_strategy want) {
 
 /* ---- host work between device ops ---- */
 /* trip(x): h = exp(x):to(cpu); d = (h * 2 + 1):to(cuda); returns d * 3, and with `leak` h too (the host value escapes) */
-static int trip_leak;
+static int trip_leak, trip_break;
 static grace_status h_trip(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
   (void)ud;
   *nres = 0;
@@ -289,6 +289,14 @@ static grace_status h_trip(void *ud, int nargs, const grace_arg *args, int *nres
   if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
   if (st == GRACE_OK) st = grace_tensor_scalar(vm, 3.0, 0, &three);
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &e);
+  if (st == GRACE_OK && trip_break) {   /* a break before the round trip: it is in the second partition */
+    grace_tensor *m = NULL;
+    double host = 0;
+    st = grace_run(vm, GRACE_OP_SUM, 1, &e, NULL, 1, &m);
+    if (st == GRACE_OK) st = grace_tensor_read(vm, m, GRACE_FLOAT64, &host);
+    if (st == GRACE_OK) st = grace_trace_branch(vm, m, GRACE_CMP_GT, 0.0, 1, NULL);
+    grace_tensor_release(m);
+  }
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &e, &(grace_attrs){.device = GRACE_CPU}, 1, &h);
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){h, two}, NULL, 1, &b);
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){b, one}, NULL, 1, &c);
@@ -353,6 +361,22 @@ static void round_trip(void) {
   ok(xs == GRACE_OK && strstr(buf, "2 host ops between a copy to the host and one back) -> moved to the device"),
      "round trip: explain says the two host ops moved to the device");
   grace_fn_free(fn);
+  /* the same after a graph break: the round trip is in the second partition's program, moved there too */
+  trip_break = 1;
+  fn = NULL;
+  grace_fn_new(vm, "trip_break", &trip_host, NULL, NULL, &fn);
+  d0 = dtoh_copies;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "round trip after a break: 10 calls run");
+  grace_ir *p2 = grace_fn_entry_partition(fn, 0, 1, NULL, NULL);
+  grace_ir_graph_info(p2, &gi);
+  text = p2 ? grace_ir_text(p2) : NULL;
+  ok(text && !strstr(text, " to ") && !strstr(text, "f32[1024]\n") && gi.captures == 1 && !gi.ineligible[0],
+     "round trip after a break: the second partition has no copy and no host value, one graph (%s)", gi.ineligible);
+  ok(g == 10 && k == 0, "round trip after a break: calls 6 to 10 replay two graphs each (%ld graphs, %ld kernels)", g, k);
+  /* each call reads the sum at the break; the traced call, run eagerly, also copies exp(x) to the host once */
+  is_int(dtoh_copies - d0, 11, "round trip after a break: one copy to the host per call (the sum the break reads), not two");
+  grace_fn_free(fn);
+  trip_break = 0;
   /* the host value returned too: it stays, and explain says why */
   trip_leak = 1;
   fn = NULL;
