@@ -5,7 +5,9 @@
  * explained per value (GRACE_LOG=placement, grace.explain), and the cases that still keep a partition from being a
  * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. The
  * rewrites that move host tensors with dims out of a compiled program (staged arguments, device constants) are
- * vm/vm_place.c's; a compiled function's report is of its program after them. */
+ * vm/vm_place.c's; a compiled function's report is of its program after them. One rewrite lives here, as it is an IR
+ * transformation with the same rules: round trips (ir_place_round_trips), host work on a device value's host copy
+ * that the device can run, moved onto it. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
