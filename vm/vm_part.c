@@ -108,6 +108,12 @@ void vm_parts_outputs(const vm_parts *p, long *outputs, long *internal) {
   }
 }
 
+int vm_parts_internal(const vm_parts *p, int k) {
+  for (int i = 0; p && i < p->n; i++)
+    if (p->s[i].prog && !k--) return p->s[i].rc ? p->s[i].nall - p->s[i].nout : 0;
+  return 0;
+}
+
 grace_ir *vm_parts_prog(const vm_parts *p, int k, int *path, int *index) {
   for (int i = 0; p && i < p->n; i++) {
     if (!p->s[i].prog || k--) continue;

@@ -131,6 +131,8 @@ long vm_parts_runs(const vm_parts *p);
 grace_status vm_lazy_compute(grace_vm *vm, grace_tensor *t);
 /* t no longer needs its way of being computed again (computed, or dying). */
 void vm_lazy_drop(grace_tensor *t);
+/* Tensors the k-th partition program computes but keeps inside. */
+int vm_parts_internal(const vm_parts *p, int k);
 /* Outputs of the partition programs made, and values they keep internal. */
 void vm_parts_outputs(const vm_parts *p, long *outputs, long *internal);
 /* grace_trace_input/_scalar while replaying: t stands for the next input of the paths. */

@@ -150,6 +150,9 @@ tap.ok(p1 and p1:find("; 2 outputs)", 1, true), "the first partition hands back 
 tap.ok(ms.partition_internal >= 4 * 3, "every layer's matmul, add and gelu but the last stay inside the programs (" ..
        ms.partition_internal .. " kept inside, " .. ms.partition_outputs .. " handed back)")
 tap.ok(ms.partitions >= 2 and ms.partition_runs >= 6, "the partitions ran as programs")
+local ex = grace.explain(cm, xs)
+tap.ok(ex:find("partition 1 of path 1: 2 outputs handed back, ", 1, true) ~= nil,
+       "explain of the compiled function lists each partition's outputs and what it keeps inside")
 cm(xs)
 local kept = box.mid
 xs:add_(1)
