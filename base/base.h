@@ -73,6 +73,8 @@ struct grace_tensor {
   int ndim;
   int wrapped;                   /* a host number made by grace_tensor_scalar */
   int pending;                   /* made by a replay, its value not computed yet (vm_replay.c) */
+  struct vm_lazy *lazy;          /* pending: how to compute it again, a value a partition kept internal (vm_part.c) */
+  int lazy_out;                  /* which result of lazy's program it is */
   int requires_grad;             /* a leaf whose gradient backward accumulates into grad */
   struct vm_gnode *grad_fn;      /* the autograd node that made it (vm/vm_grad.c), NULL for a leaf */
   int grad_slot;                 /* which output of grad_fn it is */
@@ -336,6 +338,8 @@ struct vm_hooks {
   void (*hold)(grace_vm *vm, int delta);
   /* A dying tensor made by an op autograd recorded: drops its node (vm/vm_grad.c). */
   void (*grad_drop)(grace_tensor *t);
+  /* A dying or computed tensor drops its way of being computed again (vm/vm_part.c). */
+  void (*lazy_drop)(grace_tensor *t);
 };
 static inline void vm_materialize(const grace_tensor *t) {
   if ((t->pending || t->vm->trace) && t->vm->hooks) t->vm->hooks->materialize(t->vm, t);
@@ -345,6 +349,14 @@ static inline void vm_trace_hold(grace_vm *vm, int delta) {
 }
 static inline void vm_note_read(const grace_tensor *t, const char *how) {
   if (t->vm->trace && t->vm->hooks) t->vm->hooks->read(t->vm, t, how);
+}
+/* Before the host reads t's elements: a break of a trace, and t's value computed; an error where it cannot be (a
+ * value a compiled function kept internal whose inputs changed since). */
+static inline grace_status vm_host_read(grace_vm *vm, const grace_tensor *t, const char *how) {
+  vm_note_read(t, how);
+  vm_materialize(t);
+  if (!t->pending) return GRACE_OK;   /* a recipe that failed said why; a call that failed left no recipe */
+  return t->lazy ? vm->status : grace_set_error(vm, GRACE_EARG, "a value of a compiled function's call that failed: it was never computed");
 }
 /* ---- routing (base_route.c): one op on the backend of its inputs' device, outside any trace ---- */
 /* The checks common to all ops and the device it runs on; *op may change (a wrapped number's CONTIGUOUS is a

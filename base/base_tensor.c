@@ -143,6 +143,7 @@ void grace_tensor_release(grace_tensor *t) {
   if (!t || --t->refcount > 0) return;
   grace_vm *vm = t->vm;
   if (t->grad_fn && vm->hooks) vm->hooks->grad_drop(t);
+  if (t->lazy && vm->hooks) vm->hooks->lazy_drop(t);
   grace_tensor_release(t->grad);
   vm_storage *s = t->storage;
   if (--s->refcount == 0) {
@@ -287,7 +288,7 @@ const void *grace_tensor_storage_id(const grace_tensor *t) {
 }
 void *grace_tensor_data(grace_tensor *t) {
   if (!t) return NULL;
-  vm_note_read(t, "taking its data pointer");
+  if (vm_host_read(t->vm, t, "taking its data pointer") != GRACE_OK) return NULL;
   return t->storage->device == GRACE_CPU ? vm_ptr(t) : NULL;
 }
 
@@ -332,7 +333,8 @@ static void read_host(const grace_tensor *t, grace_dtype dst_dt, void *dst) {
 
 grace_status grace_tensor_read(grace_vm *vm, const grace_tensor *t, grace_dtype dst_dt, void *dst) {
   NEED(vm, t && dst, "read");
-  vm_note_read(t, "reading its elements (item, tolist, print)");
+  grace_status rs = vm_host_read(vm, t, "reading its elements (item, tolist, print)");
+  if (rs != GRACE_OK) return rs;
   if ((unsigned)dst_dt >= GRACE_NDTYPES) return vm_err(vm, GRACE_EDTYPE, "read: invalid dtype");
   if (t->storage->device == GRACE_CPU) {
     read_host(t, dst_dt, dst);
@@ -352,7 +354,8 @@ static grace_status element_ptr(grace_vm *vm, const grace_tensor *t, const int64
                                 char buf[8]) {
   if (!vm) return GRACE_EARG;
   if (!t || (!index && t->ndim)) return vm_err(vm, GRACE_EARG, "get: a NULL argument");
-  vm_note_read(t, "reading an element (item, tolist, print)");
+  grace_status rs = vm_host_read(vm, t, "reading an element (item, tolist, print)");
+  if (rs != GRACE_OK) return rs;
   int64_t off = 0;
   for (int d = 0; d < t->ndim; d++) {
     if (index[d] < 0 || index[d] >= t->sizes[d])

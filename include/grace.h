@@ -627,6 +627,8 @@ typedef struct grace_fn_stats {
   int entries;
   int partitions;                         /* partitions between graph breaks compiled into programs of their own */
   long partition_runs;                    /* times such a program ran (once per partition per replayed call) */
+  long partition_outputs;                 /* tensors those programs hand back (what later code reads) */
+  long partition_internal;                /* tensors they compute but keep inside (computed again if asked for) */
   long staged_bytes;                      /* host tensors copied to the device ahead of programs, in bytes */
   int eager;                              /* runs eagerly for good (the cache limit) */
   const char *name;

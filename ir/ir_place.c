@@ -5,7 +5,9 @@
  * explained per value (GRACE_LOG=placement, grace.explain), and the cases that still keep a partition from being a
  * graph named with their script line. The rules mirror the executor's; where it changes, this file follows. The
  * rewrites that move host tensors with dims out of a compiled program (staged arguments, device constants) are
- * vm/vm_place.c's; a compiled function's report is of its program after them. */
+ * vm/vm_place.c's; a compiled function's report is of its program after them. One rewrite lives here, as it is an IR
+ * transformation with the same rules: round trips (ir_place_round_trips), host work on a device value's host copy
+ * that the device can run, moved onto it. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +23,10 @@ enum { C_FREE, C_HOST, C_HOST_VIEW, C_DEV_VIEW, C_KERNEL, C_NO_KERNEL, C_TO_HOST
 static const ir_type *vtype(const grace_ir *ir, int32_t v) { return &ir->vals[v].type; }
 static int32_t arg(const grace_ir *ir, const ir_inst *k, int j) { return ir->args[k->first_arg + j]; }
 
-/* Why the device back end has no kernel for device instruction k (vm_route then runs the op on the host through
+/* Why the device back end has no kernel for device instruction k, the values marked in moved taken as device
+ * values (vm_route then runs the op on the host through
  * copies and a synchronize), asked of the CUDA backend's table; NULL when it has one. */
-static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, size_t n) {
+static const char *no_kernel_as(const grace_ir *ir, const ir_inst *k, const int8_t *moved, char *buf, size_t n) {
   vm_meta m[IR_PLACE_MAXIN];
   if (k->nin > IR_PLACE_MAXIN) return NULL;
   for (int j = 0; j < k->nin; j++) {
@@ -32,7 +35,7 @@ static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, si
     if (v < 0) { m[j].ndim = -1; continue; }
     const ir_type *t = vtype(ir, v);
     m[j].dtype = t->dtype;
-    m[j].device = t->device;
+    m[j].device = moved && moved[v] ? GRACE_CUDA : t->device;
     m[j].ndim = t->ndim;
     memcpy(m[j].sizes, t->sizes, sizeof m[j].sizes);
   }
@@ -43,6 +46,9 @@ static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, si
   size_t w = strlen(why);
   snprintf(buf, n, "%.*s: it runs on the host through two copies and a synchronize", (int)(w < 140 ? w : 140), why);
   return buf;
+}
+static const char *no_kernel(const grace_ir *ir, const ir_inst *k, char *buf, size_t n) {
+  return no_kernel_as(ir, k, NULL, buf, n);
 }
 
 static int classify(const grace_ir *ir, const ir_inst *k) {
@@ -393,4 +399,174 @@ grace_status grace_ir_place_report(grace_ir *ir, char *buf, size_t n, int *npart
     return grace_set_error(ir->vm, GRACE_EARG, "placement report: %zu bytes of buffer, the report of '%s' needs %zu", n,
                            ir->name, need + 1);
   return GRACE_OK;
+}
+
+/* ---- round trips: a device value copied to the host, host work on it, the result copied back ---- */
+enum { TRIP_MAX = 256 };
+
+typedef struct trip {
+  int8_t *in;                 /* per value: a host value of the round trip (its host work's, or a copy to the host) */
+  int32_t list[TRIP_MAX];     /* its instructions: the host work and the copies to the host */
+  int n, nops, ncopies;
+  char why[240];              /* why it stays on the host ("" it can move) */
+} trip;
+
+static int is_copy_to_host(const grace_ir *ir, const ir_inst *k) {
+  return k->op == GRACE_OP_TO_DEVICE && k->attrs.device == GRACE_CPU && vtype(ir, arg(ir, k, 0))->device == GRACE_CUDA;
+}
+
+/* A host number the device reads as an argument-table word (an input, a dynamic scalar, a capture, a literal). */
+static int host_word(const grace_ir *ir, int32_t w) {
+  int op = ir->insts[ir->vals[w].inst].op;
+  return vtype(ir, w)->ndim == 0 && (op == IR_OP_INPUT || op == IR_OP_SCALAR || op == IR_OP_CONST || op == IR_OP_LITERAL);
+}
+
+/* The round trip whose result is host value z (read by a device op), walked back into t (the whole walk, so that a
+ * reason found early still counts the copies to the host that make it a round trip). */
+#define TRIP_WHY(...) do { if (!t->why[0]) snprintf(t->why, sizeof t->why, __VA_ARGS__); } while (0)
+static void trip_collect(const grace_ir *ir, int32_t z, trip *t, int32_t *stack) {
+  int sp = 0;
+  t->in[z] = 1;
+  stack[sp++] = z;
+  while (sp) {
+    int32_t u = stack[--sp];
+    int i = ir->vals[u].inst;
+    const ir_inst *k = &ir->insts[i];
+    if (t->n == TRIP_MAX) { TRIP_WHY("more than %d host ops", TRIP_MAX); break; }
+    if (is_copy_to_host(ir, k)) {
+      if (vtype(ir, arg(ir, k, 0))->dtype != vtype(ir, u)->dtype) TRIP_WHY("the copy to the host %%%d changes the dtype", u);
+      t->list[t->n++] = i;
+      t->ncopies++;
+      continue;
+    }
+    grace_op op = (grace_op)k->op;
+    if (k->op >= GRACE_NOPS) {
+      TRIP_WHY("it reads %%%d, a host tensor the function is given, not a device value", u);
+      continue;
+    }
+    if (grace_op_kind(op) == GRACE_KIND_CREATE || grace_op_kind(op) == GRACE_KIND_INPLACE || op == GRACE_OP_TO_DEVICE)
+      TRIP_WHY("%s %%%d %s", ir_op_name(k->op), u,
+               grace_op_kind(op) == GRACE_KIND_INPLACE ? "writes in place" : "makes a host tensor from nothing on the device");
+    t->list[t->n++] = i;
+    t->nops++;
+    for (int r = 0; r < k->nout; r++) t->in[k->first_result + r] = 1;
+    for (int j = 0; j < k->nin; j++) {
+      int32_t w = arg(ir, k, j);
+      if (w < 0 || t->in[w] || vtype(ir, w)->device != GRACE_CPU || host_word(ir, w)) continue;
+      t->in[w] = 1;
+      stack[sp++] = w;
+    }
+  }
+}
+#undef TRIP_WHY
+
+/* A device op: one whose results are device values (a copy to the host is not). */
+static int device_op(const grace_ir *ir, const ir_inst *k) {
+  return k->op < GRACE_NOPS && k->nout > 0 && vtype(ir, k->first_result)->device == GRACE_CUDA;
+}
+
+/* Whether round trip t, read by device op c, can move: its host values read by nothing but its own host work and
+ * device ops, no break inside it, a device kernel for each op (why set where not). */
+static void trip_check(const grace_ir *ir, int c, trip *t) {
+  int first = c;
+  for (int i = 0; i < t->n; i++) first = t->list[i] < first ? t->list[i] : first;
+  for (int b = 0; b < ir->nbreak && !t->why[0]; b++)
+    if (ir->breaks[b].after >= first && ir->breaks[b].after < c) {
+      int l = ir->breaks[b].loc;
+      snprintf(t->why, sizeof t->why, "the host reads a value in between (a graph break at %s: item(), print), so the "
+               "host copy is needed", l >= 0 ? ir->locs[l] : "(unknown place)");
+    }
+  for (int j = 0; j < ir->ninst && !t->why[0]; j++) {
+    const ir_inst *k = &ir->insts[j];
+    int mine = device_op(ir, k);
+    for (int i = 0; i < t->n && !mine; i++) mine = t->list[i] == j;
+    for (int a = 0; a < k->nin && !mine && !t->why[0]; a++) {
+      int32_t w = arg(ir, k, a);
+      if (w >= 0 && t->in[w])
+        snprintf(t->why, sizeof t->why, "its host value %%%d is also read by %s %%%d on the host", w, ir_op_name(k->op),
+                 k->first_result);
+    }
+  }
+  for (int o = 0; o < ir->nout && !t->why[0]; o++)
+    if (t->in[ir->outputs[o]]) snprintf(t->why, sizeof t->why, "its host value %%%d is returned to Lua", ir->outputs[o]);
+  for (int w = 0; w < ir->nwrite && !t->why[0]; w++)
+    if (t->in[ir->writes[w].value]) snprintf(t->why, sizeof t->why, "its host value %%%d is written into state", ir->writes[w].value);
+  for (int i = 0; i < t->n && !t->why[0]; i++) {
+    const ir_inst *k = &ir->insts[t->list[i]];
+    char buf[200];
+    if (!is_copy_to_host(ir, k) && no_kernel_as(ir, k, t->in, buf, sizeof buf))
+      snprintf(t->why, sizeof t->why, "%s %%%d %.200s", ir_op_name(k->op), k->first_result, buf);
+  }
+}
+
+/* Moves round trip t onto the device: its values become device values, readers of each copy to the host read the
+ * device value itself, and where device op c is a copy back (`:cuda()`), its readers read the moved result; the
+ * copies are left to dce. */
+static void trip_move(grace_ir *ir, int c, const trip *t) {
+  for (int i = 0; i < t->n; i++) {
+    const ir_inst *k = &ir->insts[t->list[i]];
+    int32_t from = k->first_result, to = arg(ir, k, 0);
+    if (!is_copy_to_host(ir, k)) {
+      for (int r = 0; r < k->nout; r++) ir->vals[k->first_result + r].type.device = GRACE_CUDA;
+      continue;
+    }
+    for (int j = 0; j < ir->narg; j++) if (ir->args[j] == from) ir->args[j] = to;
+  }
+  const ir_inst *k = &ir->insts[c];
+  if (k->op != GRACE_OP_TO_DEVICE) return;
+  int32_t from = k->first_result, to = arg(ir, k, 0);
+  for (int j = 0; j < ir->narg; j++) if (ir->args[j] == from) ir->args[j] = to;
+  for (int o = 0; o < ir->nout; o++) if (ir->outputs[o] == from) ir->outputs[o] = to;
+  for (int w = 0; w < ir->nwrite; w++) if (ir->writes[w].value == from) ir->writes[w].value = to;
+}
+
+/* One line for round trip t (z its result, read by device op c): moved or why not. */
+static size_t trip_say(const grace_ir *ir, int c, int32_t z, const trip *t, char *text, size_t n) {
+  const ir_inst *k = &ir->insts[c];
+  const char *at = k->loc >= 0 ? ir->locs[k->loc] : "(unknown place)", *s = t->nops == 1 ? "" : "s";
+  char what[160];
+  if (k->op == GRACE_OP_TO_DEVICE)
+    snprintf(what, sizeof what, "round trip %%%d (%d host op%s between a copy to the host and one back)", k->first_result,
+             t->nops, s);
+  else
+    snprintf(what, sizeof what, "host work %%%d (%d host op%s on a device value copied to the host, read by %s %%%d on the "
+             "device)", z, t->nops, s, ir_op_name(k->op), k->first_result);
+  if (t->why[0]) return (size_t)snprintf(text, n, "%s -> stays on the host: %s; at %s\n", what, t->why, at);
+  return (size_t)snprintf(text, n, "%s -> moved to the device: the ops run on the device value, no copy to the host "
+                          "and back, no synchronize, so the program can stay a CUDA graph; at %s\n", what, at);
+}
+
+int ir_place_round_trips(grace_ir *ir, int rewrite, char *text, size_t n) {
+  size_t nv = (size_t)(ir->nval ? ir->nval : 1), len = text && n ? strlen(text) : 0;
+  trip t;
+  int32_t *stack = grace_realloc(ir->vm, NULL, 0, sizeof *stack * nv);
+  int8_t *done = grace_realloc(ir->vm, NULL, 0, nv);
+  t.in = grace_realloc(ir->vm, NULL, 0, nv);
+  int moved = 0;
+  if (done) memset(done, 0, nv);
+  for (int c = 0; c < ir->ninst && stack && t.in && done; c++) {
+    const ir_inst *k = &ir->insts[c];
+    if (!device_op(ir, k)) continue;
+    for (int a = 0; a < k->nin; a++) {
+      int32_t z = arg(ir, k, a);
+      /* host work read by a device op (a copy of an input or capture is vm/vm_place.c's, a host number a word) */
+      if (z < 0 || done[z] || vtype(ir, z)->device != GRACE_CPU || ir->insts[ir->vals[z].inst].op >= GRACE_NOPS) continue;
+      memset(t.in, 0, nv);
+      t.n = t.nops = t.ncopies = 0;
+      t.why[0] = 0;
+      trip_collect(ir, z, &t, stack);
+      for (size_t v = 0; v < nv; v++) done[v] |= t.in[v];
+      if (!t.ncopies) continue;   /* no device value went to the host: no round trip */
+      if (k->op == GRACE_OP_TO_DEVICE && vtype(ir, k->first_result)->dtype != vtype(ir, z)->dtype)
+        snprintf(t.why, sizeof t.why, "the copy back changes the dtype");
+      if (!t.why[0]) trip_check(ir, c, &t);
+      if (!t.why[0] && rewrite) trip_move(ir, c, &t);
+      moved += !t.why[0];
+      if (text && len < n) len += trip_say(ir, c, z, &t, text + len, n - len);
+    }
+  }
+  grace_realloc(ir->vm, stack, sizeof *stack * nv, 0);
+  grace_realloc(ir->vm, done, nv, 0);
+  grace_realloc(ir->vm, t.in, nv, 0);
+  return moved;
 }

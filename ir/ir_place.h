@@ -56,5 +56,11 @@ size_t ir_place_report(const grace_ir *ir, const ir_placement *p, char *buf, siz
 /* Why ir as a whole is never run as a CUDA graph (it returns a host tensor), into why
  * (n bytes); "" when it may be. The device executor (gpu/gpu_graph.c) and the report above share this rule. */
 void ir_graph_eligibility(const grace_ir *ir, char *why, size_t n);
+/* Round trips in ir: a device value copied to the host (`x:cpu()`), host work on it, and its result copied back
+ * (`:cuda()`). Where the device has a kernel for every op of it, the dtypes stay, no host value of it is read by
+ * anything else (other host work, a result, a write, the host at a graph break), it can run on the device: with
+ * rewrite its values become device values and the two copies are bypassed (dce drops them). One line per round
+ * trip, moved or not and why, appended to text (n bytes, may be NULL). Returns how many could move. */
+int ir_place_round_trips(grace_ir *ir, int rewrite, char *text, size_t n);
 
 #endif

@@ -658,6 +658,8 @@ static int compiled_stats(lua_State *L) {
   lua_pushinteger(L, s.entries); lua_setfield(L, -2, "entries");
   lua_pushinteger(L, s.partitions); lua_setfield(L, -2, "partitions");
   lua_pushinteger(L, s.partition_runs); lua_setfield(L, -2, "partition_runs");
+  lua_pushinteger(L, s.partition_outputs); lua_setfield(L, -2, "partition_outputs");
+  lua_pushinteger(L, s.partition_internal); lua_setfield(L, -2, "partition_internal");
   lua_pushinteger(L, s.staged_bytes); lua_setfield(L, -2, "staged_bytes");
   lua_pushinteger(L, s.auto_regions); lua_setfield(L, -2, "auto_regions");
   lua_pushstring(L, s.auto_why); lua_setfield(L, -2, "auto_region_failure");
@@ -691,7 +693,8 @@ static int compiled_ir(lua_State *L) {
     for (int j = 0; (part = grace_fn_entry_partition(cp->fn, (int)k - 1, j, &path, &index)); j++) {
       const char *t = grace_ir_text(part);
       if (!t) return lgrace_error(L, lgrace_vm(L));
-      lua_pushfstring(L, "-- partition %d of path %d (compiled: its own passes, kernels and launch decision)\n", index + 1, path + 1);
+      lua_pushfstring(L, "-- partition %d of path %d (compiled: its own passes, kernels and launch decision; %d output%s)\n",
+                      index + 1, path + 1, grace_ir_count(part, "outputs"), grace_ir_count(part, "outputs") == 1 ? "" : "s");
       luaL_addvalue(&b);
       luaL_addstring(&b, t);
     }

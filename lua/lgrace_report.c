@@ -20,12 +20,13 @@ static const char *region_lowering(const grace_graph_info *gi) {
 
 /* Pushes one program's launch figures as a table. */
 static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry, int path, int partition,
-                            const char *sizes) {
+                            const char *sizes, int outputs) {
   lua_createtable(L, 0, 16);
   lua_pushinteger(L, entry); lua_setfield(L, -2, "entry");
   if (sizes[0]) { lua_pushstring(L, sizes); lua_setfield(L, -2, "sizes"); }
   if (path) { lua_pushinteger(L, path); lua_setfield(L, -2, "path"); }
   if (partition) { lua_pushinteger(L, partition); lua_setfield(L, -2, "partition"); }
+  lua_pushinteger(L, outputs); lua_setfield(L, -2, "outputs");
   lua_pushboolean(L, gi->managed); lua_setfield(L, -2, "on_device");
   lua_pushinteger(L, gi->calls); lua_setfield(L, -2, "calls");
   lua_pushinteger(L, gi->captures); lua_setfield(L, -2, "captures");
@@ -72,6 +73,7 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
 typedef struct program_info {
   grace_graph_info gi;
   int entry, path, partition;
+  int outputs;                    /* tensors it hands back */
   char sizes[96];                 /* a copy specialised to these sizes of a program with symbolic sizes ("": none) */
 } program_info;
 
@@ -106,6 +108,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
         if (!p[*n].gi.managed) continue;
         p[*n].entry = k + 1;
         p[*n].partition = 0;
+        p[*n].outputs = grace_ir_count(run, "outputs");
         p[(*n)++].path = j + 1;
       }
     }
@@ -116,6 +119,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
       p[*n].sizes[0] = 0;
       if (!p[*n].gi.managed) continue;
       p[*n].entry = k + 1;
+      p[*n].outputs = grace_ir_count(part, "outputs");
       p[*n].path = path + 1;
       p[(*n)++].partition = index + 1;
     }
@@ -127,7 +131,7 @@ static program_info *collect_programs(lua_State *L, int *n) {
 static void push_programs(lua_State *L, const program_info *p, int n) {
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
-    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path, p[i].partition, p[i].sizes);
+    push_graph_info(L, &p[i].gi, p[i].entry, p[i].path, p[i].partition, p[i].sizes, p[i].outputs);
     lua_rawseti(L, -2, i + 1);
   }
 }
@@ -159,6 +163,11 @@ int lg_report(lua_State *L) {
   if (n == 0) luaL_addstring(&b, "  no program has run on the CUDA device yet\n");
   grace_fn_stats fs;
   grace_fn_get_stats(lg_compiled_fn(L, 1, NULL), &fs);
+  if (fs.partitions) {
+    snprintf(line, sizeof line, "  partitions between breaks: %d programs handing back %ld tensors, %ld more computed "
+             "inside them only\n", fs.partitions, fs.partition_outputs, fs.partition_internal);
+    luaL_addstring(&b, line);
+  }
   if (fs.staged_bytes) {
     snprintf(line, sizeof line, "  host inputs staged to the device ahead of the programs: %ld bytes so far\n", fs.staged_bytes);
     luaL_addstring(&b, line);
@@ -180,7 +189,9 @@ int lg_report(lua_State *L) {
   for (int i = 0; i < n; i++) {
     const grace_graph_info *gi = &p[i].gi;
     char path[160] = "";
-    if (p[i].partition) snprintf(path, sizeof path, " path %d partition %d", p[i].path, p[i].partition);
+    if (p[i].partition)
+      snprintf(path, sizeof path, " path %d partition %d (%d output%s)", p[i].path, p[i].partition, p[i].outputs,
+               p[i].outputs == 1 ? "" : "s");
     else if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
     if (p[i].sizes[0]) snprintf(path + strlen(path), sizeof path - strlen(path), " at %s", p[i].sizes);
     const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";

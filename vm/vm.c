@@ -20,12 +20,13 @@ static void hook_read(grace_vm *vm, const grace_tensor *t, const char *how) {
 }
 static void hook_materialize(grace_vm *vm, const grace_tensor *t) {
   if (t->pending || vm_trace_replaying(vm)) vm_replay_flush(vm);
+  if (t->pending && t->lazy) vm_lazy_compute(vm, (grace_tensor *)t);   /* kept internal by its partition */
 }
 static void hook_hold(grace_vm *vm, int delta) {
   if (delta > 0) grace_trace_pause(vm);
   else grace_trace_resume(vm);
 }
-static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold, vm_grad_drop};
+static const vm_hooks trace_hooks = {hook_created, hook_read, hook_materialize, hook_hold, vm_grad_drop, vm_lazy_drop};
 
 #ifdef GRACE_SYSTEM_MALLOC
 /* Under sanitizers (make asan): mimalloc's pages hide a use after free or an overflow from ASan, the system's

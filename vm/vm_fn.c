@@ -272,6 +272,7 @@ static void finish_program(grace_fn *fn, fn_entry *e) {
   if (!e->why[0] && grace_ir_count(e->ir, "breaks") > 0) {
     e->tree[e->ntree++] = e->ir;
     e->ir = NULL;
+    fn_place_explain(vm, e);
   } else if (!e->why[0]) {
     grace_ir *opt = NULL;
     if (grace_ir_pass(e->ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) {
@@ -455,6 +456,20 @@ static grace_status call_eager(grace_fn *fn, int nargs, const grace_arg *args, i
   return check_room(fn, nres, res, maxres);
 }
 
+/* A path the call records (it left the recorded ones) gets the tensors it returns as its outputs: what its partitions
+ * must hand back (vm_auto.c does this, and more, where paths may merge). */
+static void path_results(grace_fn *fn, int nargs, const grace_arg *args, int nres, const grace_arg *res) {
+  vm_trace *tr = fn->vm->trace;
+  if (!tr || tr->replay || !tr->owns_ir) return;
+  for (int j = 0; j < nres; j++) {
+    grace_value v;
+    int arg = 0;
+    for (int i = 0; i < nargs && !arg; i++) arg = args[i].kind == GRACE_ARG_TENSOR && args[i].t == res[j].t;
+    if (res[j].kind == GRACE_ARG_TENSOR && res[j].t && !arg && grace_trace_value(fn->vm, res[j].t, &v) == GRACE_OK && v >= 0)
+      grace_ir_output(tr->ir, v);
+  }
+}
+
 /* A function with breaks: the host function runs with every op matched against the recorded paths and deferred
  * to the next break; a call that leaves the paths adds a new one. Results are those of the host function. */
 grace_status fn_replay_begin(grace_fn *fn, fn_entry *e, const grace_arg *args) {
@@ -484,6 +499,7 @@ static grace_status run_replay(grace_fn *fn, fn_entry *e, int nargs, const grace
   int n = 0, guarding = fn_auto_guard_begin(fn, e);
   st = fn->host.call(fn->ud, nargs, args, &n, res, maxres);
   if (st == GRACE_OK && !fn->no_auto) fn_auto_call_end(fn, e, nargs, args, n < maxres ? n : maxres, res);
+  else if (st == GRACE_OK) path_results(fn, nargs, args, n < maxres ? n : maxres, res);
   grace_ir *rec = NULL;
   grace_status rs = grace_replay_end(vm, &rec);
   if (guarding) fn_auto_guard_end(fn, e, st == GRACE_OK && rs == GRACE_OK);
@@ -784,6 +800,7 @@ void grace_fn_get_stats(const grace_fn *fn, grace_fn_stats *out) {
     if (*fn_auto_why(fn->entries[k])) out->auto_why = fn_auto_why(fn->entries[k]);
     out->partitions += vm_parts_count(fn->entries[k]->parts);
     out->partition_runs += vm_parts_runs(fn->entries[k]->parts);
+    vm_parts_outputs(fn->entries[k]->parts, &out->partition_outputs, &out->partition_internal);
     out->staged_bytes += (long)fn_moves_bytes(fn->entries[k]->moves);
   }
   out->eager = fn->eager_forever;

@@ -126,6 +126,8 @@ void fn_auto_free(grace_fn *fn, fn_entry *e);
  * of captured tensors written since made again. */
 typedef struct fn_moves fn_moves;
 grace_status fn_place_rewrite(grace_vm *vm, fn_entry *e);
+/* A function with breaks (e->tree): why each round trip of its first path stays on the host, in e's decisions. */
+void fn_place_explain(grace_vm *vm, fn_entry *e);
 grace_status fn_place_inputs(grace_vm *vm, fn_entry *e, grace_tensor **in, grace_tensor **staged);
 void fn_moves_free(grace_vm *vm, fn_moves *m);
 const char *fn_moves_text(const fn_moves *m);   /* the decisions, one line each ("" none) */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "vm/vm_fn.h"
+#include "vm/vm_trace.h"
 #include "ir/ir.h"
 #include "ir/ir_exec.h"
 #include "ir/ir_sym.h"
@@ -240,6 +241,12 @@ static void explain_auto(grace_fn *fn, sbuf *b) {
           sb_add(b, "    cond at %s\n", e->ir->insts[i].loc >= 0 ? e->ir->locs[e->ir->insts[i].loc] : "(unknown place)");
     } else if (*fn_auto_why(e))
       sb_add(b, "  cached version %d: its paths stay replayed: %s\n", k + 1, fn_auto_why(e));
+    int path, index;
+    grace_ir *part;
+    for (int j = 0; (part = vm_parts_prog(e->parts, j, &path, &index)); j++)
+      sb_add(b, "  cached version %d, partition %d of path %d: %d output%s handed back, %d tensor%s kept inside (computed "
+             "again only if Lua reads one)\n", k + 1, index + 1, path + 1, part->nout, part->nout == 1 ? "" : "s",
+             vm_parts_internal(e->parts, j), vm_parts_internal(e->parts, j) == 1 ? "" : "s");
   }
 }
 
@@ -260,7 +267,7 @@ grace_status grace_fn_explain(grace_fn *fn, int nargs, const grace_arg *args, ch
   if (prog) explain_program(fn->vm, prog, &b);
   else sb_add(&b, "  runs eagerly (no compiled partition):\n    %s\n", e->why);
   const char *moves = fn_moves_text(e->moves);
-  if (*moves) sb_add(&b, "  placement rewrites (host tensors the program only moves to the device):\n");
+  if (*moves) sb_add(&b, "  placement rewrites (host tensors the program only moves to the device, host work between device ops):\n");
   for (const char *p = moves, *q; *p; p = *q ? q + 1 : q) {
     q = strchr(p, '\n');
     if (!q) q = p + strlen(p);

@@ -8,10 +8,39 @@
  * Later calls run it with the tensors of this call: a partition reads its parent's outputs as inputs, by pointer.
  * Views of tensors from before the partition are made first, outside it (a view computes nothing, and an output
  * that is a view of an input cannot be fresh memory of a graph). Partitions are keyed by their span of the path
- * and the path they were recorded on, so the paths of the tree share the partitions of their common prefix. */
+ * and the path they were recorded on, so the paths of the tree share the partitions of their common prefix.
+ *
+ * Outputs. A partition hands back only what is read after it: by a later instruction of any path that shares it, as
+ * a path's result, or as the value its break compares (the item() of a branch); a partition that writes into
+ * arguments or captured tensors, or draws random numbers, or ends at a break whose read is not known, hands back
+ * every tensor. Everything else stays inside its program (fused away, or a temporary of its arena). Lua code does
+ * run between partitions in a replay (the function's own code, on every call), and it holds every tensor it made:
+ * it may read one at a break the recording did not see, use it in an op no path recorded (the call then leaves
+ * the paths and is traced), or keep it in a table past the call. So a value kept internal is not lost: its tensor
+ * stays pending with a recipe (vm_lazy: the partition's program with every value an output, and the inputs this
+ * run read, their versions checked), and asking for it (vm_lazy_compute, through the materialize hook) runs that
+ * program once more. Paths recorded after a partition was built are checked against its outputs when they first
+ * meet it; one that reads more rebuilds it. */
 #include <stdio.h>
 #include "vm/vm_trace.h"
 #include "vm/vm_fn.h"
+#include "ir/ir_place.h"
+
+/* A partition's program with every tensor it made an output, as built (before the passes): how a value kept
+ * internal is computed again. Shared by the partition and by each run whose values wait on it. */
+typedef struct vm_recipe {
+  int refs;
+  grace_ir *full;
+} vm_recipe;
+
+/* One run of a partition that kept values internal: the inputs it read (references) and their versions then. */
+struct vm_lazy {
+  int refs;
+  vm_recipe *rc;
+  int nin;
+  grace_tensor **in;
+  uint64_t *ver;
+};
 
 typedef struct vm_seg {
   int start, end, n;      /* the path's instructions start..end, n of them deferred (consts and literals are not) */
@@ -23,6 +52,11 @@ typedef struct vm_seg {
   int32_t *ins;           /* per program input: the path value whose tensor it takes */
   int32_t *outs;          /* per program output: the path value whose tensor takes it */
   int nin, nout;
+  vm_recipe *rc;          /* NULL: every tensor the partition makes is an output */
+  int32_t *all;           /* per output of rc->full: the path value whose tensor it is */
+  int8_t *keep;           /* ... and whether prog hands it back */
+  int nall;
+  uint64_t checked;       /* paths whose reads after the partition its outputs are known to cover */
   long runs;
   char why[160];
 } vm_seg;
@@ -35,8 +69,17 @@ struct vm_parts {
 
 vm_parts *vm_parts_new(grace_vm *vm) { return vm_calloc(vm, sizeof(vm_parts)); }
 
+static void recipe_unref(grace_vm *vm, vm_recipe *rc) {
+  if (!rc || --rc->refs > 0) return;
+  grace_ir_free(rc->full);
+  vm_free(vm, rc, sizeof *rc);
+}
+
 static void seg_free(grace_vm *vm, vm_seg *s) {
   grace_ir_free(s->prog);
+  recipe_unref(vm, s->rc);
+  vm_free(vm, s->all, sizeof *s->all * (size_t)(s->nall ? s->nall : 1));
+  vm_free(vm, s->keep, (size_t)(s->nall ? s->nall : 1));
   vm_free(vm, s->pre, sizeof *s->pre * (size_t)(s->n ? s->n : 1));   /* room for every deferred op */
   vm_free(vm, s->ins, sizeof *s->ins * (size_t)(s->nin ? s->nin : 1));
   vm_free(vm, s->outs, sizeof *s->outs * (size_t)(s->nout ? s->nout : 1));
@@ -56,6 +99,20 @@ int vm_parts_count(const vm_parts *p) {
 }
 
 long vm_parts_runs(const vm_parts *p) { return p ? p->runs : 0; }
+
+void vm_parts_outputs(const vm_parts *p, long *outputs, long *internal) {
+  for (int i = 0; p && i < p->n; i++) {
+    if (!p->s[i].prog) continue;
+    *outputs += p->s[i].nout;
+    *internal += p->s[i].rc ? p->s[i].nall - p->s[i].nout : 0;
+  }
+}
+
+int vm_parts_internal(const vm_parts *p, int k) {
+  for (int i = 0; p && i < p->n; i++)
+    if (p->s[i].prog && !k--) return p->s[i].rc ? p->s[i].nall - p->s[i].nout : 0;
+  return 0;
+}
 
 grace_ir *vm_parts_prog(const vm_parts *p, int k, int *path, int *index) {
   for (int i = 0; p && i < p->n; i++) {
@@ -160,8 +217,154 @@ static grace_status add_inst(builder *b, int j) {
   return GRACE_OK;
 }
 
-/* The program of the deferred instructions list[0..n) into seg (seg->prog NULL and why set where it cannot be one). */
-static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n, vm_seg *seg) {
+/* ---- what a partition hands back ---- */
+typedef struct needs {
+  grace_tensor **t;       /* this call's tensors read after the partition */
+  int n, cap;
+  int all;                /* a read after it that is not known: every tensor is handed back */
+} needs;
+
+static void need(needs *nd, grace_tensor *t) {
+  if (!t || nd->all) return;
+  for (int i = 0; i < nd->n; i++) if (nd->t[i] == t) return;
+  if (nd->n == nd->cap) nd->all = 1;   /* more than room for: keep everything, as before */
+  else nd->t[nd->n++] = t;
+}
+
+/* What the paths in the mask read, after instruction end, of the values made up to it (this call's tensors for them):
+ * the arguments of later instructions (views made before a later partition included), the path's results, the value
+ * its next break compares; a path that records no results, or whose next break reads a value not known, reads all. */
+static void reads_after(const vm_trace *tr, uint64_t paths, int end, needs *nd) {
+  for (int q = 0; q < tr->npaths && !nd->all; q++) {
+    if (!(paths >> q & 1)) continue;
+    const grace_ir *p = tr->paths[q];
+#define BEFORE(w) ((w) >= 0 && (w) < p->nval && (w) < tr->nval && p->vals[w].inst <= end)
+    if (!p->nout) nd->all = 1;
+    for (int i = end + 1; i < p->ninst && !nd->all; i++) {
+      const ir_inst *k = &p->insts[i];
+      for (int a = 0; a < k->nin; a++) {
+        int32_t w = p->args[k->first_arg + a];
+        if (BEFORE(w)) need(nd, tr->val[w]);
+      }
+    }
+    for (int o = 0; o < p->nout; o++) if (BEFORE(p->outputs[o])) need(nd, tr->val[p->outputs[o]]);
+    for (int k = 0; k < p->nbreak; k++) {
+      const ir_break *br = &p->breaks[k];
+      if (br->after < end) continue;
+      if (br->kind == IR_BRK_PRED && BEFORE(br->value)) need(nd, tr->val[br->value]);
+      else if (br->kind != IR_BRK_PRED) nd->all = 1;
+      break;   /* the break this partition ends at (or the next one) */
+    }
+#undef BEFORE
+  }
+}
+
+/* A program that can run again for a value it kept internal: it writes no argument or captured tensor and draws
+ * no random numbers (a second run would repeat either). */
+static int can_rerun(const grace_ir *ir) {
+  if (ir->nwrite) return 0;
+  for (int i = 0; i < ir->ninst; i++) {
+    int op = ir->insts[i].op;
+    if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT || ir_is_region(op)) return 0;
+  }
+  return 1;
+}
+
+/* Which of seg's outputs (seg->all) the paths in the mask read after instruction end, into seg->keep; how many. */
+static int mark_kept(const vm_trace *tr, uint64_t paths, int end, vm_seg *seg) {
+  grace_tensor *room[512];
+  needs nd = {room, 0, 512, 0};
+  reads_after(tr, paths, end, &nd);
+  int m = 0;
+  for (int j = 0; j < seg->nall; j++) {
+    int k = nd.all;
+    for (int i = 0; i < nd.n && !k; i++) k = nd.t[i] == tr->val[seg->all[j]];
+    seg->keep[j] = (int8_t)k;
+    m += k;
+  }
+  return m;
+}
+
+/* Whether seg's outputs cover what the paths in the mask read after it (seg ends at instruction end). */
+static int covers(grace_vm *vm, const vm_trace *tr, uint64_t paths, int end, vm_seg *seg) {
+  int8_t *was = vm_alloc(vm, (size_t)seg->nall);
+  if (!was) return 0;
+  memcpy(was, seg->keep, (size_t)seg->nall);
+  int ok = 1;
+  mark_kept(tr, paths, end, seg);
+  for (int j = 0; j < seg->nall; j++) ok &= !seg->keep[j] || was[j];
+  memcpy(seg->keep, was, (size_t)seg->nall);
+  vm_free(vm, was, (size_t)seg->nall);
+  return ok;
+}
+
+/* The program a partition runs: host work between its device ops moved onto the device (vm/vm_place.c does the same
+ * for a whole program, and says so; a function with breaks has the reasons said of its first path). */
+static grace_ir *placed(grace_vm *vm, grace_ir *ir) {
+  grace_ir *opt = NULL;
+  if (!vm->cuda || !ir_place_round_trips(ir, 1, NULL, 0)) return ir;
+  if (grace_ir_pass(ir, "dce", &opt) != GRACE_OK) return ir;   /* the copies stay, unread: harmless */
+  grace_ir_free(ir);
+  return opt;
+}
+
+/* Built program *irp (every tensor an output, seg->outs) into seg->prog: the passes, over the outputs the paths in the
+ * mask read after instruction end; *irp kept as the recipe where some stay internal (NULL then). */
+static grace_status finish(grace_vm *vm, vm_trace *tr, int end, uint64_t paths, vm_seg *seg, grace_ir **irp) {
+  grace_ir *ir = *irp, *opt = NULL;
+  int m = -1, nall = seg->nout;
+  if (can_rerun(ir) && nall > 0) {
+    seg->nall = nall;
+    seg->keep = vm_alloc(vm, (size_t)nall);
+    if (!seg->keep) return vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
+    seg->all = seg->outs;
+    seg->outs = NULL;
+    m = mark_kept(tr, paths, end, seg);
+  }
+  if (m > 0 && m < nall && nall <= 512) {   /* the program over the outputs read after it; the recipe keeps all */
+    int32_t saved[512];
+    memcpy(saved, ir->outputs, sizeof *saved * (size_t)nall);
+    for (int j = 0, o = 0; j < nall; j++) if (seg->keep[j]) ir->outputs[o++] = saved[j];
+    ir->nout = m;
+    if (grace_ir_pass(ir, FN_COMPILE_PASSES, &opt) != GRACE_OK) opt = NULL;   /* then every output, below */
+    memcpy(ir->outputs, saved, sizeof *saved * (size_t)nall);
+    ir->nout = nall;
+    if (opt) {
+      seg->outs = vm_alloc(vm, sizeof *seg->outs * (size_t)m);
+      seg->rc = vm_calloc(vm, sizeof *seg->rc);
+      seg->nout = m;
+      if (!seg->outs || !seg->rc) {
+        grace_ir_free(opt);
+        vm_free(vm, seg->rc, sizeof *seg->rc);
+        seg->rc = NULL;
+        return vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");   /* seg_free frees the rest */
+      }
+      for (int j = 0, o = 0; j < nall; j++) if (seg->keep[j]) seg->outs[o++] = seg->all[j];
+      *seg->rc = (vm_recipe){1, ir};
+      seg->prog = placed(vm, opt);
+      seg->checked = paths;
+      *irp = NULL;
+      return GRACE_OK;
+    }
+  }
+  if (seg->all) {   /* every tensor an output */
+    vm_free(vm, seg->keep, (size_t)nall);
+    seg->outs = seg->all;
+    seg->all = NULL;
+    seg->keep = NULL;
+    seg->nall = 0;
+    seg->nout = nall;
+  }
+  if (grace_ir_pass(ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) { grace_ir_free(ir); ir = opt; }
+  seg->prog = placed(vm, ir);
+  seg->checked = ~0ull;   /* hands back everything: any path is covered */
+  *irp = NULL;
+  return GRACE_OK;
+}
+
+/* The program of the deferred instructions list[0..n) into seg (seg->prog NULL and why set where it cannot be one),
+ * handing back what the paths in the mask read after it. */
+static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n, uint64_t paths, vm_seg *seg) {
   const grace_ir *p = tr->paths[tr->lead];
   size_t nv = (size_t)(p->nval ? p->nval : 1), nt = (size_t)(2 * n + 2 * p->nval + 1);
   builder b = {vm, tr, p, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0};
@@ -212,12 +415,8 @@ static grace_status build(grace_vm *vm, vm_trace *tr, const int32_t *list, int n
   }
   if (st == GRACE_OK && seg->npre == n) snprintf(seg->why, sizeof seg->why, "views only: nothing to compute");
   else if (st == GRACE_OK) st = grace_ir_verify(b.ir);
-  if (st == GRACE_OK && !seg->why[0]) {
-    grace_ir *opt = NULL;
-    if (grace_ir_pass(b.ir, FN_COMPILE_PASSES, &opt) == GRACE_OK) { grace_ir_free(b.ir); b.ir = opt; }
-    seg->prog = b.ir;
-    b.ir = NULL;
-  } else if (st != GRACE_OK) {
+  if (st == GRACE_OK && !seg->why[0]) st = finish(vm, tr, list[n - 1], paths, seg, &b.ir);
+  else if (st != GRACE_OK) {
     snprintf(seg->why, sizeof seg->why, "%.159s", vm->err);
     st = st == GRACE_ENOMEM ? st : GRACE_OK;   /* not a program: it runs op by op */
   }
@@ -236,6 +435,74 @@ static int fits(const ir_type *ty, const grace_tensor *t) {
   return 1;
 }
 
+/* ---- values kept internal, computed again when asked for ---- */
+/* The tensors of values seg kept internal in this run wait on a recipe: its inputs in[] and their versions. */
+static grace_status wait_on(grace_vm *vm, vm_trace *tr, vm_seg *seg, grace_tensor *const *in) {
+  struct vm_lazy *L = NULL;
+  for (int j = 0; j < seg->nall; j++) {
+    grace_tensor *t = tr->val[seg->all[j]];
+    if (seg->keep[j] || !t || !t->pending || t->lazy) continue;
+    if (!L) {
+      L = vm_calloc(vm, sizeof *L);
+      size_t n = (size_t)(seg->nin ? seg->nin : 1);
+      if (L) { L->in = vm_alloc(vm, sizeof *L->in * n); L->ver = vm_alloc(vm, sizeof *L->ver * n); }
+      if (!L || !L->in || !L->ver) {
+        if (L) { vm_free(vm, L->in, sizeof *L->in * n); vm_free(vm, L->ver, sizeof *L->ver * n); }
+        vm_free(vm, L, sizeof *L);
+        return vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
+      }
+      L->rc = seg->rc;
+      seg->rc->refs++;
+      L->nin = seg->nin;
+      for (int i = 0; i < seg->nin; i++) {
+        L->in[i] = in[i];
+        grace_tensor_retain(in[i]);
+        L->ver[i] = in[i]->storage->version;
+      }
+    }
+    L->refs++;
+    t->lazy = L;
+    t->lazy_out = j;
+  }
+  return GRACE_OK;
+}
+
+void vm_lazy_drop(grace_tensor *t) {
+  struct vm_lazy *L = t->lazy;
+  grace_vm *vm = t->vm;
+  t->lazy = NULL;
+  if (!L || --L->refs > 0) return;
+  size_t n = (size_t)(L->nin ? L->nin : 1);
+  for (int i = 0; i < L->nin; i++) grace_tensor_release(L->in[i]);
+  vm_free(vm, L->in, sizeof *L->in * n);
+  vm_free(vm, L->ver, sizeof *L->ver * n);
+  recipe_unref(vm, L->rc);
+  vm_free(vm, L, sizeof *L);
+}
+
+grace_status vm_lazy_compute(grace_vm *vm, grace_tensor *t) {
+  struct vm_lazy *L = t->lazy;
+  grace_ir *full = L->rc->full;
+  grace_tensor *out[512];
+  for (int i = 0; i < L->nin; i++)
+    if (L->in[i]->pending || L->in[i]->storage->version != L->ver[i])
+      return vm_err(vm, GRACE_EARG, "%s: a value the compiled function computed inside this partition (and did not keep) "
+                    "is asked for after input %d of the partition was written in place; it cannot be computed again",
+                    full->name, i + 1);
+  if (!grace_ir_consts_current(full))
+    return vm_err(vm, GRACE_EARG, "%s: a value the compiled function computed inside this partition (and did not keep) "
+                  "is asked for after a tensor it captured was written in place; it cannot be computed again", full->name);
+  int nout = full->nout;   /* becoming the result drops t's recipe, perhaps the last reference to full */
+  grace_status st = grace_ir_run(full, L->nin, L->in, nout, out);
+  if (st != GRACE_OK) return st;
+  grace_tensor *r = out[t->lazy_out];
+  if (r->dtype != t->dtype || r->ndim != t->ndim || memcmp(r->sizes, t->sizes, sizeof(int64_t) * (size_t)t->ndim))
+    st = vm_err(vm, GRACE_EINTERNAL, "%s: a value computed again is %s, recorded %s", full->name, VM_SHAPE(r), VM_SHAPE(t));
+  else vm_replay_become(t, r);
+  for (int j = 0; j < nout; j++) grace_tensor_release(out[j]);
+  return st;
+}
+
 /* Runs seg's program on this call's tensors; *ran 0 when they do not fit it (nothing ran then). */
 static grace_status run_seg(grace_vm *vm, vm_trace *tr, vm_parts *P, vm_seg *seg, int *ran) {
   grace_ir *ir = seg->prog;
@@ -246,6 +513,7 @@ static grace_status run_seg(grace_vm *vm, vm_trace *tr, vm_parts *P, vm_seg *seg
     const ir_inst *k = &ir->insts[i];
     if (k->op != IR_OP_INPUT) continue;
     in[k->input_index] = tr->val[seg->ins[k->input_index]];
+    if (in[k->input_index] && in[k->input_index]->lazy) vm_materialize(in[k->input_index]);   /* read on a new path */
     if (!fits(&ir->vals[k->first_result].type, in[k->input_index])) return GRACE_OK;
   }
   /* a program that writes in place into one input must not find another input sharing its storage */
@@ -265,6 +533,7 @@ static grace_status run_seg(grace_vm *vm, vm_trace *tr, vm_parts *P, vm_seg *seg
     }
     grace_tensor_release(out[j]);
   }
+  if (st == GRACE_OK && seg->rc) st = wait_on(vm, tr, seg, in);
   seg->runs++;
   P->runs++;
   return st;
@@ -293,9 +562,20 @@ grace_status vm_part_flush(grace_vm *vm, const int32_t *list, int n) {
     seg = &P->s[P->n];
     memset(seg, 0, sizeof *seg);
     *seg = (vm_seg){.start = list[0], .end = list[n - 1], .n = n, .path = tr->lead};
-    grace_status st = build(vm, tr, list, n, seg);
+    grace_status st = build(vm, tr, list, n, tr->alive, seg);
     if (st != GRACE_OK) { seg_free(vm, seg); return st; }
     P->n++;
+  } else if (seg->prog && (tr->alive & ~seg->checked)) {   /* paths recorded since it was built */
+    uint64_t paths = seg->checked | tr->alive;
+    if (covers(vm, tr, tr->alive & ~seg->checked, list[n - 1], seg)) seg->checked = paths;
+    else {   /* one reads a value it keeps internal: built again, handing back what all of them read */
+      vm_seg old = *seg;
+      *seg = (vm_seg){.start = list[0], .end = list[n - 1], .n = n, .path = tr->lead};
+      grace_status st = build(vm, tr, list, n, paths, seg);
+      if (st != GRACE_OK) { seg_free(vm, seg); *seg = old; return st; }
+      seg->runs = old.runs;
+      seg_free(vm, &old);
+    }
   }
   if (!seg->prog) return vm_replay_run_ops(vm, list, n);
   grace_status st = vm_replay_run_ops(vm, seg->pre, seg->npre);

@@ -4,9 +4,15 @@
  *   - an argument becomes a device input of the program, copied ahead of it on every call through page-locked
  *     staging memory and an asynchronous copy on the stream (gpu/gpu_stage.c);
  *   - a captured tensor becomes a device constant, made once, and made again when the tensor's version changes.
- * The moves `to` made are forwarded to the value itself and dropped. Each decision is said in explain and under
- * GRACE_LOG=placement. Host numbers (0-d host tensors) are left alone: they are argument-table words already. */
+ * The moves `to` made are forwarded to the value itself and dropped. Host work between two device ops (a device
+ * value copied to the host, ops on it there, the result copied back: `x:cpu()`, `:exp()`, `:cuda()`) runs on the
+ * device instead where the device has the ops (ir_place_round_trips; also host work a device op reads as a number):
+ * no copy either way, no synchronize. Each decision, and why a round trip stays, is said in explain and under
+ * GRACE_LOG=placement; a function with graph breaks gets them said of its first path (vm/vm_part.c moves the round
+ * trips inside each partition's program).
+ * Host numbers (0-d host tensors) are left alone: they are argument-table words already. */
 #include <stdio.h>
+#include "ir/ir_place.h"
 #include "vm/vm_fn.h"
 #include "vm/vm_trace.h"
 #include "gpu/gpu_exec.h"
@@ -73,10 +79,35 @@ static void say(fn_moves *m, const grace_ir *ir, int inst, const char *fmt, cons
     snprintf(m->text + n, sizeof m->text - n, "%s%s\n", k->loc >= 0 ? "; at " : "", k->loc >= 0 ? ir->locs[k->loc] : "");
 }
 
+/* e's moves, made the first time (NULL with the error set: out of memory). */
+static fn_moves *moves_of(grace_vm *vm, fn_entry *e) {
+  if (e->moves) return e->moves;
+  fn_moves *m = grace_realloc(vm, NULL, 0, sizeof *m);
+  if (!m) { grace_set_error(vm, GRACE_ENOMEM, "compile: out of host memory"); return NULL; }
+  memset(m, 0, sizeof *m);
+  return e->moves = m;
+}
+
+/* The round trips of ir (moved with rewrite, else only why they stay), said in e's decisions; how many moved. */
+static int round_trips(grace_vm *vm, fn_entry *e, grace_ir *ir, int rewrite) {
+  char text[sizeof e->moves->text];
+  text[0] = 0;
+  int moved = ir_place_round_trips(ir, rewrite, text, sizeof text);
+  fn_moves *m = text[0] ? moves_of(vm, e) : NULL;
+  if (m) snprintf(m->text + strlen(m->text), sizeof m->text - strlen(m->text), "%s", text);
+  return rewrite ? moved : 0;
+}
+
+void fn_place_explain(grace_vm *vm, fn_entry *e) {
+  if (vm->cuda && e->ntree && !e->ir) round_trips(vm, e, e->tree[0], 0);
+}
+
 grace_status fn_place_rewrite(grace_vm *vm, fn_entry *e) {
   grace_ir *ir = e->ir;
   if (!ir || ir->nsub || !vm->cuda) return GRACE_OK;
-  fn_moves *m = NULL;
+  if (e->moves && !e->moves->nstaged && !e->moves->ncst) e->moves->text[0] = 0;   /* said of the paths merged into ir */
+  int trips = round_trips(vm, e, ir, 1);
+  fn_moves *m = e->moves;
   grace_status st = GRACE_OK;
   for (int i = 0; i < ir->ninst && st == GRACE_OK; i++) {
     const ir_inst *k = &ir->insts[i];
@@ -85,8 +116,7 @@ grace_status fn_place_rewrite(grace_vm *vm, fn_entry *e) {
     int input = k->op == IR_OP_INPUT, cst = k->op == IR_OP_CONST && !ir->consts[k->input_index].local;
     if ((!input && !cst) || ty->device != GRACE_CPU || ty->ndim == 0 || !only_moved(ir, v)) continue;
     if (input && k->input_index >= FN_MAXARGS) continue;
-    if (!m && !(m = grace_realloc(vm, NULL, 0, sizeof *m))) return grace_set_error(vm, GRACE_ENOMEM, "compile: out of host memory");
-    if (m && !e->moves) { memset(m, 0, sizeof *m); e->moves = m; }
+    if (!(m = moves_of(vm, e))) return vm->status;
     size_t bytes = (size_t)ir_type_numel(ty) * grace_dtype_size(ty->dtype);
     if (input) {
       if (!m->stage && !(m->stage = gpu_stage_new(vm))) return grace_set_error(vm, GRACE_ENOMEM, "compile: out of host memory");
@@ -109,7 +139,7 @@ grace_status fn_place_rewrite(grace_vm *vm, fn_entry *e) {
     ty->device = GRACE_CUDA;
     forward(ir, v);
   }
-  if (st != GRACE_OK || !m || (!m->nstaged && !m->ncst)) return st;
+  if (st != GRACE_OK || ((!m || (!m->nstaged && !m->ncst)) && !trips)) return st;
   grace_ir *opt = NULL;   /* the moves no one reads now go */
   if ((st = grace_ir_pass(ir, "dce", &opt)) != GRACE_OK) return st;
   grace_ir_free(e->ir);

@@ -118,6 +118,7 @@ void vm_replay_become(grace_tensor *shell, grace_tensor *r) {
   shell->offset = r->offset;
   memcpy(shell->strides, r->strides, sizeof shell->strides);
   shell->pending = 0;
+  if (shell->lazy) vm_lazy_drop(shell);
   if (--old->refcount == 0) { vm_free(shell->vm, old->data, old->nbytes); vm_free(shell->vm, old, sizeof *old); }
 }
 

@@ -130,6 +130,16 @@ int vm_parts_count(const vm_parts *p);
 grace_ir *vm_parts_prog(const vm_parts *p, int k, int *path, int *index);
 /* Calls of partitions that ran their program. */
 long vm_parts_runs(const vm_parts *p);
+/* A partition's value kept internal, asked for (read by the host, used by an op outside the recorded paths, kept
+ * by Lua past the call): its partition's program with every value an output runs again on the inputs it ran on,
+ * which must be unchanged (their versions, its captured tensors'); else t stays pending and the error is set. */
+grace_status vm_lazy_compute(grace_vm *vm, grace_tensor *t);
+/* t no longer needs its way of being computed again (computed, or dying). */
+void vm_lazy_drop(grace_tensor *t);
+/* Tensors the k-th partition program computes but keeps inside. */
+int vm_parts_internal(const vm_parts *p, int k);
+/* Outputs of the partition programs made, and values they keep internal. */
+void vm_parts_outputs(const vm_parts *p, long *outputs, long *internal);
 /* grace_trace_input/_scalar while replaying: t stands for the next input of the paths. */
 grace_status vm_replay_input(grace_vm *vm, grace_tensor *t, int scalar, grace_value *out);
 

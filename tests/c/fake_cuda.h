@@ -15,7 +15,6 @@
 #include "cuda/cuda_internal.h"
 
 static long kernel_launches, graph_launches, instantiations, driver_frees;
-static int capturing;    /* between a begin and an end of stream capture */
 static int end_result;   /* what ending a capture returns (901: the driver invalidated it) */
 static int fake_ctx_obj, fake_obj;
 
@@ -28,9 +27,18 @@ static CUresult f_alloc(CUdeviceptr *p, size_t n) {
 }
 static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); driver_frees++; return 0; }
 static long stream_syncs;
-static CUresult f_sync(CUstream s) { (void)s; stream_syncs++; return 0; }
-static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0; }
-static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+static int capturing;    /* between a begin and an end of stream capture */
+/* a synchronize or a copy to the host inside a capture fails, as on a device (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) */
+static CUresult f_sync(CUstream s) { (void)s; stream_syncs++; return capturing ? 900 : 0; }
+static long htod_copies, dtoh_copies;   /* copies between host and device memory */
+static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); htod_copies++; return 0; }
+static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) {
+  (void)st;
+  dtoh_copies++;
+  if (capturing) return 900;
+  memcpy(d, (void *)(uintptr_t)s, n);
+  return 0;
+}
 static CUresult f_dtod(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; memmove((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
 static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n, CUstream st) { (void)st; memset((void *)(uintptr_t)d, v, n); return 0; }
 static CUresult f_load(CUmodule *m, const void *img) { (void)img; *m = (CUmodule)&fake_obj; return 0; }

@@ -12,6 +12,13 @@
  *   - placement (vm/vm_place.c, gpu/gpu_stage.c): a host argument moved to the device inside the function is staged
  *     ahead of the program (bytes counted), a captured host tensor becomes a device constant (made again, with the
  *     new contents, once the tensor is written), the program is one graph, explain lists both decisions.
+ *   - outputs kept internal (vm/vm_part.c): a host computes a chain of four ops, branches on its sum (recorded as a
+ *     comparison) and goes on from the last one: the first partition hands back only that value and the sum, the
+ *     other two stay inside its program, so its graph copies out two outputs instead of four;
+ *   - host work between device ops (vm/vm_place.c, ir/ir_place.c): exp(x) copied to the host, `* 2 + 1` there, the
+ *     result copied back and multiplied on the device: the host ops move onto the device (no copy either way, no
+ *     synchronize per call, one graph, explain says so), also inside the second partition of a function with a
+ *     break; with an op the device lacks, or the host value returned too, the round trip stays and explain says why.
  * NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
@@ -96,6 +103,74 @@ static void forced(const char *mode, grace_launch_strategy want) {
       ok(gi.copy_bytes >= (size_t)n * 4, "copy: the second partition's input is copied into its placeholder (%zu bytes)",
          gi.copy_bytes);
   }
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
+/* ---- outputs kept internal ---- */
+/* chain(x): a = exp(x), b = a * 2, c = b + 1, s = sum(c), the host branches on s > 0 (recorded), returns c * 3 */
+static grace_status h_chain(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR) return GRACE_EHOST;
+  grace_tensor *a = NULL, *b = NULL, *c = NULL, *s = NULL, *two = NULL, *one = NULL, *three = NULL, *y = NULL;
+  double host = 0;
+  grace_status st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 3.0, 0, &three);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &a);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){a, two}, NULL, 1, &b);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){b, one}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &c, NULL, 1, &s);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, s, GRACE_FLOAT64, &host);   /* the break */
+  if (st == GRACE_OK) st = grace_trace_branch(vm, s, GRACE_CMP_GT, 0.0, 1, NULL);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){c, three}, NULL, 1, &y);
+  grace_tensor *all[] = {a, b, c, s, two, one, three};
+  for (int i = 0; i < 7; i++) grace_tensor_release(all[i]);
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
+static void kept_inside(void) {
+  grace_set_graphs(vm, "copy");
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL;
+  int64_t n = 4096;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  const grace_host hc = {.call = h_chain};
+  if (grace_fn_new(vm, "chain", &hc, NULL, NULL, &fn) != GRACE_OK || !x) { ok(0, "chain: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  int bad = 0;
+  long g_before = 0, k_before = 0;
+  for (int i = 0; i < 10; i++) {
+    if (i == 5) { g_before = graph_launches; k_before = kernel_launches; }
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, 1, &a, &nr, r, 1) != GRACE_OK || nr != 1) bad++;
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  is_int(bad, 0, "chain: 10 calls run");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  is_int(s.partitions, 2, "chain: two partitions became programs");
+  grace_ir *p1 = grace_fn_entry_partition(fn, 0, 0, NULL, NULL), *p2 = grace_fn_entry_partition(fn, 0, 1, NULL, NULL);
+  is_int(p1 ? grace_ir_count(p1, "outputs") : -1, 2, "chain: the first hands back what is read after it: c and sum(c)");
+  is_int(p2 ? grace_ir_count(p2, "outputs") : -1, 1, "chain: the second hands back the result");
+  is_int(s.partition_outputs, 3, "chain: stats count three outputs in all");
+  is_int(s.partition_internal, 2, "chain: exp(x) and its double stay inside the first program");
+  is_int(graph_launches - g_before, 10, "chain: calls 6 to 10 launch two graphs each");
+  is_int(kernel_launches - k_before, 0, "chain: and no kernel outside them (nothing computed again)");
+  grace_graph_info gi;
+  grace_ir_graph_info(p1, &gi);
+  ok(gi.managed && gi.decided && gi.chosen == GRACE_LAUNCH_COPY && gi.captures == 1,
+     "chain: the first partition is one graph, captured once, no eager fallback (%s)", gi.ineligible);
+  /* x into its placeholder and c out: two tensors' bytes (and the sum, the table); four with a and b handed back */
+  ok(gi.copy_bytes >= 2 * (size_t)n * 4 && gi.copy_bytes < 3 * (size_t)n * 4,
+     "chain: its graph copies x in and c and the sum out, not exp(x) and its double (%zu bytes per replay)", gi.copy_bytes);
   grace_fn_free(fn);
   grace_tensor_release(x);
   grace_set_graphs(vm, NULL);
@@ -202,6 +277,131 @@ static void state(const char *mode, grace_launch_strategy want) {
   grace_set_graphs(vm, NULL);
 }
 
+/* ---- host work between device ops ---- */
+/* trip(x): h = exp(x):to(cpu); d = (h * 2 + 1):to(cuda); returns d * 3, and with `leak` h too (the host value escapes) */
+static int trip_leak, trip_break;
+static grace_status h_trip(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR || maxres < 1 + trip_leak) return GRACE_EHOST;
+  grace_tensor *e = NULL, *h = NULL, *b = NULL, *c = NULL, *d = NULL, *y = NULL, *two = NULL, *one = NULL, *three = NULL;
+  grace_status st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 1.0, 0, &one);
+  if (st == GRACE_OK) st = grace_tensor_scalar(vm, 3.0, 0, &three);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &e);
+  if (st == GRACE_OK && trip_break) {   /* a break before the round trip: it is in the second partition */
+    grace_tensor *m = NULL;
+    double host = 0;
+    st = grace_run(vm, GRACE_OP_SUM, 1, &e, NULL, 1, &m);
+    if (st == GRACE_OK) st = grace_tensor_read(vm, m, GRACE_FLOAT64, &host);
+    if (st == GRACE_OK) st = grace_trace_branch(vm, m, GRACE_CMP_GT, 0.0, 1, NULL);
+    grace_tensor_release(m);
+  }
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &e, &(grace_attrs){.device = GRACE_CPU}, 1, &h);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){h, two}, NULL, 1, &b);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){b, one}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &c, &(grace_attrs){.device = GRACE_CUDA}, 1, &d);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){d, three}, NULL, 1, &y);
+  grace_tensor *all[] = {e, b, c, d, two, one, three};
+  for (int i = 0; i < 7; i++) grace_tensor_release(all[i]);
+  if (st != GRACE_OK) { grace_tensor_release(y); grace_tensor_release(h); return GRACE_EHOST; }
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  if (trip_leak) res[1] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = h};
+  else grace_tensor_release(h);
+  *nres = 1 + trip_leak;
+  return GRACE_OK;
+}
+
+/* trip_mm(x): (x:to(cpu) @ x:to(cpu)):to(cuda), x int64 */
+static grace_status h_trip_mm(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR || maxres < 1) return GRACE_EHOST;
+  grace_tensor *h = NULL, *c = NULL, *d = NULL;
+  grace_status st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &args[0].t, &(grace_attrs){.device = GRACE_CPU}, 1, &h);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MATMUL, 2, (grace_tensor *[]){h, h}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &c, &(grace_attrs){.device = GRACE_CUDA}, 1, &d);
+  grace_tensor_release(h);
+  grace_tensor_release(c);
+  if (st != GRACE_OK) { grace_tensor_release(d); return GRACE_EHOST; }
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = d};
+  *nres = 1;
+  return GRACE_OK;
+}
+
+static void round_trip(void) {
+  grace_set_graphs(vm, "indirect");
+  int64_t n = 1024;
+  grace_tensor *x = NULL;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  static const grace_host trip_host = {.call = h_trip};
+  grace_fn *fn = NULL;
+  grace_fn_new(vm, "trip", &trip_host, NULL, NULL, &fn);
+  if (!x || !fn) { ok(0, "round trip: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  long g = 0, k = 0;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "round trip: 10 calls run");
+  long h0 = htod_copies, d0 = dtoh_copies, s0 = stream_syncs;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "round trip: 10 more calls run");
+  grace_fn_stats s;
+  grace_fn_get_stats(fn, &s);
+  grace_ir *ir = grace_fn_entry_ir(fn, 0, NULL, NULL, NULL);
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(ir && gi.decided && gi.chosen == GRACE_LAUNCH_INDIRECT && !gi.ineligible[0] && gi.captures == 1,
+     "round trip: the program is one graph, captured once, no eager fallback (%s)", gi.ineligible);
+  ok(g == 5 && k == 0 && s.eager_calls == 0, "round trip: calls 6 to 10 replay it, no kernel outside it (%ld graphs, %ld kernels)", g, k);
+  is_int(dtoh_copies - d0, 0, "round trip: no copy to the host in 10 calls");
+  is_int(stream_syncs - s0, 0, "round trip: no synchronize in 10 calls");
+  ok(htod_copies - h0 <= 10, "round trip: at most the argument table's one copy a call to the device (%ld)", htod_copies - h0);
+  const char *text = grace_ir_text(ir);
+  ok(text && !strstr(text, " to ") && !strstr(text, "cpu"), "round trip: no copy and no host value left in the program");
+  char buf[8192];
+  grace_status xs = grace_fn_explain(fn, 1, &a, buf, sizeof buf);
+  ok(xs == GRACE_OK && strstr(buf, "2 host ops between a copy to the host and one back) -> moved to the device"),
+     "round trip: explain says the two host ops moved to the device");
+  grace_fn_free(fn);
+  /* the same after a graph break: the round trip is in the second partition's program, moved there too */
+  trip_break = 1;
+  fn = NULL;
+  grace_fn_new(vm, "trip_break", &trip_host, NULL, NULL, &fn);
+  d0 = dtoh_copies;
+  is_int(ten_calls(fn, 1, &a, &g, &k), 0, "round trip after a break: 10 calls run");
+  grace_ir *p2 = grace_fn_entry_partition(fn, 0, 1, NULL, NULL);
+  grace_ir_graph_info(p2, &gi);
+  text = p2 ? grace_ir_text(p2) : NULL;
+  ok(text && !strstr(text, " to ") && !strstr(text, "f32[1024]\n") && gi.captures == 1 && !gi.ineligible[0],
+     "round trip after a break: the second partition has no copy and no host value, one graph (%s)", gi.ineligible);
+  ok(g == 10 && k == 0, "round trip after a break: calls 6 to 10 replay two graphs each (%ld graphs, %ld kernels)", g, k);
+  /* each call reads the sum at the break; the traced call, run eagerly, also copies exp(x) to the host once */
+  is_int(dtoh_copies - d0, 11, "round trip after a break: one copy to the host per call (the sum the break reads), not two");
+  grace_fn_free(fn);
+  trip_break = 0;
+  /* the host value returned too: it stays, and explain says why */
+  trip_leak = 1;
+  fn = NULL;
+  grace_fn_new(vm, "trip_leak", &trip_host, NULL, NULL, &fn);
+  xs = fn ? grace_fn_explain(fn, 1, &a, buf, sizeof buf) : GRACE_EARG;
+  ok(xs == GRACE_OK && strstr(buf, "-> stays on the host: its host value %") && strstr(buf, "is returned to Lua"),
+     "round trip: a host value the function returns keeps the round trip, explain says so");
+  grace_fn_free(fn);
+  trip_leak = 0;
+  /* an op the device has no kernel for (a matmul of int64 tensors) keeps it too */
+  static const grace_host mm_host = {.call = h_trip_mm};
+  fn = NULL;
+  grace_tensor *xi = NULL;
+  grace_tensor_empty(vm, GRACE_INT64, GRACE_CUDA, 2, (int64_t[]){4, 4}, &xi);
+  grace_fn_new(vm, "trip_mm", &mm_host, NULL, NULL, &fn);
+  grace_arg ai = {.kind = GRACE_ARG_TENSOR, .t = xi};
+  xs = fn && xi ? grace_fn_explain(fn, 1, &ai, buf, sizeof buf) : GRACE_EARG;
+  ok(xs == GRACE_OK && strstr(buf, "-> stays on the host: matmul %") && strstr(buf, "has no device kernel"),
+     "round trip: an op with no device kernel keeps the round trip, explain says so");
+  grace_fn_free(fn);
+  grace_tensor_release(xi);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
 /* ---- placement: a per-call host input and a captured host tensor moved to the device ---- */
 /* model(x): exp(x:cuda()) + bias:cuda(), x a host argument, bias a host tensor the host holds (a capture) */
 static grace_tensor *bias;
@@ -285,6 +485,8 @@ int main(void) {
   state("copy", GRACE_LAUNCH_COPY);
   state("indirect", GRACE_LAUNCH_INDIRECT);
   placement();
+  kept_inside();
+  round_trip();
   fake_vm_free(vm, dir);
   return tap_done();
 }

@@ -5,7 +5,10 @@
  * temperature is a device-resident scalar, as an input, a dynamic scalar through host arithmetic and a captured 0-d
  * tensor; a CPU tensor with dims copied to the device keeps the partition from being a graph; an op with no device
  * kernel splits the partition only where device work depends on it; graph breaks; copies back to the host; host
- * work over a captured tensor; CPU-only and create-only programs; a short buffer. */
+ * work over a captured tensor; CPU-only and create-only programs; a short buffer. Round trips (ir_place_round_trips):
+ * a device value copied to the host, ops there, the result copied back, moved onto the device (no copy left, the
+ * program one device partition that can be a graph), or kept with the reason: a host value returned or read by other
+ * host work, an op with no device kernel, a graph break in between, a host tensor argument in the host work. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,6 +304,80 @@ static void test_other(void) {
   ok(grace_ir_place_report(NULL, NULL, 0, NULL) == GRACE_EARG, "no IR: GRACE_EARG");
 }
 
+/* Round trip of program src: the decisions (rewrite: moved) compared with want; after dce, whether any `to` is left
+ * and the placement summary. */
+static void check_trip(const char *src, int rewrite, int want_moved, const char *want, const char *what) {
+  grace_ir *ir = NULL, *opt = NULL;
+  if (!ok(grace_ir_parse(vm, src, &ir) == GRACE_OK, "%s: parses", what)) { printf("# %s\n", grace_last_error(vm)); return; }
+  char text[2048] = "";
+  int moved = ir_place_round_trips(ir, rewrite, text, sizeof text);
+  is_int(moved, want_moved, "%s: round trips that can move", what);
+  is_str(text, want, "%s: the decision and its reason", what);
+  if (rewrite && moved && ok(grace_ir_pass(ir, "dce", &opt) == GRACE_OK && grace_ir_verify(opt) == GRACE_OK,
+                             "%s: the rewritten program verifies", what)) {
+    const char *t = grace_ir_text(opt);
+    if (!ok(t && !strstr(t, " = to ") && !strstr(t, "f32[8]\n") && !strstr(t, "f32[8]  @"), "%s: no copy and no host value left", what))
+      printf("# %s\n", t ? t : "");
+    check(opt, "one device partition; " GRAPH_OK, what);
+  }
+  grace_ir_free(opt);
+  grace_ir_free(ir);
+}
+
+#define TRIP(n) "round trip %" #n " (2 host ops between a copy to the host and one back) -> "
+static void test_round_trips(void) {
+  const char *base =
+      "func @f {\n"
+      "  %0 = input #0 : f32[8] cuda\n"
+      "  %1 = exp %0 : f32[8] cuda  @\"t.lua:1\"\n"
+      "  %2 = to %1 : f32[8]  @\"t.lua:2\"\n"
+      "  %3 = literal 2 : f64[]\n"
+      "  %4 = mul %2, %3 : f32[8]  @\"t.lua:3\"\n"
+      "  %5 = neg %4 : f32[8]  @\"t.lua:3\"\n"
+      "  %6 = to %5 {device=cuda} : f32[8] cuda  @\"t.lua:4\"\n"
+      "  %7 = add %6, %1 : f32[8] cuda  @\"t.lua:5\"\n"
+      "  return %7\n"
+      "}\n";
+  check_trip(base, 1, 1, TRIP(6) "moved to the device: the ops run on the device value, no copy to the host and back, "
+             "no synchronize, so the program can stay a CUDA graph; at t.lua:4\n", "round trip");
+  is_int(check_text(base, "%2 (to, f32[8]) -> device-to-host copy: the partition would split here; to %2 copies a device "
+                    "value to the host synchronously, which ends a capture, and device work after it depends on it; at "
+                    "t.lua:2\n%5 (neg, f32[8])" COPY_IN "to %6 copies it" SYNC_COPY "; at t.lua:4\n"
+                    "2 device partitions (1 after host work); runs eagerly, not as a CUDA graph: to %2 copies to the host\n",
+                    "round trip, not rewritten"), 2, "round trip, not rewritten: two partitions and no graph");
+  check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = to %0 : f32[8]  @\"t.lua:2\"\n"
+             "  %2 = neg %1 : f32[8]  @\"t.lua:3\"\n  %3 = exp %2 : f32[8]  @\"t.lua:3\"\n"
+             "  %4 = to %3 {device=cuda} : f32[8] cuda  @\"t.lua:4\"\n  return %4, %2\n}\n", 1, 0,
+             TRIP(4) "stays on the host: its host value %2 is returned to Lua; at t.lua:4\n", "returned");
+  check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = to %0 : f32[8]  @\"t.lua:2\"\n"
+             "  %2 = neg %1 : f32[8]  @\"t.lua:3\"\n  %3 = exp %2 : f32[8]  @\"t.lua:3\"\n"
+             "  %4 = to %3 {device=cuda} : f32[8] cuda  @\"t.lua:4\"\n  %5 = sum %2 : f32[]\n  return %4, %5\n}\n", 1, 0,
+             TRIP(4) "stays on the host: its host value %2 is also read by sum %5 on the host; at t.lua:4\n",
+             "read by other host work");
+  check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = to %0 : f32[8]  @\"t.lua:2\"\n"
+             "  %2 = neg %1 : f32[8]  @\"t.lua:3\"\n  break  @\"t.lua:3\"\n  %3 = exp %2 : f32[8]  @\"t.lua:4\"\n"
+             "  %4 = to %3 {device=cuda} : f32[8] cuda  @\"t.lua:5\"\n  return %4\n}\n", 0, 0,
+             TRIP(4) "stays on the host: the host reads a value in between (a graph break at t.lua:3: item(), print), so "
+             "the host copy is needed; at t.lua:5\n", "a break in between");
+  check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = exp %0 : f32[8] cuda  @\"s.lua:1\"\n"
+             "  %2 = to %1 : f32[8]  @\"s.lua:2\"\n  %3 = sum %2 : f32[]  @\"s.lua:2\"\n"
+             "  %4 = div %1, %3 : f32[8] cuda  @\"s.lua:3\"\n  return %4\n}\n", 1, 1,
+             "host work %3 (1 host op on a device value copied to the host, read by div %4 on the device) -> moved to the "
+             "device: the ops run on the device value, no copy to the host and back, no synchronize, so the program can "
+             "stay a CUDA graph; at s.lua:3\n", "a host number computed from a device value");
+  check_trip("func @f {\n  %0 = input #0 : i64[4, 4] cuda\n  %1 = to %0 : i64[4, 4]  @\"t.lua:2\"\n"
+             "  %2 = matmul %1, %1 : i64[4, 4]  @\"t.lua:3\"\n"
+             "  %3 = to %2 {device=cuda} : i64[4, 4] cuda  @\"t.lua:4\"\n  return %3\n}\n", 1, 0,
+             "round trip %3 (1 host op between a copy to the host and one back) -> stays on the host: matmul %2 matmul of "
+             "int64 has no device kernel: it runs on the host through two copies and a synchronize; at t.lua:4\n",
+             "no device kernel");
+  check_trip("func @f {\n  %0 = input #0 : f32[8] cuda\n  %1 = input #1 : f32[8]\n  %2 = to %0 : f32[8]  @\"t.lua:2\"\n"
+             "  %3 = add %2, %1 : f32[8]  @\"t.lua:3\"\n"
+             "  %4 = to %3 {device=cuda} : f32[8] cuda  @\"t.lua:4\"\n  return %4\n}\n", 1, 0,
+             "round trip %4 (1 host op between a copy to the host and one back) -> stays on the host: it reads %1, a host "
+             "tensor the function is given, not a device value; at t.lua:4\n", "a host tensor argument");
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
@@ -309,6 +386,7 @@ int main(void) {
   test_copies();
   test_splits();
   test_other();
+  test_round_trips();
   grace_vm_free(vm);
   return tap_done();
 }

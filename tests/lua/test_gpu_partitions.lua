@@ -5,7 +5,8 @@
 -- the same Lua function run eagerly on CPU copies (float32; rtol 1e-4, atol 1e-4 * sqrt(K)), on both outcomes of the
 -- break; f:report() must list the two partitions of the path taken, each captured (for a forced strategy: as that
 -- strategy) and replayed on every call after the warm-up: two graphs per call. Without a usable CUDA device it
--- prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU, with no report checks).
+-- prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU, with no report checks). The first
+-- partition hands back only what is read after it (x, and the value checked): 2 outputs, its other values internal.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 local H = require "tests.lua.gpu_harness"
@@ -46,6 +47,8 @@ for _, mode in ipairs(MODES) do
   if DEV ~= "cpu" then
     local parts = partitions_of(f)
     tap.is(#parts, 2, mode .. ": the report lists two device partitions")
+    local first = parts[1].partition == 1 and parts[1] or parts[2]
+    tap.is(first.outputs, 2, mode .. ": the first partition hands back x and the value checked, nothing else")
     for _, r in ipairs(parts) do
       local want = mode == "copy" and "graph+copies" or mode == "indirect" and "graph+indirection" or nil
       tap.ok(r.captures >= 1 and (want == nil or r.strategy == want) and not r.no_graph,
@@ -64,6 +67,8 @@ for _, mode in ipairs(MODES) do
   end
   tap.is(bad2, 0, mode .. ": the early exit taken, results equal eager")
   tap.is(f:stats().partitions, 3, mode .. ": the exit path adds one partition; the first is shared")
+  tap.ok(f:stats().partition_internal > 0, mode .. ": values kept inside the partitions (" ..
+         f:stats().partition_internal .. ")")
 end
 grace.graphs()
 

@@ -4,6 +4,9 @@
 -- becomes a device constant, and the program is a CUDA graph (f:report()). Every call's result equals the same Lua
 -- function run eagerly on the CPU (float32; rtol 1e-4, atol 1e-4 * sqrt(K)); after the bias is written in place
 -- on the host the results follow it (the constant is made again) with no new trace. Under each launch strategy.
+-- Host work between device ops: the MLP's activations copied to the host after layer 4 (`h:cpu()`), scaled and
+-- clamped there, and copied back (`:to(dev)`) for layers 5 to 8: placement moves that host work onto the device (the
+-- program stays one graph, explain says "moved to the device"), results equal eager on the CPU.
 -- Without a usable CUDA device it prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness).
 local tap = require "tests.lua.tap"
 local grace = require "grace"
@@ -58,6 +61,41 @@ for _, mode in ipairs(MODES) do
   end
   tap.is(bad, 0, mode .. ": after the host bias was written, results follow it")
   tap.is(f:stats().eager_calls, 0, mode .. ": no call ran eagerly")
+end
+grace.graphs()
+
+-- a round trip through the host in the middle of the device program
+local function make_trip(Ws, dev)
+  return function(x)
+    local h = x
+    for i = 1, 4 do h = (h:matmul(Ws[i])):relu() end
+    local c = (h:cpu() * 0.5):clamp(0, 4)   -- host work on the device value's host copy
+    h = c:to(dev)
+    for i = 5, LAYERS do h = (h:matmul(Ws[i])):relu() end
+    return h
+  end
+end
+local eager_trip = make_trip(Wc, "cpu")
+for _, mode in ipairs(MODES) do
+  grace.graphs(mode)
+  local f = grace.compile(make_trip(Wd, DEV))
+  local bad = 0
+  for _ = 1, 12 do
+    local x = grace.randn(B, K)
+    if not close(f(to_dev(x)), eager_trip(x)) then bad = bad + 1 end
+  end
+  tap.is(bad, 0, mode .. ": round trip through the host: 12 calls, every result equals eager on the CPU")
+  tap.is(f:stats().eager_calls, 0, mode .. ": round trip: no call ran eagerly")
+  if DEV ~= "cpu" then
+    local r = f:report()[1] or {}
+    local want = mode == "copy" and "graph+copies" or mode == "indirect" and "graph+indirection" or nil
+    tap.ok((r.captures or 0) >= 1 and not r.no_graph and (want == nil or r.strategy == want),
+           ("%s: round trip: the program is a graph (%s%s)"):format(mode, tostring(r.strategy),
+           r.no_graph and ": " .. r.no_graph or ""))
+    local text = grace.explain(f, to_dev(grace.randn(B, K)))
+    tap.ok(text:find("host ops between a copy to the host and one back) -> moved to the device", 1, true) ~= nil,
+           mode .. ": round trip: explain says the host work moved to the device")
+  end
 end
 grace.graphs()
 

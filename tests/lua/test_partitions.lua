@@ -2,7 +2,10 @@
 -- own (vm/vm_part.c), on the CPU: counted through f:stats() (partitions made, partition programs run), listed by
 -- f:ir() and grace.explain; results checked against plain Lua arithmetic over the same numbers, on both outcomes of
 -- the break; in-place writes inside a partition leave the tensor and its version counter as eager would; a view of
--- the argument read at the break; an error inside a partition's program.
+-- the argument read at the break; an error inside a partition's program; what a partition hands back (only what is
+-- read after it: the early-exit MLP's first partition hands back h and the value of its check) and the values it
+-- keeps inside, computed again when Lua asks for them all the same (stored in a table and read after the call, used
+-- by a path recorded later), or an error when the tensors they came from were written since.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
@@ -107,5 +110,102 @@ tap.ok(not ok_err and tostring(err):find("index_select", 1, true) ~= nil,
        "an index out of range inside a partition's program is an error naming the op")
 tap.ok(same_list(cp(x4, grace.tensor({2, 4})), {2, 4}), "and the next call runs")
 tap.ok(cp:stats().partitions == 2, "the partitions stayed programs")
+
+-- ---- what a partition hands back ----
+-- the early-exit MLP: 4 layers, a check on max |h| read on the host, 4 more; checked against the same Lua function
+-- run eagerly (grace computes either side with the same kernels: the comparison is exact)
+grace.manual_seed(7)
+local D = 8
+local W, B = {}, {}
+for i = 1, 8 do W[i] = grace.randn({D, D}) * 0.4 B[i] = grace.randn({D}) * 0.1 end
+local function layer(i, hh) return (hh:matmul(W[i]) + B[i]):gelu() end
+local box = {}
+local function mlp(x)
+  local hh = x
+  for i = 1, 4 do hh = layer(i, hh) end
+  box.mid = (hh + 1):relu()   -- kept by Lua past the call: no op of the function reads it
+  if hh:abs():max():item() > 1e3 then return hh end
+  for i = 5, 8 do hh = layer(i, hh) end
+  return hh
+end
+local function maxdiff(a, b) return (a - b):abs():max():item() end
+local cm = grace.compile(mlp, {auto_regions = false})
+local xs, xb = grace.randn({2, D}), grace.randn({2, D}) * 1e6
+local rbad, mbad = 0, 0
+for _ = 1, 3 do
+  for _, x in ipairs({xs, xb}) do
+    local got = cm(x)
+    local mid = box.mid
+    local want = mlp(x)
+    if maxdiff(got, want) ~= 0 then rbad = rbad + 1 end
+    if maxdiff(mid, box.mid) ~= 0 then mbad = mbad + 1 end
+  end
+end
+tap.is(rbad, 0, "early-exit MLP: results equal eager on both outcomes (exit taken and not)")
+tap.is(mbad, 0, "a value kept inside a partition, stored in a table by Lua and read after the call, equals eager")
+local ms = cm:stats()
+local p1 = cm:ir():match("%-%- partition 1 of path 1 [^\n]*")
+tap.ok(p1 and p1:find("; 2 outputs)", 1, true), "the first partition hands back 2 outputs: h and the value checked (" ..
+       tostring(p1) .. ")")
+tap.ok(ms.partition_internal >= 4 * 3, "every layer's matmul, add and gelu but the last stay inside the programs (" ..
+       ms.partition_internal .. " kept inside, " .. ms.partition_outputs .. " handed back)")
+tap.ok(ms.partitions >= 2 and ms.partition_runs >= 6, "the partitions ran as programs")
+local ex = grace.explain(cm, xs)
+tap.ok(ex:find("partition 1 of path 1: 2 outputs handed back, ", 1, true) ~= nil,
+       "explain of the compiled function lists each partition's outputs and what it keeps inside")
+cm(xs)
+local kept = box.mid
+xs:add_(1)
+local okr, err = pcall(function() return kept:sum():item() end)
+tap.ok(not okr and tostring(err):find("written in place", 1, true) ~= nil,
+       "a value kept inside, asked for after the input it came from was written in place: an error saying so")
+xs:sub_(1)
+
+-- an intermediate the function returns stays an output
+local function mlp2(x)
+  local hh = x
+  for i = 1, 4 do hh = layer(i, hh) end
+  local mid = hh * 2
+  if hh:abs():max():item() > 1e3 then return hh, mid end
+  for i = 5, 8 do hh = layer(i, hh) end
+  return hh, mid
+end
+local cm2 = grace.compile(mlp2, {auto_regions = false})
+local bad2 = 0
+for _ = 1, 3 do
+  local a, m = cm2(xs)
+  local wa, wm = mlp2(xs)
+  if maxdiff(a, wa) ~= 0 or maxdiff(m, wm) ~= 0 then bad2 = bad2 + 1 end
+end
+tap.is(bad2, 0, "a returned intermediate: both results equal eager")
+p1 = cm2:ir():match("%-%- partition 1 of path 1 [^\n]*")
+tap.ok(p1 and p1:find("; 3 outputs)", 1, true), "the first partition hands back h, the value checked and the returned "
+       .. "intermediate (" .. tostring(p1) .. ")")
+
+-- a path recorded later reads a value the shared first partition kept inside: that call computes it again, and the
+-- partition is built again handing it back
+local function mlp3(x)
+  local hh = x
+  for i = 1, 2 do hh = layer(i, hh) end
+  local mid = hh * 3
+  hh = layer(3, hh)
+  if hh:abs():max():item() > 1e3 then return mid + 1 end
+  return layer(4, hh)
+end
+local cm3 = grace.compile(mlp3, {auto_regions = false})
+local function first_outputs(cf)
+  local n = -1
+  for line in cf:ir():gmatch("%-%- partition 1 of path 1 [^\n]*") do n = tonumber(line:match("; (%d+) output")) end
+  return n
+end
+local bad3, before = 0, nil
+for k, x in ipairs({xs, xs, xs, xb, xb, xs, xb}) do
+  if maxdiff(cm3(x), mlp3(x)) ~= 0 then bad3 = bad3 + 1 end
+  if k == 3 then before = first_outputs(cm3) end
+end
+tap.is(bad3, 0, "a later path reading a value kept inside: results equal eager on every call")
+tap.is(before, 2, "before that path, the first partition hands back h and the value checked")
+tap.ok(first_outputs(cm3) == 3 and cm3:stats().traces == 2,
+       "after it, the shared first partition is built again and hands back the value that path reads too")
 
 tap.done()
