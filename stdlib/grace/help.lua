@@ -134,6 +134,7 @@ local entries = {
   {{"report"}, "grace.report(f): the launch strategy and timings of compiled function f's device programs"},
   {{"graphs"}, "grace.graphs([mode]): CUDA graph strategy: auto, off, eager, copy, indirect"},
   {{"matmul_backend"}, "grace.matmul_backend([mode]): device matmuls by auto, grace or cublaslt"},
+  {{"norm_prologue"}, "grace.norm_prologue([on]): device norms read only by GEMVs computed inside them"},
   {{"clock"}, "grace.clock(): a wall clock in seconds"},
   {{"isatty"}, "grace.isatty([stream=\"stdout\"]): whether stdout (stderr, stdin) is a terminal"},
 }
