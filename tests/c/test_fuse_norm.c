@@ -157,11 +157,13 @@ static cg_mm_desc gemv(cg_mm_form form, grace_dtype dt, int norm) {
   return d;
 }
 
-/* Whether, in the kernel body, the first griddepcontrol.wait comes before the first use of `what`. */
+/* Whether, in the kernel body, every griddepcontrol.wait (also one that an #if leaves out) comes before the first
+ * use of `what`: the statistics and the normalised reads read what the kernel before wrote. */
 static int waits_before(const char *src, const char *what) {
-  const char *g = strstr(src, "__global__");
-  const char *w = g ? strstr(g, "griddepcontrol.wait") : NULL, *u = g ? strstr(g, what) : NULL;
-  return w && u && w < u;
+  const char *g = strstr(src, "__global__"), *last = NULL;
+  const char *u = g ? strstr(g, what) : NULL;
+  for (const char *w = g ? strstr(g, "griddepcontrol.wait") : NULL; w; w = strstr(w + 1, "griddepcontrol.wait")) last = w;
+  return last && u && last < u;
 }
 
 static void test_sources(void) {
