@@ -112,7 +112,7 @@ static int l_matmul_backend(lua_State *L) {
 }
 
 /* grace.norm_prologue(on): layer/RMS norms as the prologue of the device GEMVs that read them (true, false; nil:
- * back to GRACE_NORM_PROLOGUE), for functions compiled after the call. */
+ * back to GRACE_NORM_PROLOGUE), for programs built after the call. */
 static int l_norm_prologue(lua_State *L) {
   grace_vm *vm = lgrace_vm(L);
   int on = lua_isnoneornil(L, 1) ? -1 : lua_toboolean(L, 1);

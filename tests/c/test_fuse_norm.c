@@ -138,6 +138,68 @@ static void test_other_cases(void) {
   ok(nk == 2 && strstr(buf, "kernel 0 reduction:") && !strstr(buf, "layer_norm"), "host program: decomposed as before");
 }
 
+/* The decode step of a GPT-2-like model in miniature (one token, d 64): ln_1 -> the q/k/v projection, the out
+ * projection with its residual, ln_2 -> the MLP (gelu) with its residual, ln_f -> the LM head; attention stood in
+ * for by the q slice. With the prologue the program has 3 kernels fewer, one a norm. */
+static const char *decode_step =
+    "func @step {\n"
+    "  %0 = input #0 : DT[1,1,64] cuda\n"
+    "  %1 = input #1 : DT[64] cuda\n"
+    "  %2 = input #2 : DT[64] cuda\n"
+    "  %3 = input #3 : DT[192,64] cuda\n"
+    "  %4 = input #4 : DT[192] cuda\n"
+    "  %5 = input #5 : DT[64,64] cuda\n"
+    "  %6 = input #6 : DT[64] cuda\n"
+    "  %7 = input #7 : DT[256,64] cuda\n"
+    "  %8 = input #8 : DT[256] cuda\n"
+    "  %9 = input #9 : DT[64,256] cuda\n"
+    "  %10 = input #10 : DT[512,64] cuda\n"
+    "  %11 = layer_norm %0, %1, %2 {a=1e-05} : DT[1,1,64] cuda\n"
+    "  %12 = transpose %3 {dims=[0,1]} : DT[64,192] cuda\n"
+    "  %13 = matmul %11, %12 : DT[1,1,192] cuda\n"
+    "  %14 = add %13, %4 : DT[1,1,192] cuda\n"
+    "  %15 = narrow %14 {dims=[2], i1=64} : DT[1,1,64] cuda\n"
+    "  %16 = transpose %5 {dims=[0,1]} : DT[64,64] cuda\n"
+    "  %17 = matmul %15, %16 : DT[1,1,64] cuda\n"
+    "  %18 = add %17, %6 : DT[1,1,64] cuda\n"
+    "  %19 = add %0, %18 : DT[1,1,64] cuda\n"
+    "  %20 = layer_norm %19, %1, %2 {a=1e-05} : DT[1,1,64] cuda\n"
+    "  %21 = transpose %7 {dims=[0,1]} : DT[64,256] cuda\n"
+    "  %22 = matmul %20, %21 : DT[1,1,256] cuda\n"
+    "  %23 = add %22, %8 : DT[1,1,256] cuda\n"
+    "  %24 = gelu %23 {flag=1} : DT[1,1,256] cuda\n"
+    "  %25 = transpose %9 {dims=[0,1]} : DT[256,64] cuda\n"
+    "  %26 = matmul %24, %25 : DT[1,1,64] cuda\n"
+    "  %27 = add %19, %26 : DT[1,1,64] cuda\n"
+    "  %28 = layer_norm %27, %1, %2 {a=1e-05} : DT[1,1,64] cuda\n"
+    "  %29 = transpose %10 {dims=[0,1]} : DT[64,512] cuda\n"
+    "  %30 = matmul %28, %29 : DT[1,1,512] cuda\n"
+    "  return %30\n"
+    "}\n";
+
+static void test_decode_step(void) {
+  const char *dts[2] = {"f32", "bf16"};
+  for (int t = 0; t < 2; t++) {
+    char src[4096], buf[8192], what[64];
+    size_t o = 0;
+    for (const char *p = decode_step; *p && o + 8 < sizeof src;) {
+      if (!strncmp(p, "DT", 2)) { for (const char *d = dts[t]; *d; d++) src[o++] = *d; p += 2; }
+      else src[o++] = *p++;
+    }
+    src[o] = 0;
+    snprintf(what, sizeof what, "%s decode step", dts[t]);
+    int on = report(src, buf, sizeof buf, what);
+    int norms_inside = 0;
+    for (const char *q = strstr(buf, "= layer_norm matmul add"); q; q = strstr(q + 1, "= layer_norm matmul add")) norms_inside++;
+    norms_inside += strstr(buf, "= layer_norm matmul;") != NULL;
+    ok(!strstr(buf, "reduction:") && norms_inside == 3, "%s: no row kernel; the 3 norms open their GEMVs' groups", what);
+    grace_set_norm_prologue(vm, 0);
+    int off = report(src, buf, sizeof buf, what);
+    grace_set_norm_prologue(vm, 1);
+    is_int(off - on, 3, "%s: 3 kernels fewer with the prologue (%d -> %d)", what, off, on);
+  }
+}
+
 /* ---- the generated sources ---- */
 static cg_mm_desc gemv(cg_mm_form form, grace_dtype dt, int norm) {
   cg_mm_desc d;
@@ -228,6 +290,7 @@ int main(void) {
   grace_set_norm_prologue(vm, 1);   /* whatever $GRACE_NORM_PROLOGUE says */
   test_grouping();
   test_other_cases();
+  test_decode_step();
   test_sources();
   grace_vm_free(vm);
   return tap_done();
