@@ -148,12 +148,22 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
 // from the raw row (MM_NSTATS, in float32 as the norm kernel does: the mean, then the mean square about it), and each
 // element of A is normalised as it is read (MM_NX), rounded to A's dtype as the norm's stored result would be.
 // Both read A, which the kernel before may write: they run after griddepcontrol.wait. Every lane of the warp runs
-// MM_NSTATS (warp sums). MM_NWP/MM_NBP: whether the weight NW_ and the bias NB_ are there; MM_EPS the epsilon.
+// MM_NSTATS (warp sums); with MM_AV (A's rows aligned vectors) in 16-byte loads. MM_NWP/MM_NBP: whether the weight
+// NW_ and the bias NB_ are there; MM_EPS the epsilon.
 //@ matmul_norm
+#if MM_AV
+/* rows 16-byte aligned, K a multiple of MM_VEC (the vector GEMVs): a lane reads vectors */
+#define MM_NFOR(x, e) for (long long k_ = (long long)lane * MM_VEC; k_ < K; k_ += 32LL * MM_VEC) { \
+    float v_[MM_VEC]; MM_UNPACK(*(const mm_u4 *)((x) + k_), v_); \
+    _Pragma("unroll") for (int j_ = 0; j_ < MM_VEC; j_++) { e; } }
+#else
+#define MM_NFOR(x, e) for (long long k_ = lane; k_ < K; k_ += 32) { \
+    const float v_[1] = {MM_LD((x)[k_ * A_SK])}; const int j_ = 0; { e; } }
+#endif
 #define MM_NSTATS(x, mu, rs) do { float s_ = 0.0f, q_ = 0.0f; \
-  if (MM_NORM == 1) { for (long long k_ = lane; k_ < K; k_ += 32) s_ += MM_LD((x)[k_ * A_SK]); } \
+  if (MM_NORM == 1) MM_NFOR(x, s_ += v_[j_]); \
   (mu) = grace_warp_sum_f(s_) / (float)K; \
-  for (long long k_ = lane; k_ < K; k_ += 32) { const float d_ = MM_LD((x)[k_ * A_SK]) - (mu); q_ += d_ * d_; } \
+  MM_NFOR(x, const float d_ = v_[j_] - (mu); q_ += d_ * d_); \
   (rs) = rsqrtf(grace_warp_sum_f(q_) / (float)K + MM_EPS); } while (0)
 #if MM_NWP
 #define MM_NWV(k) * MM_LD(NW_[k])
@@ -443,6 +453,7 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
 #undef MM_EPS
 #undef MM_RND
 #undef MM_NSTATS
+#undef MM_NFOR
 #undef MM_NWV
 #undef MM_NBV
 #undef MM_NX

@@ -239,10 +239,14 @@ static void test_sources(void) {
         for (int ind = 0; ind < 2; ind++) {
           cg_mm_desc d = gemv(forms[f], dts[t], norm);
           d.indirect = ind;
-          if (f == 0 && ind) { d.wpr = 2; d.mtile = 4; d.a_vec = 0; d.split = 1; }   /* shared sums, split K */
+          /* the other variant: NT with scalar loads, 2 warps a column (shared sums), split K; RW with A read element
+             by element, its weights loaded after the wait */
+          if (f == 0 && ind) { d.wpr = 2; d.mtile = 4; d.a_vec = 0; d.split = 1; d.vec = 1; }
+          if (f == 1 && ind) { d.a_vec = 0; d.rw_late = 1; }
           char what[128];
           snprintf(what, sizeof what, "%s %s %s norm prologue%s", f ? "GEMV_RW" : "GEMV_NT", grace_dtype_name(dts[t]),
-                   norm == CG_MM_NORM_LAYER ? "layer" : "rms", ind ? ", indirect, 2 warps a column, split" : "");
+                   norm == CG_MM_NORM_LAYER ? "layer" : "rms",
+                   !ind ? "" : f ? ", indirect, A by elements, late weights" : ", indirect, scalar, 2 warps a column, split");
           cg_kernel k;
           if (cg_matmul_source(vm, &d, &k) != GRACE_OK) { ok(0, "%s: source: %s", what, grace_last_error(vm)); continue; }
           ok(strstr(k.src, "#define MM_NSTATS") && strstr(k.src, "const MM_T *NW_") && strstr(k.src, "MM_NSTATS("),
