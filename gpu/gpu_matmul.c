@@ -716,7 +716,8 @@ static int norm_fits(grace_ir *ir, int nm, const ir_inst *k, grace_tensor **vals
   grace_tensor *x = vals[ir->args[n->first_arg]], *y = vals[ir->args[k->first_arg + 1]];
   grace_tensor *w = n->nin > 1 && ir->args[n->first_arg + 1] >= 0 ? vals[ir->args[n->first_arg + 1]] : NULL;
   grace_tensor *b = n->nin > 2 && ir->args[n->first_arg + 2] >= 0 ? vals[ir->args[n->first_arg + 2]] : NULL;
-  if (choice == GPU_MM_BLAS || choice == GPU_MM_PREFER_BLAS || !x || !y || check_pair(ir->vm, x, y) != GRACE_OK)
+  if (choice == GPU_MM_BLAS || choice == GPU_MM_PREFER_BLAS || !x || !y || x->storage->device != GRACE_CUDA ||
+      y->storage->device != GRACE_CUDA || x->dtype != y->dtype || !is_mm_float(x->dtype) || !x->ndim || !y->ndim)
     return 0;
   if ((n->nin > 1 && ir->args[n->first_arg + 1] >= 0 && !w) || (n->nin > 2 && ir->args[n->first_arg + 2] >= 0 && !b))
     return 0;
@@ -735,7 +736,7 @@ static int norm_fits(grace_ir *ir, int nm, const ir_inst *k, grace_tensor **vals
 }
 
 /* Runs the group's norms that some matmul reading them cannot take as its prologue (a product of many rows, a weight
- * that is not k-contiguous): as the norm kernel, before the products. pro[j]: member j is a norm left to them. */
+ * that is not k-contiguous): as the norm kernel, before the products. pro[j]: member j is a norm its GEMVs compute. */
 static grace_status run_norms(grace_ir *ir, const ir_fusion *f, int g, grace_tensor **vals, gpu_mm_choice choice,
                               int8_t *taken, int8_t *pro) {
   const ir_fuse_group *gr = &f->groups[g];
@@ -774,10 +775,10 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
     const ir_inst *k = &ir->insts[m];
     if (k->op != GRACE_OP_MATMUL) continue;
     int32_t a0 = ir->args[k->first_arg], a1 = ir->args[k->first_arg + 1];
-    if ((f->inst_group[ir->vals[a0].inst] == g && norm_of(ir, f, g, k) < 0) || f->inst_group[ir->vals[a1].inst] == g)
+    int nm = norm_of(ir, f, g, k);
+    if ((f->inst_group[ir->vals[a0].inst] == g && nm < 0) || f->inst_group[ir->vals[a1].inst] == g)
       return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: an operand is computed inside the group");
-    const ir_inst *nk = norm_of(ir, f, g, k) >= 0 ? &ir->insts[norm_of(ir, f, g, k)] : NULL;
-    grace_status st = check_pair(vm, nk ? vals[ir->args[nk->first_arg]] : vals[a0], vals[a1]);
+    grace_status st = check_pair(vm, nm >= 0 ? vals[ir->args[ir->insts[nm].first_arg]] : vals[a0], vals[a1]);
     if (st != GRACE_OK) return st;
     taken[j] = 1;
     memset(&chains[nch], 0, sizeof chains[nch]);

@@ -263,6 +263,23 @@ static void test_sources(void) {
           }
           cg_kernel_free(vm, &k);
         }
+  /* the split-K finish of a GEMV with the prologue takes the same parameters (the norm's pointers among them) */
+  for (int ind = 0; ind < 2; ind++) {
+    cg_mm_desc d = gemv(CG_MM_SPLITK, GRACE_BFLOAT16, CG_MM_NORM_LAYER);
+    d.indirect = ind;
+    cg_kernel k;
+    grace_status st = cg_matmul_source(vm, &d, &k);
+    ok(st == GRACE_OK && strstr(k.src, "const MM_T *NW_"), "split-K finish%s: the norm's pointers in its parameters",
+       ind ? ", indirect" : "");
+    if (st == GRACE_OK && !why) {
+      char *out = NULL;
+      size_t n = 0;
+      ok(cuda_nvrtc_compile(vm, k.src, 90, 1, &out, &n) == GRACE_OK && n > 0, "split-K finish%s: compiles for sm_90",
+         ind ? ", indirect" : "");
+      if (out) grace_realloc(vm, out, n, 0);
+    }
+    if (st == GRACE_OK) cg_kernel_free(vm, &k);
+  }
   /* the plain kernel has none of it; the other forms refuse a norm */
   cg_mm_desc d = gemv(CG_MM_GEMV_NT, GRACE_FLOAT32, CG_MM_NORM_NONE);
   cg_kernel k;
