@@ -7,8 +7,9 @@
  * kernel that waits for itself), and where a member would read a value of its own kernel as no kernel can (a view
  * of it, a per-row value across rows: ir_fuse.h), so the generators lower every group. Groups never cross a
  * break or a region (cond, while: a kernel of its own, its sub-programs grouped when they run). A matmul epilogue's last pointwise op that only one other kernel reads, its operands stored anyway, then
- * moves into that kernel; a pointwise group read by only one other group (a weight cast) moves into that group;
- * and the groups are ordered topologically.
+ * moves into that kernel; a device norm read only by matmuls of few rows joins their group as the GEMVs' prologue
+ * (ir_fuse.h); a pointwise group read by only one other group (a weight cast) moves into that group; and the groups
+ * are ordered topologically.
  * A value read by two groups is materialized (stored by the one kernel that computes it), never computed in
  * both: the report names stored values, so duplication cannot happen silently. Also grace_ir_fuse_report. */
 #include <stdarg.h>
@@ -497,7 +498,10 @@ int ir_norm_feeds_matmul(const grace_ir *ir, int k) {
   return readers > 0;
 }
 
-/* A norm that only matmuls of one group read (ir_norm_feeds_matmul) joins that group as its prologue. */
+/* A norm that only matmuls read (ir_norm_feeds_matmul) joins their group as its prologue. Matmuls of several groups
+ * (q, k and v projections of other shapes: grouped-query attention) become one group first, where none waits for
+ * another: the group runs its products one after another, each normalising the rows as it reads them. */
+enum { NORM_MAX_GROUPS = 8 };
 static void absorb_norms(fctx *c) {
   const grace_ir *ir = c->ir;
   for (int k = 0; k < ir->ninst; k++) {
@@ -505,18 +509,34 @@ static void absorb_norms(fctx *c) {
     if (gn < 0 || c->g[gn].kind != IR_FUSE_SINGLE || c->g[gn].head != k || c->g[gn].tail != k ||
         !ir_norm_feeds_matmul(ir, k))
       continue;
-    int to = -1;
-    for (int i = k + 1; i < ir->ninst && to != -2; i++) {
+    int to[NORM_MAX_GROUPS], nto = 0, ok = 1;
+    for (int i = k + 1; i < ir->ninst && ok; i++) {
       const ir_inst *m = &ir->insts[i];
       if (m->op != GRACE_OP_MATMUL || ir->args[m->first_arg] != ir->insts[k].first_result) continue;
-      int gm = group_of(c, i);
-      to = (to == -1 || to == gm) && c->g[gm].kind == IR_FUSE_MATMUL && c->g[gm].part == c->g[gn].part ? gm : -2;
+      int gm = group_of(c, i), seen = 0;
+      for (int j = 0; j < nto; j++) seen |= to[j] == gm;
+      ok = c->g[gm].kind == IR_FUSE_MATMUL && c->g[gm].part == c->g[gn].part && (seen || nto < NORM_MAX_GROUPS);
+      if (ok && !seen) to[nto++] = gm;
     }
-    /* the norm may not wait for the matmuls' group, nor that group for it through a third one */
-    if (to < 0 || reaches(c, gn, to, 0) || reaches(c, to, gn, 1)) continue;
-    c->g[gn].parent = to;
+    /* no group may wait for another of them; the norm may not wait for them, nor they for it through a third */
+    for (int a = 0; a < nto && ok; a++) {
+      ok = !reaches(c, gn, to[a], 0) && !reaches(c, to[a], gn, 1);
+      for (int b = 0; b < nto && ok; b++) ok = a == b || !reaches(c, to[a], to[b], 0);
+    }
+    if (!ok || nto == 0) continue;
+    gstate *G = &c->g[to[0]];
+    for (int a = 1; a < nto; a++) {
+      gstate *H = &c->g[to[a]];
+      c->next[G->tail] = H->head;
+      G->tail = H->tail;
+      if (H->last > G->last) G->last = H->last;
+      G->horizontal = 1;
+      H->parent = to[0];
+      H->head = H->tail = -1;
+    }
+    c->g[gn].parent = to[0];
     c->g[gn].head = c->g[gn].tail = -1;
-    add(c, to, k);
+    add(c, to[0], k);
   }
 }
 

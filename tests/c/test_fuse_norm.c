@@ -107,6 +107,39 @@ static void test_other_cases(void) {
   is_int(nk, 1, "q, k, v: one kernel group");
   ok(strstr(buf, "matmul horizontal: %6 %7 %8 %9 = layer_norm matmul matmul matmul;") != NULL,
      "q, k, v: the norm is the prologue of the horizontal group");
+  /* grouped-query attention: q [64 -> 64], k and v [64 -> 16] (grouped horizontally): one group of all three */
+  nk = report("func @gqa {\n"
+              "  %0 = input #0 : f32[1,64] cuda\n"
+              "  %1 = input #1 : f32[64] cuda\n"
+              "  %2 = input #2 : f32[64,64] cuda\n"
+              "  %3 = input #3 : f32[16,64] cuda\n"
+              "  %4 = input #4 : f32[16,64] cuda\n"
+              "  %5 = rms_norm %0, %1 {a=1e-06} : f32[1,64] cuda\n"
+              "  %6 = transpose %2 {dims=[0,1]} : f32[64,64] cuda\n"
+              "  %7 = transpose %3 {dims=[0,1]} : f32[64,16] cuda\n"
+              "  %8 = transpose %4 {dims=[0,1]} : f32[64,16] cuda\n"
+              "  %9 = matmul %5, %6 : f32[1,64] cuda\n"
+              "  %10 = matmul %5, %7 : f32[1,16] cuda\n"
+              "  %11 = matmul %5, %8 : f32[1,16] cuda\n"
+              "  %12 = relu %9 : f32[1,64] cuda\n"
+              "  return %12, %10, %11\n"
+              "}\n", buf, sizeof buf, "grouped-query q, k, v");
+  is_int(nk, 1, "grouped-query q, k, v: one kernel group");
+  is_str(buf, "kernel 0 matmul horizontal: %5 %9 %10 %11 %12 = rms_norm matmul matmul matmul relu; stores %10 %11 %12\n",
+         "grouped-query q, k, v: the groups of other shapes joined, the norm their prologue, q's epilogue kept");
+  /* two matmuls of the norm, the second's weight made from the first's product: not one kernel, and the norm,
+     kept whole, runs as the norm kernel (as many kernels as its row kernel would be) */
+  nk = report("func @dep {\n"
+              "  %0 = input #0 : f32[1,64] cuda\n"
+              "  %1 = input #1 : f32[64,64] cuda\n"
+              "  %2 = layer_norm %0, _, _ {a=1e-05} : f32[1,64] cuda\n"
+              "  %3 = matmul %2, %1 : f32[1,64] cuda\n"
+              "  %4 = reshape %3 {shape=[64,1]} : f32[64,1] cuda\n"
+              "  %5 = matmul %2, %4 : f32[1,1] cuda\n"
+              "  return %5\n"
+              "}\n", buf, sizeof buf, "a matmul of the norm waiting for another");
+  is_int(nk, 3, "a matmul of the norm waiting for another: the norm, then each matmul");
+  ok(strstr(buf, "kernel 0 norm: %2 = layer_norm;") != NULL, "the norm stays a kernel of its own");
   /* RMS norm without a weight */
   nk = report("func @rms {\n"
               "  %0 = input #0 : f32[2,128] cuda\n"

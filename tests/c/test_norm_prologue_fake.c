@@ -89,6 +89,56 @@ out:
   grace_set_graphs(vm, NULL);
 }
 
+/* Grouped-query projections of one RMS norm: q [256 -> 2048], k and v [256 -> 512]; one group, each GEMV with the
+ * norm as its prologue. */
+static grace_ir *gqa(grace_vm *vm, int on) {
+  const char *src = "func @gqa {\n"
+                    "  %0 = input #0 : f32[1,256] cuda\n"
+                    "  %1 = input #1 : f32[256] cuda\n"
+                    "  %2 = input #2 : f32[2048,256] cuda\n"
+                    "  %3 = input #3 : f32[512,256] cuda\n"
+                    "  %4 = input #4 : f32[512,256] cuda\n"
+                    "  %5 = rms_norm %0, %1 {a=1e-06} : f32[1,256] cuda\n"
+                    "  %6 = transpose %2 {dims=[0,1]} : f32[256,2048] cuda\n"
+                    "  %7 = transpose %3 {dims=[0,1]} : f32[256,512] cuda\n"
+                    "  %8 = transpose %4 {dims=[0,1]} : f32[256,512] cuda\n"
+                    "  %9 = matmul %5, %6 : f32[1,2048] cuda\n"
+                    "  %10 = matmul %5, %7 : f32[1,512] cuda\n"
+                    "  %11 = matmul %5, %8 : f32[1,512] cuda\n"
+                    "  return %9, %10, %11\n"
+                    "}\n";
+  grace_ir *ir = NULL, *dec = NULL;
+  grace_set_norm_prologue(vm, on);
+  if (grace_ir_parse(vm, src, &ir) != GRACE_OK || grace_ir_pass(ir, "attention,decompose", &dec) != GRACE_OK)
+    printf("# building the program: %s\n", grace_last_error(vm));
+  grace_set_norm_prologue(vm, 1);
+  grace_ir_free(ir);
+  return dec;
+}
+
+static void grouped_query(grace_vm *vm) {
+  grace_set_graphs(vm, "off");
+  static const int64_t szs[5][2] = {{1, 256}, {256, 0}, {2048, 256}, {512, 256}, {512, 256}};
+  grace_tensor *in[5] = {0}, *out[3] = {0};
+  grace_status st = GRACE_OK;
+  for (int i = 0; i < 5 && st == GRACE_OK; i++)
+    st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, szs[i][1] ? 2 : 1, szs[i], &in[i]);
+  long n[2] = {-1, -1};
+  for (int on = 0; on < 2 && st == GRACE_OK; on++) {
+    grace_ir *ir = gqa(vm, on);
+    long k0 = kernel_launches;
+    st = ir ? grace_ir_run(ir, 5, in, 3, out) : GRACE_EINTERNAL;
+    if (st != GRACE_OK) printf("# run: %s\n", grace_last_error(vm));
+    n[on] = kernel_launches - k0;
+    for (int o = 0; o < 3; o++) { grace_tensor_release(out[o]); out[o] = NULL; }
+    grace_ir_free(ir);
+  }
+  ok(st == GRACE_OK && n[1] == n[0] - 1, "grouped-query q, k, v: the norm's kernel is gone (%ld -> %ld kernels)", n[0],
+     n[1]);
+  for (int i = 0; i < 5; i++) grace_tensor_release(in[i]);
+  grace_set_graphs(vm, NULL);
+}
+
 /* Under a graph with indirection the GEMV's pointers (the norm's weight and bias too) are argument-table slots. */
 static void graphed(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
@@ -114,6 +164,7 @@ int main(void) {
   kernel_counts(vm, 2048);
   kernel_counts(vm, 512);
   graphed(vm);
+  grouped_query(vm);
   fake_vm_free(vm, dir);
   return tap_done();
 }

@@ -1,10 +1,11 @@
 -- test_gpu_norm_prologue.lua: layer norm (and RMS norm) as the prologue of the device GEMVs that read it
--- (docs/lua_api.md, "Matrix products"). layer_norm -> linear for K in {64, 768, 1000, 4096}, 1 to 8 rows, float32
+-- (docs/lua_api.md, "Matrix products"). layer_norm -> linear for K in {64, 768, 1000, 4096}, 1, 3, 8 rows, float32
 -- and bfloat16: the compiled function against the same function run eagerly on the device, and against the same
 -- function compiled with the prologue off (grace.norm_prologue(false): the norm decomposed into its row kernel),
 -- launched kernel by kernel (the GEMV_NT path; the compiled call launches one kernel fewer) and as a CUDA graph
--- (weights settled: the GEMV_RW path where rows are short). Then a GPT-2-like decode step (grace.gpt2's blocks,
--- d 768, 2 layers): compiled against eager, and the kernels per call fall by the 2 * layers + 1 norms.
+-- (weights settled: the GEMV_RW path where rows are short); RMS norm too, and grouped-query q, k, v projections of
+-- one RMS norm. Then a GPT-2-like decode step (grace.gpt2's blocks, d 768, 2 layers): compiled against eager, and
+-- the kernels per call fall by the 2 * layers + 1 norms.
 -- Without a usable CUDA device it prints a TAP skip plan.
 --
 -- Tolerances, |got - want| <= atol + rtol * |want|: float32 rtol 1e-4, atol 1e-4 * sqrt(K) * max|want| (sums of K
@@ -78,6 +79,42 @@ for _, dt in ipairs({"float32", "bfloat16"}) do
   end
   linear_case(768, 1, dt, "rms", "off")
   linear_case(768, 4, dt, "rms", "indirect")
+end
+grace.graphs()
+
+-- Grouped-query projections of one RMS norm (q [768 -> 768], k and v [768 -> 128]): one kernel group, each GEMV
+-- normalising its rows.
+for _, dt in ipairs({"float32", "bfloat16"}) do
+  for _, graphs in ipairs({"off", "indirect"}) do
+    local K = 768
+    local x = H.to_dev((grace.randn(1, 1, K) * 2):to(dt))
+    local w = H.to_dev((grace.randn(K) * 0.1 + 1):to(dt))
+    local Wq = H.to_dev((grace.randn(K, K) * (1 / math.sqrt(K))):to(dt))
+    local Wk = H.to_dev((grace.randn(128, K) * (1 / math.sqrt(K))):to(dt))
+    local Wv = H.to_dev((grace.randn(128, K) * (1 / math.sqrt(K))):to(dt))
+    local function fn(x_, w_, q_, k_, v_)
+      local h = grace.rms_norm(x_, w_)
+      return h:matmul(q_:t()), h:matmul(k_:t()), h:matmul(v_:t())
+    end
+    grace.graphs(graphs)
+    local want = {fn(x, w, Wq, Wk, Wv)}
+    local on, off = grace.compile(function(...) return fn(...) end), grace.compile(function(...) return fn(...) end)
+    grace.norm_prologue(true)
+    local n_on = launches(on, x, w, Wq, Wk, Wv)
+    local got = {on(x, w, Wq, Wk, Wv)}
+    grace.norm_prologue(false)
+    local n_off = launches(off, x, w, Wq, Wk, Wv)
+    local ref = {off(x, w, Wq, Wk, Wv)}
+    grace.norm_prologue()
+    local label = ("grouped-query q, k, v, %s%s"):format(dt, graphs == "off" and "" or ", graph")
+    for i, name in ipairs({"q", "k", "v"}) do
+      local ok1, d1 = near(got[i], want[i], K, dt)
+      local ok2, d2 = near(got[i], ref[i], K, dt)
+      tap.ok(ok1 and ok2, ("%s: %s equals eager and the program without the prologue (%.3g, %.3g)"):format(label, name,
+                                                                                                          d1, d2))
+    end
+    if graphs == "off" and DEV ~= "cpu" then tap.is(n_on, n_off - 1, label .. ": one kernel fewer a call") end
+  end
 end
 grace.graphs()
 
