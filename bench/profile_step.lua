@@ -8,7 +8,7 @@ local HERE = (arg and arg[0] or "bench/profile_step.lua"):match("^(.*)/[^/]*$") 
 package.path = HERE .. "/workloads/?.lua;" .. package.path
 local want, calls, graph_only = arg[1] or "gpt2_decode_bf16", tonumber(arg[2] or "3"), arg[3] == "graph"
 local module, variant
-for _, name in ipairs({"mlp", "eos", "st", "gpt2_decode", "kv_inplace", "branch", "early_exit", "greedy_loop"}) do
+for _, name in ipairs({"mlp", "eos", "st", "gpt2_decode", "kv_inplace", "branch", "early_exit", "greedy_loop", "train_step"}) do
   local m = require(name)
   for _, v in ipairs(m.variants or {{name = m.name, dtype = "float32"}}) do
     if v.name == want then module, variant = m, v end
@@ -40,6 +40,10 @@ if not graph_only then
   end
   grace.synchronize()
   print(("PROFILE_LAST_CALL_KERNELS %d"):format(grace.device_stats().kernel_launches - before))
+  for i, r in ipairs(step:report()) do   -- groups that ran an op at a time say why here
+    io.stderr:write(("program %d: %d kernels, %d groups an op at a time%s\n"):format(i, r.kernels, r.unfused,
+      r.unfused_why and (": " .. r.unfused_why) or ""))
+  end
   return
 end
 

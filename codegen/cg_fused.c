@@ -179,6 +179,7 @@ grace_status cg_fused_io(grace_vm *vm, const grace_ir *ir, const ir_fusion *f, i
       int32_t a = ir->args[in->first_arg + j];
       if (a < 0 || is_member(&G, a) || G.alias[a] >= 0) continue;
       if (ir->insts[ir->vals[a].inst].op == IR_OP_LITERAL) continue;
+      if (in->op == GRACE_OP_COPY_ && j == 0) continue;   /* the destination is written, not read */
       ok = add_unique(io->ext, &io->next, a);
     }
   }
@@ -240,6 +241,7 @@ grace_status cg_fused_plan(grace_vm *vm, const grace_ir *ir, const ir_fusion *f,
   memset(spec, 0, sizeof *spec);
   memset(geom, 0, sizeof *geom);
   spec->indirect = indirect ? 1 : 0;
+  for (int i = 0; i < G.n; i++) spec->inplace |= ir->insts[G.mem[i]].op == GRACE_OP_COPY_;
   if (!G.row) {
     spec->kind = CG_POINTWISE;
     int nd = G.pnd, nall = io->next + io->nstore;
@@ -483,6 +485,7 @@ static grace_status emit_pointwise(cg_buf *b, const grp *G, const ir_inst *in, c
   cg_expr x[3], raw, e;
   grace_dtype dts[3];
   for (int j = 0; j < in->nin && j < 3; j++) {
+    if (op == GRACE_OP_COPY_ && j == 0) { x[0][0] = 0; continue; }   /* the destination: written, not read */
     cgf_operand(G, ir->args[in->first_arg + j], raw, &dts[j], ext, next);
     int truth = (op == GRACE_OP_WHERE && j == 0) || (op == GRACE_OP_MASKED_FILL && j == 1);
     if (truth) snprintf(x[j], sizeof x[j], "((%s) != 0)", raw);
@@ -505,6 +508,7 @@ static grace_status emit_pointwise(cg_buf *b, const grp *G, const ir_inst *in, c
   }
   const char *tmpl = ir_pw_cuda(op, at->flag, fl);
   if (op == GRACE_OP_CAST) cgf_conv(e, cdt, at->dtype, x[0]);
+  else if (op == GRACE_OP_COPY_) snprintf(e, sizeof e, "%s", x[1]);   /* the source, as the destination's dtype */
   else if (!tmpl)
     return grace_set_error(G->vm, GRACE_EUNSUPPORTED, "fused kernel: no CUDA lowering of %s", ir_op_name(op));
   else if (!cg_pw_expand(e, sizeof e, tmpl, args, 3, cgf_is_f(cdt), cgf_is_f(cdt) ? "float" : "double"))
@@ -541,7 +545,8 @@ void cgf_emit_params(cg_buf *b, const grace_ir *ir, const cg_group_io *io, const
   for (int k = 0; k < io->next + io->nstore; k++) {
     int out = k >= io->next;
     grace_dtype dt = ir->vals[out ? io->store[k - io->next] : io->ext[k]].type.dtype;
-    cg_printf(b, "  %s%s *__restrict__ a%d = %sp.a%d;\n", out ? "" : "const ", cg_ctype(dt), k, spec->indirect ? "*" : "", k);
+    cg_printf(b, "  %s%s *%s a%d = %sp.a%d;\n", out ? "" : "const ", cg_ctype(dt), spec->inplace ? "" : "__restrict__", k,
+              spec->indirect ? "*" : "", k);
   }
   if (cg_fused_split(spec)) cg_printf(b, "  unsigned long long *ws = %sp.ws;\n", spec->indirect ? "*" : "");
 }
@@ -596,7 +601,8 @@ static grace_status gen_pointwise(cg_buf *b, const grp *G, const cg_group_io *io
       int bytes = V * (int)grace_dtype_size(dt);
       cg_printf(b, "      __align__(16) %s b%d[%d];\n", cg_ctype(dt), k, V);
       if (k < io->next)
-        cg_printf(b, "      *(%s *)b%d = __ldg((const %s *)(a%d + (grace_u64)q * %d));\n", vec_type(bytes), k, vec_type(bytes), k, V);
+        cg_printf(b, "      *(%s *)b%d = %s((const %s *)(a%d + (grace_u64)q * %d));\n", vec_type(bytes), k,
+                  spec->inplace ? "*" : "__ldg", vec_type(bytes), k, V);
     }
     cg_printf(b, "#pragma unroll\n      for (int u = 0; u < %d; u++) {\n", V);
     for (int k = 0; k < io->next; k++) {

@@ -51,6 +51,8 @@ typedef struct cg_fused_spec {
   int32_t vec;                   /* POINTWISE: elements per vector access (1: scalar path only) */
   int32_t strategy;              /* ROW: CG_ROW_WARP, CG_ROW_BLOCK, CG_ROW_SPLIT or CG_ROW_SYNC */
   int32_t block;                 /* threads per block */
+  int32_t inplace;               /* a copy_ member may store into storage the kernel also reads: no __restrict__,
+                                    no read-only cache loads */
   uint8_t layout[CG_MAX_ARGS];   /* per external: CG_LINEAR / CG_SCALAR / CG_STRIDED (ROW: all strided); then per
                                     stored value (layout[next + s]): CG_LINEAR or CG_PARTIAL */
 } cg_fused_spec;

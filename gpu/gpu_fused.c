@@ -6,6 +6,7 @@
 #include "codegen/cg_fused.h"
 #include "cuda/cuda_graph.h"
 #include "gpu/gpu_exec.h"
+#include "ir/ir_exec.h"
 
 typedef struct fused_entry {
   cg_fused_spec spec;
@@ -68,6 +69,55 @@ static grace_status get_kernel(grace_vm *vm, cuda_ctx *ctx, grace_ir *ir, const 
   return GRACE_OK;
 }
 
+/* The tensor whose storage copy_ member i writes: its destination, through the copy_ members of the group before
+ * it (their results are registers, not tensors). */
+static grace_tensor *copy_dest(const grace_ir *ir, const ir_fusion *f, int g, grace_tensor **vals, int i) {
+  int32_t d = ir->args[ir->insts[i].first_arg];
+  while (d >= 0 && f->inst_group[ir->vals[d].inst] == g && ir->insts[ir->vals[d].inst].op == GRACE_OP_COPY_)
+    d = ir->args[ir->insts[ir->vals[d].inst].first_arg];
+  return d >= 0 ? vals[d] : NULL;
+}
+
+/* The tensor a stored copy_ result v writes when it may write its destination itself (ir_exec_direct), NULL
+ * where the result is a new tensor (the write-back copies it in). The kernel then stores straight into the input
+ * or capture, as the op alone would, but only where every thread stores the elements it alone reads: a pointwise
+ * kernel over exactly the destination's elements, the destination contiguous, and any operand over the same
+ * storage the destination itself. Otherwise the group runs an op at a time (the report says so). */
+static grace_status direct_target(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, const cg_group_io *io,
+                                  const cg_fused_spec *spec, const cg_fused_geom *geom, grace_tensor **vals, int32_t v,
+                                  grace_tensor **out) {
+  *out = NULL;
+  int i = ir->vals[v].inst;
+  if (ir->insts[i].op != GRACE_OP_COPY_ || !ir_exec_direct(ir, i)) return GRACE_OK;
+  grace_tensor *t = copy_dest(ir, f, g, vals, i);
+  const ir_type *ty = &ir->vals[v].type;
+  int fits = t && spec->kind == CG_POINTWISE && t->storage->device == GRACE_CUDA && vm_is_contiguous(t) &&
+             t->dtype == ty->dtype && t->ndim == ty->ndim && ir_type_numel(ty) == geom->n;
+  for (int k = 0; fits && k < ty->ndim; k++) fits = t->sizes[k] == ty->sizes[k];
+  for (int k = 0; fits && k < io->next; k++) {
+    const grace_tensor *e = vals[io->ext[k]];
+    if (!e || e->storage != t->storage) continue;
+    fits = gpu_ptr(e) == gpu_ptr(t) && e->ndim == t->ndim && vm_is_contiguous(e);
+    for (int j = 0; fits && j < t->ndim; j++) fits = e->sizes[j] == t->sizes[j];
+  }
+  if (!fits)
+    return vm_err(vm, GRACE_EUNSUPPORTED, "fused kernel: copy_ into %%%d in place, where threads would read elements "
+                  "others write", (int)v);
+  *out = t;
+  return GRACE_OK;
+}
+
+/* After the launch: each copy_ member that wrote its destination itself advances its version once, as eagerly. */
+static void direct_versions(grace_ir *ir, const ir_fusion *f, int g, grace_tensor **vals) {
+  const ir_fuse_group *gr = &f->groups[g];
+  for (int j = 0; j < gr->n; j++) {
+    int i = f->members[gr->first + j];
+    if (ir->insts[i].op != GRACE_OP_COPY_ || !ir_exec_direct(ir, i)) continue;
+    grace_tensor *t = copy_dest(ir, f, g, vals, i);
+    if (t) t->storage->version++;
+  }
+}
+
 grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, gpu_slot *slot, grace_tensor **vals) {
   fused_cache *c = NULL;
   grace_status st = get_cache(vm, slot, &c);
@@ -126,11 +176,17 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
   grace_tensor *outs[CG_MAX_ARGS] = {0};
   uint64_t ptrs[CG_MAX_ARGS + 1];
   for (int k = 0; k < io->next; k++) ptrs[k] = ext[k].ptr;
+  grace_tensor *direct[CG_MAX_ARGS] = {0};
   for (int s = 0; s < io->nstore; s++) {
     const ir_type *ty = &ir->vals[io->store[s]].type;
-    outs[s] = vm_tensor_new(vm, "fused kernel", ty->dtype, GRACE_CUDA, ty->ndim, ty->sizes);
+    st = direct_target(vm, ir, f, g, io, &spec, &geom, vals, io->store[s], &direct[s]);
+    for (int r = 0; st == GRACE_OK && direct[s] && r < s; r++)
+      if (direct[r] && direct[r]->storage == direct[s]->storage)
+        st = vm_err(vm, GRACE_EUNSUPPORTED, "fused kernel: two versions of one tensor stored in place");
+    if (st == GRACE_OK && direct[s]) grace_tensor_retain(direct[s]);
+    outs[s] = st != GRACE_OK ? NULL : direct[s] ? direct[s] : vm_tensor_new(vm, "fused kernel", ty->dtype, GRACE_CUDA, ty->ndim, ty->sizes);
     if (!outs[s]) {
-      st = vm->status;
+      if (st == GRACE_OK) st = vm->status;
       for (int i = 0; i < s; i++) grace_tensor_release(outs[i]);
       RELEASE_MOVED();
       return st;
@@ -178,6 +234,7 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
       return st;
     }
   }
+  if (work) direct_versions(ir, f, g, vals);
   for (int s = 0; s < io->nstore; s++) {
     grace_tensor_release(vals[io->store[s]]);
     vals[io->store[s]] = outs[s];

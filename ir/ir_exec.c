@@ -104,6 +104,14 @@ static int8_t *direct_plan(grace_ir *ir) {
   return ir->direct;
 }
 
+int ir_exec_direct(grace_ir *ir, int i) {
+  if (i < 0 || i >= ir->ninst || ir->insts[i].op >= GRACE_NOPS ||
+      grace_op_kind((grace_op)ir->insts[i].op) != GRACE_KIND_INPLACE)
+    return 0;
+  const int8_t *direct = direct_plan(ir);
+  return direct && i < ir->ndirect && direct[i];
+}
+
 /* Runs instruction k alone into val[]. */
 grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_tensor **val) {
   grace_vm *vm = ir->vm;

@@ -11,6 +11,9 @@ grace_status ir_exec_check_call(grace_ir *ir, int nin, int nout);
 /* Instruction i alone: inputs, scalars, captures and literals are bound, ops run through vm_route (in-place
  * ops on a copy, as the IR is functional); its results go to val[]. */
 grace_status ir_exec_inst(grace_ir *ir, int i, grace_tensor *const *in, grace_tensor **val);
+/* Whether in-place instruction i may write its input or capture itself (every reader of the contents it replaces
+ * runs before it, whatever order the executor picks among independent groups): 0 on any doubt. */
+int ir_exec_direct(grace_ir *ir, int i);
 /* After a run whose status is st: in-place updates written back to inputs and captures (on failure, what eager
  * would have written before the failing op). Returns st, or the first write-back error. */
 grace_status ir_exec_write_back(grace_ir *ir, grace_tensor **val, grace_status st);

@@ -253,7 +253,19 @@ static int operands_fit(fctx *c, int g, int k) {
 
 /* Whether group g's kernel can be generated: every member reads the group's own values as it can (read_ok), and
  * its operands (with instruction k's, k >= 0 joining it) fit. */
+/* A copy_ in a kernel stores where its destination lives, so every thread must write the elements it alone reads:
+ * a group holding one stays a pointwise kernel over exactly the destination's shape (an optimizer's step counter
+ * joining the update of its weight would be written by every thread of it). */
+static int inplace_fits(fctx *c, int g, ir_fuse_kind kind, const ir_type *dom) {
+  for (int m = c->g[g].head; m >= 0; m = c->next[m])
+    if (c->ir->insts[m].op == GRACE_OP_COPY_ &&
+        (kind != IR_FUSE_POINTWISE || !same_shape(&c->ir->vals[c->ir->insts[m].first_result].type, dom)))
+      return 0;
+  return 1;
+}
+
 static int group_ok(fctx *c, int g, int k) {
+  if (!inplace_fits(c, g, c->g[g].kind, c->g[g].dom)) return 0;
   for (int m = c->g[g].head; m >= 0; m = c->next[m])
     if (!reads_ok(c, g, m)) return 0;
   return operands_fit(c, g, k);
@@ -350,7 +362,8 @@ static void place(fctx *c, int k, int part) {
       }
     int g = -1;
     for (int i = 0; i < nc && g < 0; i++)
-      if (fits(c, cands[i], t) && reads_ok(c, cands[i], k) && operands_fit(c, cands[i], k) && join_ok(c, cands[i], prods, np))
+      if (fits(c, cands[i], t) && reads_ok(c, cands[i], k) && operands_fit(c, cands[i], k) && join_ok(c, cands[i], prods, np) &&
+          (bcast_into(t, c->g[cands[i]].dom) || inplace_fits(c, cands[i], IR_FUSE_POINTWISE, t)))
         g = cands[i];
     if (g < 0) { new_group(c, k, IR_FUSE_POINTWISE, part, t); return; }
     add_pointwise(c, g, k);
@@ -415,7 +428,8 @@ static void place(fctx *c, int k, int part) {
     int b = base_inst(ir, ir->args[in->first_arg + 1]);
     int h = b >= 0 && is_pointwise(ir->insts[b].op) ? group_of(c, b) : -1, isc = 0;
     for (int i = 0; i < nc; i++) isc |= cands[i] == h;
-    if (isc && c->g[h].kind != IR_FUSE_SINGLE && reads_ok(c, h, k) && operands_fit(c, h, k) && join_ok(c, h, prods, np)) {
+    if (isc && c->g[h].kind == IR_FUSE_POINTWISE && same_shape(t, c->g[h].dom) && reads_ok(c, h, k) &&
+        operands_fit(c, h, k) && join_ok(c, h, prods, np)) {
       add(c, h, k);
       return;
     }

@@ -205,6 +205,23 @@ static void test_store(void) {
                   "}\n", 0, buf, sizeof buf, "copy_");
   is_int(nk, 1, "copy_: fused as the store of the exp kernel");
   is_str(buf, "kernel 0 pointwise: %2 %3 = exp copy_; stores %2 %3\n", "copy_: one kernel");
+  /* an optimizer's step counter, written in place, feeds its weight's update: in the weight's kernel every thread
+   * would write the counter (and read what others wrote), so the counter keeps a kernel of its own */
+  nk = report("func @ctr {\n"
+              "  %0 = input #0 : f32[64]\n"
+              "  %1 = input #1 : f32[]\n"
+              "  %2 = literal 1 : f64[]\n"
+              "  %3 = add %1, %2 : f32[]\n"
+              "  %4 = copy_ %1, %3 : f32[]\n"
+              "  %5 = mul %0, %4 : f32[64]\n"
+              "  %6 = copy_ %0, %5 : f32[64]\n"
+              "  write %1, %4\n"
+              "  write %0, %6\n"
+              "  return %5\n"
+              "}\n", 0, buf, sizeof buf, "copy_ counter");
+  is_int(nk, 2, "copy_: a 0-d counter written in place stays out of the 64-element kernel");
+  is_str(buf, "kernel 0 pointwise: %3 %4 = add copy_; stores %4\nkernel 1 pointwise: %5 %6 = mul copy_; stores %5 %6\n",
+         "copy_: each write in a kernel of its destination's shape");
   /* exp is read by a scan and by the add that also reads the scan: the add joining exp's kernel would make
    * that kernel wait for the scan, which waits for it, so the add is a kernel of its own */
   nk = report("func @cyc {\n"

@@ -57,6 +57,9 @@ for _, case in ipairs(C.cases) do
            ("%s: %d calls, %d graph replays and %d kernels launched outside the graph: one graph launch per call "
             .. "(%s kernels in the graph)"):format(label, EXTRA, replays, s1.kernel_launches - s0.kernel_launches,
            tostring(r.kernels)))
+    -- the optimizer's updates (copy_ into each weight and moment) are fused kernels storing in place
+    tap.ok(r.unfused == 0, ("%s: every fused group runs as one kernel (%s groups an op at a time%s)"):format(label,
+           tostring(r.unfused), r.unfused_why and (": " .. r.unfused_why) or ""))
   end
 end
 
