@@ -43,6 +43,7 @@ struct grace_vm {
   int launch_mode;               /* grace_set_graphs: 0 unset (GRACE_GRAPHS decides), else mode + 3 */
   int region_mode;               /* grace_set_regions: 0 unset (GRACE_REGIONS decides), else grace_region_lowering + 2 (1: auto) */
   int matmul_mode;               /* grace_set_matmul: 0 unset (GRACE_MATMUL decides), else gpu_mm_choice + 1 */
+  int norm_prologue;             /* grace_set_norm_prologue: 0 unset (GRACE_NORM_PROLOGUE decides), 1 on, 2 off */
   size_t tensor_bytes;           /* in the storages of live tensors, host and device (grace_tensor_bytes) */
   size_t max_bytes;              /* cap on tensor_bytes (grace_set_memory_limit), 0: none */
   int no_grad;                   /* autograd's recording is off (grace_set_grad_enabled) */

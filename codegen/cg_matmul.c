@@ -30,8 +30,11 @@ static const char *store_fn(grace_dtype dt) {
 
 /* FNV-1a over the fields that shape the source (not the struct bytes: padding is not deterministic). */
 static uint32_t desc_hash(const cg_mm_desc *d) {
-  int64_t f[20 + CG_MM_MAX_OPS + 5 * CG_MM_MAX_EPI];
+  int64_t f[24 + CG_MM_MAX_OPS + 5 * CG_MM_MAX_EPI];
   int n = 0;
+  int64_t eps;
+  memcpy(&eps, &d->eps, sizeof eps);
+  f[n++] = d->norm; f[n++] = d->norm_w; f[n++] = d->norm_b; f[n++] = d->norm ? eps : 0;
   f[n++] = d->form; f[n++] = d->dt; f[n++] = d->out_dt; f[n++] = d->a_kmajor; f[n++] = d->b_kmajor;
   f[n++] = d->vec; f[n++] = d->a_vec; f[n++] = d->mtile; f[n++] = d->wpr; f[n++] = d->tile; f[n++] = d->split; f[n++] = d->indirect;
   f[n++] = d->pred;
@@ -101,6 +104,9 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   if (d->form == CG_MM_GEMV_RW && (vec * (int)grace_dtype_size(d->dt) != 16 || !d->b_kmajor || d->split ||
                                    d->rl < 1 || d->rc < 1 || d->rc > 4 || d->rl * d->rc > CG_MM_RW_MAX_VECS))
     return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: GEMV_RW of %d x %d vectors of %d", d->rc, d->rl, vec);
+  if (d->norm && ((d->form != CG_MM_GEMV_NT && d->form != CG_MM_GEMV_RW && d->form != CG_MM_SPLITK) ||
+                  d->norm < CG_MM_NORM_LAYER || d->norm > CG_MM_NORM_RMS || !(d->eps >= 0)))
+    return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: a norm prologue runs in GEMV_NT and GEMV_RW only");
   for (int i = 0; i < d->nop; i++)
     if (!is_mm_float(d->op_dtypes[i]))
       return grace_set_error(vm, GRACE_EUNSUPPORTED, "matmul codegen: epilogue operand dtype %s",
@@ -154,6 +160,15 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
             d->rc, d->rw_late ? 1 : 0, d->a_vec ? 1 : 0, CG_MM_WG_STAGES);
   cg_printf(&b, "#define MM_MMA(c, a, b0, b1) mm_mma_%s(c, a, b0, b1)\n", d->dt == GRACE_FLOAT16 ? "f16" : "bf16");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "#define MM_LDE%d(x) %s(x)\n", i, load_fn(d->op_dtypes[i]));
+  if (d->norm) {
+    cg_printf(&b, "#define MM_NORM %d\n#define MM_NWP %d\n#define MM_NBP %d\n#define MM_EPS %.9ef\n", d->norm,
+              d->norm_w ? 1 : 0, d->norm_b ? 1 : 0, d->eps);
+    cg_printf(&b, "#define MM_RND(v) %s\n", d->dt == GRACE_FLOAT16 ? "grace_h2f(grace_f2h(v))"
+                                          : d->dt == GRACE_BFLOAT16 ? "grace_bf2f(grace_f2bf(v))" : "(v)");
+    cg_puts(&b, cg_src_matmul_norm);
+  } else {
+    cg_puts(&b, "#define MM_NORM 0\n#define MM_AX(i, k, v) (v)\n");
+  }
   /* one 16-byte vector of B against MM_MT rows of A (GEMV_NT) */
   if (d->a_vec)
     cg_puts(&b, cg_src_matmul_dot_avec);
@@ -165,6 +180,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
   cg_printf(&b, "struct %s_p {\n  const MM_T *%sA;\n  const MM_T *%sB;\n  MM_OT *%sC;\n  float *%sWS;\n", nm, ind, ind,
             ind, ind);
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "  const %s *%sE%d;\n", cg_ctype(d->op_dtypes[i]), ind, i);
+  if (d->norm) cg_printf(&b, "  const MM_T *%sNW;\n  const MM_T *%sNB;\n", ind, ind);
   cg_printf(&b, "  long long w[%d];\n", CG_MM_NWORDS + d->nop * CG_MM_OPWORDS);
   for (int i = 0; i < d->nscalar; i++) cg_printf(&b, "  const double %ss%d;\n", d->indirect ? "*" : "", i);
   if (d->form == CG_MM_GEMM_WG) cg_puts(&b, "  mm_tmap ta, tb;   /* A [M, K], B [N, K] or [K, N] (cg_matmul_wg_maps) */\n");
@@ -186,6 +202,7 @@ grace_status cg_matmul_source(grace_vm *vm, const cg_mm_desc *d, cg_kernel *k) {
             deref, deref, deref);
   cg_puts(&b, "  (void)A_; (void)B_; (void)C_; (void)WS_;\n");
   for (int i = 0; i < d->nop; i++) cg_printf(&b, "  const %s *E%d_ = %sp.E%d;\n", cg_ctype(d->op_dtypes[i]), i, deref, i);
+  if (d->norm) cg_printf(&b, "  const MM_T *NW_ = %sp.NW; const MM_T *NB_ = %sp.NB; (void)NW_; (void)NB_;\n", deref, deref);
   for (int i = 0; i < d->nscalar; i++) cg_printf(&b, "  const float S%d_ = (float)%sp.s%d;\n", i, deref, i);
   static const char *const wnames[CG_MM_NWORDS] = {"M", "N", "K", "NB", "BD0", "BD1", "BD2", "A_SM", "A_SK", "A_B0",
                                                    "A_B1", "A_B2", "B_SK", "B_SN", "B_B0", "B_B1", "B_B2", "SPLITS",

@@ -144,19 +144,53 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
 }
 #endif
 
+// A norm as the GEMVs' prologue (desc norm; MM_NORM 1: layer norm, 2: RMS norm): a warp computes a row's statistics
+// from the raw row (MM_NSTATS, in float32 as the norm kernel does: the mean, then the mean square about it), and each
+// element of A is normalised as it is read (MM_NX), rounded to A's dtype as the norm's stored result would be.
+// Both read A, which the kernel before may write: they run after griddepcontrol.wait. Every lane of the warp runs
+// MM_NSTATS (warp sums); with MM_AV (A's rows aligned vectors) in 16-byte loads. MM_NWP/MM_NBP: whether the weight
+// NW_ and the bias NB_ are there; MM_EPS the epsilon.
+//@ matmul_norm
+#if MM_AV
+/* rows 16-byte aligned, K a multiple of MM_VEC (the vector GEMVs): a lane reads vectors */
+#define MM_NFOR(x, e) for (long long k_ = (long long)lane * MM_VEC; k_ < K; k_ += 32LL * MM_VEC) { \
+    float v_[MM_VEC]; MM_UNPACK(*(const mm_u4 *)((x) + k_), v_); \
+    _Pragma("unroll") for (int j_ = 0; j_ < MM_VEC; j_++) { e; } }
+#else
+#define MM_NFOR(x, e) for (long long k_ = lane; k_ < K; k_ += 32) { \
+    const float v_[1] = {MM_LD((x)[k_ * A_SK])}; const int j_ = 0; { e; } }
+#endif
+#define MM_NSTATS(x, mu, rs) do { float s_ = 0.0f, q_ = 0.0f; \
+  if (MM_NORM == 1) MM_NFOR(x, s_ += v_[j_]); \
+  (mu) = grace_warp_sum_f(s_) / (float)K; \
+  MM_NFOR(x, const float d_ = v_[j_] - (mu); q_ += d_ * d_); \
+  (rs) = rsqrtf(grace_warp_sum_f(q_) / (float)K + MM_EPS); } while (0)
+#if MM_NWP
+#define MM_NWV(k) * MM_LD(NW_[k])
+#else
+#define MM_NWV(k)
+#endif
+#if MM_NBP
+#define MM_NBV(k) + MM_LD(NB_[k])
+#else
+#define MM_NBV(k)
+#endif
+#define MM_NX(v, mu, rs, k) MM_RND(((v) - (mu)) * (rs) MM_NWV(k) MM_NBV(k))
+#define MM_AX(i, k, v) MM_NX(v, nmu[i], nrs[i], k)
+
 // MM_DOT(wv, kk), GEMV_NT: one 16-byte vector of B against MM_MT rows of A, A rows loaded as vectors too
 //@ matmul_dot_avec
 #define MM_DOT(wv, kk) { float wf[MM_VEC]; MM_UNPACK(wv, wf); \
   _Pragma("unroll") for (int i = 0; i < MM_MT; i++) if (m0 + i < M) { \
     mm_u4 av = *(const mm_u4 *)(a + (m0 + i) * A_SM + (kk)); float af[MM_VEC]; MM_UNPACK(av, af); \
-    _Pragma("unroll") for (int j = 0; j < MM_VEC; j++) acc[i] += af[j] * wf[j]; } }
+    _Pragma("unroll") for (int j = 0; j < MM_VEC; j++) acc[i] += MM_AX(i, (kk) + j, af[j]) * wf[j]; } }
 
 // MM_DOT(wv, kk), GEMV_NT: one 16-byte vector of B against MM_MT rows of A, A read element by element
 //@ matmul_dot
 #define MM_DOT(wv, kk) { float wf[MM_VEC]; MM_UNPACK(wv, wf); \
   _Pragma("unroll") for (int i = 0; i < MM_MT; i++) if (m0 + i < M) { \
     _Pragma("unroll") for (int j = 0; j < MM_VEC; j++) \
-      acc[i] += MM_LD(a[(m0 + i) * A_SM + ((kk) + j) * A_SK]) * wf[j]; } }
+      acc[i] += MM_AX(i, (kk) + j, MM_LD(a[(m0 + i) * A_SM + ((kk) + j) * A_SK])) * wf[j]; } }
 
 // Few rows, B[n, k] rows contiguous: MM_WPR warps per output column stream that row of B once with 16-byte
 // loads (4 in flight per lane), every row of A against it; warp-shuffle sums, then shared memory across the
@@ -192,6 +226,11 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
     float acc[MM_MT];
 #pragma unroll
     for (int i = 0; i < MM_MT; i++) acc[i] = 0.0f;
+#if MM_NORM
+    float nmu[MM_MT], nrs[MM_MT];
+#pragma unroll
+    for (int i = 0; i < MM_MT; i++) { nmu[i] = 0.0f; nrs[i] = 1.0f; if (m0 + i < M) MM_NSTATS(a + (m0 + i) * A_SM, nmu[i], nrs[i]); }
+#endif
     if (live) {
 #if MM_VEC > 1
       /* 4 vectors per lane in flight: all loads of a step are issued before the first is used */
@@ -210,7 +249,7 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
       for (long long k = kb + part * 32 + lane; k < ke; k += 32 * MM_WPR) {
         const float wf = MM_LD(w[k]);
 #pragma unroll
-        for (int i = 0; i < MM_MT; i++) if (m0 + i < M) acc[i] += MM_LD(a[(m0 + i) * A_SM + k * A_SK]) * wf;
+        for (int i = 0; i < MM_MT; i++) if (m0 + i < M) acc[i] += MM_AX(i, k, MM_LD(a[(m0 + i) * A_SM + k * A_SK])) * wf;
       }
 #endif
     }
@@ -329,6 +368,10 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
   for (int m = 0; m < MM_MT; m++) {
     if (m >= M) break;
     const MM_T *x = A_ + offA + m * A_SM;
+#if MM_NORM
+    float nmu[1], nrs[1];
+    MM_NSTATS(x, nmu[0], nrs[0]);
+#endif
     float acc[MM_RC];
 #pragma unroll
     for (int c = 0; c < MM_RC; c++) acc[c] = 0.0f;
@@ -344,6 +387,10 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
 #else
 #pragma unroll
       for (int j = 0; j < MM_VEC; j++) xf[j] = k < K ? MM_LD(x[(long long)(k + j) * A_SK]) : 0.0f;
+#endif
+#if MM_NORM
+#pragma unroll
+      for (int j = 0; j < MM_VEC; j++) xf[j] = k + j < K ? MM_AX(0, k + j, xf[j]) : 0.0f;
 #endif
 #pragma unroll
       for (int c = 0; c < MM_RC; c++) {
@@ -399,6 +446,17 @@ template <int TB> __device__ __forceinline__ void mm_wgmma(float d[64], unsigned
 #undef MM_UNPACK
 #undef MM_MMA
 #undef MM_DOT
+#undef MM_AX
+#undef MM_NORM
+#undef MM_NWP
+#undef MM_NBP
+#undef MM_EPS
+#undef MM_RND
+#undef MM_NSTATS
+#undef MM_NFOR
+#undef MM_NWV
+#undef MM_NBV
+#undef MM_NX
 #undef MM_EPV
 #undef MM_EPI
 #undef MM_OUT

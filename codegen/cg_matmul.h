@@ -6,7 +6,8 @@
  *
  * Parameter struct of every kernel here (codegen/cg.h's convention):
  *   pointers: A, B, C (the output, or unused), WS (float32 split-K partials, or unused), E0..E<nop-1>
- *             (the epilogue's tensor operands);
+ *             (the epilogue's tensor operands), then with a norm prologue (desc norm) its weight NW and bias NB
+ *             (either unused where absent);
  *   words:    CG_MM_NWORDS fixed words (enum cg_mm_word), then CG_MM_OPWORDS per tensor operand
  *             (its strides along m, n and the 3 batch dims);
  *   scalars:  one double per scalar operand of the epilogue. */
@@ -71,12 +72,21 @@ typedef struct cg_mm_desc {
                          * may write it) */
   int indirect;
   int pred;             /* predicated (cg_pred_params) */
+  int norm;             /* GEMV_NT/GEMV_RW: A is the input of a norm the kernel applies as it reads A (CG_MM_NORM_*),
+                         * its weight and bias (norm_w, norm_b: present) in the pointers NW, NB after the operands' */
+  int norm_w, norm_b;
+  double eps;           /* the norm's epsilon, written into the source */
   int nop;              /* tensor operands */
   grace_dtype op_dtypes[CG_MM_MAX_OPS];
   int nscalar;
   int nepi;
   cg_epi_step epi[CG_MM_MAX_EPI];
 } cg_mm_desc;
+
+enum { CG_MM_NORM_NONE, CG_MM_NORM_LAYER, CG_MM_NORM_RMS };
+
+/* Pointer words at the start of d's parameters: A, B, C, WS, the operands', and NW, NB with a norm. */
+static inline int cg_matmul_nptrs(const cg_mm_desc *d) { return 4 + d->nop + (d->norm ? 2 : 0); }
 
 /* Fills k (name, kind, indirect, variant, src) with the kernel of d; the name is derived from d so equal
  * descriptions give equal sources. GRACE_EUNSUPPORTED for a combination no kernel covers. */

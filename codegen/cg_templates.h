@@ -13,6 +13,7 @@ extern const char cg_src_matmul_helpers_wg[];
 extern const char cg_src_matmul_wgmma[];
 extern const char cg_src_matmul_dot_avec[];
 extern const char cg_src_matmul_dot[];
+extern const char cg_src_matmul_norm[];
 extern const char cg_src_matmul_gemv_nt[];
 extern const char cg_src_matmul_gemv_nn[];
 extern const char cg_src_matmul_gemv_rw[];

@@ -5,7 +5,9 @@
  * the rows where the strides allow (x @ W for [B, T, C] inputs is one GEMM), at most 3 are left.
  * Few rows (<= 16) run the GEMV kernels that stream the weight once, larger products the tensor-core (f16/
  * bf16) or FFMA (f32, or any layout) GEMM, or cuBLASLt: the two are timed once per (shape, dtype, layout) and
- * the faster is remembered in the group's slot. */
+ * the faster is remembered in the group's slot. A norm the group holds (ir/ir_fuse.h) is the prologue of the GEMVs
+ * that read it: each recomputes a row's statistics and normalises the row as it reads it (codegen/cg_matmul.cuh);
+ * where a product cannot take it, the norm runs first as its own kernel. */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "cuda/cuda_graph.h"
 #include "gpu/gpu_graph.h"
 #include "ir/ir_exec.h"
+#include "ir/ir_fuse.h"
 #include "ir/ir_pointwise.h"
 
 #define MM_MAX_FNS 48
@@ -55,6 +58,9 @@ typedef struct mm_prob {
   double s[CG_MM_MAX_SCALARS];
   cg_epi_step epi[CG_MM_MAX_EPI];
   int b_settled;        /* no kernel that may still be running writes B: a GEMV may read it before its wait */
+  int norm, norm_w, norm_b;   /* A is a norm's input, normalised by the GEMV as it reads it (cg_mm_desc norm) */
+  double eps;
+  CUdeviceptr NW, NB;   /* the norm's weight and bias (0 where absent) */
 } mm_prob;
 
 /* An epilogue operand before planning: a CUDA tensor broadcast to the output, or a host number. */
@@ -215,6 +221,10 @@ static cg_mm_desc base_desc(const mm_prob *p, cg_mm_form form) {
   for (int i = 0; i < p->nop; i++) d.op_dtypes[i] = p->edt[i];
   d.nscalar = p->nscalar;
   d.nepi = p->nepi;
+  d.norm = p->norm;
+  d.norm_w = p->norm_w;
+  d.norm_b = p->norm_b;
+  d.eps = p->norm ? p->eps : 0.0;
   memcpy(d.epi, p->epi, sizeof(cg_epi_step) * (size_t)p->nepi);
   return d;
 }
@@ -269,6 +279,7 @@ static int pack(const mm_prob *p, CUdeviceptr C, CUdeviceptr WS, int64_t splits,
   int n = 0;
   l->words[n++] = p->A; l->words[n++] = p->B; l->words[n++] = C; l->words[n++] = WS;
   for (int i = 0; i < p->nop; i++) l->words[n++] = p->E[i];
+  if (p->norm) { l->words[n++] = p->NW; l->words[n++] = p->NB; }
   int64_t w[CG_MM_NWORDS] = {p->M, p->N, p->K, p->nb, p->bd[0], p->bd[1], p->bd[2], p->a_sm, p->a_sk,
                              p->a_b[0], p->a_b[1], p->a_b[2], p->b_sk, p->b_sn, p->b_b[0], p->b_b[1], p->b_b[2],
                              splits, kchunk};
@@ -295,14 +306,14 @@ static grace_status launch(grace_vm *vm, cuda_ctx *c, mm_state *s, const cg_mm_d
     di.indirect = 1;
     li = *l;
     for (int i = 0; i < li.nwords; i++)
-      if (i < 4 + d->nop || i >= li.nwords - d->nscalar)
+      if (i < cg_matmul_nptrs(d) || i >= li.nwords - d->nscalar)
         if (!(li.words[i] = cuda_capture_slot(ind, l->words[i])))
           return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: the graph's argument table is full");
     l = &li;
   }
   grace_status st = get_fn(vm, c, s, d, &f);
   if (st != GRACE_OK) return st;
-  int w0 = 4 + d->nop;
+  int w0 = cg_matmul_nptrs(d);
   cg_launch g = *l;
   /* geometry reads M, N, NB, SPLITS at the start of the words */
   memmove(g.words, l->words + w0, sizeof(uint64_t) * CG_MM_NWORDS);
@@ -479,6 +490,7 @@ static grace_status run_prob(grace_vm *vm, cuda_ctx *c, mm_state *s, mm_prob *p,
   /* cuBLASLt cannot read a graph's argument table: captured with indirection, a product of few rows (where ours
    * is close) runs ours, so its inputs and outputs need no copies around the replay */
   int few_rows = p->M <= MM_GEMV_ROWS || p->N == 1;
+  if (p->norm) return run_own(vm, c, s, p, C);   /* a GEMV with the norm as its prologue (norm_fits) */
   if (choice == GPU_MM_OWN || (choice == GPU_MM_AUTO && (!blas_ok || (few_rows && cuda_capture_indirect(c)))))
     return run_own(vm, c, s, p, C);
   if (!s->blas_tried) {
@@ -683,21 +695,91 @@ static gpu_mm_choice matmul_choice(grace_vm *vm) {
   return (gpu_mm_choice)(vm->matmul_mode - 1);
 }
 
+/* ---- norms as prologues (ir/ir_fuse.h: the group holds a norm that only its matmuls read) ---- */
+static int is_norm(int op) { return op == GRACE_OP_LAYER_NORM || op == GRACE_OP_RMS_NORM; }
+
+/* The norm instruction of group g whose result matmul k reads as its left operand, -1 if none. */
+static int norm_of(const grace_ir *ir, const ir_fusion *f, int g, const ir_inst *k) {
+  int i = ir->vals[ir->args[k->first_arg]].inst;
+  return f->inst_group[i] == g && is_norm(ir->insts[i].op) ? i : -1;
+}
+
+/* A norm's weight or bias as the GEMV reads it: absent, or a contiguous [K] CUDA vector of the product's dtype. */
+static int norm_vec_ok(const grace_tensor *t, grace_dtype dt, int64_t K) {
+  return !t || (t->storage->device == GRACE_CUDA && t->dtype == dt && t->ndim == 1 && t->sizes[0] == K &&
+                (K == 1 || t->strides[0] == 1));
+}
+
+/* Whether matmul k can take norm instruction nm as its prologue, and then p planned for it: a GEMV of a k-contiguous
+ * weight (NT or RW), run by grace's kernels (the product's choice not cuBLASLt). */
+static int norm_fits(grace_ir *ir, int nm, const ir_inst *k, grace_tensor **vals, gpu_mm_choice choice, mm_prob *p) {
+  const ir_inst *n = &ir->insts[nm];
+  grace_tensor *x = vals[ir->args[n->first_arg]], *y = vals[ir->args[k->first_arg + 1]];
+  grace_tensor *w = n->nin > 1 && ir->args[n->first_arg + 1] >= 0 ? vals[ir->args[n->first_arg + 1]] : NULL;
+  grace_tensor *b = n->nin > 2 && ir->args[n->first_arg + 2] >= 0 ? vals[ir->args[n->first_arg + 2]] : NULL;
+  if (choice == GPU_MM_BLAS || choice == GPU_MM_PREFER_BLAS || !x || !y || x->storage->device != GRACE_CUDA ||
+      y->storage->device != GRACE_CUDA || x->dtype != y->dtype || !is_mm_float(x->dtype) || !x->ndim || !y->ndim)
+    return 0;
+  if ((n->nin > 1 && ir->args[n->first_arg + 1] >= 0 && !w) || (n->nin > 2 && ir->args[n->first_arg + 2] >= 0 && !b))
+    return 0;
+  memset(p, 0, sizeof *p);
+  if (!plan(p, x, y, 0, NULL)) return 0;
+  if (p->M > MM_GEMV_ROWS || p->M > IR_NORM_PROLOGUE_ROWS || p->K < 1 || p->K > IR_NORM_PROLOGUE_K || p->b_sk != 1 ||
+      p->nb * p->M * p->N == 0 || !norm_vec_ok(w, p->dt, p->K) || !norm_vec_ok(b, p->dt, p->K))
+    return 0;
+  p->norm = n->op == GRACE_OP_LAYER_NORM ? CG_MM_NORM_LAYER : CG_MM_NORM_RMS;
+  p->norm_w = w != NULL;
+  p->norm_b = b != NULL && p->norm == CG_MM_NORM_LAYER;
+  p->eps = n->attrs.a;
+  p->NW = w ? gpu_ptr(w) : 0;
+  p->NB = p->norm_b ? gpu_ptr(b) : 0;
+  return 1;
+}
+
+/* Runs the group's norms that some matmul reading them cannot take as its prologue (a product of many rows, a weight
+ * that is not k-contiguous): as the norm kernel, before the products. pro[j]: member j is a norm its GEMVs compute. */
+static grace_status run_norms(grace_ir *ir, const ir_fusion *f, int g, grace_tensor **vals, gpu_mm_choice choice,
+                              int8_t *taken, int8_t *pro) {
+  const ir_fuse_group *gr = &f->groups[g];
+  for (int j = 0; j < gr->n; j++) {
+    int nm = f->members[gr->first + j];
+    if (!is_norm(ir->insts[nm].op)) continue;
+    taken[j] = 1;
+    int fits = 1;
+    for (int i = 0; i < gr->n && fits; i++) {
+      const ir_inst *k = &ir->insts[f->members[gr->first + i]];
+      mm_prob p;
+      if (k->op == GRACE_OP_MATMUL && norm_of(ir, f, g, k) == nm) fits = norm_fits(ir, nm, k, vals, choice, &p);
+    }
+    pro[j] = (int8_t)fits;
+    if (fits) continue;
+    const ir_inst *n = &ir->insts[nm];
+    grace_status st = GRACE_OK;
+    for (int a = 0; a < n->nin && st == GRACE_OK; a++) st = ensure(ir, f, ir->args[n->first_arg + a], vals, 0);
+    if (st == GRACE_OK) st = ir_exec_inst(ir, nm, NULL, vals);
+    if (st != GRACE_OK) return st;
+  }
+  return GRACE_OK;
+}
+
 grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, gpu_slot *slot, grace_tensor **vals) {
   const ir_fuse_group *gr = &f->groups[g];
   if (gr->n > MM_MAX_GROUP) return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: group of %d instructions", gr->n);
-  int8_t taken[MM_MAX_GROUP] = {0};
+  int8_t taken[MM_MAX_GROUP] = {0}, pro[MM_MAX_GROUP] = {0};
   mm_chain chains[MM_MAX_GROUP];
   int nch = 0;
-  /* check every matmul before anything runs: an unsupported group launches nothing */
+  gpu_mm_choice choice = matmul_choice(vm);
+  /* check every matmul before anything runs: an unsupported group launches nothing (a norm of the group is
+     computed in its GEMVs, or else first and alone: run_norms) */
   for (int j = 0; j < gr->n; j++) {
     int m = f->members[gr->first + j];
     const ir_inst *k = &ir->insts[m];
     if (k->op != GRACE_OP_MATMUL) continue;
     int32_t a0 = ir->args[k->first_arg], a1 = ir->args[k->first_arg + 1];
-    if (f->inst_group[ir->vals[a0].inst] == g || f->inst_group[ir->vals[a1].inst] == g)
+    int nm = norm_of(ir, f, g, k);
+    if ((f->inst_group[ir->vals[a0].inst] == g && nm < 0) || f->inst_group[ir->vals[a1].inst] == g)
       return vm_err(vm, GRACE_EUNSUPPORTED, "matmul: an operand is computed inside the group");
-    grace_status st = check_pair(vm, vals[a0], vals[a1]);
+    grace_status st = check_pair(vm, nm >= 0 ? vals[ir->args[ir->insts[nm].first_arg]] : vals[a0], vals[a1]);
     if (st != GRACE_OK) return st;
     taken[j] = 1;
     memset(&chains[nch], 0, sizeof chains[nch]);
@@ -714,11 +796,17 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
   mm_state *s = state_of(vm, slot);
   cuda_ctx *c = gpu_ctx(vm);
   if (!s || !c) return vm->status;
+  grace_status nst = run_norms(ir, f, g, vals, choice, taken, pro);
+  if (nst != GRACE_OK) return nst;
   for (int i = 0; i < nch; i++) {
     mm_chain *ch = &chains[i];
     const ir_inst *k = &ir->insts[ch->inst];
     grace_tensor *x = vals[ir->args[k->first_arg]], *y = vals[ir->args[k->first_arg + 1]];
-    mm_prob p;
+    mm_prob p, np;
+    int nm = norm_of(ir, f, g, k), prologue = 0;
+    for (int j = 0; j < gr->n && nm >= 0; j++)
+      if (f->members[gr->first + j] == nm) prologue = pro[j] && norm_fits(ir, nm, k, vals, choice, &np);
+    if (prologue) x = vals[ir->args[ir->insts[nm].first_arg]];   /* the norm's input: the GEMV normalises it */
     memset(&p, 0, sizeof p);
     if (!plan(&p, x, y, ch->nop, ch->ops)) {
       /* the operands keep too many batch dims apart: the epilogue runs after, through grace_run */
@@ -734,6 +822,9 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
      * root's storage (a reshape that had to copy made it with a kernel of the graph) */
     int32_t root = gpu_graph_capturing(vm) ? gpu_matmul_settled_root(ir, ir->args[k->first_arg + 1]) : -1;
     p.b_settled = root >= 0 && vals[root] && vals[root]->storage == y->storage;
+    if (prologue) {
+      p.norm = np.norm; p.norm_w = np.norm_w; p.norm_b = np.norm_b; p.eps = np.eps; p.NW = np.NW; p.NB = np.NB;
+    }
     p.nscalar = ch->nscalar;
     memcpy(p.s, ch->scalars, sizeof p.s);
     p.nepi = ch->nepi;
@@ -744,7 +835,7 @@ grace_status gpu_matmul_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int 
     result_shape(x, y, &nd, sz);
     grace_tensor *o = vm_tensor_new(vm, "matmul", p.out_dt, GRACE_CUDA, nd, sz);
     if (!o) return vm->status;
-    grace_status st = run_prob(vm, c, s, &p, gpu_ptr(o), matmul_choice(vm));
+    grace_status st = run_prob(vm, c, s, &p, gpu_ptr(o), choice);
     if (st != GRACE_OK) { grace_tensor_release(o); return st; }
     grace_tensor_release(vals[ch->result]);
     vals[ch->result] = o;

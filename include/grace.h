@@ -464,6 +464,10 @@ grace_status grace_set_regions(grace_vm *vm, const char *mode);
  * timing once per shape finds faster), "grace" (grace's generated kernels only) or "cublaslt" (cuBLASLt where it
  * can take the product, grace's kernels elsewhere); NULL: back to GRACE_MATMUL (default auto). */
 grace_status grace_set_matmul(grace_vm *vm, const char *mode);
+/* Layer norm and RMS norm as the prologue of the device GEMVs that read them (a decode step's norms then run
+ * no kernel of their own): on (1, the default), off (0), or -1: back to $GRACE_NORM_PROLOGUE ("0": off). Read when
+ * a program is built (a compiled function's first call, a new specialisation of its sizes). */
+grace_status grace_set_norm_prologue(grace_vm *vm, int on);
 
 /* ---- tracing: while a trace is active on a VM, every successful grace_run also appends its op to the
  * trace's IR, so a host records a function by running it once. Tensors are mapped to IR values: declared

@@ -9,10 +9,12 @@
  * conversions in registers, and the result is eager's up to float32 rounding.
  *
  * The expansions compute what eager computes, but not bit for bit: the fused kernels accumulate in double and
- * round once, the expansion rounds each step to the value's dtype. Where eager defines a special result (the
+ * round once, the expansion rounds each step to the value's dtype. A device norm read only by matmuls of few rows
+ * stays whole: they compute it as their prologue (ir/ir_fuse.h). Where eager defines a special result (the
  * logsumexp of a row of -inf is -inf, not NaN), the expansion is written to give it too. */
 #include <math.h>
 #include <string.h>
+#include "ir/ir_fuse.h"
 #include "ir/ir_pass.h"
 
 /* The state of one expansion. The emitters do nothing once an emit failed and return -1, so an expansion is
@@ -254,6 +256,8 @@ static grace_status expand(ir_rewriter *rw, int k, int32_t *v) {
   const struct decomp *d = find(in->op);
   *v = -1;
   if (!d || in->nout != 1 || in->nin < 1 || in->nin > 3 || s->args[in->first_arg] < 0) return GRACE_OK;
+  /* a norm that the GEMVs reading it will compute as their prologue stays whole (ir/ir_fuse.h) */
+  if (ir_norm_feeds_matmul(s, k)) return GRACE_OK;
   const ir_type *xt = &s->vals[s->args[in->first_arg]].type, *rt = &s->vals[in->first_result].type;
   /* a wrapped number is a constant: folding, not decomposing, is what it wants */
   if (!grace_dtype_is_float(xt->dtype) || rt->dtype != xt->dtype || xt->wrapped) return GRACE_OK;

@@ -7,13 +7,16 @@
  * kernel that waits for itself), and where a member would read a value of its own kernel as no kernel can (a view
  * of it, a per-row value across rows: ir_fuse.h), so the generators lower every group. Groups never cross a
  * break or a region (cond, while: a kernel of its own, its sub-programs grouped when they run). A matmul epilogue's last pointwise op that only one other kernel reads, its operands stored anyway, then
- * moves into that kernel; a pointwise group read by only one other group (a weight cast) moves into that group;
- * and the groups are ordered topologically.
+ * moves into that kernel; a device norm read only by matmuls of few rows joins their group as the GEMVs' prologue
+ * (ir_fuse.h); a pointwise group read by only one other group (a weight cast) moves into that group; and the groups
+ * are ordered topologically.
  * A value read by two groups is materialized (stored by the one kernel that computes it), never computed in
  * both: the report names stored values, so duplication cannot happen silently. Also grace_ir_fuse_report. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include "base/base.h"
 #include "ir/ir_fuse.h"
 
 typedef struct gstate {
@@ -458,6 +461,99 @@ static void absorb_prologues(fctx *c, int32_t *cons) {
   }
 }
 
+/* ---- norms as matmul prologues ---- */
+int ir_norm_prologue_on(grace_vm *vm) {
+  if (!vm->norm_prologue) {
+    const char *e = getenv("GRACE_NORM_PROLOGUE");
+    vm->norm_prologue = e && !strcmp(e, "0") ? 2 : 1;
+  }
+  return vm->norm_prologue == 1;
+}
+
+grace_status grace_set_norm_prologue(grace_vm *vm, int on) {
+  if (!vm) return GRACE_EARG;
+  vm->norm_prologue = on < 0 ? 0 : on ? 1 : 2;
+  return GRACE_OK;
+}
+
+int ir_norm_feeds_matmul(const grace_ir *ir, int k) {
+  const ir_inst *in = &ir->insts[k];
+  if ((in->op != GRACE_OP_LAYER_NORM && in->op != GRACE_OP_RMS_NORM) || in->nout != 1 || in->nin < 1 ||
+      ir->args[in->first_arg] < 0 || !ir_norm_prologue_on(ir->vm))
+    return 0;
+  const ir_type *x = &ir->vals[ir->args[in->first_arg]].type;
+  grace_dtype dt = x->dtype;
+  if (x->device != GRACE_CUDA || x->ndim < 1 || x->wrapped ||
+      (dt != GRACE_FLOAT32 && dt != GRACE_FLOAT16 && dt != GRACE_BFLOAT16))
+    return 0;
+  const int64_t K = x->sizes[x->ndim - 1];
+  if (x->sym[x->ndim - 1] || K < 1 || K > IR_NORM_PROLOGUE_K) return 0;
+  int64_t rows = 1;   /* a symbolic row count is left to the run, which normalises apart where rows are many */
+  for (int d = 0; d + 1 < x->ndim; d++) if (!x->sym[d]) rows *= x->sizes[d];
+  if (rows > IR_NORM_PROLOGUE_ROWS) return 0;
+  for (int i = 1; i < in->nin; i++) {   /* weight and bias: [K] vectors of x's dtype, or absent */
+    int32_t a = ir->args[in->first_arg + i];
+    if (a < 0) continue;
+    const ir_type *t = &ir->vals[a].type;
+    if (t->dtype != dt || t->device != GRACE_CUDA || t->ndim != 1 || t->sizes[0] != K || t->sym[0]) return 0;
+  }
+  const int32_t r = in->first_result;
+  for (int o = 0; o < ir->nout; o++) if (ir->outputs[o] == r) return 0;
+  for (int w = 0; w < ir->nwrite; w++) if (ir->writes[w].value == r) return 0;
+  int readers = 0;
+  for (int i = 0; i < ir->ninst; i++) {
+    const ir_inst *m = &ir->insts[i];
+    for (int j = 0; j < m->nin; j++) {
+      if (ir->args[m->first_arg + j] != r) continue;
+      if (m->op != GRACE_OP_MATMUL || j != 0) return 0;
+      readers++;
+    }
+  }
+  return readers > 0;
+}
+
+/* A norm that only matmuls read (ir_norm_feeds_matmul) joins their group as its prologue. Matmuls of several groups
+ * (q, k and v projections of other shapes: grouped-query attention) become one group first, where none waits for
+ * another: the group runs its products one after another, each normalising the rows as it reads them. */
+enum { NORM_MAX_GROUPS = 8 };
+static void absorb_norms(fctx *c) {
+  const grace_ir *ir = c->ir;
+  for (int k = 0; k < ir->ninst; k++) {
+    int gn = group_of(c, k);
+    if (gn < 0 || c->g[gn].kind != IR_FUSE_SINGLE || c->g[gn].head != k || c->g[gn].tail != k ||
+        !ir_norm_feeds_matmul(ir, k))
+      continue;
+    int to[NORM_MAX_GROUPS], nto = 0, ok = 1;
+    for (int i = k + 1; i < ir->ninst && ok; i++) {
+      const ir_inst *m = &ir->insts[i];
+      if (m->op != GRACE_OP_MATMUL || ir->args[m->first_arg] != ir->insts[k].first_result) continue;
+      int gm = group_of(c, i), seen = 0;
+      for (int j = 0; j < nto; j++) seen |= to[j] == gm;
+      ok = c->g[gm].kind == IR_FUSE_MATMUL && c->g[gm].part == c->g[gn].part && (seen || nto < NORM_MAX_GROUPS);
+      if (ok && !seen) to[nto++] = gm;
+    }
+    /* no group may wait for another of them; the norm may not wait for them, nor they for it through a third */
+    for (int a = 0; a < nto && ok; a++) {
+      ok = !reaches(c, gn, to[a], 0) && !reaches(c, to[a], gn, 1);
+      for (int b = 0; b < nto && ok; b++) ok = a == b || !reaches(c, to[a], to[b], 0);
+    }
+    if (!ok || nto == 0) continue;
+    gstate *G = &c->g[to[0]];
+    for (int a = 1; a < nto; a++) {
+      gstate *H = &c->g[to[a]];
+      c->next[G->tail] = H->head;
+      G->tail = H->tail;
+      if (H->last > G->last) G->last = H->last;
+      G->horizontal = 1;
+      H->parent = to[0];
+      H->head = H->tail = -1;
+    }
+    c->g[gn].parent = to[0];
+    c->g[gn].head = c->g[gn].tail = -1;
+    add(c, to[0], k);
+  }
+}
+
 /* Whether instruction b's result is returned (itself or through views). */
 static int returned(const grace_ir *ir, int b) {
   for (int o = 0; o < ir->nout; o++) if (base_inst(ir, ir->outputs[o]) == b) return 1;
@@ -631,6 +727,7 @@ grace_status ir_fuse(grace_ir *ir, ir_fusion *f) {
       if (region) part++;
     }
     sink_epilogue_tails(&c);
+    absorb_norms(&c);
     absorb_prologues(&c, ints + 4 * sz);   /* scratch that order() takes over afterwards */
     int32_t *e = ints + 4 * sz;
     int32_t *edges = alloc(vm, sizeof *edges * (size_t)(ir->narg + 1));   /* at most one edge per argument */

@@ -44,6 +44,17 @@ int ir_row_lines_up(const ir_type *t, const ir_type *dom, uint32_t dims);
  * pointers, and what it stores needs some of them. */
 enum { IR_FUSE_MAX_OPERANDS = 24 };
 
+/* Layer norm (or RMS norm) as the prologue of the matmuls that read it: where a CUDA norm's result is only the
+ * left operand of matmuls, its rows few (a decode step) and short enough, the decompose pass keeps it whole and
+ * ir_fuse puts it into the matmul's group, whose GEMV recomputes each row's statistics and normalises the row as it
+ * reads it (gpu/gpu_matmul.c); the norm's kernel is gone. Bounds: the GEMVs' rows, and the row length a warp
+ * reduces twice before the product without a cost that shows. */
+enum { IR_NORM_PROLOGUE_ROWS = 16, IR_NORM_PROLOGUE_K = 8192 };
+/* Whether the prologue is on: grace_set_norm_prologue's choice, else $GRACE_NORM_PROLOGUE ("0" turns it off). */
+int ir_norm_prologue_on(grace_vm *vm);
+/* Whether instruction k of ir is such a norm (the switch on, its operands as the GEMV reads them). */
+int ir_norm_feeds_matmul(const grace_ir *ir, int k);
+
 /* Groups the instructions of ir (assumed verified). On failure nothing is left allocated. */
 grace_status ir_fuse(grace_ir *ir, ir_fusion *out);
 void ir_fuse_free(grace_ir *ir, ir_fusion *f);

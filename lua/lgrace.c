@@ -119,6 +119,15 @@ static int l_matmul_backend(lua_State *L) {
   return 0;
 }
 
+/* grace.norm_prologue(on): layer/RMS norms as the prologue of the device GEMVs that read them (true, false; nil:
+ * back to GRACE_NORM_PROLOGUE), for programs built after the call. */
+static int l_norm_prologue(lua_State *L) {
+  grace_vm *vm = lgrace_vm(L);
+  int on = lua_isnoneornil(L, 1) ? -1 : lua_toboolean(L, 1);
+  if (grace_set_norm_prologue(vm, on) != GRACE_OK) return lgrace_error(L, vm);
+  return 0;
+}
+
 static int l_empty_cache(lua_State *L) {
   grace_empty_cache(lgrace_vm(L));
   return 0;
@@ -277,6 +286,7 @@ static const luaL_Reg grace_funcs[] = {
   {"graphs", l_graphs},
   {"regions", l_regions},
   {"matmul_backend", l_matmul_backend},
+  {"norm_prologue", l_norm_prologue},
   {"empty_cache", l_empty_cache},
   {"device_stats", l_device_stats},
   {"reset_peak_memory", l_reset_peak_memory},

@@ -135,6 +135,7 @@ local entries = {
   {{"graphs"}, "grace.graphs([mode]): CUDA graph strategy: auto, off, eager, copy, indirect"},
   {{"regions"}, "grace.regions([mode]): cond/while_loop lowering on CUDA: auto, host, nodes, pred"},
   {{"matmul_backend"}, "grace.matmul_backend([mode]): device matmuls by auto, grace or cublaslt"},
+  {{"norm_prologue"}, "grace.norm_prologue([on]): device norms read only by GEMVs computed inside them"},
   {{"clock"}, "grace.clock(): a wall clock in seconds"},
   {{"isatty"}, "grace.isatty([stream=\"stdout\"]): whether stdout (stderr, stdin) is a terminal"},
 }
