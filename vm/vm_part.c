@@ -26,6 +26,9 @@
 #include "vm/vm_fn.h"
 #include "ir/ir_place.h"
 
+/* Most outputs a partition prunes (more: all handed back), so what it keeps fits arrays on the stack. */
+enum { PART_MAX_OUTS = 512 };
+
 /* A partition's program with every tensor it made an output, as built (before the passes): how a value kept
  * internal is computed again. Shared by the partition and by each run whose values wait on it. */
 typedef struct vm_recipe {
@@ -33,13 +36,16 @@ typedef struct vm_recipe {
   grace_ir *full;
 } vm_recipe;
 
-/* One run of a partition that kept values internal: the inputs it read (references) and their versions then. */
+/* One run of a partition that kept values internal: the inputs it read (references) and their versions then, and
+ * the tensors still waiting on it (t[j] for output j of the recipe, NULL once computed or dead: not references). */
 struct vm_lazy {
   int refs;
   vm_recipe *rc;
   int nin;
   grace_tensor **in;
   uint64_t *ver;
+  grace_tensor **t;
+  int nt;
 };
 
 typedef struct vm_seg {
@@ -270,18 +276,37 @@ static int can_rerun(const grace_ir *ir) {
   return 1;
 }
 
-/* Which of seg's outputs (seg->all) the paths in the mask read after instruction end, into seg->keep; how many. */
+/* The value path value v is a view of (itself where it is none): views share their base's storage. */
+static int32_t view_root(const grace_ir *p, int32_t v) {
+  for (int n = 0; v >= 0 && n < p->ninst; n++) {
+    const ir_inst *k = &p->insts[p->vals[v].inst];
+    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW || k->nin < 1) break;
+    v = p->args[k->first_arg];
+  }
+  return v;
+}
+
+/* Which of seg's outputs (seg->all) the paths in the mask read after instruction end, into seg->keep; how many.
+ * Values sharing storage (a value and its views) are kept or left inside together: a write through one must show in
+ * the others, so a tensor handed back and one computed again later cannot stand for them. */
 static int mark_kept(const vm_trace *tr, uint64_t paths, int end, vm_seg *seg) {
-  grace_tensor *room[512];
-  needs nd = {room, 0, 512, 0};
+  grace_tensor *room[PART_MAX_OUTS];
+  int32_t root[PART_MAX_OUTS];
+  needs nd = {room, 0, PART_MAX_OUTS, seg->nall > PART_MAX_OUTS};   /* more: all handed back (finish) */
   reads_after(tr, paths, end, &nd);
-  int m = 0;
   for (int j = 0; j < seg->nall; j++) {
     int k = nd.all;
     for (int i = 0; i < nd.n && !k; i++) k = nd.t[i] == tr->val[seg->all[j]];
     seg->keep[j] = (int8_t)k;
-    m += k;
+    if (!nd.all) root[j] = view_root(tr->paths[tr->lead], seg->all[j]);
   }
+  int m = 0;
+  for (int j = 0; j < seg->nall; j++) {
+    for (int i = 0; i < seg->nall && !seg->keep[j]; i++)
+      if (seg->keep[i] == 1 && root[i] == root[j]) seg->keep[j] = 2;   /* 2: kept for an alias */
+    m += seg->keep[j] != 0;
+  }
+  for (int j = 0; j < seg->nall; j++) seg->keep[j] = seg->keep[j] != 0;
   return m;
 }
 
@@ -321,8 +346,8 @@ static grace_status finish(grace_vm *vm, vm_trace *tr, int end, uint64_t paths, 
     seg->outs = NULL;
     m = mark_kept(tr, paths, end, seg);
   }
-  if (m > 0 && m < nall && nall <= 512) {   /* the program over the outputs read after it; the recipe keeps all */
-    int32_t saved[512];
+  if (m > 0 && m < nall && nall <= PART_MAX_OUTS) {   /* the program over the outputs read after it; the recipe keeps all */
+    int32_t saved[PART_MAX_OUTS];
     memcpy(saved, ir->outputs, sizeof *saved * (size_t)nall);
     for (int j = 0, o = 0; j < nall; j++) if (seg->keep[j]) ir->outputs[o++] = saved[j];
     ir->nout = m;
@@ -436,6 +461,17 @@ static int fits(const ir_type *ty, const grace_tensor *t) {
 }
 
 /* ---- values kept internal, computed again when asked for ---- */
+static void lazy_unref(grace_vm *vm, struct vm_lazy *L) {
+  if (!L || --L->refs > 0) return;
+  size_t n = (size_t)(L->nin ? L->nin : 1);
+  for (int i = 0; i < L->nin; i++) grace_tensor_release(L->in[i]);
+  vm_free(vm, L->in, sizeof *L->in * n);
+  vm_free(vm, L->ver, sizeof *L->ver * n);
+  vm_free(vm, L->t, sizeof *L->t * (size_t)L->nt);
+  recipe_unref(vm, L->rc);
+  vm_free(vm, L, sizeof *L);
+}
+
 /* The tensors of values seg kept internal in this run wait on a recipe: its inputs in[] and their versions. */
 static grace_status wait_on(grace_vm *vm, vm_trace *tr, vm_seg *seg, grace_tensor *const *in) {
   struct vm_lazy *L = NULL;
@@ -445,15 +481,24 @@ static grace_status wait_on(grace_vm *vm, vm_trace *tr, vm_seg *seg, grace_tenso
     if (!L) {
       L = vm_calloc(vm, sizeof *L);
       size_t n = (size_t)(seg->nin ? seg->nin : 1);
-      if (L) { L->in = vm_alloc(vm, sizeof *L->in * n); L->ver = vm_alloc(vm, sizeof *L->ver * n); }
-      if (!L || !L->in || !L->ver) {
-        if (L) { vm_free(vm, L->in, sizeof *L->in * n); vm_free(vm, L->ver, sizeof *L->ver * n); }
+      if (L) {
+        L->in = vm_alloc(vm, sizeof *L->in * n);
+        L->ver = vm_alloc(vm, sizeof *L->ver * n);
+        L->t = vm_calloc(vm, sizeof *L->t * (size_t)seg->nall);
+      }
+      if (!L || !L->in || !L->ver || !L->t) {
+        if (L) {
+          vm_free(vm, L->in, sizeof *L->in * n);
+          vm_free(vm, L->ver, sizeof *L->ver * n);
+          vm_free(vm, L->t, sizeof *L->t * (size_t)seg->nall);
+        }
         vm_free(vm, L, sizeof *L);
         return vm_err(vm, GRACE_ENOMEM, "partition: out of host memory");
       }
       L->rc = seg->rc;
       seg->rc->refs++;
       L->nin = seg->nin;
+      L->nt = seg->nall;
       for (int i = 0; i < seg->nin; i++) {
         L->in[i] = in[i];
         grace_tensor_retain(in[i]);
@@ -461,6 +506,7 @@ static grace_status wait_on(grace_vm *vm, vm_trace *tr, vm_seg *seg, grace_tenso
       }
     }
     L->refs++;
+    L->t[j] = t;
     t->lazy = L;
     t->lazy_out = j;
   }
@@ -469,21 +515,17 @@ static grace_status wait_on(grace_vm *vm, vm_trace *tr, vm_seg *seg, grace_tenso
 
 void vm_lazy_drop(grace_tensor *t) {
   struct vm_lazy *L = t->lazy;
-  grace_vm *vm = t->vm;
   t->lazy = NULL;
-  if (!L || --L->refs > 0) return;
-  size_t n = (size_t)(L->nin ? L->nin : 1);
-  for (int i = 0; i < L->nin; i++) grace_tensor_release(L->in[i]);
-  vm_free(vm, L->in, sizeof *L->in * n);
-  vm_free(vm, L->ver, sizeof *L->ver * n);
-  recipe_unref(vm, L->rc);
-  vm_free(vm, L, sizeof *L);
+  if (L && t->lazy_out >= 0 && t->lazy_out < L->nt && L->t[t->lazy_out] == t) L->t[t->lazy_out] = NULL;
+  lazy_unref(t->vm, L);
 }
 
+/* t and every other tensor still waiting on the same run get their values from one run of the recipe: values that
+ * share storage (a value and its views) share it again. */
 grace_status vm_lazy_compute(grace_vm *vm, grace_tensor *t) {
   struct vm_lazy *L = t->lazy;
   grace_ir *full = L->rc->full;
-  grace_tensor *out[512];
+  grace_tensor *out[PART_MAX_OUTS];
   for (int i = 0; i < L->nin; i++)
     if (L->in[i]->pending || L->in[i]->storage->version != L->ver[i])
       return vm_err(vm, GRACE_EARG, "%s: a value the compiled function computed inside this partition (and did not keep) "
@@ -492,13 +534,21 @@ grace_status vm_lazy_compute(grace_vm *vm, grace_tensor *t) {
   if (!grace_ir_consts_current(full))
     return vm_err(vm, GRACE_EARG, "%s: a value the compiled function computed inside this partition (and did not keep) "
                   "is asked for after a tensor it captured was written in place; it cannot be computed again", full->name);
-  int nout = full->nout;   /* becoming the result drops t's recipe, perhaps the last reference to full */
+  int nout = full->nout;
+  if (nout > PART_MAX_OUTS || nout != L->nt)
+    return vm_err(vm, GRACE_EINTERNAL, "%s: a recipe of %d values for %d waiting", full->name, nout, L->nt);
   grace_status st = grace_ir_run(full, L->nin, L->in, nout, out);
   if (st != GRACE_OK) return st;
-  grace_tensor *r = out[t->lazy_out];
-  if (r->dtype != t->dtype || r->ndim != t->ndim || memcmp(r->sizes, t->sizes, sizeof(int64_t) * (size_t)t->ndim))
-    st = vm_err(vm, GRACE_EINTERNAL, "%s: a value computed again is %s, recorded %s", full->name, VM_SHAPE(r), VM_SHAPE(t));
-  else vm_replay_become(t, r);
+  L->refs++;   /* held while its tensors stop waiting on it (each drops a reference) */
+  for (int j = 0; j < nout && st == GRACE_OK; j++) {
+    grace_tensor *w = L->t[j], *r = out[j];
+    if (!w || !w->pending) continue;
+    if (r->dtype != w->dtype || r->ndim != w->ndim || memcmp(r->sizes, w->sizes, sizeof(int64_t) * (size_t)w->ndim))
+      st = vm_err(vm, GRACE_EINTERNAL, "%s: a value computed again is %s, recorded %s", full->name, VM_SHAPE(r),
+                  VM_SHAPE(w));
+    else vm_replay_become(w, r);
+  }
+  lazy_unref(vm, L);   /* perhaps the last reference to full */
   for (int j = 0; j < nout; j++) grace_tensor_release(out[j]);
   return st;
 }

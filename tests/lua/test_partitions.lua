@@ -208,4 +208,38 @@ tap.is(before, 2, "before that path, the first partition hands back h and the va
 tap.ok(first_outputs(cm3) == 3 and cm3:stats().traces == 2,
        "after it, the shared first partition is built again and hands back the value that path reads too")
 
+-- values sharing storage (a value and its view) stay one tensor's storage, whether the partition keeps both inside
+-- (computed again together) or hands one back (the other with it): an in-place write after the call through one
+-- shows in the other, as eagerly
+local vbox = {}
+local function view_inside(x)
+  local hh = layer(1, x)
+  vbox.h, vbox.v = hh, hh:view({2 * D})
+  local y = hh * 2
+  if y:abs():max():item() > 1e3 then return y end
+  return y + 1
+end
+local function view_kept(x)
+  local hh = layer(1, x)
+  vbox.h, vbox.v = hh, hh:view({2 * D})
+  if hh:abs():max():item() > 1e3 then return hh end
+  return hh + 1
+end
+for _, case in ipairs({{"both inside", view_inside}, {"the base handed back", view_kept}}) do
+  local name, fv = case[1], case[2]
+  local cv = grace.compile(fv, {auto_regions = false})
+  local vbad = 0
+  for _ = 1, 4 do
+    cv(xs)
+    vbox.h:add_(1)
+    local got = vbox.v:tolist()
+    fv(xs)
+    vbox.h:add_(1)
+    local want = vbox.v:tolist()
+    for j = 1, 2 * D do if got[j] ~= want[j] then vbad = vbad + 1 end end
+  end
+  tap.is(vbad, 0, "a value and its view, " .. name .. ": a write to one after the call shows in the other")
+  tap.ok(cv:stats().partitions >= 1 and cv:stats().partition_runs >= 3, name .. ": the partitions ran as programs")
+end
+
 tap.done()
