@@ -262,7 +262,8 @@ grace_status ir_merge(grace_ir *t, grace_ir *e, int b, int nout, const int32_t *
   grace_ir *sub[2] = {NULL, NULL};
   for (int s = 0; s < 2 && st == GRACE_OK; s++)
     if (!(sub[s] = build_sub(&m, s, nout, outs[s]))) st = grace_set_error(vm, GRACE_ENOMEM, "merge: out of host memory");
-  if (st == GRACE_OK && (st = grace_ir_cond(m.dst, pred, m.nargs, m.args, sub[0], sub[1], nout, res)) != GRACE_OK) {
+  if (st == GRACE_OK) st = grace_ir_cond(m.dst, pred, m.nargs, m.args, sub[0], sub[1], nout, res);
+  if (st != GRACE_OK) {   /* grace_ir_cond takes the sub-programs only when it succeeds; one may be built alone */
     grace_ir_free(sub[0]);
     grace_ir_free(sub[1]);
   }

@@ -1,7 +1,9 @@
 /* test_alloc_sweep.c: every host allocation a small workload makes, failed in turn. The workloads go through the
  * public API only: tensors, eager ops, the IR builder, verify, the default passes, a run, a trace; then compiled
  * functions (grace_fn: the first call traces, a hit, a guard miss that retraces, a changed number, explain) and
- * regions (cond and while built, optimized and run; a cond recorded inside a trace). For each N the
+ * regions (cond and while built, optimized and run; a cond recorded inside a trace); then a function with a graph
+ * break replayed as partitions, a value one keeps inside asked for after each call, and the same with the branch's
+ * other way recorded ahead and the two paths merged into one program. For each N the
  * Nth allocation returns NULL; the workload must end with an error status that says something (never a crash),
  * give back every byte it took (live bytes back to the VM's baseline, zero after grace_vm_free), and leave the VM
  * usable. The allocator tracks its live blocks so a double free or a wrong osize is seen where it happens instead
@@ -315,6 +317,87 @@ done:
   return st;
 }
 
+/* ---- the third workload: a function with a graph break, run as partitions ---- */
+/* The host of the grace_fn below: t = x * 2 (kept by the host past the call, as Lua code keeps a tensor in a table;
+ * no later op reads it, so its partition keeps it inside), s = t + x, a host read of sum(s) (the break), then
+ * s * s or s. */
+typedef struct part_host {
+  grace_vm *vm;
+  grace_tensor *kept;
+  int ahead;   /* tells grace that the other way of the branch only returns (grace_trace_branch_ahead) */
+} part_host;
+
+static void part_trace_begin(void *ud) { (void)ud; }
+static void part_trace_end(void *ud, grace_ir *ir, uint64_t *guard, int *nguarded, char *why, size_t n) {
+  (void)ud; (void)ir; (void)n;
+  *guard = 0;
+  *nguarded = 0;
+  why[0] = 0;
+}
+
+static grace_status part_body(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  part_host *h = ud;
+  grace_vm *vm = h->vm;
+  grace_tensor *two = NULL, *t = NULL, *s = NULL, *sum = NULL, *out = NULL;
+  double v = 0;
+  grace_status st = grace_tensor_scalar(vm, 2.0, 0, &two);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){args[0].t, two}, NULL, 1, &t);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){t, args[0].t}, NULL, 1, &s);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &s, NULL, 1, &sum);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, sum, GRACE_FLOAT64, &v);
+  int want = st == GRACE_OK && h->ahead ? grace_trace_forced(vm, sum) : -1;
+  if (want >= 0) v = want ? 0 : 2e9;   /* grace records the other way ahead: a value on the side it asks for */
+  if (st == GRACE_OK) st = grace_trace_branch(vm, sum, GRACE_CMP_LT, 1e9, v < 1e9, NULL);   /* what it decides */
+  if (st == GRACE_OK && h->ahead) st = grace_trace_branch_ahead(vm, NULL);
+  if (st == GRACE_OK && v < 1e9) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){s, s}, NULL, 1, &out);
+  else if (st == GRACE_OK) { out = s; grace_tensor_retain(s); }
+  grace_tensor_release(two); grace_tensor_release(s); grace_tensor_release(sum);
+  grace_tensor_release(h->kept);
+  h->kept = t;
+  if (st != GRACE_OK) return st;
+  *nres = 1;
+  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = out};
+  return GRACE_OK;
+}
+
+static grace_status partitions(grace_vm *vm, int ahead) {
+  grace_status st = GRACE_OK;
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL;
+  part_host h = {vm, NULL, ahead};
+  const float xv[6] = {1, 2, 3, 4, 5, 6};
+  TRY(grace_tensor_from_data(vm, GRACE_FLOAT32, 2, (int64_t[]){2, 3}, GRACE_FLOAT32, xv, &x));
+  grace_host host = {.call = part_body, .trace_begin = part_trace_begin, .trace_end = part_trace_end};
+  grace_fn_options opts = {.cache_limit = 4, .no_auto_regions = !ahead};
+  TRY(grace_fn_new(vm, "sweep_part", &host, &h, &opts, &fn));
+  /* traced, then replayed as partitions; with ahead, the other way recorded after the third call and the paths
+     merged into one program */
+  for (int i = 0; i < (ahead ? 6 : 3); i++) {
+    grace_arg args[1] = {{.kind = GRACE_ARG_TENSOR, .t = x}}, res[1];
+    int nres = 0;
+    double got = 0, kept = 0;
+    TRY(grace_fn_call(fn, 1, args, &nres, res, 1));
+    st = grace_tensor_get(vm, res[0].t, (int64_t[]){0, 1}, &got);
+    grace_tensor_release(res[0].t);
+    if (st == GRACE_OK) st = grace_tensor_get(vm, h.kept, (int64_t[]){0, 1}, &kept);   /* computed again */
+    if (st == GRACE_OK && (got != 36 || kept != 4))
+      st = grace_set_error(vm, GRACE_EINTERNAL, "partitions: wrong result %g, kept %g", got, kept);
+    if (st != GRACE_OK) goto done;
+  }
+  grace_fn_stats fs;
+  grace_fn_get_stats(fn, &fs);
+  if (fs.partitions < 1 || fs.partition_internal < 1 || (ahead && (fs.ahead_paths != 1 || fs.auto_regions != 1)))
+    st = grace_set_error(vm, GRACE_EINTERNAL, "partitions: %d made, %ld values kept inside, %d paths recorded ahead, "
+                         "%d merged", fs.partitions, fs.partition_internal, fs.ahead_paths, fs.auto_regions);
+done:
+  grace_fn_free(fn);
+  grace_tensor_release(h.kept);
+  grace_tensor_release(x);
+  return st;
+}
+static grace_status workload_part(grace_vm *vm) { return partitions(vm, 0); }
+static grace_status workload_ahead(grace_vm *vm) { return partitions(vm, 1); }
+
 /* A small op after a failure: the VM still works. */
 static int vm_usable(grace_vm *vm) {
   grace_tensor *a = NULL, *r = NULL;
@@ -396,5 +479,7 @@ int main(void) {
 
   sweep("build, ops, IR, passes, run, trace", workload);
   sweep("grace_fn (trace, hit, guard miss, retrace, explain) and cond/while regions", workload_fn);
+  sweep("a function with a graph break as partitions, a value kept inside asked for", workload_part);
+  sweep("the same with the branch's other way recorded ahead and merged", workload_ahead);
   return tap_done();
 }
