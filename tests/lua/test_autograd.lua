@@ -1,5 +1,6 @@
 -- test_autograd.lua: autograd from Lua (requires_grad, backward, grad, no_grad, detach, the version check), nn's
--- training parts (parameters that require grad, zero_grad, train/eval, Dropout, nn.init), the losses against values
+-- training parts (parameters that require grad, zero_grad, train/eval, Dropout, nn.init), the gradient of a
+-- transposed matmul weight (by hand, in the weight's layout), the losses against values
 -- computed here with plain Lua arithmetic, the optimizers and schedules against hand-computed updates, and a
 -- compiled training step (forward, backward and AdamW in one traced program) against the same step run eagerly.
 local tap = require "tests.lua.tap"
@@ -238,6 +239,29 @@ section("optimizers", function()
   set_grad(p, {1, 1})
   opt:step()
   tap.ok(close(list(p), {before[1] - 0.1, before[2] - 0.1}), "the scheduled lr (0.1) is the one a step uses")
+end)
+
+section("matmul with a transposed weight", function()
+  -- y = x @ W:t() (a Linear): dL/dW[n][k] = c[n] * sum over rows of x[.][k] for L = sum(y * c); the gradient comes
+  -- in W's own layout (contiguous), for a 2-D x and for a batched one whose rows are summed over the batch too
+  local xs = {{{1, 2}, {3, -1}, {0.5, 4}}, {{-2, 1}, {1, 1}, {2, -3}}}
+  local c = {1, -2, 0.5, 3}
+  for _, case in ipairs({{"2-D", {xs[1]}, grace.tensor(xs[1], {dtype = "float64"})},
+                         {"batched", xs, grace.tensor(xs, {dtype = "float64"})}}) do
+    local name, rows, x = case[1], case[2], case[3]
+    local W = grace.tensor({{1, 0}, {0, 1}, {2, -1}, {0.5, 0.25}}, {dtype = "float64", requires_grad = true})
+    local y = x:matmul(W:t())
+    local loss = (y * grace.tensor(c, {dtype = "float64"})):sum()
+    loss:backward()
+    local want, colsum = {}, {0, 0}
+    for _, m in ipairs(rows) do for _, r in ipairs(m) do colsum[1] = colsum[1] + r[1]; colsum[2] = colsum[2] + r[2] end end
+    for n = 1, 4 do want[n] = {c[n] * colsum[1], c[n] * colsum[2]} end
+    local got = W.grad:double():tolist()
+    local good = #got == 4
+    for n = 1, 4 do good = good and close(got[n], want[n]) end
+    tap.ok(good, name .. ": the gradient of a transposed weight, by hand")
+    tap.ok(W.grad:is_contiguous(), name .. ": in the weight's own layout")
+  end
 end)
 
 section("compiled training step", function()
