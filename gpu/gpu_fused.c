@@ -235,7 +235,7 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
       return st;
     }
   }
-  if (work) direct_versions(ir, f, g, vals);
+  direct_versions(ir, f, g, vals);   /* an empty one too: eager copy_ advances it whatever the size */
   for (int s = 0; s < io->nstore; s++) {
     grace_tensor_release(vals[io->store[s]]);
     vals[io->store[s]] = outs[s];

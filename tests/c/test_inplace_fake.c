@@ -2,7 +2,8 @@
  * kernel whose members write tensors in place (copy_, as an optimizer step does for each weight and moment) runs as
  * one kernel storing straight into the written tensors: counted launches, the store pointers among the kernel's
  * parameters, the versions advanced once per copy_ as eagerly. Where threads would read elements other threads
- * write (a transposed read of the written tensor), the group runs an op at a time and the report says why. The
+ * write (a transposed read of the written tensor), the group runs an op at a time and the report says why. An
+ * empty update launches nothing and still advances the version. The
  * values are checked on a GPU by tests/lua/test_gpu_train_steps.lua (compiled steps equal eager ones). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,36 @@ static void transposed(grace_vm *vm) {
   grace_ir_free(ir);
 }
 
+/* An empty update (a parameter with no elements): no kernel runs, but the version advances once per copy_, as eagerly. */
+static void empty(grace_vm *vm) {
+  const char *text =
+    "func @empty {\n"
+    "  %0 = input #0 : f32[0] cuda\n"
+    "  %1 = input #1 : f32[0] cuda\n"
+    "  %2 = add %0, %1 : f32[0] cuda\n"
+    "  %3 = copy_ %0, %2 : f32[0] cuda\n"
+    "  write %0, %3\n"
+    "  return %2\n"
+    "}\n";
+  grace_ir *ir = NULL;
+  grace_status st = grace_ir_parse(vm, text, &ir);
+  if (!ok(st == GRACE_OK, "empty: parses")) { printf("# %s\n", grace_last_error(vm)); return; }
+  int64_t n = 0;
+  grace_tensor *t[2] = {0};
+  for (int i = 0; i < 2 && st == GRACE_OK; i++) st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &t[i]);
+  uint64_t v0 = grace_tensor_version(t[0]);
+  grace_tensor *r = NULL;
+  for (int i = 0; i < 2 && st == GRACE_OK; i++) { grace_tensor_release(r); r = NULL; st = grace_ir_run(ir, 2, t, 1, &r); }
+  if (!ok(st == GRACE_OK, "empty: two runs")) printf("# %s\n", grace_last_error(vm));
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.unfused == 0, "empty: the group runs fused (%s)", gi.unfused ? gi.unfused_why : "");
+  is_int((long)(grace_tensor_version(t[0]) - v0), 2, "empty: the version advanced once a run");
+  grace_tensor_release(r);
+  for (int i = 0; i < 2; i++) grace_tensor_release(t[i]);
+  grace_ir_free(ir);
+}
+
 int main(void) {
   char dir[] = "/tmp/grace-inplacefake-XXXXXX";
   int rc = 0;
@@ -124,6 +155,7 @@ int main(void) {
   grace_set_graphs(vm, "off");
   optimizer_like(vm);
   transposed(vm);
+  empty(vm);
   fake_vm_free(vm, dir);
   return tap_done();
 }
