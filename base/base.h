@@ -331,10 +331,11 @@ grace_status vm_view_shape(grace_vm *vm, grace_op op, int ndim, const int64_t *s
 struct vm_hooks {
   /* A tensor made from host data while tracing: a constant local to the traced program. */
   grace_status (*created)(grace_vm *vm, grace_tensor *t);
-  /* The host reads t's data or layout: a break of an active trace. */
-  void (*read)(grace_vm *vm, const grace_tensor *t, const char *how);
-  /* A tensor made while replaying stands for a value not computed yet: this runs what was deferred. */
-  void (*materialize)(grace_vm *vm, const grace_tensor *t);
+  /* The host reads t's data or layout: a break of an active trace (a replay runs what was deferred: its status). */
+  grace_status (*read)(grace_vm *vm, const grace_tensor *t, const char *how);
+  /* A tensor made while replaying stands for a value not computed yet: this runs what was deferred (and computes
+   * a value a partition kept inside); the status of that. */
+  grace_status (*materialize)(grace_vm *vm, const grace_tensor *t);
   /* Pauses (+1) or resumes (-1) recording: computing that is no op of the traced program (a pass folding). */
   void (*hold)(grace_vm *vm, int delta);
   /* A dying tensor made by an op autograd recorded: drops its node (vm/vm_grad.c). */
@@ -342,22 +343,29 @@ struct vm_hooks {
   /* A dying or computed tensor drops its way of being computed again (vm/vm_part.c). */
   void (*lazy_drop)(grace_tensor *t);
 };
-static inline void vm_materialize(const grace_tensor *t) {
-  if ((t->pending || t->vm->trace) && t->vm->hooks) t->vm->hooks->materialize(t->vm, t);
+static inline grace_status vm_materialize(const grace_tensor *t) {
+  return (t->pending || t->vm->trace) && t->vm->hooks ? t->vm->hooks->materialize(t->vm, t) : GRACE_OK;
 }
 static inline void vm_trace_hold(grace_vm *vm, int delta) {
   if (vm->trace && vm->hooks) vm->hooks->hold(vm, delta);
 }
-static inline void vm_note_read(const grace_tensor *t, const char *how) {
-  if (t->vm->trace && t->vm->hooks) t->vm->hooks->read(t->vm, t, how);
+static inline grace_status vm_note_read(const grace_tensor *t, const char *how) {
+  return t->vm->trace && t->vm->hooks ? t->vm->hooks->read(t->vm, t, how) : GRACE_OK;
 }
-/* Before the host reads t's elements: a break of a trace, and t's value computed; an error where it cannot be (a
- * value a compiled function kept internal whose inputs changed since). */
+/* t's value computed (a replay's deferred work run, a value a partition kept inside computed again); an error where
+ * it cannot be: what computing it failed on (a value kept inside whose inputs changed since), or a call that failed
+ * before it. */
+static inline grace_status vm_computed(grace_vm *vm, const grace_tensor *t) {
+  grace_status st = vm_materialize(t);
+  if (!t->pending) return GRACE_OK;
+  if (st != GRACE_OK) return st;
+  return grace_set_error(vm, GRACE_EARG, "a value of a compiled function's call that failed: it was never computed");
+}
+/* Before the host reads t's elements: a break of a trace, and t's value computed (vm_computed); where the work the
+ * break runs failed before computing t, what it failed on. */
 static inline grace_status vm_host_read(grace_vm *vm, const grace_tensor *t, const char *how) {
-  vm_note_read(t, how);
-  vm_materialize(t);
-  if (!t->pending) return GRACE_OK;   /* a recipe that failed said why; a call that failed left no recipe */
-  return t->lazy ? vm->status : grace_set_error(vm, GRACE_EARG, "a value of a compiled function's call that failed: it was never computed");
+  grace_status st = vm_note_read(t, how);
+  return st != GRACE_OK && t->pending ? st : vm_computed(vm, t);
 }
 /* ---- routing (base_route.c): one op on the backend of its inputs' device, outside any trace ---- */
 /* The checks common to all ops and the device it runs on; *op may change (a wrapped number's CONTIGUOUS is a

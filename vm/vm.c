@@ -15,12 +15,13 @@
 static grace_status hook_created(grace_vm *vm, grace_tensor *t) {
   return vm_tracing(vm) ? vm_trace_created(vm, t) : GRACE_OK;
 }
-static void hook_read(grace_vm *vm, const grace_tensor *t, const char *how) {
-  if (vm_tracing(vm)) vm_trace_read(vm, t, how);
+static grace_status hook_read(grace_vm *vm, const grace_tensor *t, const char *how) {
+  return vm_tracing(vm) ? vm_trace_read(vm, t, how) : GRACE_OK;
 }
-static void hook_materialize(grace_vm *vm, const grace_tensor *t) {
-  if (t->pending || vm_trace_replaying(vm)) vm_replay_flush(vm);
-  if (t->pending && t->lazy) vm_lazy_compute(vm, (grace_tensor *)t);   /* kept internal by its partition */
+static grace_status hook_materialize(grace_vm *vm, const grace_tensor *t) {
+  grace_status st = t->pending || vm_trace_replaying(vm) ? vm_replay_flush(vm) : GRACE_OK;
+  if (st == GRACE_OK && t->pending && t->lazy) st = vm_lazy_compute(vm, (grace_tensor *)t);   /* kept inside */
+  return st;
 }
 static void hook_hold(grace_vm *vm, int delta) {
   if (delta > 0) grace_trace_pause(vm);

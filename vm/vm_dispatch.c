@@ -16,13 +16,10 @@ static grace_status run(grace_vm *vm, grace_device dev, grace_op op, int nin, gr
   }
   /* a value a partition kept internal, used outside the recorded paths (or after the call): computed now */
   for (int i = 0; i < nin; i++)
-    if (in[i] && in[i]->pending) {
-      vm_materialize(in[i]);
-      if (in[i]->pending) {
-        char msg[VM_ERRLEN];
-        snprintf(msg, sizeof msg, "%s", in[i]->lazy ? vm->err : "a value of a compiled function's call that failed: it was never computed");
-        return vm_err(vm, GRACE_EARG, "%s: input %d: %s", grace_op_name(op), i + 1, msg);
-      }
+    if (in[i] && in[i]->pending && (ps = vm_computed(vm, in[i])) != GRACE_OK) {
+      char msg[VM_ERRLEN];
+      snprintf(msg, sizeof msg, "%s", vm->err);
+      return vm_err(vm, ps, "%s: input %d: %s", grace_op_name(op), i + 1, msg);
     }
   int record = vm_tracing(vm);
   if (record && vm->trace->parent && (ps = vm_region_check_op(vm, op, nin, in)) != GRACE_OK) return ps;

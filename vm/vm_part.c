@@ -563,7 +563,8 @@ static grace_status run_seg(grace_vm *vm, vm_trace *tr, vm_parts *P, vm_seg *seg
     const ir_inst *k = &ir->insts[i];
     if (k->op != IR_OP_INPUT) continue;
     in[k->input_index] = tr->val[seg->ins[k->input_index]];
-    if (in[k->input_index] && in[k->input_index]->lazy) vm_materialize(in[k->input_index]);   /* read on a new path */
+    grace_status cs = in[k->input_index] && in[k->input_index]->lazy ? vm_computed(vm, in[k->input_index]) : GRACE_OK;
+    if (cs != GRACE_OK) return cs;   /* kept inside another call's partition, and it cannot be computed again */
     if (!fits(&ir->vals[k->first_result].type, in[k->input_index])) return GRACE_OK;
   }
   /* a program that writes in place into one input must not find another input sharing its storage */

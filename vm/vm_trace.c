@@ -354,15 +354,16 @@ grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *c
 }
 
 /* Called before the host reads a tensor's data: a graph break. Recording marks where the partition ends;
- * replaying runs what was deferred, so the value is there to read. */
-void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
+ * replaying runs what was deferred, so the value is there to read (the status of that; recording problems are the
+ * trace's, said at its end). */
+grace_status vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   vm_trace *tr = vm->trace;
   vm_auto_read(vm, how);
-  if (tr->replay) { vm_replay_flush(vm); return; }
+  if (tr->replay) return vm_replay_flush(vm);
   if (tr->parent) {   /* no break can be inside a region: the function cannot be one program */
     tr_problem(vm, "reads a tensor on the host (%s) inside a cond or while_loop function; keep the value a tensor",
                how ? how : "a read");
-    return;
+    return GRACE_OK;
   }
   /* any tensor: one the trace has not met yet is outside state (a weight) whose value Lua now sees */
   char loc[256] = "";
@@ -370,6 +371,7 @@ void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how) {
   grace_ir_set_location(tr->ir, *loc ? loc : NULL);
   if (ir_add_break(tr->ir) != GRACE_OK) tr_problem(vm, "out of memory recording a break");
   (void)how;
+  return GRACE_OK;
 }
 
 int grace_trace_mutated(const grace_vm *vm) {

@@ -70,7 +70,7 @@ static inline int vm_tracing(const grace_vm *vm) { return vm->trace && grace_tra
 grace_status vm_trace_record(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in, const grace_attrs *a,
                              int nout, grace_tensor **out);
 /* The hooks base/ calls (vm_hooks): a host read of a traced tensor, a tensor made from host data. */
-void vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how);
+grace_status vm_trace_read(grace_vm *vm, const grace_tensor *t, const char *how);
 grace_status vm_trace_created(grace_vm *vm, grace_tensor *t);
 int vm_trace_replaying(const grace_vm *vm);
 

@@ -159,7 +159,11 @@ xs:add_(1)
 local okr, err = pcall(function() return kept:sum():item() end)
 tap.ok(not okr and tostring(err):find("written in place", 1, true) ~= nil,
        "a value kept inside, asked for after the input it came from was written in place: an error saying so")
+local okc, errc = pcall(cm, kept)
+tap.ok(not okc and tostring(errc):find("written in place", 1, true) ~= nil,
+       "such a value passed to the next call: the call fails with the same reason (" .. tostring(errc) .. ")")
 xs:sub_(1)
+tap.is(maxdiff(cm(xs), mlp(xs)), 0, "and the call after it equals eager")
 
 -- an intermediate the function returns stays an output
 local function mlp2(x)
