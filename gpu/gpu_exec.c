@@ -582,6 +582,10 @@ static grace_status run_group(grace_ir *ir, gpu_plan *p, int g, grace_tensor *co
     p->slots[g].unfused = 1;
     if (!p->unfused++) snprintf(p->unfused_why, sizeof p->unfused_why, "%.159s", vm->err);
   }
+  for (int j = 0; j < gr->n; j++) {   /* what the kernels computed before giving up (a group's first products) */
+    const ir_inst *k = &ir->insts[m[j]];
+    for (int r = 0; r < k->nout; r++) { grace_tensor_release(val[k->first_result + r]); val[k->first_result + r] = NULL; }
+  }
   return run_members(ir, p, gr, in, val, at);
 }
 

@@ -4,7 +4,7 @@
  * what runs: layer_norm -> linear of one row launches one kernel a call where the program without the prologue
  * launches two, the same under a CUDA graph with parameter indirection (the norm's weight and bias pointers through
  * the argument table), and a product no GEMV with the prologue takes (a weight [K, N], n-contiguous) runs the norm
- * kernel first. */
+ * kernel first; a group that goes an op at a time after its first product keeps nothing its kernels made. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +153,46 @@ static void graphed(grace_vm *vm) {
   grace_set_graphs(vm, NULL);
 }
 
+/* One norm read by two products, the second of which no kernel runs (its weight keeps 4 batch dims apart, none of
+ * them mergeable): the group goes an op at a time after its first product ran, the product alone fails too, and
+ * what the group's kernels computed before is given back. */
+static void group_falls_back(grace_vm *vm) {
+  grace_set_graphs(vm, "off");
+  const char *src = "func @fb {\n"
+                    "  %0 = input #0 : f32[1,256] cuda\n"
+                    "  %1 = input #1 : f32[256] cuda\n"
+                    "  %2 = input #2 : f32[64,256] cuda\n"
+                    "  %3 = input #3 : f32[2,2,2,2,256,8] cuda\n"
+                    "  %4 = rms_norm %0, %1 {a=1e-06} : f32[1,256] cuda\n"
+                    "  %5 = transpose %2 {dims=[0,1]} : f32[256,64] cuda\n"
+                    "  %6 = matmul %4, %5 : f32[1,64] cuda\n"
+                    "  %7 = transpose %3 {dims=[0,2]} : f32[2,2,2,2,256,8] cuda\n"
+                    "  %8 = matmul %4, %7 : f32[2,2,2,2,1,8] cuda\n"
+                    "  return %6, %8\n"
+                    "}\n";
+  grace_ir *ir = NULL, *dec = NULL;
+  grace_status st = grace_ir_parse(vm, src, &ir);
+  if (st == GRACE_OK) st = grace_ir_pass(ir, "attention,decompose", &dec);
+  grace_ir_free(ir);
+  static const int64_t szs[4][6] = {{1, 256}, {256}, {64, 256}, {2, 2, 2, 2, 256, 8}};
+  static const int nd[4] = {2, 1, 2, 6};
+  grace_tensor *in[4] = {0}, *out[2] = {0};
+  for (int i = 0; i < 4 && st == GRACE_OK; i++) st = grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, nd[i], szs[i], &in[i]);
+  size_t before = grace_tensor_bytes(vm);
+  if (st == GRACE_OK) st = grace_ir_run(dec, 4, in, 2, out);
+  ok(st == GRACE_EUNSUPPORTED && strstr(grace_last_error(vm), "batch dims"),
+     "a group that falls back: the product no kernel runs fails, saying why (%s)", grace_last_error(vm));
+  grace_graph_info gi;
+  if (dec) grace_ir_graph_info(dec, &gi);
+  ok(dec && gi.unfused == 1, "a group that falls back: it ran an op at a time (%s)", dec ? gi.unfused_why : "");
+  for (int o = 0; o < 2; o++) { grace_tensor_release(out[o]); out[o] = NULL; }
+  is_int((long)grace_tensor_bytes(vm), (long)before, "a group that falls back: what its kernels made first is given "
+         "back (the norm and the first product)");
+  for (int i = 0; i < 4; i++) grace_tensor_release(in[i]);
+  grace_ir_free(dec);
+  grace_set_graphs(vm, NULL);
+}
+
 int main(void) {
   char dir[] = "/tmp/grace-fake-XXXXXX";
   int rc = 0;
@@ -165,6 +205,7 @@ int main(void) {
   kernel_counts(vm, 512);
   graphed(vm);
   grouped_query(vm);
+  group_falls_back(vm);
   fake_vm_free(vm, dir);
   return tap_done();
 }
