@@ -118,6 +118,30 @@ static void direct_versions(grace_ir *ir, const ir_fusion *f, int g, grace_tenso
   }
 }
 
+/* The tensors the group's stored values go to (outs, their pointers in ptrs): the destination itself for a copy_
+ * stored in place (direct_target), else new contiguous tensors. On failure none is left. */
+static grace_status make_stores(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, const cg_group_io *io,
+                                const cg_fused_spec *spec, const cg_fused_geom *geom, grace_tensor **vals,
+                                grace_tensor **outs, uint64_t *ptrs) {
+  grace_tensor *direct[CG_MAX_ARGS] = {0};
+  for (int s = 0; s < io->nstore; s++) {
+    const ir_type *ty = &ir->vals[io->store[s]].type;
+    grace_status st = direct_target(vm, ir, f, g, io, spec, geom, vals, io->store[s], &direct[s]);
+    for (int r = 0; st == GRACE_OK && direct[s] && r < s; r++)
+      if (direct[r] && direct[r]->storage == direct[s]->storage)
+        st = vm_err(vm, GRACE_EUNSUPPORTED, "fused kernel: two versions of one tensor stored in place");
+    if (st == GRACE_OK && direct[s]) grace_tensor_retain(direct[s]);
+    outs[s] = st != GRACE_OK ? NULL
+            : direct[s] ? direct[s] : vm_tensor_new(vm, "fused kernel", ty->dtype, GRACE_CUDA, ty->ndim, ty->sizes);
+    if (!outs[s]) {
+      for (int i = 0; i < s; i++) { grace_tensor_release(outs[i]); outs[i] = NULL; }
+      return st != GRACE_OK ? st : vm->status;
+    }
+    ptrs[s] = gpu_ptr(outs[s]);
+  }
+  return GRACE_OK;
+}
+
 grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g, gpu_slot *slot, grace_tensor **vals) {
   fused_cache *c = NULL;
   grace_status st = get_cache(vm, slot, &c);
@@ -173,26 +197,12 @@ grace_status gpu_fused_run(grace_vm *vm, grace_ir *ir, const ir_fusion *f, int g
   int work = spec.kind == CG_POINTWISE ? geom.n > 0 : geom.rows > 0;
   fused_entry *e = NULL;
   if (work && (st = get_kernel(vm, ctx, ir, f, g, c, &spec, &e)) != GRACE_OK) { RELEASE_MOVED(); return st; }
-  /* the stored values, new contiguous tensors */
   grace_tensor *outs[CG_MAX_ARGS] = {0};
   uint64_t ptrs[CG_MAX_ARGS + 1];
   for (int k = 0; k < io->next; k++) ptrs[k] = ext[k].ptr;
-  grace_tensor *direct[CG_MAX_ARGS] = {0};
-  for (int s = 0; s < io->nstore; s++) {
-    const ir_type *ty = &ir->vals[io->store[s]].type;
-    st = direct_target(vm, ir, f, g, io, &spec, &geom, vals, io->store[s], &direct[s]);
-    for (int r = 0; st == GRACE_OK && direct[s] && r < s; r++)
-      if (direct[r] && direct[r]->storage == direct[s]->storage)
-        st = vm_err(vm, GRACE_EUNSUPPORTED, "fused kernel: two versions of one tensor stored in place");
-    if (st == GRACE_OK && direct[s]) grace_tensor_retain(direct[s]);
-    outs[s] = st != GRACE_OK ? NULL : direct[s] ? direct[s] : vm_tensor_new(vm, "fused kernel", ty->dtype, GRACE_CUDA, ty->ndim, ty->sizes);
-    if (!outs[s]) {
-      if (st == GRACE_OK) st = vm->status;
-      for (int i = 0; i < s; i++) grace_tensor_release(outs[i]);
-      RELEASE_MOVED();
-      return st;
-    }
-    ptrs[io->next + s] = gpu_ptr(outs[s]);
+  if ((st = make_stores(vm, ir, f, g, io, &spec, &geom, vals, outs, ptrs + io->next)) != GRACE_OK) {
+    RELEASE_MOVED();
+    return st;
   }
   if (work) {
     cg_launch L;
