@@ -5,7 +5,8 @@
 -- the argument read at the break; an error inside a partition's program; what a partition hands back (only what is
 -- read after it: the early-exit MLP's first partition hands back h and the value of its check) and the values it
 -- keeps inside, computed again when Lua asks for them all the same (stored in a table and read after the call, used
--- by a path recorded later), or an error when the tensors they came from were written since.
+-- by a path recorded later), or an error when the tensors they came from were written since (also when such a value
+-- is the next call's argument); a value and its view stay one storage whether kept inside or handed back.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
 
