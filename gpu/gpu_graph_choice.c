@@ -24,10 +24,10 @@
  * rule picks between them, and a switch is logged and stored. Once per program per process: a decision made in a
  * cold moment (the device's clocks still low, another program's compile in the way) does not stay for good.
  *
- * The cost is bounded: the first measurement takes at most GG_NCAND * (GG_ROUNDS + 3) calls (each candidate's
- * timed calls, and at most three untimed: a layout's eager run, the capture; a program without regions has at most
- * four candidates, without library calls three), the re-check at most 2 * (GG_RECHECK_ROUNDS + 3); every measuring
- * call waits for the device before and after it. GRACE_LOG=launch prints each decision and re-check on stderr. */
+ * The cost is bounded: the first measurement takes at most GG_NCAND * (GG_ROUNDS + 2) calls per input layout (each
+ * candidate's timed calls, and at most two untimed: the layout's eager run, the capture; a program without regions
+ * has at most four candidates, without library calls three), the re-check at most 2 * (GG_RECHECK_ROUNDS + 2); every
+ * measuring call waits for the device before and after it. GRACE_LOG=launch prints each decision and re-check on stderr. */
 #include <stdio.h>
 #include <string.h>
 #include "gpu/gpu_graph_int.h"
@@ -68,12 +68,12 @@ static int pick(const gpu_part *p) {
   return keep;
 }
 
-/* The medians of the measurement, for the log: "eager 80.1 us (9), graph+copies 50.0 us (9)". */
-static void medians(const gpu_part *p, char *buf, size_t n) {
+/* The medians of the measurement (all: every one known), for the log: "eager 80.1 us (9), graph+copies 50.0 us (9)". */
+static void medians(const gpu_part *p, int all, char *buf, size_t n) {
   size_t at = 0;
   buf[0] = 0;
   for (int k = 0; k < GG_NCAND && at < n; k++) {
-    if (!p->want[k] || !p->nstat[k]) continue;
+    if (!(all || p->want[k]) || !p->nstat[k]) continue;
     char nm[64];
     int w = snprintf(buf + at, n - at, "%s%s %.1f us (%d)", at ? ", " : "", gg_cand_name(k, nm, sizeof nm), p->best[k],
                      p->nstat[k]);
@@ -113,9 +113,7 @@ void gg_choice_init(grace_ir *ir, gpu_part *p) {
     for (int k = 0; k < GG_NCAND; k++) p->best[k] = dc.us[k], p->nstat[k] = dc.us[k] > 0 ? dc.n[k] : 0;
     if (vm_log_wants("launch")) {
       char m[512], a[64];
-      for (int k = 0; k < GG_NCAND; k++) p->want[k] = 1;   /* for medians(): every cached figure */
-      medians(p, m, sizeof m);
-      for (int k = 0; k < GG_NCAND; k++) p->want[k] = 0;
+      medians(p, 1, m, sizeof m);
       fprintf(stderr, "grace launch: %s: %s from the launch cache (re-checked %d times, %d switched); medians (timed "
               "calls): %s\n", ir->name, gg_cand_name(p->chosen, a, sizeof a), p->rechecks, p->switches, m);
     }
@@ -138,7 +136,6 @@ static void start_recheck(grace_ir *ir, gpu_part *p) {
   in[p->chosen] = in[rival] = 1;
   begin(p, in, GG_RECHECK_ROUNDS);
   p->checking = 1;
-  p->rival = rival;
   if (vm_log_wants("launch")) {
     char a[64], b[64];
     fprintf(stderr, "grace launch: %s: re-checking %s (%.1f us) against %s (%.1f us) after %ld calls\n", ir->name,
@@ -171,7 +168,7 @@ static void finish(grace_ir *ir, gpu_part *p) {
   int keep = pick(p);
   char m[512], a[64], b[64];
   int log = vm_log_wants("launch");
-  if (log) medians(p, m, sizeof m);
+  if (log) medians(p, 0, m, sizeof m);
   if (!p->decided) {
     p->decided = 1;
     p->decided_at = p->calls;

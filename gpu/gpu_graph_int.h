@@ -140,8 +140,7 @@ struct gpu_part {
   int target;
   double samp[GG_NCAND][GG_ROUNDS];
   int samples[GG_NCAND];
-  int checking;           /* decided, and re-checking the decision against `rival` */
-  int rival;
+  int checking;           /* decided, and re-checking the decision against the runner-up */
   int checked;            /* this process re-checked the decision (or found nothing to check it against) */
   long decided_at;        /* calls when the decision was made (0 for one read from the launch cache) */
   int rechecks, switches; /* re-checks of the decision (this process and earlier ones), and those that switched */
