@@ -275,6 +275,25 @@ if DEV ~= "cpu" then
   close("the cached choice runs right", got, (A:cpu():matmul(B:cpu()) + 1):relu():sum(-1))
 end
 
+-- GRACE_LOG=launch: the decision (measured now, or read from the launch cache) and its one re-check, 100 calls after
+-- it, on stderr (in a process of its own, the program named afresh per seed)
+if DEV ~= "cpu" then
+  local capture = require "tests.lua.capture"
+  local chunk = ([[
+local grace = require "grace"
+local f = grace.compile(function(a, b) return (a:matmul(b) + 1):relu():sum(-1) end, {name = "launch-log-%d"})
+local a, b = grace.randn(8, 32):to("cuda"), grace.randn(32, 16):to("cuda")
+for _ = 1, 200 do f(a, b) end
+grace.synchronize()
+]]):format(SEED)
+  local err = capture.stderr_of(chunk, "GRACE_LOG=launch")
+  if not err then tap.skip("cannot run a grace process", 1)
+  else
+    tap.ok(err:find("grace launch: ", 1, true) and (err:find(": kept ", 1, true) or err:find("from the launch cache", 1, true))
+           and err:find("re-check", 1, true), "GRACE_LOG=launch: the decision and its re-check on stderr: " .. err:gsub("\n", " | "))
+  end
+end
+
 -- graphs of both strategies alive at once share the VM's arena: one fed by copies (scratch of 4 to 64 KB, one
 -- graph per row count) recorded first, then one with indirection, whose argument table must not be scratch
 -- memory of the first (its fixed words would be overwritten by the first's replays), then the two interleaved
