@@ -1,7 +1,7 @@
 /* gpu_graph_info.c: grace_ir_graph_info (grace.h), what a device program's launch measurement found: per strategy
- * its best median (with its timed calls) and why it cannot run, the re-checks of the decision, the graphs held and their memory, and for a program with regions how each
- * lowering of them measured and which one the calls use (gpu_graph.c measures a graph strategy once per lowering
- * its regions can take: gpu_graph_int.h's candidates). */
+ * its best median (with its timed calls) and why it cannot run, the re-checks of the decision, the graphs held and
+ * their memory, and for a program with regions how each lowering of them measured and which one the calls use
+ * (gpu_graph.c measures a graph strategy once per lowering its regions can take: gpu_graph_int.h's candidates). */
 #include <stdio.h>
 #include <string.h>
 #include "gpu/gpu_graph_int.h"

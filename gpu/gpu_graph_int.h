@@ -14,8 +14,7 @@ enum {
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
   GG_ROUNDS = 9,          /* timed calls per candidate (a median of 3 was not steady enough between runs to choose by:
-                             bench/RESULTS.md; 7 still let a few bad calls decide; 9 leaves the median right with up
-                             to 4 outliers) */
+                             bench/RESULTS.md; of 9, up to 4 outliers leave the median among the steady calls) */
   GG_RECHECK_AFTER = 100, /* calls of a kept decision (this process) before it is re-checked once */
   GG_RECHECK_ROUNDS = 5,  /* timed calls each of the kept candidate and the runner-up in a re-check */
   GG_MARGIN_PCT = 3,      /* medians within this many percent of the best are a tie: the simpler candidate is kept */
@@ -118,7 +117,7 @@ static inline int gg_pred(int k) { return k >= GRACE_LAUNCH_NSTRATEGIES; }
 
 /* The decision with what it was made from: per candidate its median (0: not measured) and the timed calls behind it,
  * and the re-checks made of it so far (by any process) and how many of them switched. A later process starts decided
- * from it and re-checks it once (gpu_graph.c). */
+ * from it and re-checks it once (gpu_graph_choice.c). */
 enum { GG_DECISION_MAGIC = 0x47524c34 };   /* "GRL4" */
 typedef struct gg_decision {
   int32_t magic, chosen;
