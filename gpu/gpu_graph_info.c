@@ -57,6 +57,7 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->rechecks = p->rechecks;
   out->switches = p->switches;
   out->checking = p->checking;
+  out->recheck_pending = p->mode == -1 && !p->inel[0] && !p->checked;
   out->measure_calls = p->measure_calls;
   memcpy(out->ineligible, p->inel, sizeof out->ineligible);
   strategies(p, out);

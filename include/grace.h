@@ -426,8 +426,9 @@ typedef struct grace_graph_info {
   int samples[GRACE_LAUNCH_NSTRATEGIES];
   /* The decision is re-checked once per process after some calls against the runner-up (both timed again):
    * rechecks made (this process and earlier ones, through the launch cache), how many switched the strategy, and
-   * whether one is under way. measure_calls: calls of this process spent measuring (timed or not). */
+   * whether one is under way or still to come. measure_calls: calls of this process spent measuring (timed or not). */
   int rechecks, switches, checking;
+  int recheck_pending;             /* this process's re-check is still to come (or under way) */
   long measure_calls;
   char why[GRACE_LAUNCH_NSTRATEGIES][160];   /* why a strategy cannot run here ("" when it can) */
   char ineligible[160];            /* why no graph is tried at all ("" when graphs are tried) */

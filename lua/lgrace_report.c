@@ -48,6 +48,7 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->rechecks); lua_setfield(L, -2, "rechecks");
   lua_pushinteger(L, gi->switches); lua_setfield(L, -2, "switches");
   lua_pushboolean(L, gi->checking); lua_setfield(L, -2, "checking");
+  lua_pushboolean(L, gi->recheck_pending); lua_setfield(L, -2, "recheck_pending");
   lua_pushinteger(L, gi->measure_calls); lua_setfield(L, -2, "measure_calls");
   lua_createtable(L, 0, 3);
   for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)

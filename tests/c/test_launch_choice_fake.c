@@ -173,13 +173,14 @@ static void recheck(grace_vm *vm, int64_t n, int slower) {
   if (slower) cost[GRACE_LAUNCH_COPY] = 120;
   bad += run(vm, ir, x, GG_RECHECK_AFTER / 2);
   grace_ir_graph_info(ir, &gi);
-  ok(gi.rechecks == 0 && !gi.checking && gi.chosen == GRACE_LAUNCH_COPY, "%s: no re-check before %d calls", what,
+  ok(gi.rechecks == 0 && !gi.checking && gi.recheck_pending && gi.chosen == GRACE_LAUNCH_COPY,
+     "%s: no re-check before %d calls (one pending)", what,
      GG_RECHECK_AFTER);
   long eager0 = charged[GRACE_LAUNCH_EAGER], ind0 = charged[GRACE_LAUNCH_INDIRECT];
   bad += run(vm, ir, x, GG_RECHECK_AFTER / 2 + 2 * (GG_RECHECK_ROUNDS + 3) + 2);
   is_int(bad, 0, "%s: the calls run", what);
   grace_ir_graph_info(ir, &gi);
-  ok(gi.rechecks == 1 && !gi.checking, "%s: one re-check made", what);
+  ok(gi.rechecks == 1 && !gi.checking && !gi.recheck_pending, "%s: one re-check made, none pending", what);
   ok(charged[GRACE_LAUNCH_EAGER] > eager0 && charged[GRACE_LAUNCH_INDIRECT] == ind0,
      "%s: against the runner-up (eager) alone", what);
   is_int(gi.samples[GRACE_LAUNCH_COPY], GG_RECHECK_ROUNDS, "%s: the kept one timed again", what);
