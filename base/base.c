@@ -100,6 +100,14 @@ void vm_progress(grace_vm *vm, const char *fmt, ...) {
   vm->progress(vm->progress_ud, line);
 }
 
+int vm_log_wants(const char *topic) {
+  const char *v = getenv("GRACE_LOG");
+  size_t n = strlen(topic);
+  for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+    if (!strncmp(p, topic, n) && (p[n] == ',' || p[n] == 0)) return 1;
+  return 0;
+}
+
 /* ---- dtypes ---- */
 static const struct { const char *name; size_t size; int cat; } dtype_info[] = {
 #define CAT_BOOL 0

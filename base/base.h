@@ -87,6 +87,10 @@ struct grace_tensor {
 
 /* ---- progress of long work (grace_set_progress): one line to the host's callback, if any ---- */
 void vm_progress(grace_vm *vm, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Whether $GRACE_LOG (a comma-separated list of topics) names topic: the reports a user asked for on stderr. The
+ * topics are listed for hosts by grace_log_topics (vm/vm_fn_explain.c); a layer below vm/ logs one of them through
+ * this. */
+int vm_log_wants(const char *topic);
 
 /* ---- errors: set the message (op name first) and return the status ---- */
 #define vm_err grace_set_error

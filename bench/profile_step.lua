@@ -50,7 +50,8 @@ end
 -- the same program as graphs, for the time a call takes when launches cost nothing on the host
 grace.graphs("auto")
 local g = grace.compile(w.fn)
-for _ = 1, 12 do g(table.unpack(args)) end
+-- past the launch decision (about 11 calls a candidate) and its one re-check (100 calls later)
+for _ = 1, 160 do g(table.unpack(args)) end
 grace.synchronize()
 local t = {}
 for i = 1, 50 do

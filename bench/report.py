@@ -233,7 +233,10 @@ def main():
 
     md += ["## How grace launches (its compiled modes; issue 7's ablation)", "",
            "Per device program: the strategy the mode ran (forced for graph_copy / graph_indirect / graph_update, measured for "
-           "full: each strategy timed on real calls in turn, seven calls each, the lowest median kept; before 2026-11-23 17:00 the best of three), the times full measured (eager / "
+           "full: each strategy timed on real calls round-robin with the order rotating, nine calls each, the lowest median kept "
+           "or a simpler strategy within 3% of it, re-checked once per process against the runner-up after 100 calls; "
+           "runs before 2026-11-28: seven calls each in turn, the lowest median; before 2026-11-23 17:00 the best of three), "
+           "the times full measured (eager / "
            "graph+copies / graph+indirection / graph+node updates, us), kernels per graph, bytes copied per call, argument-table words "
            "rewritten per call, the least host time of one replay (the table, its copy, the launch; the mean also holds "
            "waits for the device when calls run ahead of it) and the graphs' memory.", ""]

@@ -255,6 +255,8 @@ grace_status cuda_sync(cuda_ctx *c) {
   return st;
 }
 
+double cuda_clock(cuda_ctx *c) { return c && c->clock ? c->clock(c) : grace_clock(); }
+
 /* ---- launches and events ---- */
 /* Checks the parameter struct and raises f's dynamic shared memory limit when smem needs it. */
 static grace_status launch_prepare(cuda_ctx *c, CUfunction f, unsigned smem, const void *params, size_t param_bytes) {

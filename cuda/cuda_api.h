@@ -81,6 +81,8 @@ grace_status cuda_copy_to_host(cuda_ctx *c, void *dst, CUdeviceptr src, size_t n
 grace_status cuda_copy_device(cuda_ctx *c, CUdeviceptr dst, CUdeviceptr src, size_t n);   /* asynchronous */
 grace_status cuda_memset(cuda_ctx *c, CUdeviceptr dst, int byte, size_t n);                  /* asynchronous */
 grace_status cuda_sync(cuda_ctx *c);
+/* Seconds on the host's monotonic clock (grace_clock), or on the clock a test put in place of it. */
+double cuda_clock(cuda_ctx *c);
 
 /* ---- NVRTC and modules ---- */
 /* Compiles CUDA C source (no headers are included) with NVRTC for the device's architecture, or for arch

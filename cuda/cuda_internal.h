@@ -94,6 +94,9 @@ struct cuda_ctx {
   /* vendor library calls so far, captured or not (cuda_capture_library): whether a program uses any */
   uint64_t nlibrary;
   uint64_t nsyncs;                  /* stream synchronizations (cuda_sync) */
+  /* the clock cuda_clock reads, in seconds: NULL for grace_clock (a fake driver's test sets one it controls, so
+   * that the launch measurement of gpu_graph.c sees timings the test programs) */
+  double (*clock)(cuda_ctx *c);
   /* launch grace's kernels as programmatic dependents (cuda_launch_overlapped); GRACE_PDL=0 turns it off */
   int pdl;
   /* predication (cuda_pred_set): while pred is set, every launch passes it and pred_want as the kernel's second and

@@ -1,8 +1,8 @@
 /* gpu_graph.c: CUDA graphs for device programs, chosen by measurement (grace_graph_info in grace.h).
  *
  * A program's first call runs eagerly and proves it stable (its kernels compiled, its matmuls tuned). Then
- * each strategy is measured on real calls, GG_ROUNDS times each in turn, launch to completion (the median
- * decides: what a caller sees over many calls, steadier than the best of a few): eager launches; a graph
+ * each strategy is measured on real calls (gpu_graph_choice.c: how they are timed and compared, and the re-check of
+ * a kept decision): eager launches; a graph
  * fed by copying the inputs into placeholders and the outputs out of its arena (what PyTorch's reduce-overhead
  * does); a graph whose kernels read their pointers through a device argument table (parameter indirection); the
  * same with the library kernels (cuBLASLt), which cannot read the table, re-pointed at each call's inputs and
@@ -33,23 +33,6 @@
 #include "cuda/cuda_cond.h"
 #include "ir/ir_place.h"
 #include "gpu/gpu_graph_int.h"
-
-/* The median of v[0..n) (n <= GG_ROUNDS), v left as it was. */
-static double median(const double *v, int n) {
-  double t[GG_ROUNDS];
-  memcpy(t, v, sizeof *t * (size_t)n);
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
-static const char *const strategy_names[] = {"eager", "graph+copies", "graph+indirection", "graph+node updates"};
-
-/* Candidate k's name, as progress messages say it. */
-static const char *cand_name(int k, char *buf, size_t n) {
-  snprintf(buf, n, "%s%s", strategy_names[gg_strat(k)], gg_pred(k) ? " (regions predicated)" : "");
-  return buf;
-}
 
 static double now_us(void) { return grace_clock() * 1e6; }
 
@@ -386,7 +369,7 @@ static grace_status capture(grace_ir *ir, gpu_exec_fn exec, grace_launch_strateg
   cuda_ctx *c = gpu_ctx(vm);
   *out = NULL;
   if (!c) return vm->status;
-  vm_progress(vm, "recording a CUDA graph (%s%s) of %s", strategy_names[strat], pred ? ", regions predicated" : "",
+  vm_progress(vm, "recording a CUDA graph (%s%s) of %s", gg_strategy_names[strat], pred ? ", regions predicated" : "",
               ir->name);
   if (nin > 256 || nout > 256) return vm_err(vm, GRACE_EUNSUPPORTED, "graph: more than 256 inputs or outputs");
   gg_graph *gg = vm_calloc(vm, sizeof *gg);
@@ -648,7 +631,7 @@ static int parse_mode(const char *e) {
   if (!e || !*e || !strcmp(e, "auto")) return -1;
   if (!strcmp(e, "off") || !strcmp(e, "0")) return -2;
   for (int s = 0; s < GRACE_LAUNCH_NSTRATEGIES; s++)
-    if (!strcmp(e, strategy_names[s]) || (s == GRACE_LAUNCH_COPY && !strcmp(e, "copy")) ||
+    if (!strcmp(e, gg_strategy_names[s]) || (s == GRACE_LAUNCH_COPY && !strcmp(e, "copy")) ||
         (s == GRACE_LAUNCH_INDIRECT && !strcmp(e, "indirect")) || (s == GRACE_LAUNCH_UPDATE && !strcmp(e, "update")))
       return s;
   return -3;
@@ -677,7 +660,7 @@ void gpu_part_free(grace_vm *vm, gpu_part *p) {
   vm_free(vm, p, sizeof *p);
 }
 
-static void drop_graphs(grace_vm *vm, gpu_part *p, int keep) {
+void gg_drop_graphs(grace_vm *vm, gpu_part *p, int keep) {
   int k = 0;
   for (int i = 0; i < p->ngr; i++)
     if (p->gr[i]->strat == gg_strat(keep) && p->gr[i]->pred == gg_pred(keep)) p->gr[k++] = p->gr[i];
@@ -750,13 +733,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
     part_lowerings(ir, p);
-    gg_decision dc;
-    if (p->mode == -1 && !p->inel[0] && c && cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) &&
-        dc.magic == GG_DECISION_MAGIC && dc.chosen >= 0 && dc.chosen < GG_NCAND && !p->why[dc.chosen][0]) {
-      p->decided = p->from_cache = 1;
-      p->chosen = dc.chosen;
-      for (int k = 0; k < GG_NCAND; k++) p->best[k] = dc.us[k], p->samples[k] = dc.us[k] > 0;
-    }
+    gg_choice_init(ir, p);
     *pp = p;
   }
   p->calls++;
@@ -770,26 +747,21 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     return st;
   }
   if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
-  int s, measure = 0;
-  if (p->decided) s = p->chosen;
-  else {   /* the candidate with the fewest measurements among those that can run */
-    int best = -1;
-    for (int k = 0; k < GG_NCAND; k++)
-      if (!p->why[k][0] && p->samples[k] < GG_ROUNDS && (best < 0 || p->samples[k] < p->samples[best])) best = k;
-    if (best < 0) best = GRACE_LAUNCH_EAGER;   /* every candidate refused (their captures failed) */
-    s = best;
-    measure = 1;
+  int s = gg_choice_next(ir, p), measure = s >= 0;
+  if (!measure) s = p->decided ? p->chosen : GRACE_LAUNCH_EAGER;
+  else {
+    p->measure_calls++;
     char nm[64];
-    vm_progress(vm, "measuring %s for %s (call %d of %d)", cand_name(s, nm, sizeof nm), ir->name, p->samples[s] + 1,
-                GG_ROUNDS);
+    vm_progress(vm, "measuring %s for %s (call %d of %d)", gg_cand_name(s, nm, sizeof nm), ir->name, p->samples[s] + 1,
+                p->target);
   }
   cuda_ctx *c = gpu_ctx(vm);
   if (!c) return vm->status;
   double t0 = 0;
   grace_status st = GRACE_OK;
-  if (measure) {
+  if (measure) {   /* the whole call, the device idle before it and done after it (gpu_graph_choice.c says why) */
     if ((st = cuda_sync(c)) != GRACE_OK) return st;
-    t0 = now_us();
+    t0 = cuda_clock(c);
   }
   int fresh = 0;
   if (gg_strat(s) == GRACE_LAUNCH_EAGER) st = exec(ir, nin, in, nout, out);
@@ -801,32 +773,13 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     else {   /* this strategy cannot run here: said in the report; this call, and the next once decided, eager */
       snprintf(p->why[s], sizeof p->why[s], "%.159s", vm->err);
       if (gg_pred(s) && !p->pred_fail[0]) snprintf(p->pred_fail, sizeof p->pred_fail, "%.159s", vm->err);
-      if (p->decided) p->chosen = GRACE_LAUNCH_EAGER;
-      measure = 0;
+      if (p->decided && s == p->chosen) p->chosen = GRACE_LAUNCH_EAGER;
       st = exec(ir, nin, in, nout, out);
     }
   }
-  if (measure && st == GRACE_OK && (st = cuda_sync(c)) == GRACE_OK && !fresh) {
-    double us = now_us() - t0;
-    p->samp[s][p->samples[s]++] = us;
-    p->best[s] = median(p->samp[s], p->samples[s]);
-  }
-  if (!p->decided) {
-    int done = 1, best = -1;
-    for (int k = 0; k < GG_NCAND; k++) {
-      if (p->why[k][0]) continue;
-      if (p->samples[k] < GG_ROUNDS) done = 0;
-      else if (best < 0 || p->best[k] < p->best[best]) best = k;
-    }
-    if (done && best < 0) p->decided = 1, p->chosen = GRACE_LAUNCH_EAGER;   /* every candidate refused */
-    if (done && best >= 0) {
-      p->decided = 1;
-      p->chosen = best;
-      drop_graphs(vm, p, best);
-      gg_decision dc = {GG_DECISION_MAGIC, best, {0}};
-      for (int k = 0; k < GG_NCAND; k++) dc.us[k] = p->samples[k] ? p->best[k] : 0;
-      cuda_graph_decision_store(c, grace_ir_text(ir), &dc, sizeof dc);
-    }
-  }
+  double us = -1;   /* untimed: a refused candidate, a new layout's eager run, a capture (and the graph's upload) */
+  if (measure && st == GRACE_OK && (st = cuda_sync(c)) == GRACE_OK && !fresh && !p->why[s][0])
+    us = (cuda_clock(c) - t0) * 1e6;
+  if (measure) gg_choice_after(ir, p, s, us);
   return st;
 }

@@ -1,7 +1,7 @@
 /* gpu_graph_info.c: grace_ir_graph_info (grace.h), what a device program's launch measurement found: per strategy
- * its best median and why it cannot run, the graphs held and their memory, and for a program with regions how each
- * lowering of them measured and which one the calls use (gpu_graph.c measures a graph strategy once per lowering
- * its regions can take: gpu_graph_int.h's candidates). */
+ * its best median (with its timed calls) and why it cannot run, the re-checks of the decision, the graphs held and
+ * their memory, and for a program with regions how each lowering of them measured and which one the calls use
+ * (gpu_graph.c measures a graph strategy once per lowering its regions can take: gpu_graph_int.h's candidates). */
 #include <stdio.h>
 #include <string.h>
 #include "gpu/gpu_graph_int.h"
@@ -10,7 +10,7 @@
 static void strategies(const gpu_part *p, grace_graph_info *out) {
   for (int k = 0; k < GG_NCAND; k++) {
     int s = gg_strat(k);
-    if (p->samples[k] && (out->us[s] == 0 || p->best[k] < out->us[s])) out->us[s] = p->best[k];
+    if (p->nstat[k] && (out->us[s] == 0 || p->best[k] < out->us[s])) out->us[s] = p->best[k], out->samples[s] = p->nstat[k];
   }
   for (int s = 0; s < GRACE_LAUNCH_NSTRATEGIES; s++) {
     int pk = s + GRACE_LAUNCH_NSTRATEGIES - 1;
@@ -23,7 +23,7 @@ static void strategies(const gpu_part *p, grace_graph_info *out) {
 static void lowerings(const gpu_part *p, grace_graph_info *out) {
   for (int k = 0; k < GG_NCAND; k++) {
     int l = gg_pred(k) ? GRACE_REGION_PRED : k == GRACE_LAUNCH_EAGER ? GRACE_REGION_HOST : GRACE_REGION_NODES;
-    if (p->samples[k] && (out->region_us[l] == 0 || p->best[k] < out->region_us[l])) out->region_us[l] = p->best[k];
+    if (p->nstat[k] && (out->region_us[l] == 0 || p->best[k] < out->region_us[l])) out->region_us[l] = p->best[k];
   }
   out->region_lowering = !p->decided ? -1 : gg_pred(p->chosen) ? GRACE_REGION_PRED
                          : p->chosen == GRACE_LAUNCH_EAGER ? GRACE_REGION_HOST : GRACE_REGION_NODES;
@@ -54,6 +54,11 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->decided = p->decided;
   out->from_cache = p->from_cache;
   out->chosen = gg_strat(p->chosen);
+  out->rechecks = p->rechecks;
+  out->switches = p->switches;
+  out->checking = p->checking;
+  out->recheck_pending = p->mode == -1 && !p->inel[0] && !p->checked;
+  out->measure_calls = p->measure_calls;
   memcpy(out->ineligible, p->inel, sizeof out->ineligible);
   strategies(p, out);
   if (out->regions) lowerings(p, out);

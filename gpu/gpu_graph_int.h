@@ -13,8 +13,11 @@ enum {
   GG_SLOTS = 4032,        /* pointer and scalar words of indirect kernels */
   GG_WORDS = GG_SCALARS + GG_SLOTS,
   GG_RING = 4,            /* staging buffers: the host writes one while earlier copies may be pending */
-  GG_ROUNDS = 7,          /* measured calls per strategy (a median of 3 was not steady enough between runs to
-                             choose by: bench/RESULTS.md) */
+  GG_ROUNDS = 9,          /* timed calls per candidate (a median of 3 was not steady enough between runs to choose by:
+                             bench/RESULTS.md; of 9, up to 4 outliers leave the median among the steady calls) */
+  GG_RECHECK_AFTER = 100, /* calls of a kept decision (this process) before it is re-checked once */
+  GG_RECHECK_ROUNDS = 5,  /* timed calls each of the kept candidate and the runner-up in a re-check */
+  GG_MARGIN_PCT = 3,      /* medians within this many percent of the best are a tie: the simpler candidate is kept */
   GG_CHECKS = 32,         /* deferred index checks per graph */
   GG_MAX_LIMIT = 64
 };
@@ -112,17 +115,35 @@ static inline grace_launch_strategy gg_strat(int k) {
 }
 static inline int gg_pred(int k) { return k >= GRACE_LAUNCH_NSTRATEGIES; }
 
-enum { GG_DECISION_MAGIC = 0x47524c33 };   /* "GRL3" */
-typedef struct gg_decision { int32_t magic, chosen; double us[GG_NCAND]; } gg_decision;
+/* The decision with what it was made from: per candidate its median (0: not measured) and the timed calls behind it,
+ * and the re-checks made of it so far (by any process) and how many of them switched. A later process starts decided
+ * from it and re-checks it once (gpu_graph_choice.c). */
+enum { GG_DECISION_MAGIC = 0x47524c34 };   /* "GRL4" */
+typedef struct gg_decision {
+  int32_t magic, chosen;
+  double us[GG_NCAND];
+  int32_t n[GG_NCAND];
+  int32_t rechecks, switches;
+} gg_decision;
 
 struct gpu_part {
   long calls, captures;
   int mode;               /* -1 auto, -2 off, else a forced grace_launch_strategy */
   int decided, limit;
   int chosen;             /* a candidate (GG_NCAND) */
-  double best[GG_NCAND];  /* the median of the samples once all are in (or the cached figure) */
+  double best[GG_NCAND];  /* the median of the latest measurement's samples (or the cached figure) */
+  int nstat[GG_NCAND];    /* timed calls behind best[k] (a cached figure: the earlier process's count) */
+  /* the measurement under way (the first one, or a re-check): the candidates in it, the timed calls each takes,
+   * and those taken so far */
+  int want[GG_NCAND];
+  int target;
   double samp[GG_NCAND][GG_ROUNDS];
   int samples[GG_NCAND];
+  int checking;           /* decided, and re-checking the decision against the runner-up */
+  int checked;            /* this process re-checked the decision (or found nothing to check it against) */
+  long decided_at;        /* calls when the decision was made (0 for one read from the launch cache) */
+  int rechecks, switches; /* re-checks of the decision (this process and earlier ones), and those that switched */
+  long measure_calls;     /* calls spent measuring (timed or not: a capture, a new layout's eager run) */
   char why[GG_NCAND][160];
   int regions;            /* region instructions of the program (gpu_ir_lowerings) */
   char inel[160];
@@ -134,5 +155,19 @@ struct gpu_part {
   int nwarm;              /* inputs of the last layout run eagerly: a new layout runs so once before capture */
   gg_sig *warm;
 };
+
+/* gpu_graph_choice.c: the launch decision (its header says how it measures). */
+extern const char *const gg_strategy_names[GRACE_LAUNCH_NSTRATEGIES];   /* as GRACE_GRAPHS and the report say them */
+/* Candidate k's name ("graph+copies (regions predicated)"). */
+const char *gg_cand_name(int k, char *buf, size_t n);
+/* A new program's decision: read from the launch cache (measured by an earlier process), else the first measurement
+ * begins (auto mode only; a forced mode is decided by the caller). */
+void gg_choice_init(grace_ir *ir, gpu_part *p);
+/* The candidate this call times (starting the re-check when it is due), or -1: the call runs p->chosen untimed. */
+int gg_choice_next(grace_ir *ir, gpu_part *p);
+/* After a measuring call of candidate k: us its time (negative: the call was not timed); decides once all are in. */
+void gg_choice_after(grace_ir *ir, gpu_part *p, int k, double us);
+/* gpu_graph.c: frees the graphs of every candidate but keep. */
+void gg_drop_graphs(grace_vm *vm, gpu_part *p, int keep);
 
 #endif

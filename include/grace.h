@@ -419,7 +419,17 @@ typedef struct grace_graph_info {
   int decided;                     /* the measurements are done (or a strategy was forced) */
   int from_cache;                  /* decided by an earlier process's measurements (kept with the kernels) */
   grace_launch_strategy chosen;    /* the strategy calls use now */
-  double us[GRACE_LAUNCH_NSTRATEGIES];   /* best measured latency per call (launch to completion); 0 unmeasured */
+  /* Per strategy: the median time of a whole call (the host waiting for the device before and after it) over its
+   * timed calls (samples, interleaved with the other strategies' calls), 0 when unmeasured; the best of its region
+   * lowerings for a program with regions. Read from the launch cache when from_cache (an earlier process's). */
+  double us[GRACE_LAUNCH_NSTRATEGIES];
+  int samples[GRACE_LAUNCH_NSTRATEGIES];
+  /* The decision is re-checked once per process after some calls against the runner-up (both timed again):
+   * rechecks made (this process and earlier ones, through the launch cache), how many switched the strategy, and
+   * whether one is under way or still to come. measure_calls: calls of this process spent measuring (timed or not). */
+  int rechecks, switches, checking;
+  int recheck_pending;             /* this process's re-check is still to come (or under way) */
+  long measure_calls;
   char why[GRACE_LAUNCH_NSTRATEGIES][160];   /* why a strategy cannot run here ("" when it can) */
   char ineligible[160];            /* why no graph is tried at all ("" when graphs are tried) */
   int graphs;                      /* instantiated graphs held now */

@@ -41,6 +41,15 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
     if (gi->us[k] > 0) { lua_pushnumber(L, gi->us[k]); lua_setfield(L, -2, launch_names[k]); }
   lua_setfield(L, -2, "us");
+  lua_createtable(L, 0, 3);   /* the timed calls behind each median */
+  for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
+    if (gi->us[k] > 0) { lua_pushinteger(L, gi->samples[k]); lua_setfield(L, -2, launch_names[k]); }
+  lua_setfield(L, -2, "samples");
+  lua_pushinteger(L, gi->rechecks); lua_setfield(L, -2, "rechecks");
+  lua_pushinteger(L, gi->switches); lua_setfield(L, -2, "switches");
+  lua_pushboolean(L, gi->checking); lua_setfield(L, -2, "checking");
+  lua_pushboolean(L, gi->recheck_pending); lua_setfield(L, -2, "recheck_pending");
+  lua_pushinteger(L, gi->measure_calls); lua_setfield(L, -2, "measure_calls");
   lua_createtable(L, 0, 3);
   for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++)
     if (gi->why[k][0]) { lua_pushstring(L, gi->why[k]); lua_setfield(L, -2, launch_names[k]); }
@@ -200,6 +209,12 @@ int lg_report(lua_State *L) {
              gi->from_cache ? " (measured by an earlier process: from the launch cache)" : "", gi->calls, gi->kernels,
              gi->copy_bytes, gi->graphs, (double)gi->graph_bytes / 1024.0);
     luaL_addstring(&b, line);
+    if (gi->rechecks || gi->checking || gi->measure_calls) {
+      snprintf(line, sizeof line, "    %ld calls measured in this process; decision re-checked %d time%s (%d switched)%s\n",
+               gi->measure_calls, gi->rechecks, gi->rechecks == 1 ? "" : "s", gi->switches,
+               gi->checking ? ", a re-check under way" : "");
+      luaL_addstring(&b, line);
+    }
     if (gi->node_updates) {
       snprintf(line, sizeof line, "    %d library kernel node%s re-pointed per call (no copies for them)\n", gi->node_updates,
                gi->node_updates > 1 ? "s" : "");
@@ -228,7 +243,9 @@ int lg_report(lua_State *L) {
     }
     for (int k = 0; k < GRACE_LAUNCH_NSTRATEGIES; k++) {
       if (gi->why[k][0]) snprintf(line, sizeof line, "    %-18s unavailable: %s\n", launch_names[k], gi->why[k]);
-      else if (gi->us[k] > 0) snprintf(line, sizeof line, "    %-18s %9.1f us per call (median measured)\n", launch_names[k], gi->us[k]);
+      else if (gi->us[k] > 0)
+        snprintf(line, sizeof line, "    %-18s %9.1f us per call (median of %d timed calls)\n", launch_names[k], gi->us[k],
+                 gi->samples[k]);
       else continue;
       luaL_addstring(&b, line);
     }

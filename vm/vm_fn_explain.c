@@ -1,6 +1,6 @@
 /* vm_fn_explain.c: what grace does with a compiled function, in words: grace_fn_explain's text (partitions, ops by
  * kind, graph breaks, placement, dynamic scalars, guards) and the reports $GRACE_LOG asks for on stderr (ir: the
- * the kernels it runs as; placement). */
+ * the kernels it runs as; placement; launch: gpu/gpu_graph.c's decisions). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 #include "ir/ir_sym.h"
 #include "gpu/gpu_exec.h"
 
-static const char *const log_topics[] = {"ir", "placement", "regions", NULL};
+static const char *const log_topics[] = {"ir", "placement", "regions", "launch", NULL};
 
 const char *const *grace_log_topics(void) { return log_topics; }
 
@@ -20,12 +20,7 @@ const char *const *grace_log_topics(void) { return log_topics; }
 int fn_log_topic(const char *topic) {
   int known = 0;
   for (int i = 0; log_topics[i]; i++) known |= !strcmp(log_topics[i], topic);
-  if (!known) return 0;   /* a topic missing from the list would be one no host can tell users about */
-  const char *v = getenv("GRACE_LOG");
-  size_t n = strlen(topic);
-  for (const char *p = v; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-    if (!strncmp(p, topic, n) && (p[n] == ',' || p[n] == 0)) return 1;
-  return 0;
+  return known && vm_log_wants(topic);   /* a topic missing from the list would be one no host can tell users about */
 }
 
 void fn_log_plan(grace_vm *vm, grace_ir *ir) {

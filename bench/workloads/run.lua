@@ -3,13 +3,14 @@
 -- files bench/torch/workloads.py writes, or seeded random numbers), checks the compiled output against the
 -- eager one and, when the files hold PyTorch's outputs, against PyTorch (a training step, which changes its
 -- weights, on the losses of 8 steps from its initial state), then times every mode: latency per
--- call with a synchronize after each call (median), throughput without one (total / calls, one synchronize
--- at the end), the first call (trace + compile for compiled modes), the device span of one call (events,
--- grace.device_time, median of a separate pass), kernels per call and the peak device memory of the mode.
+-- call with a synchronize after each call (median; the measured mode first settles its launch choice), throughput
+-- without one (total / calls, one synchronize at the end), the first call (trace + compile for compiled modes),
+-- the device span of one call (events, grace.device_time, median of a separate pass), kernels per call and the
+-- peak device memory of the mode.
 -- Last, each compiled mode's first call in a fresh process (this script again, with --first-call-only),
 -- with an empty kernel cache (cold) and with the cache that run left (warm). Prints a table, writes JSON.
 -- usage: grace bench/workloads/run.lua [--device cuda|cpu|auto] [--only mlp,eos,...] [--iters N]
---          [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]
+--          [--warmup N] [--settle N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]
 --          [--device-time-calls N] [--fresh compiled,full|none] [--fresh-timeout S] [--fresh-budget S]
 --        grace bench/workloads/run.lua --first-call-only VARIANT --mode MODE [--device ...] [--weights DIR]
 --          [--small]   (one fresh-process measurement: prints one line "FIRST_CALL {...}"; the kernel
@@ -55,13 +56,15 @@ local function usage(msg)
     "         [--iters N] [--warmup N] [--json out.json] [--weights DIR] [--small] [--modes eager,compiled]\n",
     "         [--device-time-calls N (default 50)] [--fresh MODES (default compiled,full; none: skip)]\n",
     "         [--rounds N (interleaved comparison of the modes; default 10, 0: skip)]\n",
+    "         [--settle N (calls at most after the warm-up until the measured launch choice is made and re-checked;\n",
+    "          default 400, 0: none)]\n",
     "         [--fresh-timeout S (per process, default 120)] [--fresh-budget S (all of them; default 0: no limit)]\n",
     "       grace bench/workloads/run.lua --first-call-only VARIANT --mode MODE [--device ...] [--weights DIR]\n",
     "         [--small]\n")
   os.exit(2)
 end
 
-local opt = {device = "auto", iters = 200, warmup = 10, small = false, device_time_calls = 50, rounds = 10,
+local opt = {device = "auto", iters = 200, warmup = 10, settle = 400, small = false, device_time_calls = 50, rounds = 10,
              fresh = "compiled,full", fresh_timeout = 120, fresh_budget = 0}
 do
   local a, i = arg or {}, 1
@@ -84,6 +87,7 @@ do
     elseif s == "--small" then opt.small = true
     elseif s == "--device-time-calls" then
       opt.device_time_calls = math.tointeger(tonumber(value(s))) or usage("--device-time-calls needs an integer")
+    elseif s == "--settle" then opt.settle = math.tointeger(tonumber(value(s))) or usage("--settle needs an integer")
     elseif s == "--rounds" then opt.rounds = math.tointeger(tonumber(value(s))) or usage("--rounds needs an integer")
     elseif s == "--fresh" then opt.fresh = value(s)
     elseif s == "--fresh-timeout" then opt.fresh_timeout = tonumber(value(s)) or usage("--fresh-timeout needs a number")
@@ -97,6 +101,7 @@ do
   if opt.iters < 1 then usage("--iters must be >= 1") end
   if opt.warmup < 0 then usage("--warmup must be >= 0") end
   if opt.rounds < 0 then usage("--rounds must be >= 0") end
+  if opt.settle < 0 then usage("--settle must be >= 0") end
   if opt.device_time_calls < 0 then usage("--device-time-calls must be >= 0") end
   if opt.first_call_only and not opt.mode then usage("--first-call-only needs --mode") end
   if opt.mode and not opt.first_call_only then usage("--mode goes with --first-call-only") end
@@ -236,10 +241,27 @@ local function stats_us(ts)
           latency_us_mean = sum / n * 1e6}
 end
 
+-- Whether every device program of compiled function f has made its launch decision and its one re-check (those of
+-- the measured mode; a forced mode has none to make).
+local function launch_settled(f)
+  if type(f) == "function" or not f.report then return true end   -- the eager mode: a plain function
+  for _, r in ipairs(f:report()) do
+    if r.on_device and not r.no_graph and (r.strategy == "measuring" or r.recheck_pending) then return false end
+  end
+  return true
+end
+
 local function measure(f, pool)
   local n = #pool
   local function call(k) return f(table.unpack(pool[(k - 1) % n + 1])) end
   for k = 1, opt.warmup do call(k) end
+  -- the measured mode: more calls until its launch decisions and their re-check are made (at most --settle), so
+  -- that the timed calls are its steady state, as they are for the forced modes after the warm-up
+  local settle = 0
+  while settle < opt.settle and not launch_settled(f) do
+    settle = settle + 1
+    call(opt.warmup + settle)
+  end
   sync()
   collectgarbage()
   local ts = {}
@@ -257,6 +279,8 @@ local function measure(f, pool)
   local r = stats_us(ts)
   r.throughput_us_per_call = (clock() - t0) / opt.iters * 1e6
   r.calls_timed = opt.iters
+  r.settle_calls = settle
+  r.launch_settled = launch_settled(f)
   return r
 end
 
@@ -521,7 +545,9 @@ local result = {
     .. "p90, mean); throughput_us_per_call: wall time of --iters calls with one grace.synchronize() at the end, "
     .. "divided by --iters; first_call_ms / second_call_ms: the first two calls of a fresh function (for compiled "
     .. "modes: trace + compile + run), each with a synchronize. Each call takes the next input of a pool of "
-    .. "pool_size pre-made inputs. Checks: max |got - want| <= tolerance_rel_to_max * max |want|. "
+    .. "pool_size pre-made inputs. Before the timed calls, warmup_calls calls, and for the measured mode (full) up to "
+    .. "--settle more (settle_calls; launch_settled: whether that sufficed) until every device program has made its "
+    .. "launch decision and its one re-check. Checks: max |got - want| <= tolerance_rel_to_max * max |want|. "
     .. "device_span_us_*: a separate pass of device_span_calls calls, each after a synchronize, timed by "
     .. "grace.device_time: on CUDA the span between events recorded on grace's stream just before the call and "
     .. "after it returns (gaps where the device waits for the host count), on the CPU the wall time. "
@@ -606,7 +632,8 @@ local function run_mode(entry, w, mode, tol, want1, want2, want_ref, ref, e1_ms,
                                    kernels = r.kernels, copy_bytes = r.copy_bytes, graph_bytes = r.graph_bytes,
                                    indirect_words = r.indirect_words, node_updates = r.node_updates, graphs = r.graphs, captures = r.captures,
                                    replay_host_us_min = r.replay_host_us_min, replay_host_us_mean = r.replay_host_us_mean,
-                                   arena_bytes = r.arena_bytes}
+                                   arena_bytes = r.arena_bytes, samples = r.samples, from_cache = r.from_cache,
+                                   rechecks = r.rechecks, switches = r.switches, measure_calls = r.measure_calls}
       end
     end
     if grace.graphs then grace.graphs() end
@@ -672,8 +699,8 @@ local function print_entry(vname, entry)
 end
 
 -- The modes that ran without error, compiled again (kernels and the launch choice come from the caches by
--- now) and warmed up (enough calls for graphs to be recorded, or a choice measured where none was kept), then
--- timed in turn.
+-- now) and warmed up (enough calls for graphs to be recorded, or a choice measured where none was kept, and the
+-- measured choice's one re-check made: up to --settle more calls), then timed in turn.
 local function interleaved(entry, w)
   local fns = {}
   for _, mode in ipairs(modes) do
@@ -681,7 +708,11 @@ local function interleaved(entry, w)
       local f = w.fn
       if mode.opts then
         f = compile_mode(entry.name, w.fn, mode)
-        for k = 1, math.max(opt.warmup, 30) do f(table.unpack(w.pool[(k - 1) % #w.pool + 1])) end
+        local k = 0
+        while k < math.max(opt.warmup, 30) or (k < math.max(opt.warmup, 30) + opt.settle and not launch_settled(f)) do
+          k = k + 1
+          f(table.unpack(w.pool[(k - 1) % #w.pool + 1]))
+        end
         if grace.graphs then grace.graphs() end
       end
       fns[#fns + 1] = {name = mode.name, f = f}

@@ -4,7 +4,8 @@
  * before anything probes the real driver. Counters say what went through it; inst_oom makes graph instantiation
  * run out of memory, end_result what ending a capture returns. install_fake_cond adds conditional graph nodes: the
  * fake records the structure of the last graph captured (see below), since it cannot run the kernels that set a
- * node's handle nor, therefore, decide which body a replay would run. */
+ * node's handle nor, therefore, decide which body a replay would run. install_fake_clock programs the time calls
+ * take, as the launch measurement sees it. */
 #ifndef GRACE_TEST_FAKE_CUDA_H
 #define GRACE_TEST_FAKE_CUDA_H
 #include <dirent.h>
@@ -28,8 +29,27 @@ static CUresult f_alloc(CUdeviceptr *p, size_t n) {
 static CUresult f_free(CUdeviceptr p) { free((void *)(uintptr_t)p); driver_frees++; return 0; }
 static long stream_syncs;
 static int capturing;    /* between a begin and an end of stream capture */
+/* ---- programmable timings (install_fake_clock) ----
+ * The launch measurement then reads fake_clock_us (microseconds) instead of the host's clock, and each stream
+ * synchronize advances it by fake_work_us(kernels, exec): what the work queued since the previous synchronize took,
+ * told the kernels launched outside graphs since then and the last graph exec launched since then (NULL: none; each
+ * instantiation hands out an exec of its own, so a test can tell whose replay it was). NULL: no time passes. */
+static double fake_clock_us;
+static double (*fake_work_us)(long kernels, CUgraphExec exec);
+static long fake_kernels_synced;   /* kernel_launches at the last synchronize */
+static CUgraphExec fake_exec_since;
+static char fake_execs[256];
 /* a synchronize or a copy to the host inside a capture fails, as on a device (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) */
-static CUresult f_sync(CUstream s) { (void)s; stream_syncs++; return capturing ? 900 : 0; }
+static CUresult f_sync(CUstream s) {
+  (void)s;
+  stream_syncs++;
+  if (capturing) return 900;
+  if (fake_work_us) fake_clock_us += fake_work_us(kernel_launches - fake_kernels_synced, fake_exec_since);
+  fake_kernels_synced = kernel_launches;
+  fake_exec_since = NULL;
+  return 0;
+}
+static inline double fake_clock(cuda_ctx *c) { (void)c; return fake_clock_us * 1e-6; }
 static long htod_copies, dtoh_copies;   /* copies between host and device memory */
 static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; memcpy((void *)(uintptr_t)d, s, n); htod_copies++; return 0; }
 static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) {
@@ -162,11 +182,11 @@ static int inst_oom;   /* instantiation runs out of device memory */
 static CUresult f_inst(CUgraphExec *x, CUgraph g, unsigned long long fl) {
   (void)g; (void)fl;
   if (inst_oom) return 2;   /* CUDA_ERROR_OUT_OF_MEMORY */
-  *x = (CUgraphExec)&fake_obj;
+  *x = (CUgraphExec)(void *)&fake_execs[instantiations % 256];
   instantiations++;
   return 0;
 }
-static CUresult f_glaunch(CUgraphExec x, CUstream s) { (void)x; (void)s; graph_launches++; return 0; }
+static CUresult f_glaunch(CUgraphExec x, CUstream s) { (void)s; graph_launches++; fake_exec_since = x; return 0; }
 static CUresult f_gxdestroy(CUgraphExec x) { (void)x; return 0; }
 static CUresult f_gdestroy(CUgraph g) { (void)g; return 0; }
 static CUresult f_nodes(CUgraph g, CUgraphNode *n, size_t *k) { (void)g; (void)n; *k = 0; return 0; }
@@ -291,6 +311,13 @@ static inline void install_fake_cond(cuda_ctx *c) {
   c->fn.cuGraphConditionalHandleCreate = f_handle;
   c->fn.cuStreamBeginCaptureToGraph = f_begin_to;
   c->fn.cuStreamCreate = f_stream_new;
+}
+/* The launch measurement reads the fake clock, advanced per synchronize by work(kernels, exec) (see above). */
+static inline void install_fake_clock(cuda_ctx *c, double (*work)(long kernels, CUgraphExec exec)) {
+  c->clock = fake_clock;
+  fake_work_us = work;
+  fake_kernels_synced = kernel_launches;
+  fake_exec_since = NULL;
 }
 static inline void install_fake_ex(cuda_ctx *c) {
   c->fn.cuLaunchKernelEx = f_launch_ex;

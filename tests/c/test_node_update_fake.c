@@ -413,7 +413,7 @@ static void refused(grace_vm *vm, void (*hide)(int)) {
 static void measured(grace_vm *vm) {
   grace_set_graphs(vm, "auto");
   grace_ir *ir = mm_prog(vm);
-  is_int(ir ? run_fresh(vm, ir, 40, 9) : 0, 40, "auto: 40 calls are right");
+  is_int(ir ? run_fresh(vm, ir, 48, 9) : 0, 48, "auto: 48 calls are right");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.decided && gi.us[GRACE_LAUNCH_UPDATE] > 0, "auto: graph+node updates was measured (%.1f us)", gi.us[GRACE_LAUNCH_UPDATE]);

@@ -22,6 +22,7 @@
 #include "cuda/cuda_graph.h"
 #include "cuda/cuda_internal.h"
 #include "gpu/gpu_exec.h"
+#include "gpu/gpu_graph_int.h"
 #include "tap.h"
 
 #include "c/fake_cuda.h"
@@ -168,7 +169,7 @@ static void identity_graph(grace_vm *vm) {
 }
 
 /* Nothing forced: every graph strategy is measured with conditional nodes and predicated, and against the host
- * branch; the fastest is kept, and the report has each lowering's best. */
+ * branch; the fastest is kept (or a simpler one within the margin), and the report has each lowering's best. */
 static void measured(grace_vm *vm, cuda_ctx *c) {
   grace_ir *ir = cond_prog(vm);
   grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
@@ -181,8 +182,10 @@ static void measured(grace_vm *vm, cuda_ctx *c) {
      (gi.region_us[GRACE_REGION_NODES] > 0) == nodes, "measured: each lowering measured (host %.1f, nodes %.1f, pred "
      "%.1f us)", gi.region_us[GRACE_REGION_HOST], gi.region_us[GRACE_REGION_NODES], gi.region_us[GRACE_REGION_PRED]);
   int fastest = kept >= 0;
-  for (int l = 0; l < 3 && fastest; l++) fastest = gi.region_us[l] == 0 || gi.region_us[kept] <= gi.region_us[l];
-  ok(fastest, "measured: the lowering kept (%d) is the fastest measured", kept);
+  /* (a simpler candidate within GG_MARGIN_PCT of the fastest is a tie it wins) */
+  for (int l = 0; l < 3 && fastest; l++)
+    fastest = gi.region_us[l] == 0 || gi.region_us[kept] <= gi.region_us[l] * (1 + GG_MARGIN_PCT / 100.0);
+  ok(fastest, "measured: the lowering kept (%d) is the fastest measured, or within %d%% of it", kept, GG_MARGIN_PCT);
   ok((kept == GRACE_REGION_HOST) == (gi.chosen == GRACE_LAUNCH_EAGER), "measured: the host branch is the eager strategy");
   grace_tensor_release(x);
   grace_ir_free(ir);

@@ -63,7 +63,7 @@ end)
 section("GRACE_LOG unknown topics", function()
   local err = capture.stderr_of("print(1)", "GRACE_LOG=ir,placment")
   if not err then tap.skip("cannot run a grace process", 2) return end
-  tap.ok(err:find("unknown topic 'placment' (topics: ir, placement, regions)", 1, true), "an unknown topic is named with the valid ones")
+  tap.ok(err:find("unknown topic 'placment' (topics: ir, placement, regions, launch)", 1, true), "an unknown topic is named with the valid ones")
   local _, count = err:gsub("unknown topic", "")
   tap.is(count, 1, "once, and not for the known topic ir")
   tap.is(capture.stderr_of("print(1)", "GRACE_LOG=placement"), "", "known topics: nothing said")

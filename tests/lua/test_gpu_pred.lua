@@ -183,17 +183,17 @@ for _, mode in ipairs(ON_GPU and {"copy", "indirect"} or {"auto"}) do
   end
 end
 
--- nothing forced: every lowering measured, the fastest kept
+-- nothing forced: every lowering measured, the fastest kept (or a simpler one within 3% of it)
 grace.regions()
 grace.graphs()
-local cf, bad = run(branch, function(k) return alt(k), y0 end, 80)
-tap.is(bad, 0, "measured: 80 calls equal the eager CPU calls")
+local cf, bad = run(branch, function(k) return alt(k), y0 end, 100)   -- 7 candidates: 1 + 7 * 9 timed + 7 untimed
+tap.is(bad, 0, "measured: 100 calls equal the eager CPU calls")
 if ON_GPU then
   local p = last_report(cf)
   local t = p.region_times or {}
   local kept = ({["host branch"] = "host", ["conditional nodes"] = "nodes", predication = "pred"})[p.region_lowering]
   local fastest = kept ~= nil and t[kept] ~= nil
-  for _, v in pairs(t) do fastest = fastest and t[kept] <= v end
+  for _, v in pairs(t) do fastest = fastest and t[kept] <= v * 1.03 end   -- a simpler one within 3% wins the tie
   tap.ok(t.host and t.pred and (t.nodes or p.region_why) and fastest,
          ("measured: each lowering measured, the fastest kept (%s; host %s, nodes %s, pred %s us)"):format(
            tostring(p.region_lowering), tostring(t.host), tostring(t.nodes), tostring(t.pred)))
