@@ -15,26 +15,9 @@ local tap = require "tests.lua.tap"
 local grace = require "grace"
 local H = require "tests.lua.gpu_harness"
 
-local DEV, to_dev, flat = H.DEV, H.to_dev, H.flat
+local DEV, to_dev = H.DEV, H.to_dev
 local ON_GPU = DEV == "cuda"
-
-local function close(got, want, atol)
-  if not grace.is_tensor(got) or got.dtype ~= want.dtype or H.shape(got) ~= H.shape(want) then return false end
-  local a, b = flat(got:cpu()), flat(want)
-  for i = 1, #b do
-    local tol = (atol or 1e-5) + 1e-5 * math.abs(b[i])
-    if not (math.abs(a[i] - b[i]) <= tol or (a[i] ~= a[i] and b[i] ~= b[i])) then return false end
-  end
-  return true
-end
-
-local function syncs() return grace.device_stats().syncs or 0 end
--- The captures of compiled function cf's last program so far (a capture waits for the device once, at its end).
-local function captures(cf)
-  if not ON_GPU then return 0 end
-  local r = cf:report()
-  return (r[#r] or {}).captures or 0
-end
+local last_report = H.last_report
 
 -- Why a program's regions are not conditional nodes, as its report says (for the diagnostics of a failure).
 local function why_not(p)
@@ -43,28 +26,12 @@ local function why_not(p)
   return table.concat(w, "; ")
 end
 
--- Runs f compiled (under the current graphs mode) on device copies of args(k), k = 1..n, against f eagerly on the
--- CPU arguments; counts host synchronisations inside the calls from the fourth on, but for the one that captures the
--- graph. Returns the compiled function.
+-- A case under the current graphs mode: equal to eager, and run by the mode's lowering. Returns the compiled function.
 local function check(name, mode, f, args, n, atol)
-  local cf = grace.compile(f)
-  local bad, waited = 0, 0
-  for k = 1, n do
-    local a = table.pack(args(k))
-    local d = {}
-    for i = 1, a.n do d[i] = grace.is_tensor(a[i]) and a[i].device == "cpu" and a[i]:dim() > 0 and to_dev(a[i]) or a[i] end
-    local want = table.pack(f(table.unpack(a, 1, a.n)))
-    local s0, c0 = syncs(), captures(cf)
-    local got = table.pack(cf(table.unpack(d, 1, a.n)))
-    if k >= 4 and captures(cf) == c0 then waited = waited + syncs() - s0 end
-    local good = got.n == want.n
-    for j = 1, want.n do good = good and close(got[j], want[j], atol) end
-    if not good then bad = bad + 1; tap.diag(("%s [%s]: call %d differs from eager"):format(name, mode, k)) end
-  end
+  local cf, bad, waited = H.run_vs_eager(("%s [%s]: "):format(name, mode), f, args, n, atol)
   tap.is(bad, 0, ("%s [%s]: %d calls equal the eager CPU calls"):format(name, mode, n))
   if ON_GPU then
-    local r = cf:report()
-    local p = r[#r] or {}
+    local p = last_report(cf)
     if mode == "eager" then
       -- (a host boolean predicate needs no wait: it is known on the host)
       tap.ok(p.region_lowering == "host branch" and (waited > 0 or name:find("host boolean", 1, true) ~= nil),
@@ -84,24 +51,8 @@ local function check(name, mode, f, args, n, atol)
   return cf
 end
 
-local N = 1000
-local x0, y0 = grace.randn(N), grace.randn(N)
-local function alt(k) return (k % 2 == 0) and x0 or -x0 end
-
-local branch = function(x, y)
-  local r = grace.cond(x:sum():gt(0), function(a, b) return (a * b):exp() + a end,
-                       function(a, b) return (a - b):tanh() * 2 end, x, y)
-  return r * 3 + x
-end
-local host_pred = function(p, x, y)
-  return grace.cond(p, function(a, b) return a * b + 1 end, function(a, b) return a - b * 0.5 end, x, y)
-end
-local nested = function(x)
-  return grace.cond(x:sum():gt(0),
-                    function(a) return grace.cond(a:max():gt(3), function(u) return u * 0.5 end,
-                                                  function(u) return u:exp() end, a) end,
-                    function(a) return a:abs() + 1 end, x)
-end
+local P = H.region_progs(1000, 256)
+local x0 = P.x0
 -- a loop whose count k is a device value: i counts to k, v moves by a cond on i's parity
 local loop = function(x, k)
   local i, v = grace.while_loop(function(i, v) return i:lt(k) end,
@@ -117,27 +68,10 @@ local bounded = function(x, k)
                           {grace.tensor(0):to(x.device), x}, {max_iters = 10})
 end
 local BOUNDED = {3, 10, 0, 7, 10, 1, 9}
-local random_branch = function(p, x)
-  local r = grace.cond(p, function(a) return a + grace.rand(N, {device = a.device}) end,
-                       function(a) return a * grace.randn(N, {device = a.device}) end, x)
-  return r - grace.rand(N, {device = x.device})
-end
-local K = 256
-local W1, W2 = grace.randn(K, K) * 0.1, grace.randn(K, K) * 0.1
-local dW1, dW2 = to_dev(W1), to_dev(W2)
-local xm = grace.randn(64, K)
-local function mm_fn(A, B)
-  return function(x)
-    return grace.cond(x:sum():gt(0), function(a) return a:matmul(A):relu() end, function(a) return a:matmul(B) * 0.5 end, x)
-  end
-end
 
 for _, mode in ipairs(ON_GPU and {"eager", "copy", "indirect"} or {"auto"}) do
   grace.graphs(mode)
-  check("cond alternating, predicate on the device", mode, branch, function(k) return alt(k), y0 end, 10)
-  check("cond alternating, host boolean predicate", mode, host_pred,
-        function(k) return grace.tensor(k % 2 == 0), x0, y0 end, 10)
-  check("cond nested in a cond", mode, nested, function(k) return ({x0:abs() * 2, -x0:abs(), x0:abs() * 0.001})[k % 3 + 1] end, 9)
+  for _, c in ipairs(P.cases) do check(c[1], mode, c[2], c[3], c[4]) end
   check("cond inside a while of 0, 1 and 37 iterations", mode, loop,
         function(k) return x0, grace.tensor(COUNTS[k]) end, #COUNTS, 1e-3)
   check("while with max_iters, within the bound", mode, bounded, function(k) return x0, grace.tensor(BOUNDED[k]) end,
@@ -149,46 +83,19 @@ for _, mode in ipairs(ON_GPU and {"eager", "copy", "indirect"} or {"auto"}) do
   end
   tap.is(raised, 5, ("while with max_iters, past the bound [%s]: every call fails as eagerly"):format(mode))
   -- cuBLASLt inside a branch (forced where it can take the product)
-  grace.matmul_backend("cublaslt")
-  local mf_dev = mm_fn(dW1, dW2)
-  local cmf = grace.compile(mf_dev)
-  local mf_cpu = mm_fn(W1, W2)
-  local bad, waited = 0, 0
-  for k = 1, 8 do
-    local a = (k % 2 == 0) and xm or -xm
-    local da = to_dev(a)
-    local want = mf_cpu(a)
-    local s0, c0 = syncs(), captures(cmf)
-    local got = cmf(da)
-    if k >= 4 and captures(cmf) == c0 then waited = waited + syncs() - s0 end
-    if not close(got, want, 1e-4 * math.sqrt(K)) then bad = bad + 1 end
-  end
-  grace.matmul_backend()
+  local cmf, bad, waited = H.matmul_branch_calls(P, "cublaslt")
   tap.is(bad, 0, ("cuBLASLt matmul in a branch [%s]: 8 calls equal the eager CPU calls"):format(mode))
   if ON_GPU and mode ~= "eager" then
-    local r = cmf:report()
-    local p = r[#r] or {}
+    local p = last_report(cmf)
     tap.ok(p.region_lowering == "conditional nodes" and waited == 0,
            ("cuBLASLt matmul in a branch [%s]: conditional nodes, no synchronisation (%s, %d) %s"):format(
              mode, tostring(p.region_lowering), waited, why_not(p)))
   end
   -- random numbers in branches: drawn as eagerly; these regions stay host branches
-  local crf = grace.compile(random_branch)
-  local rbad = 0
-  for k = 1, 6 do
-    local pv = k % 2 == 0
-    grace.manual_seed(900 + k)
-    local want = random_branch(grace.tensor(pv), x0)
-    local _, ow = grace.get_rng_state()
-    grace.manual_seed(900 + k)
-    local got = crf(grace.tensor(pv), to_dev(x0))
-    local _, og = grace.get_rng_state()
-    if not (close(got, want) and og == ow) then rbad = rbad + 1 end
-  end
+  local crf, rbad = H.random_branch_calls(P)
   tap.is(rbad, 0, ("random draws in branches [%s]: as the eager CPU calls, generator offsets included"):format(mode))
   if ON_GPU then
-    local r = crf:report()
-    local p = r[#r] or {}
+    local p = last_report(crf)
     tap.ok(p.region_lowering == "host branch" and tostring(p.region_why):find("random"),
            ("random draws in branches [%s]: host branch, and why (%s)"):format(mode, tostring(p.region_why)))
   end
