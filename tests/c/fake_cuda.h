@@ -304,13 +304,14 @@ static inline void fake_vm_free(grace_vm *vm, const char *dir) {
   rmdir(dir);
 }
 
-static inline void install_fake_cond(cuda_ctx *c) {
+static inline cuda_ctx *install_fake_cond(cuda_ctx *c) {
   c->fn.cuStreamGetCaptureInfo_v3 = f_capture_info;
   c->fn.cuStreamUpdateCaptureDependencies_v2 = f_update_deps;
   c->fn.cuGraphAddNode_v2 = f_add_node;
   c->fn.cuGraphConditionalHandleCreate = f_handle;
   c->fn.cuStreamBeginCaptureToGraph = f_begin_to;
   c->fn.cuStreamCreate = f_stream_new;
+  return c;
 }
 /* The launch measurement reads the fake clock, advanced per synchronize by work(kernels, exec) (see above). */
 static inline void install_fake_clock(cuda_ctx *c, double (*work)(long kernels, CUgraphExec exec)) {

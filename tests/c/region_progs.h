@@ -95,18 +95,21 @@ static uint64_t host_syncs(grace_vm *vm) {
   return s.syncs;
 }
 
-/* Runs ir `calls` times on (x, flag), the flag flipping every call when flip is set (else always false). Returns
- * the failed calls; *syncs and *launches: host synchronisations and graph launches from call `from` on. */
-static int run_calls(grace_vm *vm, grace_ir *ir, grace_tensor *x, int calls, int flip, int from, long *syncs,
+/* Runs ir `calls` times on (x, flag), the flag flipping every call when flips is 1 (else always false); when flips
+ * is 2, on (x, p, q), p flipping every call and q every second call. x NULL: N halves, made here. Returns the failed
+ * calls; *syncs and *launches: host synchronisations and graph launches from call `from` on. */
+static int run_calls(grace_vm *vm, grace_ir *ir, grace_tensor *x, int calls, int flips, int from, long *syncs,
                      long *launches) {
   int bad = 0;
+  grace_tensor *own = x ? NULL : dev_value(vm, GRACE_FLOAT32, N, 0.5);
   grace_tensor *flag[2] = {dev_value(vm, GRACE_BOOL, 0, 0), dev_value(vm, GRACE_BOOL, 0, 1)};
   uint64_t s0 = 0;
   long g0 = 0, ss0 = 0;
   for (int i = 1; i <= calls; i++) {
     if (i == from) { s0 = host_syncs(vm); ss0 = stream_syncs; g0 = graph_launches; }
     grace_tensor *out = NULL;
-    if (grace_ir_run(ir, 2, (grace_tensor *[]){x, flag[flip ? i % 2 : 0]}, 1, &out) != GRACE_OK) {
+    grace_tensor *in[3] = {x ? x : own, flag[flips ? i % 2 : 0], flag[i / 2 % 2]};
+    if (grace_ir_run(ir, flips == 2 ? 3 : 2, in, 1, &out) != GRACE_OK) {
       printf("# call %d: %s\n", i, grace_last_error(vm));
       bad++;
     }
@@ -117,6 +120,7 @@ static int run_calls(grace_vm *vm, grace_ir *ir, grace_tensor *x, int calls, int
   *launches = graph_launches - g0;
   grace_tensor_release(flag[0]);
   grace_tensor_release(flag[1]);
+  grace_tensor_release(own);
   return bad;
 }
 

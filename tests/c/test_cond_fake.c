@@ -26,10 +26,9 @@
 static void cond_graph(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
   grace_ir *ir = cond_prog(vm);
-  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long c0 = cond_nodes_added, syncs = 0, launches = 0;
   /* call 1 eager (a host branch, then), call 2 the layout's warm run (the other branch), call 3 captures */
-  is_int(run_calls(vm, ir, x, 12, 1, 4, &syncs, &launches), 0, "cond: 12 calls, the branch flipping every call");
+  is_int(run_calls(vm, ir, NULL, 12, 1, 4, &syncs, &launches), 0, "cond: 12 calls, the branch flipping every call");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.regions == 1 && !gi.region_why[0], "cond: one region, conditional nodes can take it (%d, '%s')", gi.regions,
@@ -48,7 +47,6 @@ static void cond_graph(grace_vm *vm) {
   /* each body: the branch's fused kernel and the copy into the result both branches write */
   ok(tb->kernels == 2 && eb->kernels == 2 && !tb->nsets && !eb->nsets && !tb->nconds && !eb->nconds,
      "cond: each body holds its branch's kernel and the copy of its result (%d, %d kernels)", tb->kernels, eb->kernels);
-  grace_tensor_release(x);
   grace_ir_free(ir);
   grace_set_graphs(vm, NULL);
 }
@@ -56,9 +54,8 @@ static void cond_graph(grace_vm *vm) {
 static void while_graph(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
   grace_ir *ir = while_prog(vm, 0, 0);
-  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
-  is_int(run_calls(vm, ir, x, 10, 0, 4, &syncs, &launches), 0, "while: 10 calls");
+  is_int(run_calls(vm, ir, NULL, 10, 0, 4, &syncs, &launches), 0, "while: 10 calls");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.regions == 1 && gi.captures == 1 && gi.cond_nodes == 1, "while: one region, captured once as one node");
@@ -74,7 +71,6 @@ static void while_graph(grace_vm *vm) {
   ok(b->kernels == 3 && b->nsets == 1 && b->sets[0] == top->cond[0].handle,
      "while: the body runs the body's kernel, copies the next state, and sets the same handle again (%d kernels)",
      b->kernels);
-  grace_tensor_release(x);
   grace_ir_free(ir);
   grace_set_graphs(vm, NULL);
 }
@@ -83,9 +79,8 @@ static void while_graph(grace_vm *vm) {
 static void nested_graph(grace_vm *vm) {
   grace_set_graphs(vm, "indirect");
   grace_ir *ir = while_prog(vm, 1, 0);
-  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
-  is_int(run_calls(vm, ir, x, 6, 0, 4, &syncs, &launches), 0, "nested: 6 calls");
+  is_int(run_calls(vm, ir, NULL, 6, 0, 4, &syncs, &launches), 0, "nested: 6 calls");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.captures == 1 && gi.cond_nodes == 2 && launches == 3 && syncs == 0,
@@ -102,7 +97,6 @@ static void nested_graph(grace_vm *vm) {
   const fake_graph *t = b->nconds ? &fgraph[b->cond[0].body[0]] : b, *e = b->nconds ? &fgraph[b->cond[0].body[1]] : b;
   ok(t->kernels == 2 && e->kernels == 2, "nested: the IF's bodies hold their branch's kernel and the copy (%d, %d)",
      t->kernels, e->kernels);
-  grace_tensor_release(x);
   grace_ir_free(ir);
   grace_set_graphs(vm, NULL);
 }
@@ -164,9 +158,8 @@ static void no_link(grace_vm *vm, cuda_ctx *c) {
   snprintf(c->link_why, sizeof c->link_why, "nvJitLink not found (hidden by the test)");
   grace_set_graphs(vm, "indirect");
   grace_ir *ir = cond_prog(vm);
-  grace_tensor *x = dev_value(vm, GRACE_FLOAT32, N, 0.5);
   long syncs = 0, launches = 0;
-  is_int(run_calls(vm, ir, x, 6, 1, 4, &syncs, &launches), 0, "no nvJitLink: 6 calls run");
+  is_int(run_calls(vm, ir, NULL, 6, 1, 4, &syncs, &launches), 0, "no nvJitLink: 6 calls run");
   grace_graph_info gi;
   grace_ir_graph_info(ir, &gi);
   ok(gi.regions == 1 && strstr(gi.region_why, "nvJitLink not found"), "no nvJitLink: the report says why (%s)",
@@ -177,13 +170,12 @@ static void no_link(grace_vm *vm, cuda_ctx *c) {
   grace_ir_free(ir);
   grace_set_regions(vm, "nodes");
   ir = cond_prog(vm);
-  is_int(run_calls(vm, ir, x, 6, 1, 1, &syncs, &launches), 0, "no nvJitLink, conditional nodes asked for: 6 calls run");
+  is_int(run_calls(vm, ir, NULL, 6, 1, 1, &syncs, &launches), 0, "no nvJitLink, conditional nodes asked for: 6 calls run");
   grace_ir_graph_info(ir, &gi);
   ok(gi.managed && gi.ineligible[0] && gi.cond_nodes == 0 && gi.captures == 0 && gi.region_lowering == GRACE_REGION_HOST,
      "no nvJitLink, conditional nodes asked for: the program is not graphed, and the report says so (%s)", gi.ineligible);
   ok(launches <= 6, "no nvJitLink: a call replays at most the graph of the branch it takes (%ld launches)", launches);
   ok(syncs >= 6, "no nvJitLink: every call reads its predicate on the host (%ld synchronisations)", syncs);
-  grace_tensor_release(x);
   grace_ir_free(ir);
   grace_set_regions(vm, NULL);
   grace_set_graphs(vm, NULL);
@@ -194,8 +186,7 @@ int main(void) {
   int rc = 0;
   grace_vm *vm = fake_vm_new(dir, &rc);
   if (!vm) return rc;
-  cuda_ctx *fake = install_fake(vm);
-  install_fake_cond(fake);
+  cuda_ctx *fake = install_fake_cond(install_fake(vm));
   grace_set_regions(vm, "nodes");   /* conditional nodes only, but in no_link */
   const char *lw = cuda_link_why(fake);
   if (lw) printf("# conditional nodes not checked: %s\n", lw);
