@@ -34,6 +34,16 @@
 
 static grace_vm *vm;
 
+/* A host function's end: y its one result when st is GRACE_OK (released when the caller takes no result), else
+ * GRACE_EHOST with y released. */
+static grace_status host_result(grace_status st, grace_tensor *y, int *nres, grace_arg *res, int maxres) {
+  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
+  *nres = 1;
+  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
+  else grace_tensor_release(y);
+  return GRACE_OK;
+}
+
 static grace_status h_call(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
   (void)ud;
   *nres = 0;
@@ -50,11 +60,7 @@ static grace_status h_call(void *ud, int nargs, const grace_arg *args, int *nres
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){d, one}, NULL, 1, &y);
   grace_tensor_release(e); grace_tensor_release(m); grace_tensor_release(two); grace_tensor_release(one);
   grace_tensor_release(d);
-  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
-  *nres = 1;
-  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
-  else grace_tensor_release(y);
-  return GRACE_OK;
+  return host_result(st, y, nres, res, maxres);
 }
 
 static const grace_host host = {.call = h_call};
@@ -128,11 +134,7 @@ static grace_status h_chain(void *ud, int nargs, const grace_arg *args, int *nre
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){c, three}, NULL, 1, &y);
   grace_tensor *all[] = {a, b, c, s, two, one, three};
   for (int i = 0; i < 7; i++) grace_tensor_release(all[i]);
-  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
-  *nres = 1;
-  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
-  else grace_tensor_release(y);
-  return GRACE_OK;
+  return host_result(st, y, nres, res, maxres);
 }
 
 static void kept_inside(void) {
@@ -210,11 +212,7 @@ static grace_status h_running(void *ud, int nargs, const grace_arg *args, int *n
   grace_tensor_release(t1); grace_tensor_release(t2);
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &stat, NULL, 1, &y);
   grace_tensor_release(a); grace_tensor_release(b); grace_tensor_release(m); grace_tensor_release(mm);
-  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
-  *nres = 1;
-  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
-  else grace_tensor_release(y);
-  return GRACE_OK;
+  return host_result(st, y, nres, res, maxres);
 }
 
 /* Runs fn 10 times on args; returns the failures; g and k: graph and kernel launches of calls 6 to 10. */
@@ -323,10 +321,7 @@ static grace_status h_trip_mm(void *ud, int nargs, const grace_arg *args, int *n
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_TO_DEVICE, 1, &c, &(grace_attrs){.device = GRACE_CUDA}, 1, &d);
   grace_tensor_release(h);
   grace_tensor_release(c);
-  if (st != GRACE_OK) { grace_tensor_release(d); return GRACE_EHOST; }
-  res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = d};
-  *nres = 1;
-  return GRACE_OK;
+  return host_result(st, d, nres, res, maxres);
 }
 
 static void round_trip(void) {
@@ -416,11 +411,7 @@ static grace_status h_model(void *ud, int nargs, const grace_arg *args, int *nre
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_EXP, 1, &xd, NULL, 1, &e);
   if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){e, bd}, NULL, 1, &y);
   grace_tensor_release(xd); grace_tensor_release(bd); grace_tensor_release(e);
-  if (st != GRACE_OK) { grace_tensor_release(y); return GRACE_EHOST; }
-  *nres = 1;
-  if (maxres >= 1) res[0] = (grace_arg){.kind = GRACE_ARG_TENSOR, .t = y};
-  else grace_tensor_release(y);
-  return GRACE_OK;
+  return host_result(st, y, nres, res, maxres);
 }
 
 static void placement(void) {
