@@ -3,20 +3,11 @@
 -- op) or the right result, and the VM must work after it.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
+local survive = require "tests.lua.survive"
+local still_works, raises = survive.still_works, survive.raises
 
 local BIG = 1 << 62
 local MAX, MIN = math.maxinteger, math.mininteger
-
-local function still_works(name)
-  local ok, v = pcall(function() return (grace.ones(2, 2) + 1):sum():item() end)
-  tap.ok(ok and v == 8, name .. ": the VM still works after it")
-end
-
--- fn must raise an error matching each of patterns (plain text)
-local function raises(fn, patterns, name)
-  tap.raises(fn, patterns, name)
-  still_works(name)
-end
 
 local function gives(fn, check, name)
   local ok, v = pcall(fn)
