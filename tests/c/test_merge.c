@@ -12,19 +12,9 @@
 #include "ir/ir.h"
 #include "tap.h"
 
+#include "c/ir_text.h"
+
 static grace_vm *vm;
-
-static grace_ir *parse(const char *text) {
-  grace_ir *ir = NULL;
-  if (grace_ir_parse(vm, text, &ir) != GRACE_OK) printf("# parse: %s\n", grace_last_error(vm));
-  return ir;
-}
-
-static int has(const char *text, const char *what) {
-  int found = text && strstr(text, what) != NULL;
-  if (!found) printf("# lacks '%s' in:\n%s", what, text ? text : "(null)");
-  return found;
-}
 
 /* y = 2x; s = sum(y); the host branches on s OP k; then rest / else rest */
 #define PREFIX                          \
@@ -67,35 +57,39 @@ static int runs_to(grace_ir *m, const float *x, const float *want) {
 }
 
 static void test_text(void) {
-  grace_ir *t = parse(T_ADD);
+  grace_ir *t = parse_ir(vm, T_ADD);
   if (!ok(t != NULL, "a path with a predicate on its break parses")) return;
   ok(t->nbreak == 1 && t->breaks[0].kind == IR_BRK_PRED && t->breaks[0].value == 3 && t->breaks[0].cmp == GRACE_CMP_GT &&
      t->breaks[0].taken == 1, "the break holds the value, the comparison and the outcome");
-  ok(has(grace_ir_text(t), "  break %3 gt 0 then  @\"f.lua:3\"\n"), "and prints back as written");
-  grace_ir *w = parse("func @g {\n  %0 = input #0 : f32[]\n  break !\"g.lua:2: the value is stored in a local\"  @\"g.lua:2\"\n"
-                      "  return %0\n}\n");
-  ok(w && w->breaks[0].kind == IR_BRK_WHY && has(grace_ir_text(w), "break !\"g.lua:2: the value is stored in a local\""),
+  ok(text_has(grace_ir_text(t), "  break %3 gt 0 then  @\"f.lua:3\"\n"), "and prints back as written");
+  grace_ir *w = parse_ir(vm, "func @g {\n  %0 = input #0 : f32[]\n"
+                             "  break !\"g.lua:2: the value is stored in a local\"  @\"g.lua:2\"\n"
+                             "  return %0\n}\n");
+  ok(w && w->breaks[0].kind == IR_BRK_WHY &&
+     text_has(grace_ir_text(w), "break !\"g.lua:2: the value is stored in a local\""),
      "a break that is no predicate keeps its reason through print and parse");
   grace_ir_free(t);
   grace_ir_free(w);
 }
 
 static void test_merge_two(void) {
-  grace_ir *t = parse(T_ADD), *e = parse(E_NEG);
+  grace_ir *t = parse_ir(vm, T_ADD), *e = parse_ir(vm, E_NEG);
   char why[300];
   grace_status st;
   grace_ir *m = t && e ? merge(t, e, why, sizeof why, &st) : NULL;
   if (!ok(m != NULL, "two paths taking both sides of `sum > 0` merge (%s)", m ? "" : why)) goto out;
   ok(grace_ir_verify(m) == GRACE_OK, "the merged program verifies");
   const char *text = grace_ir_text(m);
-  ok(has(text, "cast %3 {dtype=f64}") && has(text, "literal 0 : f64[]") && has(text, "gt %4, %5 : bool[]"),
+  ok(text_has(text, "cast %3 {dtype=f64}") && text_has(text, "literal 0 : f64[]") &&
+     text_has(text, "gt %4, %5 : bool[]"),
      "the predicate is computed in float64 on the program's device, as Lua compares the number");
-  ok(has(text, "= cond %6, %2 : f32[4]  @\"f.lua:3\" {") && has(text, "func @f_then") && has(text, "func @f_else"),
+  ok(text_has(text, "= cond %6, %2 : f32[4]  @\"f.lua:3\" {") && text_has(text, "func @f_then") &&
+     text_has(text, "func @f_else"),
      "one cond over the prefix value both branches read, at the branch's place");
   ok(grace_ir_count(m, "breaks") == 0 && grace_ir_count(m, "outputs") == 1, "no break is left; one result");
   grace_ir *then_ir = NULL;
   for (int i = 0; i < m->ninst; i++) if (m->insts[i].op == IR_OP_COND) then_ir = grace_ir_sub(m, i, 0);
-  ok(then_ir && has(grace_ir_text(then_ir), "add "), "the then branch is the path that took the true side");
+  ok(then_ir && text_has(grace_ir_text(then_ir), "add "), "the then branch is the path that took the true side");
   ok(runs_to(m, (float[]){1, 2, 3, 4}, (float[]){3, 5, 7, 9}), "sum 20 > 0: 2x + 1, as the then path computes");
   ok(runs_to(m, (float[]){-1, -2, -3, -4}, (float[]){2, 4, 6, 8}), "sum -20: -(2x), as the else path computes");
   ok(runs_to(m, (float[]){0, 0, 0, 0}, (float[]){-0.0f, -0.0f, -0.0f, -0.0f}) , "sum 0 is not > 0: the else path");
@@ -104,7 +98,7 @@ static void test_merge_two(void) {
   grace_ir_free(r);
   /* given the other way round, the paths do not take then/else as asked */
   grace_ir *none = merge(e, t, why, sizeof why, &st);
-  ok(!none && st == GRACE_EUNSUPPORTED && has(why, "two outcomes"), "then and else swapped: refused (%s)", why);
+  ok(!none && st == GRACE_EUNSUPPORTED && text_has(why, "two outcomes"), "then and else swapped: refused (%s)", why);
 out:
   grace_ir_free(m);
   grace_ir_free(t);
@@ -112,8 +106,8 @@ out:
 }
 
 static void test_early_return(void) {
-  grace_ir *t = parse(PREFIX "  break %3 gt 100 then  @\"f.lua:4\"\n  return %2\n}\n");
-  grace_ir *e = parse(PREFIX "  break %3 gt 100 else  @\"f.lua:4\"\n  %4 = sqrt %2 : f32[4]\n  return %4\n}\n");
+  grace_ir *t = parse_ir(vm, PREFIX "  break %3 gt 100 then  @\"f.lua:4\"\n  return %2\n}\n");
+  grace_ir *e = parse_ir(vm, PREFIX "  break %3 gt 100 else  @\"f.lua:4\"\n  %4 = sqrt %2 : f32[4]\n  return %4\n}\n");
   char why[300];
   grace_status st;
   grace_ir *m = t && e ? merge(t, e, why, sizeof why, &st) : NULL;
@@ -131,10 +125,10 @@ static void test_int_and_bool(void) {
   char tt[512], et[512], why[300];
   snprintf(tt, sizeof tt, "%s  break %%1 eq 0 then\n  %%2 = neg %%0 : i32[3]\n  return %%2\n}\n", pre);
   snprintf(et, sizeof et, "%s  break %%1 eq 0 else\n  %%2 = abs %%0 : i32[3]\n  return %%2\n}\n", pre);
-  grace_ir *t = parse(tt), *e = parse(et);
+  grace_ir *t = parse_ir(vm, tt), *e = parse_ir(vm, et);
   grace_status st;
   grace_ir *m = t && e ? merge(t, e, why, sizeof why, &st) : NULL;
-  ok(m && has(grace_ir_text(m), "literal 0 : i64[]") && has(grace_ir_text(m), "eq %1, %2 : bool[]") &&
+  ok(m && text_has(grace_ir_text(m), "literal 0 : i64[]") && text_has(grace_ir_text(m), "eq %1, %2 : bool[]") &&
      !strstr(grace_ir_text(m), "cast"), "an integer sum == 0 compares exactly in int64 (%s)", m ? "" : why);
   grace_ir_free(m);
   grace_ir_free(t);
@@ -143,10 +137,10 @@ static void test_int_and_bool(void) {
                      "  %3 = all %2 : bool[]\n";
   snprintf(tt, sizeof tt, "%s  break %%3 truth then\n  %%4 = exp %%0 : f32[2]\n  return %%4\n}\n", bpre);
   snprintf(et, sizeof et, "%s  break %%3 truth else\n  %%4 = neg %%0 : f32[2]\n  return %%4\n}\n", bpre);
-  t = parse(tt);
-  e = parse(et);
+  t = parse_ir(vm, tt);
+  e = parse_ir(vm, et);
   m = t && e ? merge(t, e, why, sizeof why, &st) : NULL;
-  ok(m && has(grace_ir_text(m), "= cond %3, %0"), "a boolean's truth is the predicate itself (%s)", m ? "" : why);
+  ok(m && text_has(grace_ir_text(m), "= cond %3, %0"), "a boolean's truth is the predicate itself (%s)", m ? "" : why);
   grace_ir_free(m);
   grace_ir_free(t);
   grace_ir_free(e);
@@ -154,11 +148,11 @@ static void test_int_and_bool(void) {
 
 /* The merge of T_ADD's prefix and break with else_text refused with a reason containing want. */
 static void refused(const char *then_text, const char *else_text, const char *want, const char *what) {
-  grace_ir *t = parse(then_text), *e = parse(else_text);
+  grace_ir *t = parse_ir(vm, then_text), *e = parse_ir(vm, else_text);
   char why[300] = "";
   grace_status st = GRACE_OK;
   grace_ir *m = t && e ? merge(t, e, why, sizeof why, &st) : NULL;
-  ok(t && e && !m && st == GRACE_EUNSUPPORTED && has(why, want), "%s: refused (%s)", what, why);
+  ok(t && e && !m && st == GRACE_EUNSUPPORTED && text_has(why, want), "%s: refused (%s)", what, why);
   grace_ir_free(m);
   grace_ir_free(t);
   grace_ir_free(e);

@@ -11,29 +11,19 @@
 #include "ir/ir_sym.h"
 #include "tap.h"
 
+#include "c/ir_text.h"
+
 static grace_vm *vm;
 
-static grace_ir *parse(const char *text) {
-  grace_ir *ir = NULL;
-  if (grace_ir_parse(vm, text, &ir) != GRACE_OK) printf("# parse: %s\n", grace_last_error(vm));
-  return ir;
-}
-
-static int has(const char *text, const char *what) {
-  int found = text && strstr(text, what) != NULL;
-  if (!found) printf("# lacks '%s' in:\n%s", what, text ? text : "(null)");
-  return found;
-}
-
 static void test_settle(void) {
-  grace_ir *ir = parse("func @s {\n"
-                       "  sym s1 hint=4 min=2\n"
-                       "  sym s2 hint=4 min=2\n"
-                       "  %0 = input #0 : f32[s1=4,3]\n"
-                       "  %1 = input #1 : f32[s2=4,3]\n"
-                       "  %2 = input #2 : f32[1,3]\n"
-                       "  return %0\n"
-                       "}\n");
+  grace_ir *ir = parse_ir(vm, "func @s {\n"
+                              "  sym s1 hint=4 min=2\n"
+                              "  sym s2 hint=4 min=2\n"
+                              "  %0 = input #0 : f32[s1=4,3]\n"
+                              "  %1 = input #1 : f32[s2=4,3]\n"
+                              "  %2 = input #2 : f32[1,3]\n"
+                              "  return %0\n"
+                              "}\n");
   if (!ok(ir != NULL, "a program with two symbols parses")) return;
   grace_value neg, cat, flat, add, fixed, nar;
   ok(grace_ir_op(ir, GRACE_OP_NEG, 1, (grace_value[]){0}, NULL, 1, &neg) == GRACE_OK, "neg");
@@ -42,22 +32,22 @@ static void test_settle(void) {
   grace_attrs ra = {.nshape = 1, .shape = {-1}};
   ok(grace_ir_op(ir, GRACE_OP_RESHAPE, 1, &neg, &ra, 1, &flat) == GRACE_OK, "reshape to -1");
   const char *t = grace_ir_text(ir);
-  ok(has(t, "neg %0 : f32[s1=4,3]"), "neg keeps s1");
-  ok(has(t, "sym s3 base=s1 mul=1 add=1") && has(t, ": f32[s3=5,3]"), "cat gives s3 = s1 + 1");
-  ok(has(t, "sym s4 base=s1 mul=3 add=0") && has(t, ": f32[s4=12]"), "the flatten gives s4 = 3*s1");
+  ok(text_has(t, "neg %0 : f32[s1=4,3]"), "neg keeps s1");
+  ok(text_has(t, "sym s3 base=s1 mul=1 add=1") && text_has(t, ": f32[s3=5,3]"), "cat gives s3 = s1 + 1");
+  ok(text_has(t, "sym s4 base=s1 mul=3 add=0") && text_has(t, ": f32[s4=12]"), "the flatten gives s4 = 3*s1");
   ok(grace_ir_op(ir, GRACE_OP_ADD, 2, (grace_value[]){0, 1}, NULL, 1, &add) == GRACE_OK, "s1 + s2 broadcast");
   t = grace_ir_text(ir);
-  ok(has(t, "sym s2 hint=4 min=2 same=s1"), "the broadcast relates s2 to s1");
+  ok(text_has(t, "sym s2 hint=4 min=2 same=s1"), "the broadcast relates s2 to s1");
   grace_attrs na = {.ndims = 1, .dims = {0}, .i0 = 0, .i1 = 3};
   ok(grace_ir_op(ir, GRACE_OP_NARROW, 1, &neg, &na, 1, &nar) == GRACE_OK, "narrow to 3 rows");
   t = grace_ir_text(ir);
-  ok(has(t, "sym s1 hint=4 min=4") && has(t, ": f32[3,3]"), "the narrow raises the bound to the traced size");
+  ok(text_has(t, "sym s1 hint=4 min=4") && text_has(t, ": f32[3,3]"), "the narrow raises the bound to the traced size");
   grace_attrs fa = {.nshape = 1, .shape = {12}};
   ok(grace_ir_op(ir, GRACE_OP_RESHAPE, 1, &neg, &fa, 1, &fixed) == GRACE_OK, "reshape to a fixed 12");
   t = grace_ir_text(ir);
-  ok(has(t, "sym s1 hint=4 min=4 pinned"), "a reshape to fixed sizes pins s1");
+  ok(text_has(t, "sym s1 hint=4 min=4 pinned"), "a reshape to fixed sizes pins s1");
   ok(grace_ir_verify(ir) == GRACE_OK, "the program verifies: %s", grace_last_error(vm));
-  grace_ir *back = parse(t);
+  grace_ir *back = parse_ir(vm, t);
   ok(back && !strcmp(grace_ir_text(back), t), "the text parses back and prints the same");
   grace_ir_free(back);
   grace_ir_free(ir);
@@ -74,11 +64,11 @@ static void test_fuse(void) {
                     "  %4 = sum %3 {dims=[1]} : f32[s1=4]\n"
                     "  return %4\n"
                     "}\n";
-  grace_ir *a = parse(sym), *b = NULL;
+  grace_ir *a = parse_ir(vm, sym), *b = NULL;
   char *fixed = strdup(sym), *p;
   while ((p = strstr(fixed, "s1=4"))) memmove(p, p + 3, strlen(p + 3) + 1);   /* "s1=4" -> "4" */
   memmove(strstr(fixed, "  sym"), strstr(fixed, "  %0"), strlen(strstr(fixed, "  %0")) + 1);
-  b = parse(fixed);
+  b = parse_ir(vm, fixed);
   char ra[2048], rb[2048];
   int na = -1, nb = -2;
   ok(a && b && grace_ir_fuse_report(a, ra, sizeof ra, &na) == GRACE_OK && grace_ir_fuse_report(b, rb, sizeof rb, &nb) == GRACE_OK,
@@ -101,18 +91,18 @@ static grace_tensor *filled(int64_t rows, int64_t cols, float base) {
 
 /* %3 = x + y over [s1, 2] with y related to x; %4 the sum of all of cat(x, z) */
 static void test_run(void) {
-  grace_ir *ir = parse("func @r {\n"
-                       "  sym s1 hint=3 min=2\n"
-                       "  sym s2 hint=3 min=2 same=s1\n"
-                       "  sym s3 base=s1 mul=1 add=1\n"
-                       "  %0 = input #0 : f32[s1=3,2]\n"
-                       "  %1 = input #1 : f32[s2=3,2]\n"
-                       "  %2 = input #2 : f32[1,2]\n"
-                       "  %3 = add %0, %1 : f32[s1=3,2]\n"
-                       "  %4 = cat %0, %2 {dims=[0]} : f32[s3=4,2]\n"
-                       "  %5 = sum %4 : f32[]\n"
-                       "  return %3, %5\n"
-                       "}\n");
+  grace_ir *ir = parse_ir(vm, "func @r {\n"
+                              "  sym s1 hint=3 min=2\n"
+                              "  sym s2 hint=3 min=2 same=s1\n"
+                              "  sym s3 base=s1 mul=1 add=1\n"
+                              "  %0 = input #0 : f32[s1=3,2]\n"
+                              "  %1 = input #1 : f32[s2=3,2]\n"
+                              "  %2 = input #2 : f32[1,2]\n"
+                              "  %3 = add %0, %1 : f32[s1=3,2]\n"
+                              "  %4 = cat %0, %2 {dims=[0]} : f32[s3=4,2]\n"
+                              "  %5 = sum %4 : f32[]\n"
+                              "  return %3, %5\n"
+                              "}\n");
   if (!ok(ir != NULL, "a symbolic program parses")) return;
   for (int64_t n = 2; n <= 6; n += 4) {
     grace_tensor *in[3] = {filled(n, 2, 0), filled(n, 2, 100), filled(1, 2, 1000)}, *out[2] = {NULL, NULL};
@@ -136,7 +126,7 @@ static void test_run(void) {
   ok(ir_sym_bind(ir, 3, six, vals) == GRACE_OK && ir_sym_specialize(ir, vals, &spec) == GRACE_OK,
      "specialised to 6 rows: %s", grace_last_error(vm));
   const char *st6 = spec ? grace_ir_text(spec) : "";
-  ok(has(st6, "input #0 : f32[6,2]") && has(st6, "cat %0, %2 {dims=[0]} : f32[7,2]") && !strstr(st6, "sym"),
+  ok(text_has(st6, "input #0 : f32[6,2]") && text_has(st6, "cat %0, %2 {dims=[0]} : f32[7,2]") && !strstr(st6, "sym"),
      "the specialised program has fixed sizes, the grown cat 7 rows");
   grace_tensor *o6[2] = {NULL, NULL};
   ok(spec && grace_ir_run(spec, 3, six, 2, o6) == GRACE_OK &&
