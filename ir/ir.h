@@ -172,6 +172,9 @@ grace_status ir_region_verify(grace_ir *ir, int i);
 grace_ir *ir_clone(grace_ir *s);
 /* Whether region i's sub-programs draw random numbers (dce keeps them: each draw advances the generator). */
 int ir_region_random(const grace_ir *ir, int i);
+/* Whether instruction i draws random numbers: a draw op, or a region whose sub-programs draw (running it twice
+ * would advance the generator twice). */
+int ir_inst_random(const grace_ir *ir, int i);
 const char *ir_dtype_short(grace_dtype dt);     /* "f32" */
 int ir_dtype_from_short(const char *s, grace_dtype *dt);
 

@@ -222,12 +222,14 @@ grace_ir *ir_clone(grace_ir *s) {
 }
 
 static int draws_random(const grace_ir *ir) {
-  for (int i = 0; i < ir->ninst; i++) {
-    int op = ir->insts[i].op;
-    if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT) return 1;
-    if (ir_is_region(op) && ir_region_random(ir, i)) return 1;
-  }
+  for (int i = 0; i < ir->ninst; i++) if (ir_inst_random(ir, i)) return 1;
   return 0;
+}
+
+int ir_inst_random(const grace_ir *ir, int i) {
+  int op = ir->insts[i].op;
+  if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT) return 1;
+  return ir_is_region(op) && ir_region_random(ir, i);
 }
 
 int ir_region_random(const grace_ir *ir, int i) {

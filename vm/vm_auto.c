@@ -448,8 +448,7 @@ const char *fn_auto_prefix_effects(const grace_ir *p, int after, char *buf, size
   for (int i = 0; i <= after && i < p->ninst; i++) {
     const ir_inst *k = &p->insts[i];
     const char *what = NULL;
-    if (k->op == GRACE_OP_RAND || k->op == GRACE_OP_RANDN || k->op == GRACE_OP_RANDINT ||
-        (ir_is_region(k->op) && ir_region_random(p, i)))
+    if (ir_inst_random(p, i))
       what = "draws random numbers";
     else if (k->op < GRACE_NOPS && grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE && writes_outside(p, k))
       what = "writes in place to an argument or a captured tensor";

@@ -266,13 +266,12 @@ static void reads_after(const vm_trace *tr, uint64_t paths, int end, needs *nd) 
 }
 
 /* A program that can run again for a value it kept internal: it writes no argument or captured tensor and draws
- * no random numbers (a second run would repeat either). */
+ * no random numbers (a second run would repeat either). Stricter than fn_auto_prefix_effects (the same question
+ * for a merge's run ahead), it refuses every region, even one whose bodies draw nothing: recipes are made only for
+ * programs without regions, and a partition holding one keeps every value an output, as before recipes. */
 static int can_rerun(const grace_ir *ir) {
   if (ir->nwrite) return 0;
-  for (int i = 0; i < ir->ninst; i++) {
-    int op = ir->insts[i].op;
-    if (op == GRACE_OP_RAND || op == GRACE_OP_RANDN || op == GRACE_OP_RANDINT || ir_is_region(op)) return 0;
-  }
+  for (int i = 0; i < ir->ninst; i++) if (ir_inst_random(ir, i) || ir_is_region(ir->insts[i].op)) return 0;
   return 1;
 }
 
