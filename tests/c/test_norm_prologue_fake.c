@@ -14,6 +14,18 @@
 
 #include "c/fake_cuda.h"
 
+/* Program src parsed and through the passes "attention,decompose" with the norm prologue on or off (on again after);
+ * NULL, the message printed, when that fails. */
+static grace_ir *decomposed(grace_vm *vm, const char *src, int on) {
+  grace_ir *ir = NULL, *dec = NULL;
+  grace_set_norm_prologue(vm, on);
+  if (grace_ir_parse(vm, src, &ir) != GRACE_OK || grace_ir_pass(ir, "attention,decompose", &dec) != GRACE_OK)
+    printf("# building the program: %s\n", grace_last_error(vm));
+  grace_set_norm_prologue(vm, 1);
+  grace_ir_free(ir);
+  return dec;
+}
+
 /* layer_norm(x [rows, K]) @ W + bias, W [N, K] transposed (wt 1: GPT-2's linear) or W [K, N] (wt 0) */
 static grace_ir *program(grace_vm *vm, int wt, int on, int N) {
   char src[2048];
@@ -33,13 +45,7 @@ static grace_ir *program(grace_vm *vm, int wt, int on, int N) {
            wt ? (N == 512 ? "512,256" : "2048,256") : (N == 512 ? "256,512" : "256,2048"), N,
            wt ? "transpose %3 {dims=[0,1]}" : N == 512 ? "reshape %3 {shape=[256,512]}" : "reshape %3 {shape=[256,2048]}",
            N, N, N);
-  grace_ir *ir = NULL, *dec = NULL;
-  grace_set_norm_prologue(vm, on);
-  if (grace_ir_parse(vm, src, &ir) != GRACE_OK || grace_ir_pass(ir, "attention,decompose", &dec) != GRACE_OK)
-    printf("# building the program: %s\n", grace_last_error(vm));
-  grace_set_norm_prologue(vm, 1);
-  grace_ir_free(ir);
-  return dec;
+  return decomposed(vm, src, on);
 }
 
 /* Kernels launched by `calls` calls of ir (graph launches counted apart in *graphs); -1 when a call failed. */
@@ -107,13 +113,7 @@ static grace_ir *gqa(grace_vm *vm, int on) {
                     "  %11 = matmul %5, %8 : f32[1,512] cuda\n"
                     "  return %9, %10, %11\n"
                     "}\n";
-  grace_ir *ir = NULL, *dec = NULL;
-  grace_set_norm_prologue(vm, on);
-  if (grace_ir_parse(vm, src, &ir) != GRACE_OK || grace_ir_pass(ir, "attention,decompose", &dec) != GRACE_OK)
-    printf("# building the program: %s\n", grace_last_error(vm));
-  grace_set_norm_prologue(vm, 1);
-  grace_ir_free(ir);
-  return dec;
+  return decomposed(vm, src, on);
 }
 
 static void grouped_query(grace_vm *vm) {
