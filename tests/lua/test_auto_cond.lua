@@ -10,6 +10,7 @@
 -- branch only is guarded: replacing it retraces.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
+local auto = require "tests.lua.auto_cases"
 
 local function close(a, b, tol)
   if a:dim() ~= b:dim() then return false end
@@ -34,9 +35,7 @@ local function counted(cf, fn, inputs, n)
     local args = inputs[(i - 1) % #inputs + 1]
     if not close(cf(table.unpack(args)), fn(table.unpack(args))) then bad = bad + 1 end
   end
-  local s1 = cf:stats()
-  return {bad = bad, replays = s1.replays - s0.replays, runs = s1.partition_runs - s0.partition_runs,
-          eager = s1.eager_calls - s0.eager_calls, hits = s1.hits - s0.hits, traces = s1.traces - s0.traces}
+  return auto.changes(cf, s0, bad)
 end
 
 -- ---- the alternating branch: if (h:sum() * s):item() > 0 then A else B end ----
@@ -99,12 +98,7 @@ tap.ok(ce.bad == 0 and ce.replays == 0 and ce.runs == 0 and ce.eager == 0 and ce
 -- ---- the benchmark forms (bench/workloads/branch.lua and early_exit.lua, small) ----
 -- `return pos(h)` on the if's line is another call in the register of the item() call: told apart because its
 -- function, read now, is not item(); `c.limit` is read from an upvalue table of the compiled function, guarded.
-local nn = require "grace.nn"
-local function stack(n)
-  local seq = {}
-  for _ = 1, n do seq[#seq + 1] = nn.Linear(D, D); seq[#seq + 1] = nn.GELU() end
-  return nn.Sequential(seq)
-end
+local function stack(n) return auto.stack(D, n) end
 local first, pos_half, neg_half = stack(2), stack(2), stack(2)
 local function branch_form(x, s)
   local h = first(x)

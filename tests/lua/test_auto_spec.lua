@@ -14,7 +14,7 @@
 -- argument's version moves once per call) and a random draw before the check.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
-local nn = require "grace.nn"
+local auto = require "tests.lua.auto_cases"
 
 local D = 16
 -- grace.explain's text, without printing it
@@ -44,9 +44,7 @@ end
 local function counted(cf, fn, inputs)
   local s0, bad = cf:stats(), 0
   for _, x in ipairs(inputs) do if maxdiff(cf(x), fn(x)) > 1e-5 then bad = bad + 1 end end
-  local s1 = cf:stats()
-  return {bad = bad, replays = s1.replays - s0.replays, runs = s1.partition_runs - s0.partition_runs,
-          eager = s1.eager_calls - s0.eager_calls, hits = s1.hits - s0.hits, traces = s1.traces - s0.traces}
+  return auto.changes(cf, s0, bad)
 end
 
 local function smalls(n)
@@ -118,11 +116,7 @@ tap.ok(rep:find("test_auto_spec.lua:" .. line .. ": a branch on a value read on 
        "explain: the branch, and that its other way is recorded ahead")
 
 -- the benchmark's form: nn modules, the limit read from an upvalue table
-local function stack(n)
-  local seq = {}
-  for _ = 1, n do seq[#seq + 1] = nn.Linear(D, D); seq[#seq + 1] = nn.GELU() end
-  return nn.Sequential(seq)
-end
+local function stack(n) return auto.stack(D, n) end
 local nfirst, nrest = stack(2), stack(2)
 local function bench_form(x)
   local h = nfirst(x)
