@@ -27,7 +27,16 @@
  * The cost is bounded: the first measurement takes at most GG_NCAND * (GG_ROUNDS + 2) calls per input layout (each
  * candidate's timed calls, and at most two untimed: the layout's eager run, the capture; a program without regions
  * has at most four candidates, without library calls three), the re-check at most 2 * (GG_RECHECK_ROUNDS + 2); every
- * measuring call waits for the device before and after it. GRACE_LOG=launch prints each decision and re-check on stderr. */
+ * measuring call waits for the device before and after it. GRACE_LOG=launch prints each decision and re-check on stderr.
+ *
+ * Sizes: a program with symbolic sizes runs as a copy per size (gpu_exec.c), each a program of its own here, but the
+ * decision is shared (gpu_share): the copies made before one has decided measure as above, and the first decision
+ * (or a later re-check's) is published; a copy made after that starts decided with it from its second call (its
+ * first runs eagerly, as every program's, which also tells whether it calls a library kernel) and measures nothing,
+ * so the cost stays that of one measurement however many sizes a loop runs through. Where the shared candidate
+ * cannot run in a copy (a lowering or a library kernel it lacks at those sizes, a capture that fails there), that
+ * copy measures on its own and does not publish: its decision says nothing about the other sizes. The launch cache
+ * keeps the shared decision under the symbolic program's text. */
 #include <stdio.h>
 #include <string.h>
 #include "gpu/gpu_graph_int.h"
