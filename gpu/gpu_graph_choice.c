@@ -179,20 +179,20 @@ void gg_choice_init(grace_ir *ir, gpu_part *p) {
   begin(p, all, GG_ROUNDS);
 }
 
-/* The shared decision (candidate k, made by p->by or sh->by) cannot run in this specialisation: it measures, from
- * scratch, and keeps what it finds to itself. */
+/* The shared decision (candidate k, made by `by`) cannot run in this specialisation: it measures, from scratch,
+ * and keeps what it finds to itself. */
 static void refuse(grace_ir *ir, gpu_part *p, int k, const char *by) {
+  if (vm_log_wants("launch")) {
+    char a[64], w[160], f[96];
+    fprintf(stderr, "grace launch: %s: %s, decided by %s, cannot run here (%s): measuring\n", who(ir, p, w, sizeof w),
+            gg_cand_name(k, a, sizeof a), source(by, f, sizeof f), p->why[k]);
+  }
   p->decided = p->inherited = p->shares = p->from_cache = 0;
   p->rechecks = p->switches = 0;
   p->by[0] = 0;
   int all[GG_NCAND];
   for (int j = 0; j < GG_NCAND; j++) all[j] = 1, p->best[j] = 0, p->nstat[j] = 0;
   begin(p, all, GG_ROUNDS);
-  if (vm_log_wants("launch")) {
-    char a[64], w[160], f[96];
-    fprintf(stderr, "grace launch: %s: %s, decided by %s, cannot run here (%s): measuring\n", who(ir, p, w, sizeof w),
-            gg_cand_name(k, a, sizeof a), source(by, f, sizeof f), p->why[k]);
-  }
 }
 
 void gg_choice_inherit(grace_ir *ir, gpu_part *p) {
@@ -214,9 +214,7 @@ void gg_choice_inherit(grace_ir *ir, gpu_part *p) {
 
 int gg_choice_refused(grace_ir *ir, gpu_part *p, int k) {
   if (!p->inherited || k != p->chosen || p->checking) return 0;
-  char by[64];
-  snprintf(by, sizeof by, "%s", p->by);
-  refuse(ir, p, k, by);
+  refuse(ir, p, k, p->by);
   return 1;
 }
 

@@ -117,6 +117,9 @@ int main(void) {
   long first = gi.measure_calls;
   ok(gi.decided && !gi.inherited && gi.chosen == GRACE_LAUNCH_COPY && first > 0 && first <= 3 * (GG_ROUNDS + 2),
      "the first size measures and keeps graph+copies (%ld measuring calls, chosen %d)", first, (int)gi.chosen);
+  /* GG_ROUNDS timed calls of each of the 3 candidates, the layout's eager run before the first capture, and one
+   * capture per graph strategy */
+  is_int(first, 3 * GG_ROUNDS + 1 + 2, "the first size's measurement takes %d calls", 3 * GG_ROUNDS + 3);
   is_int(measuring, first, "its measuring calls are all there were");
 
   /* 63 more sizes, three calls each, as a decoder whose length grows each step */
