@@ -638,14 +638,17 @@ static grace_status exec(grace_ir *ir, int nin, grace_tensor *const *in, int nou
  * kernels are cached by their source, which depends on the layout classes and widths the plan picks, not on the
  * sizes: a new size mostly reuses compiled kernels, and costs a plan and its graph. At most GPU_SYM_KEEP
  * specialisations are kept (the least recently used goes first), fewer while the graph arena holds more than
- * GRACE_GRAPH_MEM bytes: the memory held does not grow with the number of sizes seen. */
+ * GRACE_GRAPH_MEM bytes: the memory held does not grow with the number of sizes seen. The launch decision is made
+ * for the program, not per size: the first specialisations measure, and one made after a decision starts decided
+ * with it (gpu_share, gpu_graph_choice.c), as do later processes (the launch cache keys it by this program). */
 enum { GPU_SYM_KEEP = 4 };
 
 typedef struct gpu_symcache {
   int n;
   long tick;
-  struct { grace_ir *ir; int64_t *vals; long used; } e[GPU_SYM_KEEP];
+  struct { grace_ir *ir; int64_t *vals; long used; char sizes[96]; } e[GPU_SYM_KEEP];
   size_t vbytes;
+  gpu_share *share;
 } gpu_symcache;
 
 static void symcache_drop(grace_vm *vm, gpu_symcache *c, int k) {
@@ -658,6 +661,7 @@ static void symcache_free(grace_ir *ir) {
   gpu_symcache *c = ir->exec;
   if (!c) return;
   while (c->n) symcache_drop(ir->vm, c, c->n - 1);
+  gpu_share_free(c->share);
   vm_free(ir->vm, c, sizeof *c);
   ir->exec = NULL;
 }
@@ -677,7 +681,8 @@ static size_t graph_mem_budget(void) {
   return s && end != s && !*end ? (size_t)v : 0;
 }
 
-grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
+static grace_status run_program(grace_ir *ir, gpu_share *share, int nin, grace_tensor *const *in, int nout,
+                                grace_tensor **out);
 
 grace_ir *grace_ir_specialization(const grace_ir *ir, int k, char *sizes, size_t n) {
   if (sizes && n) sizes[0] = 0;
@@ -696,7 +701,10 @@ static grace_status run_symbolic(grace_ir *ir, int nin, grace_tensor *const *in,
     return vm_err(vm, GRACE_EINTERNAL, "run: the program is held by another executor");
   if (!ir->exec) {
     gpu_symcache *c = vm_calloc(vm, sizeof *c);
-    if (!c) return vm_err(vm, GRACE_ENOMEM, "run: out of host memory");
+    if (!c || !(c->share = gpu_share_new(ir))) {
+      vm_free(vm, c, sizeof *c);
+      return vm_err(vm, GRACE_ENOMEM, "run: out of host memory");
+    }
     c->vbytes = sizeof(int64_t) * (size_t)(ir->nsyms + 1);
     ir->exec = c;
     ir->exec_free = symcache_free;
@@ -715,13 +723,16 @@ static grace_status run_symbolic(grace_ir *ir, int nin, grace_tensor *const *in,
       c->e[k].ir = spec;
       c->e[k].vals = vals;
       vals = NULL;
+      grace_ir_specialization(ir, k, c->e[k].sizes, sizeof c->e[k].sizes);
     }
   }
   vm_free(vm, vals, c->vbytes);
   if (st != GRACE_OK) return st;
   c->e[k].used = ++c->tick;
   grace_ir *run = c->e[k].ir;
-  st = gpu_ir_run(run, nin, in, nout, out);
+  gpu_share_running(c->share, c->e[k].sizes);
+  st = run_program(run, c->share, nin, in, nout, out);
+  gpu_share_running(c->share, NULL);
   size_t budget = graph_mem_budget();
   cuda_ctx *ctx = gpu_ctx(vm);
   /* over the budget: the other sizes' graphs go, least recently used first (this call's stays: it just ran) */
@@ -735,6 +746,12 @@ static grace_status run_symbolic(grace_ir *ir, int nin, grace_tensor *const *in,
 }
 
 grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out) {
+  return run_program(ir, NULL, nin, in, nout, out);
+}
+
+/* A call of ir; share: the decision it shares with the other specialisations of its symbolic program (or NULL). */
+static grace_status run_program(grace_ir *ir, gpu_share *share, int nin, grace_tensor *const *in, int nout,
+                                grace_tensor **out) {
   grace_status st = GRACE_OK;
   for (int i = 0; i < nout; i++) out[i] = NULL;
   if (ir_sym_live(ir)) return run_symbolic(ir, nin, in, nout, out);
@@ -746,7 +763,7 @@ grace_status gpu_ir_run(grace_ir *ir, int nin, grace_tensor *const *in, int nout
    * branches (ir_region.c): the predicate read on the host, a synchronisation no CUDA graph can hold, so such a
    * program runs kernel by kernel. */
   if (p->eager || (p->regions && !p->cond_ok && !p->pred_ok)) return exec(ir, nin, in, nout, out);
-  return gpu_graph_call(ir, &p->part, exec, nin, in, nout, out);
+  return gpu_graph_call(ir, &p->part, share, exec, nin, in, nout, out);
 }
 
 /* ---- the backend's table ---- */

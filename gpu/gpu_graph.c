@@ -668,6 +668,14 @@ void gg_drop_graphs(grace_vm *vm, gpu_part *p, int keep) {
   p->ngr = k;
 }
 
+/* The layout of in ran eagerly (its kernels compiled, its matmuls tuned): its next call of a graph strategy records. */
+static void warmed(grace_vm *vm, gpu_part *p, int nin, grace_tensor *const *in) {
+  vm_free(vm, p->warm, sizeof *p->warm * (size_t)(p->nwarm ? p->nwarm : 1));
+  p->nwarm = nin;
+  p->warm = vm_alloc(vm, sizeof *p->warm * (size_t)(nin ? nin : 1));
+  if (p->warm) make_sig(nin, in, p->warm);
+}
+
 /* The graph of candidate s for these inputs: found, or recorded now (*fresh set). */
 static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, int s, int nin, grace_tensor *const *in,
                                int nout, gg_graph **out, int *fresh) {
@@ -677,10 +685,7 @@ static grace_status find_graph(grace_ir *ir, gpu_part *p, gpu_exec_fn exec, int 
   /* a layout not run before runs eagerly once (its kernels compiled and matmuls tuned outside any capture) */
   gg_graph probe = {.nin = p->nwarm, .sig = p->warm};
   if (!p->warm || !sig_matches(&probe, nin, in)) {
-    vm_free(ir->vm, p->warm, sizeof *p->warm * (size_t)(p->nwarm ? p->nwarm : 1));
-    p->nwarm = nin;
-    p->warm = vm_alloc(ir->vm, sizeof *p->warm * (size_t)(nin ? nin : 1));
-    if (p->warm) make_sig(nin, in, p->warm);
+    warmed(ir->vm, p, nin, in);
     *out = NULL;
     return GRACE_OK;
   }
@@ -718,8 +723,8 @@ static void part_lowerings(grace_ir *ir, gpu_part *p) {
   if (p->mode != GRACE_LAUNCH_EAGER && p->why[p->mode][0] && !p->why[pk][0]) p->chosen = pk;
 }
 
-grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int nin, grace_tensor *const *in,
-                            int nout, grace_tensor **out) {
+grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_share *share, gpu_exec_fn exec, int nin,
+                            grace_tensor *const *in, int nout, grace_tensor **out) {
   grace_vm *vm = ir->vm;
   gpu_part *p = *pp;
   if (!p) {
@@ -733,6 +738,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     cuda_ctx *c = gpu_ctx(vm);
     if (!p->inel[0] && c && !cuda_graph_supported(c)) snprintf(p->inel, sizeof p->inel, "the driver lacks CUDA graphs");
     part_lowerings(ir, p);
+    p->share = share;
     gg_choice_init(ir, p);
     *pp = p;
   }
@@ -744,6 +750,8 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     for (int k = GRACE_LAUNCH_UPDATE; k < GG_NCAND && st == GRACE_OK && cuda_library_calls(vm->cuda) == lib0; k++)
       if (gg_strat(k) == GRACE_LAUNCH_UPDATE && !p->why[k][0])
         snprintf(p->why[k], sizeof p->why[k], "no library kernel in the program (graph+indirection is the same graph)");
+    /* a specialisation whose siblings decided takes their decision: its next call records the graph */
+    if (st == GRACE_OK && (gg_choice_inherit(ir, p), p->inherited)) warmed(vm, p, nin, in);
     return st;
   }
   if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
@@ -770,10 +778,11 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_exec_fn exec, int n
     st = find_graph(ir, p, exec, s, nin, in, nout, &gg, &fresh);
     if (st == GRACE_OK && !gg) { fresh = 1; st = exec(ir, nin, in, nout, out); }   /* a new layout's first run */
     else if (st == GRACE_OK) st = replay(ir, gg, in, nout, out);
-    else {   /* this strategy cannot run here: said in the report; this call, and the next once decided, eager */
+    else {   /* this strategy cannot run here: said in the report; this call eager, and the next once decided (an
+              * inherited decision: the next ones measure) */
       snprintf(p->why[s], sizeof p->why[s], "%.159s", vm->err);
       if (gg_pred(s) && !p->pred_fail[0]) snprintf(p->pred_fail, sizeof p->pred_fail, "%.159s", vm->err);
-      if (p->decided && s == p->chosen) p->chosen = GRACE_LAUNCH_EAGER;
+      if (p->decided && s == p->chosen && !gg_choice_refused(ir, p, s)) p->chosen = GRACE_LAUNCH_EAGER;
       st = exec(ir, nin, in, nout, out);
     }
   }

@@ -9,10 +9,19 @@
 
 typedef grace_status (*gpu_exec_fn)(grace_ir *ir, int nin, grace_tensor *const *in, int nout, grace_tensor **out);
 typedef struct gpu_part gpu_part;
+typedef struct gpu_share gpu_share;
 
-/* One call of ir with *part (made on first use) holding its graphs and measurements. */
-grace_status gpu_graph_call(grace_ir *ir, gpu_part **part, gpu_exec_fn exec, int nin, grace_tensor *const *in,
-                            int nout, grace_tensor **out);
+/* One call of ir with *part (made on first use) holding its graphs and measurements; share: the launch decision
+ * ir shares with the other specialisations of its program with symbolic sizes (NULL: none). */
+grace_status gpu_graph_call(grace_ir *ir, gpu_part **part, gpu_share *share, gpu_exec_fn exec, int nin,
+                            grace_tensor *const *in, int nout, grace_tensor **out);
+/* The launch decision of a program with symbolic sizes (gpu_exec.c), shared by its specialisations: the first to
+ * decide publishes it, a later one starts decided with it (gpu_graph_choice.c). Keyed in the launch cache by the
+ * symbolic program's text, which must outlive it; NULL when out of host memory. */
+gpu_share *gpu_share_new(grace_ir *symbolic);
+void gpu_share_free(gpu_share *share);
+/* The sizes of the specialisation about to run ("s1=8"; NULL after it): named as the decision's source. */
+void gpu_share_running(gpu_share *share, const char *sizes);
 void gpu_part_free(grace_vm *vm, gpu_part *part);
 /* While a graph is being captured: the value of instruction inst (an input, scalar input or capture that is a
  * host number) moves into the graph's argument table, rewritten before each replay. No-op otherwise. */

@@ -27,7 +27,16 @@
  * The cost is bounded: the first measurement takes at most GG_NCAND * (GG_ROUNDS + 2) calls per input layout (each
  * candidate's timed calls, and at most two untimed: the layout's eager run, the capture; a program without regions
  * has at most four candidates, without library calls three), the re-check at most 2 * (GG_RECHECK_ROUNDS + 2); every
- * measuring call waits for the device before and after it. GRACE_LOG=launch prints each decision and re-check on stderr. */
+ * measuring call waits for the device before and after it. GRACE_LOG=launch prints each decision and re-check on stderr.
+ *
+ * Sizes: a program with symbolic sizes runs as a copy per size (gpu_exec.c), each a program of its own here, but the
+ * decision is shared (gpu_share): the copies made before one has decided measure as above, and the first decision
+ * (or a later re-check's) is published; a copy made after that starts decided with it from its second call (its
+ * first runs eagerly, as every program's, which also tells whether it calls a library kernel) and measures nothing,
+ * so the cost stays that of one measurement however many sizes a loop runs through. Where the shared candidate
+ * cannot run in a copy (a lowering or a library kernel it lacks at those sizes, a capture that fails there), that
+ * copy measures on its own and does not publish: its decision says nothing about the other sizes. The launch cache
+ * keeps the shared decision under the symbolic program's text. */
 #include <stdio.h>
 #include <string.h>
 #include "gpu/gpu_graph_int.h"
@@ -82,7 +91,15 @@ static void medians(const gpu_part *p, int all, char *buf, size_t n) {
   }
 }
 
+/* The launch cache's key: the program's text, or for a specialisation the symbolic program's (one decision for all
+ * its sizes). */
+static grace_ir *cache_key(grace_ir *ir, const gpu_part *p) { return p->share ? p->share->symbolic : ir; }
+
+/* Keeps the decision: in the launch cache, and for a specialisation in the decision its siblings share. A
+ * specialisation that could not run the shared decision keeps its own to itself. */
 static void store(grace_ir *ir, gpu_part *p) {
+  gpu_share *sh = p->share;
+  if (sh && !p->shares) return;
   gg_decision dc;
   memset(&dc, 0, sizeof dc);
   dc.magic = GG_DECISION_MAGIC;
@@ -91,7 +108,38 @@ static void store(grace_ir *ir, gpu_part *p) {
     if (p->nstat[k]) dc.us[k] = p->best[k], dc.n[k] = p->nstat[k];
   dc.rechecks = p->rechecks;
   dc.switches = p->switches;
-  cuda_graph_decision_store(gpu_ctx(ir->vm), grace_ir_text(ir), &dc, sizeof dc);
+  if (sh) {
+    sh->decided = 1;
+    sh->dc = dc;
+    snprintf(sh->by, sizeof sh->by, "%.63s", sh->running && sh->running[0] ? sh->running : "a specialisation");
+  }
+  cuda_graph_decision_store(gpu_ctx(ir->vm), grace_ir_text(cache_key(ir, p)), &dc, sizeof dc);
+}
+
+/* For the log: the program's name, and a specialisation's sizes ("dyn at s1=8"). */
+static const char *who(const grace_ir *ir, const gpu_part *p, char *buf, size_t n) {
+  const char *at = p->share ? p->share->running : NULL;
+  snprintf(buf, n, "%s%s%s", ir->name, at && at[0] ? " at " : "", at ? at : "");
+  return buf;
+}
+
+/* For the log: where a shared decision came from ("the launch cache", "the specialisation at s1=8"). */
+static const char *source(const char *by, char *buf, size_t n) {
+  snprintf(buf, n, "%s%s", strncmp(by, "the ", 4) ? "the specialisation at " : "", by);
+  return buf;
+}
+
+/* Starts decided with dc (read from the launch cache or a sibling specialisation's). */
+static void adopt(gpu_part *p, const gg_decision *dc) {
+  p->decided = 1;
+  p->chosen = dc->chosen;
+  p->rechecks = dc->rechecks;
+  p->switches = dc->switches;
+  for (int k = 0; k < GG_NCAND; k++) p->best[k] = dc->us[k], p->nstat[k] = dc->us[k] > 0 ? dc->n[k] : 0, p->want[k] = 0;
+}
+
+static int valid(const gg_decision *dc) {
+  return dc->magic == GG_DECISION_MAGIC && dc->chosen >= 0 && dc->chosen < GG_NCAND;
 }
 
 /* Starts a measurement of the candidates in[] (those that can run), `target` timed calls each. */
@@ -102,15 +150,22 @@ static void begin(gpu_part *p, const int *in, int target) {
 
 void gg_choice_init(grace_ir *ir, gpu_part *p) {
   cuda_ctx *c = gpu_ctx(ir->vm);
+  p->shares = p->share != NULL;
   if (p->mode != -1 || p->inel[0] || !c) return;
   gg_decision dc;
-  if (cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) && dc.magic == GG_DECISION_MAGIC &&
-      dc.chosen >= 0 && dc.chosen < GG_NCAND && runnable(p, dc.chosen)) {
-    p->decided = p->from_cache = 1;
-    p->chosen = dc.chosen;
-    p->rechecks = dc.rechecks;
-    p->switches = dc.switches;
-    for (int k = 0; k < GG_NCAND; k++) p->best[k] = dc.us[k], p->nstat[k] = dc.us[k] > 0 ? dc.n[k] : 0;
+  gpu_share *sh = p->share;
+  if (sh && !sh->loaded) {   /* the symbolic program's decision from an earlier process, for every size */
+    sh->loaded = 1;
+    if (cuda_graph_decision_load(c, grace_ir_text(sh->symbolic), &dc, sizeof dc) && valid(&dc)) {
+      sh->decided = 1;
+      sh->dc = dc;
+      snprintf(sh->by, sizeof sh->by, "the launch cache");
+    }
+  }
+  /* a specialisation measures from its second call unless gg_choice_inherit finds a decision it can take */
+  if (!sh && cuda_graph_decision_load(c, grace_ir_text(ir), &dc, sizeof dc) && valid(&dc) && runnable(p, dc.chosen)) {
+    adopt(p, &dc);
+    p->from_cache = 1;
     if (vm_log_wants("launch")) {
       char m[512], a[64];
       medians(p, 1, m, sizeof m);
@@ -122,6 +177,45 @@ void gg_choice_init(grace_ir *ir, gpu_part *p) {
   int all[GG_NCAND];
   for (int k = 0; k < GG_NCAND; k++) all[k] = 1;
   begin(p, all, GG_ROUNDS);
+}
+
+/* The shared decision (candidate k, made by `by`) cannot run in this specialisation: it measures, from scratch,
+ * and keeps what it finds to itself. */
+static void refuse(grace_ir *ir, gpu_part *p, int k, const char *by) {
+  if (vm_log_wants("launch")) {
+    char a[64], w[160], f[96];
+    fprintf(stderr, "grace launch: %s: %s, decided by %s, cannot run here (%s): measuring\n", who(ir, p, w, sizeof w),
+            gg_cand_name(k, a, sizeof a), source(by, f, sizeof f), p->why[k]);
+  }
+  p->decided = p->inherited = p->shares = p->from_cache = 0;
+  p->rechecks = p->switches = 0;
+  p->by[0] = 0;
+  int all[GG_NCAND];
+  for (int j = 0; j < GG_NCAND; j++) all[j] = 1, p->best[j] = 0, p->nstat[j] = 0;
+  begin(p, all, GG_ROUNDS);
+}
+
+void gg_choice_inherit(grace_ir *ir, gpu_part *p) {
+  gpu_share *sh = p->share;
+  if (!sh || !sh->decided || p->decided || p->mode != -1 || p->inel[0]) return;
+  if (!runnable(p, sh->dc.chosen)) { refuse(ir, p, sh->dc.chosen, sh->by); return; }
+  adopt(p, &sh->dc);
+  p->inherited = 1;
+  p->from_cache = !strcmp(sh->by, "the launch cache");
+  p->decided_at = p->calls;
+  snprintf(p->by, sizeof p->by, "%s", sh->by);
+  if (vm_log_wants("launch")) {
+    char m[512], a[64], w[160], f[96];
+    medians(p, 1, m, sizeof m);
+    fprintf(stderr, "grace launch: %s: %s inherited from %s, nothing measured; its medians (timed calls): %s\n",
+            who(ir, p, w, sizeof w), gg_cand_name(p->chosen, a, sizeof a), source(p->by, f, sizeof f), m);
+  }
+}
+
+int gg_choice_refused(grace_ir *ir, gpu_part *p, int k) {
+  if (!p->inherited || k != p->chosen || p->checking) return 0;
+  refuse(ir, p, k, p->by);
+  return 1;
 }
 
 /* The decision is due a re-check: against the runner-up, the candidate other than the kept one with the lowest
@@ -137,8 +231,9 @@ static void start_recheck(grace_ir *ir, gpu_part *p) {
   begin(p, in, GG_RECHECK_ROUNDS);
   p->checking = 1;
   if (vm_log_wants("launch")) {
-    char a[64], b[64];
-    fprintf(stderr, "grace launch: %s: re-checking %s (%.1f us) against %s (%.1f us) after %ld calls\n", ir->name,
+    char a[64], b[64], w[160];
+    fprintf(stderr, "grace launch: %s: re-checking %s (%.1f us) against %s (%.1f us) after %ld calls\n",
+            who(ir, p, w, sizeof w),
             gg_cand_name(p->chosen, a, sizeof a), p->best[p->chosen], gg_cand_name(rival, b, sizeof b),
             p->best[rival], p->calls - 1);
   }
@@ -166,15 +261,15 @@ int gg_choice_next(grace_ir *ir, gpu_part *p) {
 /* Every candidate of the measurement is timed (or refused): keep one, drop the others' graphs, store. */
 static void finish(grace_ir *ir, gpu_part *p) {
   int keep = pick(p);
-  char m[512], a[64], b[64];
+  char m[512], a[64], b[64], w[160];
   int log = vm_log_wants("launch");
-  if (log) medians(p, 0, m, sizeof m);
+  if (log) medians(p, 0, m, sizeof m), who(ir, p, w, sizeof w);
   if (!p->decided) {
     p->decided = 1;
     p->decided_at = p->calls;
     p->chosen = keep >= 0 ? keep : GRACE_LAUNCH_EAGER;   /* none timed: every candidate refused */
     if (log)
-      fprintf(stderr, "grace launch: %s: kept %s after %ld measuring calls; medians (timed calls): %s\n", ir->name,
+      fprintf(stderr, "grace launch: %s: kept %s after %ld measuring calls; medians (timed calls): %s\n", w,
               gg_cand_name(p->chosen, a, sizeof a), p->measure_calls, keep >= 0 ? m : "none");
   } else {
     p->checking = 0;
@@ -182,10 +277,10 @@ static void finish(grace_ir *ir, gpu_part *p) {
     int was = p->chosen;
     if (keep >= 0 && keep != was) p->chosen = keep, p->switches++;
     if (log && p->chosen != was)
-      fprintf(stderr, "grace launch: %s: re-check switched from %s to %s; medians (timed calls): %s\n", ir->name,
+      fprintf(stderr, "grace launch: %s: re-check switched from %s to %s; medians (timed calls): %s\n", w,
               gg_cand_name(was, a, sizeof a), gg_cand_name(p->chosen, b, sizeof b), m);
     else if (log)
-      fprintf(stderr, "grace launch: %s: re-check kept %s; medians (timed calls): %s\n", ir->name,
+      fprintf(stderr, "grace launch: %s: re-check kept %s; medians (timed calls): %s\n", w,
               gg_cand_name(was, a, sizeof a), m);
   }
   for (int k = 0; k < GG_NCAND; k++) p->want[k] = 0;
@@ -200,4 +295,18 @@ void gg_choice_after(grace_ir *ir, gpu_part *p, int k, double us) {
     p->nstat[k] = p->samples[k];
   }
   if ((!p->decided || p->checking) && gg_choice_next(ir, p) < 0) finish(ir, p);
+}
+
+gpu_share *gpu_share_new(grace_ir *symbolic) {
+  gpu_share *sh = vm_calloc(symbolic->vm, sizeof *sh);
+  if (sh) sh->symbolic = symbolic;
+  return sh;
+}
+
+void gpu_share_free(gpu_share *sh) {
+  if (sh) vm_free(sh->symbolic->vm, sh, sizeof *sh);
+}
+
+void gpu_share_running(gpu_share *sh, const char *sizes) {
+  if (sh) sh->running = sizes;
 }

@@ -53,6 +53,8 @@ void grace_ir_graph_info(const grace_ir *ir, grace_graph_info *out) {
   out->captures = p->captures;
   out->decided = p->decided;
   out->from_cache = p->from_cache;
+  out->inherited = p->inherited;
+  memcpy(out->decided_by, p->by, sizeof out->decided_by);
   out->chosen = gg_strat(p->chosen);
   out->rechecks = p->rechecks;
   out->switches = p->switches;

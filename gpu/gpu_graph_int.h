@@ -126,6 +126,17 @@ typedef struct gg_decision {
   int32_t rechecks, switches;
 } gg_decision;
 
+/* gpu_graph.h's shared decision of a program with symbolic sizes: what its specialisations decided (or the launch
+ * cache held under the symbolic program's text), and where that came from. */
+struct gpu_share {
+  grace_ir *symbolic;
+  int loaded;             /* the launch cache was read */
+  int decided;
+  gg_decision dc;
+  const char *running;    /* the sizes of the specialisation running now */
+  char by[64];            /* the sizes of the specialisation that made or last re-checked it, or "the launch cache" */
+};
+
 struct gpu_part {
   long calls, captures;
   int mode;               /* -1 auto, -2 off, else a forced grace_launch_strategy */
@@ -152,6 +163,10 @@ struct gpu_part {
   int ngr;
   uint64_t tick;
   int from_cache;         /* the decision was read from the launch cache (measured by an earlier process) */
+  gpu_share *share;       /* a specialisation's: the decision shared with its siblings (NULL: none) */
+  int shares;             /* it publishes its decisions there (not when the shared one could not run here) */
+  int inherited;          /* it started decided with the shared decision, made by `by` */
+  char by[64];
   int nwarm;              /* inputs of the last layout run eagerly: a new layout runs so once before capture */
   gg_sig *warm;
 };
@@ -163,6 +178,11 @@ const char *gg_cand_name(int k, char *buf, size_t n);
 /* A new program's decision: read from the launch cache (measured by an earlier process), else the first measurement
  * begins (auto mode only; a forced mode is decided by the caller). */
 void gg_choice_init(grace_ir *ir, gpu_part *p);
+/* After a specialisation's first call: it starts decided with its siblings' shared decision where there is one and
+ * it can run here; where it cannot, it measures (and says why under GRACE_LOG=launch). */
+void gg_choice_inherit(grace_ir *ir, gpu_part *p);
+/* Candidate k failed to capture: when it is an inherited decision, the measurement begins instead (1), else 0. */
+int gg_choice_refused(grace_ir *ir, gpu_part *p, int k);
 /* The candidate this call times (starting the re-check when it is due), or -1: the call runs p->chosen untimed. */
 int gg_choice_next(grace_ir *ir, gpu_part *p);
 /* After a measuring call of candidate k: us its time (negative: the call was not timed); decides once all are in. */

@@ -418,6 +418,11 @@ typedef struct grace_graph_info {
   long calls, captures;
   int decided;                     /* the measurements are done (or a strategy was forced) */
   int from_cache;                  /* decided by an earlier process's measurements (kept with the kernels) */
+  /* A specialisation of a program with symbolic sizes (grace_ir_specialization) made after another one decided
+   * starts decided with that decision, measuring nothing: inherited, and decided_by the sizes of the copy that
+   * made it ("s1=8") or "the launch cache". */
+  int inherited;
+  char decided_by[64];
   grace_launch_strategy chosen;    /* the strategy calls use now */
   /* Per strategy: the median time of a whole call (the host waiting for the device before and after it) over its
    * timed calls (samples, interleaved with the other strategies' calls), 0 when unmeasured; the best of its region

@@ -32,6 +32,8 @@ static void push_graph_info(lua_State *L, const grace_graph_info *gi, int entry,
   lua_pushinteger(L, gi->captures); lua_setfield(L, -2, "captures");
   lua_pushboolean(L, gi->decided); lua_setfield(L, -2, "decided");
   lua_pushboolean(L, gi->from_cache); lua_setfield(L, -2, "from_cache");
+  lua_pushboolean(L, gi->inherited); lua_setfield(L, -2, "inherited");
+  if (gi->inherited) { lua_pushstring(L, gi->decided_by); lua_setfield(L, -2, "decided_by"); }
   lua_pushstring(L, gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring");
   lua_setfield(L, -2, "strategy");
   if (gi->ineligible[0]) { lua_pushstring(L, gi->ineligible); lua_setfield(L, -2, "no_graph"); }
@@ -204,9 +206,13 @@ int lg_report(lua_State *L) {
     else if (p[i].path) snprintf(path, sizeof path, " path %d", p[i].path);
     if (p[i].sizes[0]) snprintf(path + strlen(path), sizeof path - strlen(path), " at %s", p[i].sizes);
     const char *strategy = gi->ineligible[0] ? "eager" : gi->decided ? launch_names[gi->chosen] : "measuring";
+    char from[128] = "";
+    if (gi->inherited)
+      snprintf(from, sizeof from, " (inherited from %s%s)", strncmp(gi->decided_by, "the ", 4) ? "the copy at " : "",
+               gi->decided_by);
+    else if (gi->from_cache) snprintf(from, sizeof from, " (measured by an earlier process: from the launch cache)");
     snprintf(line, sizeof line, "  program %d%s: %s%s after %ld calls; %d kernels per graph, %zu bytes copied per call, "
-             "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy,
-             gi->from_cache ? " (measured by an earlier process: from the launch cache)" : "", gi->calls, gi->kernels,
+             "%d graphs holding %.1f KiB\n", p[i].entry, path, strategy, from, gi->calls, gi->kernels,
              gi->copy_bytes, gi->graphs, (double)gi->graph_bytes / 1024.0);
     luaL_addstring(&b, line);
     if (gi->rechecks || gi->checking || gi->measure_calls) {

@@ -633,7 +633,8 @@ local function run_mode(entry, w, mode, tol, want1, want2, want_ref, ref, e1_ms,
                                    indirect_words = r.indirect_words, node_updates = r.node_updates, graphs = r.graphs, captures = r.captures,
                                    replay_host_us_min = r.replay_host_us_min, replay_host_us_mean = r.replay_host_us_mean,
                                    arena_bytes = r.arena_bytes, samples = r.samples, from_cache = r.from_cache,
-                                   rechecks = r.rechecks, switches = r.switches, measure_calls = r.measure_calls}
+                                   rechecks = r.rechecks, switches = r.switches, measure_calls = r.measure_calls,
+                                   sizes = r.sizes, inherited = r.inherited, decided_by = r.decided_by}
       end
     end
     if grace.graphs then grace.graphs() end
