@@ -14,7 +14,8 @@
 #   workloads  bench/workloads/run.lua on CUDA (issue 8, grace side)
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
-#   profile    each kernel of a compiled call under Nsight Compute (bench/profile_step.lua, PROFILE=variants)
+#   profile    each kernel of a compiled call under Nsight Compute (bench/profile_step.lua, PROFILE=variants), and
+#              the idle time between kernels of the call as a graph under Nsight Systems, per kernel family
 #   ab         this tree against the one in $BASE: a compiled call as a graph, alternating (AB=variants)
 #   envab      this tree under two environments ENV_A and ENV_B (e.g. GRACE_PDL=0), the same way
 #   generate   gpt2_generate: GPT-2 small generating 256 tokens, PyTorch (gpt-fast's loop) then grace, side by side
@@ -162,15 +163,26 @@ for s in $stages; do
       --png "$OUT/report.png" --json "$OUT/bench.json" 2>&1 | tail -5
     cat "$OUT/report.md" 2>/dev/null | head -60 ;;
   profile)     # each kernel of one compiled call under Nsight Compute (PROFILE: the variants; graphs off, kernels
-               # serialised: a kernel's time alone), summed by kernel beside the call's time as a graph
+               # serialised: a kernel's time alone), summed by kernel beside the call's time as a graph; then the
+               # call replayed as a graph under Nsight Systems: the idle time before each kernel family (boundaries)
     echo "== profile"
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
     for v in ${PROFILE:-gpt2_decode_bf16 gpt2_decode_fp32}; do
       timeout ${PROFILE_TIMEOUT:-240} "$ncu" --clock-control none --csv --print-units base \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
         $B/grace bench/profile_step.lua "$v" > "$OUT/profile_$v.csv" 2> "$OUT/profile_$v.err"
       python3 bench/profile_summary.py "$OUT/profile_$v.csv" | tee "$OUT/profile_$v.txt"
       $B/grace bench/profile_step.lua "$v" 3 graph | tee -a "$OUT/profile_$v.txt"
+      # the boundaries: the same call replayed as a graph under Nsight Systems, the idle time before each kernel
+      if [ -n "$nsys" ]; then
+        timeout ${PROFILE_TIMEOUT:-240} "$nsys" profile -o "$OUT/nsys_$v" --force-overwrite true --trace cuda \
+          --cuda-graph-trace node $B/grace bench/profile_step.lua "$v" 3 graph > "$OUT/nsys_$v.log" 2>&1
+        "$nsys" stats --report cuda_gpu_trace --format csv --output "$OUT/trace_$v" "$OUT/nsys_$v.nsys-rep" \
+          >> "$OUT/nsys_$v.log" 2>&1
+        k=$(awk '/^PROFILE_GRAPH_KERNELS/ {print $2}' "$OUT/nsys_$v.log" | tail -1)
+        python3 bench/profile_summary.py --gaps "$OUT/trace_${v}_cuda_gpu_trace.csv" "${k:-1}" 10 | tee -a "$OUT/profile_$v.txt"
+      else echo "no nsys: the boundaries between kernels are not measured" | tee -a "$OUT/profile_$v.txt"; fi
     done ;;
   ab)          # this tree against another one (BASE: a folder holding an earlier tree, e.g. `git archive` of a
                # commit, carried along): each built here, the compiled call as a graph (bench/profile_step.lua) of

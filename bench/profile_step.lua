@@ -59,3 +59,6 @@ for i = 1, 50 do
 end
 table.sort(t)
 print(("PROFILE_GRAPH_CALL_US %.1f"):format(t[25] * 1e3))
+local kernels = 0   -- what one replay launches (the boundaries' count for profile_summary.py --gaps)
+for _, r in ipairs(g:report()) do kernels = kernels + (r.kernels or 0) end
+print(("PROFILE_GRAPH_KERNELS %d"):format(kernels))
