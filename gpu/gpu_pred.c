@@ -2,8 +2,8 @@
  * host branch (ir/ir_region.c). The graph's structure does not change: both bodies' kernels are captured straight
  * into it, one after the other, and each returns at entry unless the predicate picks its body. So a replay launches
  * every kernel of both bodies, and the ones of the body not taken end at once; what it saves against a conditional
- * node is the node (measured on an H100: an IF node 23.0/11.4 us taken/not, a 10-kernel body predicated 16.4/14.7
- * us), so which is faster depends on the program, and the launch measurement of gpu_graph.c decides.
+ * node is the node (the costs of both are in docs/lua_api.md), so which is faster depends on the program, and the
+ * launch measurement of gpu_graph.c decides.
  *
  * While gpu_graph.c captures a program with predication, the group executor hands each cond instruction here:
  *   1. the results are made before the bodies (fresh tensors both bodies write: what follows reads one place);

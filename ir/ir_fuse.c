@@ -251,8 +251,6 @@ static int operands_fit(fctx *c, int g, int k) {
   return k < 0 || count_operands(c, g, k, seen, &n);
 }
 
-/* Whether group g's kernel can be generated: every member reads the group's own values as it can (read_ok), and
- * its operands (with instruction k's, k >= 0 joining it) fit. */
 /* A copy_ in a kernel stores where its destination lives, so every thread must write the elements it alone reads:
  * a group holding one stays a pointwise kernel over exactly the destination's shape (an optimizer's step counter
  * joining the update of its weight would be written by every thread of it). */
@@ -264,6 +262,8 @@ static int inplace_fits(fctx *c, int g, ir_fuse_kind kind, const ir_type *dom) {
   return 1;
 }
 
+/* Whether group g's kernel can be generated: its copy_ members fit its kernel (inplace_fits), every member reads
+ * the group's own values as it can (read_ok), and its operands (with instruction k's, k >= 0 joining it) fit. */
 static int group_ok(fctx *c, int g, int k) {
   if (!inplace_fits(c, g, c->g[g].kind, c->g[g].dom)) return 0;
   for (int m = c->g[g].head; m >= 0; m = c->next[m])
