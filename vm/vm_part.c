@@ -275,16 +275,6 @@ static int can_rerun(const grace_ir *ir) {
   return 1;
 }
 
-/* The value path value v is a view of (itself where it is none): views share their base's storage. */
-static int32_t view_root(const grace_ir *p, int32_t v) {
-  for (int n = 0; v >= 0 && n < p->ninst; n++) {
-    const ir_inst *k = &p->insts[p->vals[v].inst];
-    if (k->op >= GRACE_NOPS || grace_op_kind((grace_op)k->op) != GRACE_KIND_VIEW || k->nin < 1) break;
-    v = p->args[k->first_arg];
-  }
-  return v;
-}
-
 /* Which of seg's outputs (seg->all) the paths in the mask read after instruction end, into seg->keep; how many.
  * Values sharing storage (a value and its views) are kept or left inside together: a write through one must show in
  * the others, so a tensor handed back and one computed again later cannot stand for them. */
@@ -297,7 +287,7 @@ static int mark_kept(const vm_trace *tr, uint64_t paths, int end, vm_seg *seg) {
     int k = nd.all;
     for (int i = 0; i < nd.n && !k; i++) k = nd.t[i] == tr->val[seg->all[j]];
     seg->keep[j] = (int8_t)k;
-    if (!nd.all) root[j] = view_root(tr->paths[tr->lead], seg->all[j]);
+    if (!nd.all) root[j] = ir_view_base(tr->paths[tr->lead], seg->all[j]);   /* views share its storage */
   }
   int m = 0;
   for (int j = 0; j < seg->nall; j++) {
