@@ -502,22 +502,21 @@ static void trip_check(const grace_ir *ir, int c, trip *t) {
 /* Moves round trip t onto the device: its values become device values, readers of each copy to the host read the
  * device value itself, and where device op c is a copy back (`:cuda()`), its readers read the moved result; the
  * copies are left to dce. */
-static void trip_move(grace_ir *ir, int c, const trip *t) {
-  for (int i = 0; i < t->n; i++) {
-    const ir_inst *k = &ir->insts[t->list[i]];
-    int32_t from = k->first_result, to = arg(ir, k, 0);
-    if (!is_copy_to_host(ir, k)) {
-      for (int r = 0; r < k->nout; r++) ir->vals[k->first_result + r].type.device = GRACE_CUDA;
-      continue;
-    }
-    for (int j = 0; j < ir->narg; j++) if (ir->args[j] == from) ir->args[j] = to;
-  }
-  const ir_inst *k = &ir->insts[c];
-  if (k->op != GRACE_OP_TO_DEVICE) return;
+/* Every use of copy k's result (arguments, results, write-backs) reads its source instead. */
+static void bypass(grace_ir *ir, const ir_inst *k) {
   int32_t from = k->first_result, to = arg(ir, k, 0);
   for (int j = 0; j < ir->narg; j++) if (ir->args[j] == from) ir->args[j] = to;
   for (int o = 0; o < ir->nout; o++) if (ir->outputs[o] == from) ir->outputs[o] = to;
   for (int w = 0; w < ir->nwrite; w++) if (ir->writes[w].value == from) ir->writes[w].value = to;
+}
+
+static void trip_move(grace_ir *ir, int c, const trip *t) {
+  for (int i = 0; i < t->n; i++) {
+    const ir_inst *k = &ir->insts[t->list[i]];
+    if (is_copy_to_host(ir, k)) bypass(ir, k);
+    else for (int r = 0; r < k->nout; r++) ir->vals[k->first_result + r].type.device = GRACE_CUDA;
+  }
+  if (ir->insts[c].op == GRACE_OP_TO_DEVICE) bypass(ir, &ir->insts[c]);
 }
 
 /* One line for round trip t (z its result, read by device op c): moved or why not. */
