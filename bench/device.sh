@@ -7,7 +7,7 @@
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
 #   memcheck  the GPU tests under compute-sanitizer memcheck
 #   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures;
-#           KERNELS="lmhead decode attention gemm": only those sections of gpu_kernels)
+#           KERNELS="lmhead rows decode attention gemm": only those sections of gpu_kernels, and no cg_fused_bench)
 #   fused   bench/cg_fused_bench alone
 #   gemv    bench/gemv_explore.cu (nvcc): GEMV design variants beside grace's own kernels
 #   wgmma   bench/gemm_wgmma.cu (nvcc, sm_90a): a TMA + wgmma GEMM against cuBLAS
@@ -19,6 +19,7 @@
 #   ab         this tree against the one in $BASE: a compiled call as a graph, alternating (AB=variants)
 #   envab      this tree under two environments ENV_A and ENV_B (e.g. GRACE_PDL=0), the same way
 #   generate   gpt2_generate: GPT-2 small generating 256 tokens, PyTorch (gpt-fast's loop) then grace, side by side
+#   genprofile grace's gpt2_generate alone (GEN_ARGS) with its launch report, then its kernels under Nsight Compute
 #   suite      issue 8: PyTorch and grace workloads on shared weights, alone on the device, and the report
 # With no stage: suite (the benchmark suite against PyTorch: report.md, bench.json, report.png under $OUT).
 set -u
@@ -98,7 +99,7 @@ for s in $stages; do
         { echo "bench build failed"; tail -20 "$OUT/bench_build.log"; }
       [ -x $B/gpu_kernels ] && timeout 120 $B/gpu_kernels ${KERNELS:-} 2>&1 | tee "$OUT/gpu_kernels.txt"
     fi
-    if [ -f bench/cg_fused_bench.c ]; then
+    if [ -f bench/cg_fused_bench.c ] && [ -z "${KERNELS:-}" ]; then
       link_tool bench/cg_fused_bench.c $B/cg_fused_bench >> "$OUT/bench_build.log" 2>&1 &&
         timeout 60 $B/cg_fused_bench 2>&1 | tee "$OUT/cg_fused_bench.txt"
     fi
@@ -139,6 +140,18 @@ for s in $stages; do
     python3 bench/torch/gpt2_generate.py --from-json "$OUT/torch_generate.json" \
       --compare "$OUT/grace_generate.json" 2>&1 | tee "$OUT/generate_compare.txt"
     rm -rf "$gw" ;;
+  genprofile)  # grace's side of gpt2_generate alone (GEN_ARGS), with --report (how each step's programs launch),
+               # then a short generation (4 tokens, graphs off) under Nsight Compute: its kernels by family
+    echo "== gpt2_generate: launch report, then its kernels under Nsight Compute"
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout ${GEN_TIMEOUT:-200} $B/grace bench/workloads/gpt2_generate.lua --device cuda ${GEN_ARGS:-} --report \
+      > "$OUT/genprofile.txt" 2>&1 || status=1
+    cat "$OUT/genprofile.txt"
+    timeout ${GEN_TIMEOUT:-200} "$ncu" --clock-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
+      $B/grace bench/workloads/gpt2_generate.lua --device cuda ${GEN_ARGS:-} --graphs off --new 4 --reps 1 \
+      --warmup 0 > "$OUT/genprofile.csv" 2> "$OUT/genprofile.err"
+    python3 bench/profile_summary.py "$OUT/genprofile.csv" | sed -n '/^total/,$p' | head -40 | tee "$OUT/genprofile_kernels.txt" ;;
   suite)       # issue 8 in one go, alone on the device: PyTorch (writes the shared weights and its outputs),
                # grace on the same weights (checked against PyTorch), then the report (markdown, JSON, chart).
                # Each side ends with first calls in fresh processes, cold and warm compile cache, inside its own

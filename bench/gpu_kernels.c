@@ -233,6 +233,38 @@ static void bench_decode_graph(gpu_slot *slot, const graph_api *gp) {
   gpu_matmul_force(vm, slot, -1, 0);
 }
 
+/* ---- 4. few rows (batched decode): GPT-2's products at 1..16 rows, grace's kernels against cuBLASLt ---- */
+static void bench_rows(gpu_slot *slot) {
+  static const int64_t shapes[5][2] = {{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}, {768, 50257}};
+  static const int64_t rows[5] = {1, 2, 4, 8, 16};
+  grace_dtype dts[2] = {GRACE_BFLOAT16, GRACE_FLOAT32};
+  printf("# few rows: x[M,K] @ W^T, W [N,K] not settled; us a product (10 back to back), the kernel\n");
+  for (int t = 0; t < 2; t++)
+    for (int s = 0; s < 5; s++) {
+      grace_dtype dt = dts[t];
+      int64_t K = shapes[s][0], N = shapes[s][1], wsz[2] = {N, K};
+      grace_tensor *w = dev_rand(dt, 2, wsz), *wv = transposed(w);
+      for (int r = 0; r < 5; r++) {
+        int64_t xs[2] = {rows[r], K}, os[2] = {rows[r], N};
+        grace_tensor *x = dev_rand(dt, 2, xs), *o = NULL;
+        if (grace_tensor_empty(vm, dt, GRACE_CUDA, 2, os, &o)) die("output");
+        char line[256];
+        int n = snprintf(line, sizeof line, "rows %s %lldx%lld M %2lld:", grace_dtype_name(dt), (long long)K,
+                         (long long)N, (long long)rows[r]);
+        double bytes = (double)(K * N) * (double)grace_dtype_size(dt);
+        for (int v = 0; v < 2; v++) {
+          mm_arg m = {slot, x, wv, o, v ? GPU_MM_BLAS : GPU_MM_OWN};
+          float ms = time_ms(do_mm, &m, 10);
+          n += snprintf(line + n, sizeof line - (size_t)n, "  %s %.1f us %.0f GB/s (%s)", v ? "cuBLASLt" : "grace",
+                        ms * 1e3, bytes / (ms * 1e-3) / 1e9, gpu_matmul_last_kernel(slot));
+        }
+        printf("%s\n", line);
+        grace_tensor_release(x); grace_tensor_release(o);
+      }
+      grace_tensor_release(w); grace_tensor_release(wv);
+    }
+}
+
 /* ---- 5. attention: the fused op against matmul, softmax, matmul (12 calls in one CUDA graph each) ---- */
 typedef struct attn_arg { grace_tensor *q, *kt, *v, *sc; int fused; } attn_arg;
 static grace_status do_attn(void *p) {
@@ -356,6 +388,7 @@ int main(int argc, char **argv) {
   gpu_slot slot = {0};
   bench_copy();   /* the reference of every percentage */
   if (want("lmhead")) bench_lm_head(&slot);
+  if (want("rows")) bench_rows(&slot);
   graph_api g;
   void *lib = graph_api_load(&g);
   if (lib) {

@@ -47,9 +47,11 @@ enum { IR_FUSE_MAX_OPERANDS = 24 };
 /* Layer norm (or RMS norm) as the prologue of the matmuls that read it: where a CUDA norm's result is only the
  * left operand of matmuls, its rows few (a decode step) and short enough, the decompose pass keeps it whole and
  * ir_fuse puts it into the matmul's group, whose GEMV recomputes each row's statistics and normalises the row as it
- * reads it (gpu/gpu_matmul.c); the norm's kernel is gone. Bounds: the GEMVs' rows, and the row length a warp
- * reduces twice before the product without a cost that shows. */
-enum { IR_NORM_PROLOGUE_ROWS = 16, IR_NORM_PROLOGUE_K = 8192 };
+ * reads it (gpu/gpu_matmul.c); the norm's kernel is gone. Bounds: one row (every warp recomputes the statistics
+ * of every row it reads, so the cost grows with the rows: at 8 rows the products took several times longer than
+ * the norm's own kernel saves, bench/RESULTS.md), and the row length a warp reduces twice before the product
+ * without a cost that shows. */
+enum { IR_NORM_PROLOGUE_ROWS = 1, IR_NORM_PROLOGUE_K = 8192 };
 /* Whether the prologue is on: grace_set_norm_prologue's choice, else $GRACE_NORM_PROLOGUE ("0" turns it off). */
 int ir_norm_prologue_on(grace_vm *vm);
 /* Whether instruction k of ir is such a norm (the switch on, its operands as the GEMV reads them). */

@@ -16,6 +16,8 @@
 -- --small: the tiny config of gpt2_decode (2 layers, d 64, vocab 512), 8-token prompt, 16 new tokens.
 -- --graphs MODE: grace.graphs' launch strategy for the compiled steps (auto: measured over their first calls, so
 -- CUDA graphs may be recorded after the 3rd token of a first process; indirect: recorded at once).
+-- --report: after each compiled configuration, how each step's device programs launch (strategy, kernels, the
+-- measured time of each strategy, groups run an op at a time and why), to stderr.
 local gpt2 = require "grace.gpt2"
 local gen = require "grace.generate"
 
@@ -25,19 +27,21 @@ local fmt = string.format
 local function usage(msg)
   io.stderr:write(msg and (msg .. "\n") or "", "usage: grace bench/workloads/gpt2_generate.lua [--device cuda|cpu] ",
     "[--small] [--batch 1,8] [--dtype float32,bfloat16] [--cache static,growing] [--modes compiled,eager] ",
-    "[--prompt N] [--new N] [--reps N] [--graphs auto|off|eager|copy|indirect] [--weights DIR] [--json out.json]\n")
+    "[--prompt N] [--new N] [--reps N] [--graphs auto|off|eager|copy|indirect] [--weights DIR] [--json out.json] ",
+    "[--report]\n")
   os.exit(2)
 end
 
 local opt = {device = "auto", batch = "1,8", dtype = "float32,bfloat16", cache = "static", modes = "compiled,eager",
              reps = 3, warmup = 24, graphs = "auto"}
+local flags = {small = true, report = true}
 do
   local a, i = arg or {}, 1
   while i <= #a do
     local k, v = a[i]:match("^%-%-([%w_-]+)=(.*)$")
     k = k or a[i]:match("^%-%-([%w_-]+)$")
     if not k then usage("unexpected argument '" .. a[i] .. "'") end
-    if k == "small" then opt.small = true
+    if flags[k] then opt[k] = true
     elseif k == "help" then usage()
     else
       if v == nil then i = i + 1; v = a[i] end
@@ -109,6 +113,22 @@ local function counts(steps)
   return t, g
 end
 
+-- how each compiled step's device programs launch, for --report
+local function print_report(label, steps)
+  for name, f in pairs(steps) do
+    if type(f) ~= "function" then
+      for k, r in ipairs(f:report()) do
+        local us = {}
+        for n, v in pairs(r.us or {}) do us[#us + 1] = fmt("%s %.1f", n, v) end
+        table.sort(us)
+        io.stderr:write(fmt("%s %s program %d: %s, %d kernels, %d groups an op at a time%s%s%s\n", label, name, k,
+          tostring(r.strategy), r.kernels or 0, r.unfused or 0, r.unfused_why and (" (" .. r.unfused_why .. ")") or "",
+          #us > 0 and ("; measured us: " .. table.concat(us, ", ")) or "", r.no_graph and ("; no graph: " .. r.no_graph) or ""))
+      end
+    end
+  end
+end
+
 local function median(xs)
   local s = {}
   for i, x in ipairs(xs) do s[i] = x end
@@ -148,6 +168,7 @@ local function run_config(dtype, B, kind, mode)
   local t1, g1 = counts(steps)
   r.traces_total, r.graph_records_total = t1, g1
   r.traces_timed, r.graph_records_timed = t1 - w_traces, g1 - w_records
+  if opt.report and mode == "compiled" then print_report(fmt("%s b%d %s", dtype, B, kind), steps) end
   if at3 then
     r.traces_after_3_tokens, r.graph_records_after_3_tokens = t1 - at3[1], g1 - at3[2]
   end
