@@ -546,19 +546,37 @@ grace_status grace_replay_end(grace_vm *vm, grace_ir **recorded);
  * given twice is one value); any other tensor of the enclosing traces the function touches becomes a further input
  * of sub (captured); grace_trace_sub_end makes out[] sub's outputs, returns to the enclosing trace and hands back
  * the captured tensors in input order (new references, at most maxcap). What the function cannot do inside a
- * region (read a tensor on the host, write in place to a tensor from outside, draw random numbers) becomes a
- * problem of the trace. grace_trace_sub_abort drops the recording after a host error. */
+ * region (read a tensor on the host) becomes a problem of the trace. grace_trace_sub_abort drops the recording
+ * after a host error.
+ * In-place writes to tensors from outside the function (arguments, captures): with `writes` given, sub_end appends
+ * each such tensor's final value to sub's outputs (after out[], in writes->t order) and fills writes: the tensors
+ * and copies of their contents at the function's end; either way each tensor is given back its contents and
+ * version from before the function ran (it runs while being recorded, and a cond records both functions). Without
+ * `writes` such a write is an error (a while_loop carries what it updates in its state). At most GRACE_SUB_WRITES
+ * tensors; grace_sub_writes_release drops the references. */
+enum { GRACE_SUB_WRITES = 16 };
+typedef struct grace_sub_writes {
+  int n;
+  grace_tensor *t[GRACE_SUB_WRITES];       /* the tensors written */
+  grace_tensor *final[GRACE_SUB_WRITES];   /* their contents when the function returned */
+} grace_sub_writes;
 grace_status grace_trace_sub_begin(grace_vm *vm, grace_ir *sub, int nin, grace_tensor *const *in);
 grace_status grace_trace_sub_end(grace_vm *vm, int nout, grace_tensor *const *out, int maxcap, grace_tensor **caps,
-                                 int *ncap);
+                                 int *ncap, grace_sub_writes *writes);
 void grace_trace_sub_abort(grace_vm *vm);
+void grace_sub_writes_release(grace_sub_writes *w);
 /* Appends a region over recorded sub-programs to the active trace (grace_ir_cond / grace_ir_while on the values
  * of the tensors given) and maps res[0..nout) (the results the host computed eagerly) to its results; a res[i]
  * the trace already knows (a branch returned its argument) is replaced by a copy (the reference moves). The
  * sub-programs are the trace's from the call on (freed if it fails). A region the IR refuses, or one recorded with
- * problems, is a problem of the trace (the function runs eagerly), not an error. */
+ * problems, is a problem of the trace (the function runs eagerly), not an error.
+ * writes (NULL, or two: then's and else's, from grace_trace_sub_end) and taken (0: then, 1: else, the branch res
+ * came from): every tensor either branch wrote becomes a further result of the region (the branch that did not
+ * write it returns it as it was), copied into the tensor once after the region (a copy_ of the trace; the tensor
+ * gets the taken branch's contents now). The in[] given must hold each such tensor. */
 grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
-                              grace_ir *else_ir, int nout, grace_tensor **res);
+                              grace_ir *else_ir, int nout, grace_tensor **res, const grace_sub_writes *writes,
+                              int taken);
 grace_status grace_trace_while(grace_vm *vm, int nstate, int nin, grace_tensor *const *in, grace_ir *cond_ir,
                                grace_ir *body_ir, int64_t max_iters, grace_tensor **res);
 /* Ends the trace: adds the writes of mutated inputs and captures, releases the trace's references.

@@ -4,8 +4,9 @@
  * (include/grace.h: grace_trace_sub_begin ... grace_trace_cond), so the condition stays on the device side of the
  * program and the compiled function runs later calls without Lua. The trace still needs the values this call
  * returns: cond returns the outputs of the branch its predicate chooses (both branches ran while being recorded;
- * they may not write in place to tensors from outside them, so running both changes nothing), and while_loop runs
- * the loop eagerly once more with the trace paused. */
+ * a tensor from outside that one writes in place gets its contents back after each, then the taken branch's, and
+ * in the program the region returns it and it is written once after: grace_trace_cond), and while_loop runs the
+ * loop eagerly once more with the trace paused (its functions may not write to tensors from outside). */
 #include <stdio.h>
 #include <string.h>
 #include "lua/lgrace_tensor.h"
@@ -71,11 +72,14 @@ typedef struct region_rec {
   grace_ir *sub[2];
   grace_tensor *caps[2][MAXT];
   int ncap[2];
+  int writes;                  /* a cond: its functions' in-place writes to outside tensors are recorded in w */
+  grace_sub_writes w[2];
   char err[640];
 } region_rec;
 
 static void rec_free(region_rec *r) {
   for (int b = 0; b < 2; b++) {
+    grace_sub_writes_release(&r->w[b]);
     grace_ir_free(r->sub[b]);
     r->sub[b] = NULL;
     for (int i = 0; i < r->ncap[b]; i++) grace_tensor_release(r->caps[b][i]);
@@ -106,7 +110,7 @@ static int record(lua_State *L, grace_vm *vm, region_rec *r, int b, const char *
   char what[64];
   snprintf(what, sizeof what, "%s_fn", fname);
   if (!results_are_tensors(L, op, what, *r0, *nr, res, r->err, sizeof r->err)) { grace_trace_sub_abort(vm); return REC_ERROR; }
-  st = grace_trace_sub_end(vm, *nr, res, MAXT - nin, r->caps[b], &r->ncap[b]);
+  st = grace_trace_sub_end(vm, *nr, res, MAXT - nin, r->caps[b], &r->ncap[b], r->writes ? &r->w[b] : NULL);
   if (st != GRACE_OK) { snprintf(r->err, sizeof r->err, "%s", grace_last_error(vm)); return REC_ERROR; }
   return REC_OK;
 }
@@ -165,6 +169,7 @@ static int branches_agree(region_rec *r, int n0, grace_tensor *const *a, int n1,
 static int cond_traced(lua_State *L, lg_ctx *c, grace_tensor *p, int nargs) {
   grace_vm *vm = c->vm;
   region_rec r = {0};
+  r.writes = 1;
   grace_tensor *in[MAXT * 2], *res[2][MAXT];
   int nin = tensors_at(L, 4, nargs, in), r0[2], nr[2];
   /* both functions run to be recorded, and each draws random numbers as it would alone, from the same place in
@@ -200,7 +205,7 @@ static int cond_traced(lua_State *L, lg_ctx *c, grace_tensor *p, int nargs) {
   grace_set_rng_state(vm, seed, off[b]);
   grace_tensor *out[MAXT];
   for (int i = 0; i < n; i++) { out[i] = res[b][i]; grace_tensor_retain(out[i]); }
-  grace_status st = grace_trace_cond(vm, p, all, in, r.sub[0], r.sub[1], n, out);
+  grace_status st = grace_trace_cond(vm, p, all, in, r.sub[0], r.sub[1], n, out, r.w, b);
   r.sub[0] = r.sub[1] = NULL;   /* the trace's now */
   if (st != GRACE_OK) {
     snprintf(r.err, sizeof r.err, "%s", grace_last_error(vm));

@@ -33,14 +33,46 @@ grace_status vm_region_capture(grace_vm *vm, grace_tensor *t, grace_value *out) 
   return GRACE_OK;
 }
 
+/* An in-place op inside a region's function: a write to a tensor from outside the function is allowed (the tensor's
+ * contents and version are saved before the first, to be given back when the recording ends: grace_trace_sub_end). */
 grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in) {
   vm_trace *tr = vm->trace;
   if (grace_op_kind(op) != GRACE_KIND_INPLACE || nin < 1 || !in[0]) return GRACE_OK;
   grace_tensor *b = tr_base_of(tr, in[0]);
   trace_slot *s = b ? tr_find(tr, b) : NULL;
   if (s && s->t && (s->v == STALE || s->v < 0 || tr_root_of(tr, s->v) < 0)) return GRACE_OK;   /* made inside */
-  return vm_err(vm, GRACE_EARG, "%s: a cond or while_loop function writes in place to a tensor from outside it (%s %s); "
-                "return the new value instead", grace_op_name(op), grace_dtype_name(in[0]->dtype), VM_SHAPE(in[0]));
+  if (!b) return GRACE_OK;   /* a view chain too long: the trace's write says so */
+  for (int i = 0; i < tr->nwr; i++) if (tr->wr[i].t == b) return GRACE_OK;
+  if (tr->nwr == GRACE_SUB_WRITES)
+    return vm_err(vm, GRACE_EARG, "%s: a cond or while_loop function writes in place to more than %d tensors from "
+                  "outside it", grace_op_name(op), GRACE_SUB_WRITES);
+  grace_tensor *saved = NULL;
+  tr->paused++;
+  grace_status st = grace_run(vm, GRACE_OP_CLONE, 1, &b, NULL, 1, &saved);
+  tr->paused--;
+  if (st != GRACE_OK) return st;
+  grace_tensor_retain(b);
+  tr->wr[tr->nwr].t = b;
+  tr->wr[tr->nwr].saved = saved;
+  tr->wr[tr->nwr++].version = b->storage->version;   /* not grace_tensor_version: no host read */
+  return GRACE_OK;
+}
+
+/* Gives every tensor the function wrote its contents and version from before it ran. */
+static void restore_writes(grace_vm *vm, vm_trace *tr) {
+  char keep[VM_ERRLEN];
+  snprintf(keep, sizeof keep, "%s", vm->err);   /* the error being reported, if any, stays the last one */
+  tr->paused++;
+  for (int i = 0; i < tr->nwr; i++) {
+    grace_tensor *t = tr->wr[i].t;
+    if (grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){t, tr->wr[i].saved}, NULL, 0, NULL) == GRACE_OK)
+      t->storage->version = tr->wr[i].version;
+    grace_tensor_release(tr->wr[i].saved);
+    grace_tensor_release(t);
+  }
+  tr->paused--;
+  tr->nwr = 0;
+  snprintf(vm->err, sizeof vm->err, "%s", keep);
 }
 
 grace_status grace_trace_sub_begin(grace_vm *vm, grace_ir *sub, int nin, grace_tensor *const *in) {
@@ -74,6 +106,7 @@ grace_status grace_trace_sub_begin(grace_vm *vm, grace_ir *sub, int nin, grace_t
 /* Ends the innermost sub-program's trace: its problems go to the enclosing trace, which is active again. */
 static void pop(grace_vm *vm) {
   vm_trace *tr = vm->trace, *outer = tr->parent;
+  restore_writes(vm, tr);
   if (tr->nproblems && tr->problems) {
     vm->trace = outer;
     const char *p = tr->problems;
@@ -96,9 +129,40 @@ void grace_trace_sub_abort(grace_vm *vm) {
   if (vm && vm->trace && vm->trace->parent) pop(vm);
 }
 
+void grace_sub_writes_release(grace_sub_writes *w) {
+  if (!w) return;
+  for (int i = 0; i < w->n && i < GRACE_SUB_WRITES; i++) {
+    grace_tensor_release(w->t[i]);
+    grace_tensor_release(w->final[i]);
+  }
+  w->n = 0;
+}
+
+/* The final values of the tensors the function wrote, as further outputs of its sub-program, and in w the tensors
+ * with copies of their contents now. */
+static grace_status hand_writes(grace_vm *vm, vm_trace *tr, grace_sub_writes *w) {
+  grace_status st = GRACE_OK;
+  for (int i = 0; i < tr->nwr && st == GRACE_OK; i++) {
+    grace_value v;
+    grace_tensor *f = NULL;
+    if ((st = grace_trace_value(vm, tr->wr[i].t, &v)) != GRACE_OK) break;
+    if (v < 0) { st = vm_err(vm, GRACE_EUNSUPPORTED, "trace: a tensor written in a region has no value"); break; }
+    if ((st = grace_ir_output(tr->ir, v)) != GRACE_OK) break;
+    tr->paused++;
+    st = grace_run(vm, GRACE_OP_CLONE, 1, &tr->wr[i].t, NULL, 1, &f);
+    tr->paused--;
+    if (st != GRACE_OK) break;
+    grace_tensor_retain(tr->wr[i].t);
+    w->t[w->n] = tr->wr[i].t;
+    w->final[w->n++] = f;
+  }
+  return st;
+}
+
 grace_status grace_trace_sub_end(grace_vm *vm, int nout, grace_tensor *const *out, int maxcap, grace_tensor **caps,
-                                 int *ncap) {
+                                 int *ncap, grace_sub_writes *writes) {
   if (!vm) return GRACE_EARG;
+  if (writes) writes->n = 0;
   if (!ncap || nout < 0 || (nout && !out) || (maxcap > 0 && !caps))
     return vm_err(vm, GRACE_EARG, "trace: a NULL argument ending a region");
   vm_trace *tr = vm->trace;
@@ -109,12 +173,21 @@ grace_status grace_trace_sub_end(grace_vm *vm, int nout, grace_tensor *const *ou
     grace_value v;
     if ((st = grace_trace_value(vm, out[i], &v)) == GRACE_OK && v >= 0) st = grace_ir_output(tr->ir, v);
   }
-  if (st == GRACE_OK && grace_trace_mutated(vm))   /* vm_region_check_op refuses these first; kept as a safeguard */
+  if (st == GRACE_OK && tr->nwr && !writes) {
+    char d[160];
+    grace_tensor *t = tr->wr[0].t;
+    snprintf(d, sizeof d, "%s %s", grace_dtype_name(t->dtype), VM_SHAPE(t));
+    st = vm_err(vm, GRACE_EARG, "a while_loop function writes in place to a tensor from outside it (%s); carry the "
+                "tensor in the loop's state and return its new value instead", d);
+  }
+  if (st == GRACE_OK && writes) st = hand_writes(vm, tr, writes);
+  else if (st == GRACE_OK && grace_trace_mutated(vm))   /* written without a record of it: kept as a safeguard */
     tr_problem(vm, "a cond or while_loop function writes in place to a tensor from outside it");
   if (st == GRACE_OK && tr->ncap > maxcap)
     st = vm_err(vm, GRACE_EARG, "trace: a region reads %d tensors from outside its functions (at most %d)", tr->ncap, maxcap);
   for (int i = 0; i < tr->ncap && st == GRACE_OK; i++) { caps[i] = tr->caps[i]; grace_tensor_retain(caps[i]); }
   if (st == GRACE_OK) *ncap = tr->ncap;
+  if (st != GRACE_OK) grace_sub_writes_release(writes);
   pop(vm);
   return st;
 }
@@ -161,15 +234,79 @@ static grace_status refused(grace_vm *vm, grace_status st, grace_ir *a, grace_ir
   return st == GRACE_ENOMEM ? st : tr_problem(vm, "the IR rejects the region: %s", msg);
 }
 
+/* The value of sub's input j. */
+static grace_value input_value(const grace_ir *sub, int j) {
+  for (int i = 0; i < sub->ninst; i++)
+    if (sub->insts[i].op == IR_OP_INPUT && sub->insts[i].input_index == j) return sub->insts[i].first_result;
+  return -1;
+}
+
+/* The tensors either branch wrote, in u[0..*nu): then's in order, then else's others. Each branch's sub-program gets
+ * one further output a tensor, in that order: its final value where the branch wrote it (grace_trace_sub_end put
+ * those after its results, in its own order), else its input for the tensor (in[j] is sub input j). */
+static grace_status unite_writes(grace_vm *vm, grace_ir *const sub[2], int nout, int nin, grace_tensor *const *in,
+                                 const grace_sub_writes *w, grace_tensor **u, int *nu) {
+  *nu = 0;
+  for (int b = 0; b < 2; b++)
+    for (int i = 0; i < w[b].n; i++) {
+      int seen = 0;
+      for (int k = 0; k < *nu; k++) seen |= u[k] == w[b].t[i];
+      if (!seen) u[(*nu)++] = w[b].t[i];
+    }
+  for (int b = 0; b < 2; b++) {
+    grace_ir *ir = sub[b];
+    if (ir->nout != nout + w[b].n) return vm_err(vm, GRACE_EARG, "trace: cond: a branch's outputs do not match its writes");
+    int32_t fin[2 * GRACE_SUB_WRITES];
+    for (int i = 0; i < w[b].n; i++) fin[i] = ir->outputs[nout + i];
+    ir->nout = nout;
+    for (int k = 0; k < *nu; k++) {
+      grace_value v = -1;
+      for (int i = 0; i < w[b].n; i++) if (w[b].t[i] == u[k]) v = fin[i];
+      for (int j = 0; j < nin && v < 0; j++) if (in[j] == u[k]) v = input_value(ir, j);
+      if (v < 0) return vm_err(vm, GRACE_EARG, "trace: cond: a tensor a branch writes is none of the region's inputs");
+      grace_status st = grace_ir_output(ir, v);
+      if (st != GRACE_OK) return st;
+    }
+  }
+  return GRACE_OK;
+}
+
+/* After the region: each written tensor u[k] takes the region's result nout + k (eagerly: the taken branch's final
+ * contents, or its own), as one copy_ of the trace; the tensors given for those results in e[] are consumed. */
+static grace_status write_back(grace_vm *vm, int nout, const grace_value *r, int nu, grace_tensor *const *u,
+                               grace_tensor **e) {
+  grace_status st = GRACE_OK;
+  for (int k = 0; k < nu; k++) {
+    if (st == GRACE_OK) st = map_results(vm, 1, &e[k], &r[nout + k]);
+    if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){u[k], e[k]}, NULL, 0, NULL);
+    grace_tensor_release(e[k]);
+  }
+  return st;
+}
+
+/* The same without recording (the call goes on eagerly): the tensors take the taken branch's contents. */
+static void eager_writes(grace_vm *vm, int nu, grace_tensor *const *u, grace_tensor **e) {
+  vm->trace->paused++;
+  for (int k = 0; k < nu; k++) {
+    grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){u[k], e[k]}, NULL, 0, NULL);
+    grace_tensor_release(e[k]);
+  }
+  vm->trace->paused--;
+}
+
 grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
-                              grace_ir *else_ir, int nout, grace_tensor **res) {
+                              grace_ir *else_ir, int nout, grace_tensor **res, const grace_sub_writes *writes,
+                              int taken) {
   if (!vm) return GRACE_EARG;   /* no VM: nothing to free the sub-programs with */
   vm_trace *tr = vm->trace;
-  grace_value v[64], r[64];
-  if (!pred || nin < 0 || (nin && !in) || !then_ir || !else_ir || (nout > 0 && !res)) {
+  grace_value v[64], r[64 + 2 * GRACE_SUB_WRITES];
+  grace_tensor *u[2 * GRACE_SUB_WRITES], *e[2 * GRACE_SUB_WRITES];
+  int nu = 0;
+  if (!pred || nin < 0 || (nin && !in) || !then_ir || !else_ir || (nout > 0 && !res) || taken < 0 || taken > 1 ||
+      (writes && (writes[0].n < 0 || writes[0].n > GRACE_SUB_WRITES || writes[1].n < 0 || writes[1].n > GRACE_SUB_WRITES))) {
     grace_ir_free(then_ir);
     grace_ir_free(else_ir);
-    return vm_err(vm, GRACE_EARG, "trace: cond: a NULL argument");
+    return vm_err(vm, GRACE_EARG, "trace: cond: a NULL or bad argument");
   }
   if (!tr || nin > 63 || nout > 64) {
     grace_ir_free(then_ir);
@@ -179,12 +316,32 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
   tr->paused++;   /* capturing values is no op of the program */
   grace_status st = values_of(vm, 1, &pred, v);
   if (st == GRACE_OK) st = values_of(vm, nin, in, v + 1);
+  if (st == GRACE_OK && writes)
+    st = unite_writes(vm, (grace_ir *[]){then_ir, else_ir}, nout, nin, in, writes, u, &nu);
+  for (int k = 0; k < nu && st == GRACE_OK; k++) {   /* what each written tensor holds after the taken branch */
+    const grace_sub_writes *w = &writes[taken];
+    e[k] = NULL;
+    for (int i = 0; i < w->n; i++) if (w->t[i] == u[k]) { e[k] = w->final[i]; grace_tensor_retain(e[k]); }
+    if (!e[k] && (st = grace_run(vm, GRACE_OP_CLONE, 1, &u[k], NULL, 1, &e[k])) != GRACE_OK)
+      for (int j = 0; j < k; j++) grace_tensor_release(e[j]);
+  }
   tr->paused--;
-  if (st != GRACE_OK || tr->nproblems) { grace_ir_free(then_ir); grace_ir_free(else_ir); return st; }   /* runs eagerly */
+  if (st != GRACE_OK || tr->nproblems) {   /* runs eagerly */
+    if (st == GRACE_OK) eager_writes(vm, nu, u, e);
+    grace_ir_free(then_ir);
+    grace_ir_free(else_ir);
+    return st;
+  }
   set_loc(tr);
-  st = grace_ir_cond(tr->ir, v[0], nin, v + 1, then_ir, else_ir, nout, r);
-  if (st != GRACE_OK) return refused(vm, st, then_ir, else_ir);
-  return map_results(vm, nout, res, r);
+  st = grace_ir_cond(tr->ir, v[0], nin, v + 1, then_ir, else_ir, nout + nu, r);
+  if (st != GRACE_OK) {
+    st = refused(vm, st, then_ir, else_ir);
+    eager_writes(vm, nu, u, e);
+    return st;
+  }
+  st = map_results(vm, nout, res, r);
+  grace_status wst = write_back(vm, nout, r, nu, u, e);
+  return st != GRACE_OK ? st : wst;
 }
 
 grace_status grace_trace_while(grace_vm *vm, int nstate, int nin, grace_tensor *const *in, grace_ir *cond_ir,

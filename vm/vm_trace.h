@@ -64,6 +64,10 @@ struct vm_trace {
   vm_trace *parent;
   grace_tensor **caps;
   int ncap, cap_caps;
+  /* the function's in-place writes to tensors of the enclosing traces: each tensor, a copy of its contents and its
+   * version from before the first write, given back when the recording ends (vm_region.c) */
+  struct { grace_tensor *t, *saved; uint64_t version; } wr[GRACE_SUB_WRITES];
+  int nwr;
 };
 
 static inline int vm_tracing(const grace_vm *vm) { return vm->trace && grace_trace_active(vm); }

@@ -259,7 +259,7 @@ static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b
   if (st == GRACE_OK && (st = grace_trace_sub_begin(vm, t, 2, (grace_tensor *[]){a, b})) == GRACE_OK) {
     sub = 1;
     if ((st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){a, b}, NULL, 1, &r1)) == GRACE_OK) {
-      st = grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap);
+      st = grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap, NULL);
       if (st == GRACE_OK) sub = 0;
     }
   }
@@ -267,14 +267,14 @@ static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b
     sub = 1;
     if ((st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){a, b}, NULL, 1, &r2)) == GRACE_OK) {
       int n2 = 0;
-      st = grace_trace_sub_end(vm, 1, &r2, 4, caps + ncap, &n2);
+      st = grace_trace_sub_end(vm, 1, &r2, 4, caps + ncap, &n2, NULL);
       if (st == GRACE_OK) sub = 0;
       ncap += n2;
     }
   }
   if (sub) grace_trace_sub_abort(vm);
   if (st == GRACE_OK) {
-    st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){a, b}, t, e, 1, &r1);
+    st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){a, b}, t, e, 1, &r1, NULL, 0);
     t = e = NULL;   /* the trace's now, whatever the outcome */
   }
   if (st == GRACE_OK) st = grace_trace_value(vm, r1, &v);

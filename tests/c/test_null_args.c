@@ -164,15 +164,15 @@ static int trace_null_args(void) {
              EARG(grace_trace_scalar(vm, NULL, &v)) && EARG(grace_trace_value(vm, NULL, &v)) &&
              EARG(grace_trace_value(vm, x, NULL)) && EARG(grace_trace_note(vm, NULL)) &&
              EARG(grace_trace_sub_begin(vm, NULL, 0, NULL)) && EARG(grace_trace_sub_begin(vm, t, 1, NULL)) &&
-             EARG(grace_trace_cond(vm, NULL, 0, NULL, NULL, NULL, 0, NULL)) &&
+             EARG(grace_trace_cond(vm, NULL, 0, NULL, NULL, NULL, 0, NULL, NULL, 0)) &&
              EARG(grace_trace_while(vm, 1, 0, NULL, NULL, NULL, 0, NULL));
   grace_trace_end(vm);
   grace_ir_free(t);
   return good;
 }
 T(trace_regions_no_vm, EARG(grace_trace_sub_begin(NULL, ir, 0, NULL)) &&
-                       EARG(grace_trace_sub_end(NULL, 0, NULL, 0, NULL, &iv)) &&
-                       EARG(grace_trace_cond(NULL, x, 0, NULL, NULL, NULL, 0, NULL)) &&
+                       EARG(grace_trace_sub_end(NULL, 0, NULL, 0, NULL, &iv, NULL)) &&
+                       EARG(grace_trace_cond(NULL, x, 0, NULL, NULL, NULL, 0, NULL, NULL, 0)) &&
                        EARG(grace_trace_while(NULL, 0, 0, NULL, NULL, NULL, 0, NULL)))
 T(replay_null, EARG(grace_replay_begin(NULL, &ir, 1, NULL, NULL)) && EARG(grace_replay_begin(vm, NULL, 1, NULL, NULL)) &&
                EARG(grace_replay_end(NULL, &oi)))

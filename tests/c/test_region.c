@@ -468,7 +468,8 @@ static void test_fusion(void) {
 
 
 /* Recording a region from C, as a host other than Lua would: then = x + w (w from outside: captured as an input),
- * else = x * x; the traced program then runs both ways. */
+ * then x.fill_(1) (an in-place write to an input: handed back as a write), else = x * x; the traced program then
+ * runs both ways. */
 static void test_trace(void) {
   grace_ir *ir = grace_ir_new(vm, "traced"), *t = grace_ir_new(vm, "then"), *e = grace_ir_new(vm, "else");
   grace_tensor *p = scalar_of(GRACE_BOOL, 1), *x = vec(XV), *w = vec(YV), *r1 = NULL, *r2 = NULL, *caps[4] = {0};
@@ -480,37 +481,55 @@ static void test_trace(void) {
   ok(grace_trace_sub_begin(vm, t, 1, &x) == GRACE_OK, "then's recording begins");
   grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){x, w}, NULL, 1, &r1);
   grace_attrs one = {.a = 1};
-  grace_status st = grace_run(vm, GRACE_OP_FILL_, 1, &x, &one, 0, NULL);
-  ok(st == GRACE_EARG && strstr(grace_last_error(vm), "writes in place to a tensor from outside"),
-     "an in-place write to an input inside the branch is refused: %s", grace_last_error(vm));
-  float xs[4];
-  grace_trace_pause(vm);   /* a look from the test, no read of the function's */
-  grace_tensor_read(vm, x, GRACE_FLOAT32, xs);
+  grace_trace_pause(vm);   /* the test's looks at x are no reads of the function's */
+  uint64_t ver = grace_tensor_version(x);
   grace_trace_resume(vm);
-  ok(xs[0] == XV[0], "and did not happen");
-  ok(grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap) == GRACE_OK && ncap == 1 && caps[0] == w,
+  grace_status st = grace_run(vm, GRACE_OP_FILL_, 1, &x, &one, 0, NULL);
+  ok(st == GRACE_OK, "an in-place write to an input inside the branch runs: %s", grace_last_error(vm));
+  float xs[4];
+  grace_sub_writes wr[2] = {{0}, {0}};
+  ok(grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap, &wr[0]) == GRACE_OK && ncap == 1 && caps[0] == w,
      "then ends: w is its one capture (%d)", ncap);
+  grace_trace_pause(vm);
+  grace_tensor_read(vm, x, GRACE_FLOAT32, xs);
+  float fin[4] = {0};
+  if (wr[0].n == 1) grace_tensor_read(vm, wr[0].final[0], GRACE_FLOAT32, fin);
+  uint64_t ver1 = grace_tensor_version(x);
+  grace_trace_resume(vm);
+  ok(wr[0].n == 1 && wr[0].t[0] == x && fin[0] == 1 && fin[3] == 1, "the write is handed back: x, and its contents then");
+  ok(xs[0] == XV[0] && xs[3] == XV[3] && ver1 == ver, "x has its contents and version back");
   ok(grace_trace_sub_begin(vm, e, 2, (grace_tensor *[]){x, w}) == GRACE_OK, "else's recording begins");
   grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){x, x}, NULL, 1, &r2);
   int n2 = -1;
-  ok(grace_trace_sub_end(vm, 1, &r2, 4, caps + 1, &n2) == GRACE_OK && n2 == 0, "else ends with no capture");
+  ok(grace_trace_sub_end(vm, 1, &r2, 4, caps + 1, &n2, &wr[1]) == GRACE_OK && n2 == 0 && wr[1].n == 0,
+     "else ends with no capture and no write");
   grace_tensor_release(r2);
-  st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){x, w}, t, e, 1, &r1);
+  st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){x, w}, t, e, 1, &r1, wr, 0);
+  grace_sub_writes_release(&wr[0]);
   ok(st == GRACE_OK, "the region is appended: %s", grace_last_error(vm));
+  grace_trace_pause(vm);
+  grace_tensor_read(vm, x, GRACE_FLOAT32, xs);
+  ver1 = grace_tensor_version(x);
+  grace_trace_resume(vm);
+  ok(xs[0] == 1 && xs[3] == 1 && ver1 == ver + 1, "x holds the taken branch's write, version + 1");
   grace_trace_value(vm, r1, &v);
   grace_ir_output(ir, v);
   ok(grace_trace_end(vm) == GRACE_OK, "trace ends clean: %s", grace_last_error(vm));
   const char *txt = grace_ir_verify(ir) == GRACE_OK ? grace_ir_text(ir) : NULL;   /* one call: each remakes the text */
-  ok(txt && strstr(txt, "= cond %0, %1, %2 : f32[4]"), "the IR: %s", txt ? txt : grace_last_error(vm));
+  ok(txt && strstr(txt, "%3, %4 = cond %0, %1, %2 : f32[4], f32[4]") && strstr(txt, "copy_") &&
+     grace_ir_count(ir, "writes") == 1, "the IR: the region returns x too, copied into it once: %s",
+     txt ? txt : grace_last_error(vm));
   for (int b = 0; b < 2; b++) {
-    grace_tensor *pb = scalar_of(GRACE_BOOL, b), *out = NULL;
-    float got[4] = {0};
-    int good = grace_ir_run(ir, 2, (grace_tensor *[]){pb, x}, 1, &out) == GRACE_OK;
+    grace_tensor *pb = scalar_of(GRACE_BOOL, b), *xb = vec(XV), *out = NULL;
+    float got[4] = {0}, xa[4] = {0};
+    int good = grace_ir_run(ir, 2, (grace_tensor *[]){pb, xb}, 1, &out) == GRACE_OK;
     if (good) grace_tensor_read(vm, out, GRACE_FLOAT32, got);
-    for (int k = 0; k < 4; k++) good &= got[k] == (b ? XV[k] + YV[k] : XV[k] * XV[k]);
-    ok(good, "the traced program takes the %s branch", b ? "then" : "else");
+    if (good) grace_tensor_read(vm, xb, GRACE_FLOAT32, xa);
+    for (int k = 0; k < 4; k++) good &= got[k] == (b ? XV[k] + YV[k] : XV[k] * XV[k]) && xa[k] == (b ? 1 : XV[k]);
+    ok(good, "the traced program takes the %s branch, x %s", b ? "then" : "else", b ? "filled" : "as it was");
     grace_tensor_release(out);
     grace_tensor_release(pb);
+    grace_tensor_release(xb);
   }
   grace_tensor_release(caps[0]);
   grace_tensor_release(r1);

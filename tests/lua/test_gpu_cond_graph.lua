@@ -5,8 +5,9 @@
 -- (predicate computed on the device, and a host boolean), a cond nested in a cond, a cond inside a while loop that
 -- runs 0, 1 and 37 iterations (the count a device value), a while_loop with max_iters within and past its bound
 -- (graphed, the bound's error raised at the next wait for the device), random numbers inside branches (these stay host branches:
--- the generator's offset depends on the branch taken; the draws must equal the eager ones), and a branch holding a
--- matmul run by cuBLASLt. Under conditional nodes, from the fourth call on (call 1 runs eagerly, call 2 is the
+-- the generator's offset depends on the branch taken; the draws must equal the eager ones), a branch holding a
+-- matmul run by cuBLASLt, and branches writing in place to captured tensors (a cache at a device index, a counter,
+-- a row through a view: the region returns them, copied back once after it). Under conditional nodes, from the fourth call on (call 1 runs eagerly, call 2 is the
 -- layout's warm run, call 3 captures) each call must replay the one graph and never wait for the device
 -- (grace.device_stats().syncs unchanged across the call); the report must say "conditional nodes". Tolerances:
 -- float32 rtol 1e-5, atol 1e-5 (pointwise); products over K terms atol 1e-4 * sqrt(K). Without a usable CUDA device
@@ -69,8 +70,48 @@ local bounded = function(x, k)
 end
 local BOUNDED = {3, 10, 0, 7, 10, 1, 9}
 
+-- In-place writes inside a branch: a captured cache written at a position given as a device index (the other branch
+-- counts and scales a row of the cache through a view), against the same Lua on CPU tensors of its own. Returns the
+-- compiled function, the calls whose result, cache or counter differ, and the waits inside calls 4 to 10.
+local function writes_calls()
+  local function make(dev)
+    local cache, count = grace.zeros(4, 256):to(dev), grace.zeros(1):to(dev)
+    local f = function(p, x, pos)
+      local r = grace.cond(p, function(a, i) cache:index_copy_(1, i, a) return a * 2 end,
+                              function(a, i) count:add_(1) cache:select(1, 1):mul_(0.5) return a + 1 end, x, pos)
+      return r + cache:sum()
+    end
+    return f, cache, count
+  end
+  local fe, ce, ke = make("cpu")
+  local fd, cd, kd = make(DEV)
+  local cf = grace.compile(fd)
+  local bad, waited = 0, 0
+  for k = 1, 10 do
+    local x, pv, pos = grace.randn(1, 256), grace.tensor(k % 3 ~= 0), grace.tensor({k % 4 + 1}, {dtype = "int64"})
+    local want = fe(pv, x, pos)
+    local dx, dp, dpos = to_dev(x), pv:to(DEV), to_dev(pos)
+    local s0, c0 = H.syncs(), H.captures(cf)
+    local got = cf(dp, dx, dpos)
+    if k >= 4 and H.captures(cf) == c0 then waited = waited + H.syncs() - s0 end
+    if not (H.close(got, want, 1e-3) and H.close(cd, ce) and H.close(kd, ke)) then
+      bad = bad + 1
+      tap.diag(("in-place writes in a branch: call %d differs from eager"):format(k))
+    end
+  end
+  return cf, bad, waited
+end
+
 for _, mode in ipairs(ON_GPU and {"eager", "copy", "indirect"} or {"auto"}) do
   grace.graphs(mode)
+  local wcf, wbad, wwaited = writes_calls()
+  tap.is(wbad, 0, ("in-place writes in a branch [%s]: 10 calls, results, cache and counter as eagerly"):format(mode))
+  if ON_GPU and mode ~= "eager" then
+    local p = last_report(wcf)
+    tap.ok(p.region_lowering == "conditional nodes" and p.captures == 1 and wwaited == 0,
+           ("in-place writes in a branch [%s]: conditional nodes, captured once, no wait (%s, %s captures, %d) %s"):format(
+             mode, tostring(p.region_lowering), tostring(p.captures), wwaited, why_not(p)))
+  end
   for _, c in ipairs(P.cases) do check(c[1], mode, c[2], c[3], c[4]) end
   check("cond inside a while of 0, 1 and 37 iterations", mode, loop,
         function(k) return x0, grace.tensor(COUNTS[k]) end, #COUNTS, 1e-3)

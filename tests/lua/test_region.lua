@@ -4,7 +4,8 @@
 -- (grace.compile), against the same Lua functions run eagerly: one trace for calls that take different branches or
 -- loop a different number of times, hits without retracing, the region in f:ir(), tensors from outside a branch
 -- passed as explicit arguments, nested regions, random numbers inside regions drawing what the eager call draws
--- (and leaving the generator where it leaves it), and what cannot be compiled (a host read inside a branch, a region
+-- (and leaving the generator where it leaves it), in-place writes to tensors from outside a branch (written back
+-- once after the region; refused in a while_loop), and what cannot be compiled (a host read inside a branch, a region
 -- in a function with graph breaks) running eagerly with its reason.
 local tap = require "tests.lua.tap"
 local grace = require "grace"
@@ -178,10 +179,52 @@ section("compiled errors", function()
       return grace.cond(p, add, mul, x, x) end)(grace.tensor({1, 0}), X())
   end, {"predicate must be a 0-d tensor", "int64 [2]"}, "a non-0-d predicate")
   local outside = X()
-  tap.raises(function() grace.compile(function(p, x)
-      return grace.cond(p, function(a) outside:add_(1) return a end, function(a) return a end, x) end)(grace.tensor(true), X())
-  end, {"writes in place to a tensor from outside it"}, "an in-place write to a tensor from outside the branch")
-  tap.ok(same_list(list(outside), XV), "and the write did not happen")
+  tap.raises(function() grace.compile(function(x)
+      return grace.while_loop(function(v) return v:sum():lt(100) end, function(v) outside:add_(1) return v * 2 end, {x})
+    end)(X())
+  end, {"while_loop function writes in place to a tensor from outside it", "carry the tensor in the loop's state"},
+     "an in-place write to a tensor from outside a while_loop's body")
+  tap.ok(same_list(list(outside), XV), "and the tensor has its contents back")
+end)
+
+section("in-place writes inside a cond", function()
+  -- a cache written at a position in one branch (and a row of it scaled through a view in the other, with a
+  -- counter): the compiled function against the same Lua run eagerly on tensors of its own
+  local function make()
+    local cache, count = grace.zeros(4, 3), grace.zeros(1)
+    local function f(p, x, pos)
+      local r = grace.cond(p, function(a, i) cache:index_copy_(1, i, a) return a * 2 end,
+                              function(a, i) count:add_(1) cache:select(1, 1):mul_(0.5) return a + 1 end, x, pos)
+      return r + cache:sum()   -- read after the region: what the branch wrote
+    end
+    return f, cache, count
+  end
+  local fe, ce, ke = make()
+  local f0, cc, kc = make()
+  local f = grace.compile(f0)
+  local good, v0 = 0, cc:version()
+  for i = 1, 9 do
+    local p, x = grace.tensor(i % 3 ~= 0), grace.full({1, 3}, i)
+    local pos = grace.tensor({i % 4 + 1}, {dtype = "int64"})
+    local want, got = fe(p, x, pos), f(p, x, pos)
+    if same_tensor(got, want) and same_tensor(cc, ce) and same_tensor(kc, ke) then good = good + 1 end
+  end
+  tap.is(good, 9, "9 calls taking both branches: results, the cache and the counter as eagerly")
+  local s = f:stats()
+  tap.ok(s.traces == 1 and not s.eager and s.hits == 8, ("one trace, 8 hits, no eager fallback (traces %d, hits %d)"):format(
+    s.traces, s.hits))
+  local ir = f:ir() or ""
+  local _, writes = ir:gsub("\n%s*write ", "")
+  tap.ok(ir:find("cond", 1, true) and ir:find("copy_", 1, true) and writes == 2,
+         "the program: the region returns both tensors, each copied back once (" .. writes .. " writes)")
+  tap.ok(cc:version() > v0, "the cache's version advanced")
+  -- a branch raising after its write: the tensor has its contents back and the error reaches the caller
+  local t = X()
+  local g = grace.compile(function(p, x)
+    return grace.cond(p, function(a) t:add_(1) error("stop here") end, function(a) return a end, x)
+  end)
+  tap.raises(function() g(grace.tensor(true), X()) end, {"stop here"}, "a branch raising after an in-place write")
+  tap.ok(same_list(list(t), XV), "and the tensor it wrote has its contents back")
 end)
 
 section("what runs eagerly", function()
