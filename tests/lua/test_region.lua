@@ -218,6 +218,33 @@ section("in-place writes inside a cond", function()
   tap.ok(ir:find("cond", 1, true) and ir:find("copy_", 1, true) and writes == 2,
          "the program: the region returns both tensors, each copied back once (" .. writes .. " writes)")
   tap.ok(cc:version() > v0, "the cache's version advanced")
+  -- nested: an argument written in one branch, a captured tensor written in both and in both branches of a cond
+  -- nested in one of them
+  local function nested()
+    local c = grace.zeros(3)
+    return function(p, q, x, arg)
+      local r = grace.cond(p,
+        function(a, b)
+          b:add_(1)
+          return grace.cond(q, function(u) c:add_(u) return u * 2 end, function(u) c:mul_(2) return u end, a)
+        end,
+        function(a, b) b:mul_(3) c:fill_(7) return a - 1 end, x, arg)
+      return r, arg + 0, c + 0
+    end, c
+  end
+  local ne, nce = nested()
+  local n0, ncc = nested()
+  local nf = grace.compile(n0)
+  local ae, ac, ngood = grace.ones(3), grace.ones(3), 0
+  for i = 1, 12 do
+    local p, q, x = grace.tensor(i % 2 == 0), grace.tensor(i % 3 == 0), grace.full({3}, i + 0.5)
+    local w, g = {ne(p, q, x, ae)}, {nf(p, q, x, ac)}
+    if same_tensor(g[1], w[1]) and same_tensor(g[2], w[2]) and same_tensor(g[3], w[3]) and same_tensor(ncc, nce) then
+      ngood = ngood + 1
+    end
+  end
+  tap.ok(ngood == 12 and nf:stats().traces == 1 and not nf:stats().eager,
+         ("nested conds writing an argument and a captured tensor: 12 calls as eagerly, one trace (%d)"):format(ngood))
   -- a branch raising after its write: the tensor has its contents back and the error reaches the caller
   local t = X()
   local g = grace.compile(function(p, x)
