@@ -242,11 +242,14 @@ done:
   return st;
 }
 
-/* A cond recorded inside a trace, as a host records grace.cond: then = a + b, else = a * b; the trace ends. */
+/* A cond recorded inside a trace, as a host records grace.cond: then = a + b and b.fill_(2) (a write handed back),
+ * else = a * b; the trace ends. */
 static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b) {
   grace_status st = GRACE_OK;
   grace_ir *ir = NULL, *t = NULL, *e = NULL;
   grace_tensor *p = NULL, *r1 = NULL, *r2 = NULL, *caps[4] = {0};
+  grace_sub_writes w[2] = {{0}, {0}};
+  grace_attrs two = {.a = 2};
   grace_value v;
   int ncap = 0, sub = 0;
   const int pv = 1;
@@ -258,8 +261,9 @@ static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b
   if ((st = grace_trace_input(vm, p, &v)) == GRACE_OK) st = grace_trace_input(vm, a, &v);
   if (st == GRACE_OK && (st = grace_trace_sub_begin(vm, t, 2, (grace_tensor *[]){a, b})) == GRACE_OK) {
     sub = 1;
-    if ((st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){a, b}, NULL, 1, &r1)) == GRACE_OK) {
-      st = grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap, NULL);
+    if ((st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){a, b}, NULL, 1, &r1)) == GRACE_OK &&
+        (st = grace_run(vm, GRACE_OP_FILL_, 1, &b, &two, 0, NULL)) == GRACE_OK) {
+      st = grace_trace_sub_end(vm, 1, &r1, 4, caps, &ncap, &w[0]);
       if (st == GRACE_OK) sub = 0;
     }
   }
@@ -267,14 +271,14 @@ static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b
     sub = 1;
     if ((st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){a, b}, NULL, 1, &r2)) == GRACE_OK) {
       int n2 = 0;
-      st = grace_trace_sub_end(vm, 1, &r2, 4, caps + ncap, &n2, NULL);
+      st = grace_trace_sub_end(vm, 1, &r2, 4, caps + ncap, &n2, &w[1]);
       if (st == GRACE_OK) sub = 0;
       ncap += n2;
     }
   }
   if (sub) grace_trace_sub_abort(vm);
   if (st == GRACE_OK) {
-    st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){a, b}, t, e, 1, &r1, NULL, 0);
+    st = grace_trace_cond(vm, p, 2, (grace_tensor *[]){a, b}, t, e, 1, &r1, w, 0);
     t = e = NULL;   /* the trace's now, whatever the outcome */
   }
   if (st == GRACE_OK) st = grace_trace_value(vm, r1, &v);
@@ -284,6 +288,8 @@ static grace_status traced_region(grace_vm *vm, grace_tensor *a, grace_tensor *b
   if (st == GRACE_OK) st = grace_ir_verify(ir);
 done:
   for (int i = 0; i < 4; i++) grace_tensor_release(caps[i]);
+  grace_sub_writes_release(&w[0]);
+  grace_sub_writes_release(&w[1]);
   grace_tensor_release(p); grace_tensor_release(r1); grace_tensor_release(r2);
   grace_ir_free(ir); grace_ir_free(t); grace_ir_free(e);
   return st;
