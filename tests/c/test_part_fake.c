@@ -19,6 +19,8 @@
  *     result copied back and multiplied on the device: the host ops move onto the device (no copy either way, no
  *     synchronize per call, one graph, explain says so), also inside the second partition of a function with a
  *     break; with an op the device lacks, or the host value returned too, the round trip stays and explain says why.
+ *   - a tree of paths (the host takes one of two ways after its break): each path's partitions are graphs, and the
+ *     arena they draw on holds what the largest needs, not the sum of what their captures took.
  * NVRTC compiles the kernels for real; without it the file skips. */
 #include <dirent.h>
 #include <stdio.h>
@@ -109,6 +111,79 @@ static void forced(const char *mode, grace_launch_strategy want) {
       ok(gi.copy_bytes >= (size_t)n * 4, "copy: the second partition's input is copied into its placeholder (%zu bytes)",
          gi.copy_bytes);
   }
+  grace_fn_free(fn);
+  grace_tensor_release(x);
+  grace_set_graphs(vm, NULL);
+}
+
+/* ---- a tree of paths: graphs share the arena ---- */
+/* tree(x): e = exp(x), the host reads sum(e) (the break), then on odd calls y = e * 2 + 1, on even ones
+ * y = tanh(e) - e: two paths after one first partition (the fake driver computes nothing, so the host picks the
+ * path by the call's number, as it would by the value read). */
+static int tree_calls;
+static grace_status h_tree(void *ud, int nargs, const grace_arg *args, int *nres, grace_arg *res, int maxres) {
+  (void)ud;
+  *nres = 0;
+  if (nargs != 1 || args[0].kind != GRACE_ARG_TENSOR) return GRACE_EHOST;
+  grace_tensor *e = NULL, *m = NULL, *c = NULL, *d = NULL, *y = NULL;
+  double host = 0;
+  grace_status st = grace_run(vm, GRACE_OP_EXP, 1, &args[0].t, NULL, 1, &e);
+  if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_SUM, 1, &e, NULL, 1, &m);
+  if (st == GRACE_OK) st = grace_tensor_read(vm, m, GRACE_FLOAT64, &host);   /* the break */
+  if (st == GRACE_OK && tree_calls++ % 2 == 0) {
+    if ((st = grace_tensor_scalar(vm, 2.0, 0, &c)) == GRACE_OK)
+      st = grace_run(vm, GRACE_OP_MUL, 2, (grace_tensor *[]){e, c}, NULL, 1, &d);
+    if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_ADD, 2, (grace_tensor *[]){d, c}, NULL, 1, &y);
+  } else if (st == GRACE_OK) {
+    if ((st = grace_run(vm, GRACE_OP_TANH, 1, &e, NULL, 1, &d)) == GRACE_OK)
+      st = grace_run(vm, GRACE_OP_SUB, 2, (grace_tensor *[]){d, e}, NULL, 1, &y);
+  }
+  grace_tensor_release(e); grace_tensor_release(m); grace_tensor_release(c); grace_tensor_release(d);
+  return host_result(st, y, nres, res, maxres);
+}
+
+/* Each path's partitions are graphs; the arena they draw on holds what one replay needs, not what all of them took:
+ * replays are ordered on one stream, so the second path's capture reuses the blocks the first path's freed. */
+static void tree(void) {
+  grace_set_graphs(vm, "copy");
+  const grace_host th = {.call = h_tree};
+  grace_fn *fn = NULL;
+  grace_tensor *x = NULL;
+  int64_t n = 4096;
+  grace_tensor_empty(vm, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (grace_fn_new(vm, "tree", &th, NULL, NULL, &fn) != GRACE_OK || !x) { ok(0, "tree: setup"); return; }
+  grace_arg a = {.kind = GRACE_ARG_TENSOR, .t = x};
+  int bad = 0;
+  tree_calls = 0;
+  for (int i = 0; i < 12; i++) {
+    grace_arg r[1];
+    int nr = 0;
+    if (grace_fn_call(fn, 1, &a, &nr, r, 1) != GRACE_OK || nr != 1) {
+      printf("# call %d: %s\n", i + 1, grace_last_error(vm));
+      bad++;
+    }
+    if (nr == 1) grace_tensor_release(r[0].t);
+  }
+  is_int(bad, 0, "tree: 12 calls, the path alternating");
+  size_t sum = 0, arena = 0;
+  int graphs = 0, paths[2] = {0, 0};
+  for (int j = 0; j < 8; j++) {
+    int path = -1, index = -1;
+    grace_ir *part = grace_fn_entry_partition(fn, 0, j, &path, &index);
+    if (!part) break;
+    grace_graph_info gi;
+    grace_ir_graph_info(part, &gi);
+    if (gi.captures >= 1) graphs++;
+    if (path >= 0 && path < 2) paths[path]++;
+    sum += gi.graph_bytes - gi.table_bytes;   /* the arena blocks its captures took */
+    arena = gi.arena_bytes;
+    printf("# partition %d: path %d index %d, %ld captures, %zu bytes of arena blocks taken\n", j, path, index,
+           (long)gi.captures, gi.graph_bytes - gi.table_bytes);
+  }
+  ok(graphs >= 3 && paths[0] >= 1 && paths[1] >= 1,
+     "tree: the shared first partition and each path's second are graphs (%d graphs; %d and %d partitions a path)",
+     graphs, paths[0], paths[1]);
+  ok(arena > 0 && arena < sum, "tree: the graphs share the arena: %zu bytes held, %zu taken by them in all", arena, sum);
   grace_fn_free(fn);
   grace_tensor_release(x);
   grace_set_graphs(vm, NULL);
@@ -478,6 +553,7 @@ int main(void) {
   placement();
   kept_inside();
   round_trip();
+  tree();
   fake_vm_free(vm, dir);
   return tap_done();
 }
