@@ -4,7 +4,10 @@
  * enclosing trace that the function touches (a weight, a value computed before the region) is no implicit capture:
  * it becomes a further input of the sub-program (vm_region_capture), and the host passes it to the region as an
  * argument, so sub-programs stay whole programs. The host then appends the region itself (grace_trace_cond,
- * grace_trace_while) and maps the results it computed eagerly to the region's results. */
+ * grace_trace_while) and maps the results it computed eagerly to the region's results. A tensor of an enclosing trace
+ * that the function writes in place is saved before the first write and given back when the recording ends (the
+ * host runs both of a cond's functions); a cond's writes become further results of the region, copied into their
+ * tensors once after it, so sub-programs stay free of writes. */
 #include <stdio.h>
 #include "vm/vm_trace.h"
 
