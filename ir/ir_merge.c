@@ -5,9 +5,10 @@
  * share runs as it is, the comparison becomes ops on the device (a 0-d predicate, compared in float64, or exactly in
  * int64 for integers, as Lua compares the number), and each path's rest becomes one branch of a cond region: a
  * sub-program taking, as explicit inputs, the prefix values and captured tensors it reads (as grace.cond records
- * them), returning what the path returns. What the explicit form refuses (in-place writes to values from before the
- * region) keeps the paths apart, and so do writes back, dynamic scalars, symbolic sizes and further breaks: the
- * caller keeps replaying them. Pure IR: no tensor runs here. */
+ * them), returning what the path returns. A tensor either path writes back (an argument or a captured tensor
+ * updated in place) is a further result of the region, each branch returning its contents as that path leaves them,
+ * copied into the tensor once after the region (as grace.cond's writes). Dynamic scalars, symbolic sizes and further
+ * breaks keep the paths apart: the caller keeps replaying them. Pure IR: no tensor runs here. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,12 +17,17 @@
 
 #define MAXREG 63   /* values a region passes (cond: the predicate and up to 63 arguments) */
 
+#define MAXW 32      /* tensors the paths write back */
+
 typedef struct merge {
   grace_ir *dst, *src[2];        /* the merged program; the then path and the else path */
   int after;                     /* the prefix is instructions 0..after */
   int32_t *map[2];               /* per source value: its value in dst (prefix values and hoisted consts), else -1 */
   int32_t args[MAXREG];          /* dst values passed to the region */
   int nargs;
+  int32_t wt[MAXW];              /* the dst values (inputs, consts) either path writes back */
+  int32_t wbumps[MAXW];          /* the most in-place writes a path makes to each */
+  int nw;
   char *why;
   size_t n;
 } merge;
@@ -58,7 +64,6 @@ static grace_status check_paths(merge *m, int b, int nout, const int32_t *const 
     grace_ir *p = m->src[s];
     if (b < 0 || b >= p->nbreak || p->nbreak != 1)
       return refuse(m, "the paths break more than once (only one branch read on the host can become a region)");
-    if (p->nwrite) return refuse(m, "a path writes in place to an argument or a captured tensor");
     if (p->nscalars || p->nsyms) return refuse(m, "a path has dynamic scalars or symbolic sizes");
     if (ir_has_region(p)) return refuse(m, "a path holds a cond or while_loop already");
   }
@@ -79,15 +84,13 @@ static grace_status check_paths(merge *m, int b, int nout, const int32_t *const 
       return refuse(m, "result %d is %s when the branch is taken and %s when not", r + 1, ir_type_str(x, a, sizeof a),
                     ir_type_str(y, c, sizeof c));
   }
+  /* an in-place op of a branch on a value from before it is functional in each path (its own new value): only what
+     the paths write back, and return, leaves the region */
   for (int s = 0; s < 2; s++) {
     grace_ir *p = m->src[s];
     for (int i = m->after + 1; i < p->ninst; i++) {
       const ir_inst *k = &p->insts[i];
       if (k->op == IR_OP_INPUT || k->op == IR_OP_SCALAR) return refuse(m, "a path declares an input after the break");
-      if (k->op < GRACE_NOPS && grace_op_kind((grace_op)k->op) == GRACE_KIND_INPLACE && k->nin > 0 &&
-          is_prefix(m, p, ir_view_base(p, p->args[k->first_arg])))
-        return refuse(m, "%s: a branch writes in place to a tensor computed before the branch%s%s; return the new "
-                      "value instead", ir_op_name(k->op), k->loc >= 0 ? " at " : "", k->loc >= 0 ? p->locs[k->loc] : "");
     }
   }
   return GRACE_OK;
@@ -166,6 +169,29 @@ static grace_status build_outer(merge *m, int nout, const int32_t *const *outs) 
   return st;
 }
 
+/* The tensors the paths write back, as dst values (after build_outer mapped the inputs and consts), each passed to
+ * the region, with the value each path leaves in it passed too where that was computed before the branch. */
+static grace_status collect_writes(merge *m) {
+  grace_status st = GRACE_OK;
+  for (int s = 0; s < 2 && st == GRACE_OK; s++) {
+    grace_ir *p = m->src[s];
+    for (int i = 0; i < p->nwrite && st == GRACE_OK; i++) {
+      int32_t d = m->map[s][p->writes[i].target], k = 0;
+      if (d < 0) return refuse(m, "a path writes back a tensor the merged program does not hold");
+      while (k < m->nw && m->wt[k] != d) k++;
+      if (k == m->nw) {
+        if (m->nw == MAXW) return refuse(m, "the paths write back more than %d tensors", MAXW);
+        m->wt[m->nw] = d;
+        m->wbumps[m->nw++] = 0;
+        st = add_arg(m, d);
+      }
+      if (p->writes[i].bumps > m->wbumps[k]) m->wbumps[k] = p->writes[i].bumps;
+      if (st == GRACE_OK && is_prefix(m, p, p->writes[i].value)) st = add_arg(m, m->map[s][p->writes[i].value]);
+    }
+  }
+  return st;
+}
+
 /* `value cmp k` as a 0-d bool of dst, as Lua compares the number item() gives: in float64, or in int64 for an
  * integer tensor and an integral k (exact past 2^53). */
 static grace_status predicate(merge *m, const ir_break *b, grace_value *pred) {
@@ -197,7 +223,15 @@ static grace_status predicate(merge *m, const ir_break *b, grace_value *pred) {
   return st;
 }
 
-/* Sub-program of side s: the region's arguments as inputs, then the path's rest with its literals made inside. */
+/* The value of sub's input j. */
+static int32_t sub_input(const grace_ir *sub, int j) {
+  for (int i = 0; i < sub->ninst; i++)
+    if (sub->insts[i].op == IR_OP_INPUT && sub->insts[i].input_index == j) return sub->insts[i].first_result;
+  return -1;
+}
+
+/* Sub-program of side s: the region's arguments as inputs, then the path's rest with its literals made inside; it
+ * returns the path's results, then each tensor the paths write back (m->wt) as this path leaves it. */
 static grace_ir *build_sub(merge *m, int s, int nout, const int32_t *out) {
   grace_ir *p = m->src[s], *d = m->dst;
   char name[80];
@@ -227,6 +261,14 @@ static grace_ir *build_sub(merge *m, int s, int nout, const int32_t *out) {
     for (int r = 0; r < k->nout && v >= 0; r++) map[k->first_result + r] = v + r;
   }
   for (int r = 0; r < nout && st == GRACE_OK; r++) st = grace_ir_output(sub, map[out[r]]);
+  for (int k = 0; k < m->nw && st == GRACE_OK; k++) {   /* each written tensor as this path leaves it */
+    int32_t v = -1;
+    for (int i = 0; i < p->nwrite; i++)
+      if (m->map[s][p->writes[i].target] == m->wt[k]) v = map[p->writes[i].value];
+    for (int j = 0; j < m->nargs && v < 0; j++)   /* untouched by this path: the tensor as it came in */
+      if (m->args[j] == m->wt[k]) v = sub_input(sub, j);
+    st = v >= 0 ? grace_ir_output(sub, v) : grace_set_error(d->vm, GRACE_EARG, "merge: a written tensor has no value");
+  }
   if (map) grace_realloc(d->vm, map, sizeof *map * (size_t)p->nval, 0);
   if (st != GRACE_OK) { grace_ir_free(sub); return NULL; }
   return sub;
@@ -254,7 +296,8 @@ grace_status ir_merge(grace_ir *t, grace_ir *e, int b, int nout, const int32_t *
   for (int s = 0; s < 2 && st == GRACE_OK; s++)
     for (int32_t v = 0; v < m.src[s]->nval; v++) m.map[s][v] = -1;
   if (st == GRACE_OK) st = build_outer(&m, nout, outs);
-  grace_value pred = -1, res[64];
+  if (st == GRACE_OK) st = collect_writes(&m);
+  grace_value pred = -1, res[64 + MAXW];
   if (st == GRACE_OK) {
     grace_ir_set_location(m.dst, t->breaks[b].loc >= 0 ? t->locs[t->breaks[b].loc] : NULL);
     st = predicate(&m, &t->breaks[b], &pred);
@@ -262,12 +305,18 @@ grace_status ir_merge(grace_ir *t, grace_ir *e, int b, int nout, const int32_t *
   grace_ir *sub[2] = {NULL, NULL};
   for (int s = 0; s < 2 && st == GRACE_OK; s++)
     if (!(sub[s] = build_sub(&m, s, nout, outs[s]))) st = grace_set_error(vm, GRACE_ENOMEM, "merge: out of host memory");
-  if (st == GRACE_OK) st = grace_ir_cond(m.dst, pred, m.nargs, m.args, sub[0], sub[1], nout, res);
+  if (st == GRACE_OK) st = grace_ir_cond(m.dst, pred, m.nargs, m.args, sub[0], sub[1], nout + m.nw, res);
   if (st != GRACE_OK) {   /* grace_ir_cond takes the sub-programs only when it succeeds; one may be built alone */
     grace_ir_free(sub[0]);
     grace_ir_free(sub[1]);
   }
   for (int r = 0; r < nout && st == GRACE_OK; r++) st = grace_ir_output(m.dst, res[r]);
+  for (int k = 0; k < m.nw && st == GRACE_OK; k++) {   /* written back once, after the region */
+    grace_value c;
+    if ((st = grace_ir_op(m.dst, GRACE_OP_COPY_, 2, (grace_value[]){m.wt[k], res[nout + k]}, NULL, 1, &c)) == GRACE_OK &&
+        (st = grace_ir_write(m.dst, m.wt[k], c)) == GRACE_OK)
+      m.dst->writes[m.dst->nwrite - 1].bumps = m.wbumps[k] > 0 ? m.wbumps[k] : 1;
+  }
   if (st == GRACE_OK && (st = grace_ir_verify(m.dst)) != GRACE_OK)   /* a case this file missed: keep replaying */
     st = refuse(&m, "the merged program does not verify: %.300s", grace_last_error(vm));
   if (m.map[0]) grace_realloc(vm, m.map[0], sizeof(int32_t) * (size_t)t->nval, 0);

@@ -6,7 +6,7 @@
 -- comparison at 2^53, the constant on the left, `and true`/`or false`, a second item() in the condition, elseif,
 -- nested ifs, a branch in a loop, goto, results that differ in count/type/number (no merge, with the reason),
 -- a returned argument, side effects on Lua state (upvalue, table field, global: no merge or eager), in-place writes
--- to arguments and captures, the limit read from an upvalue changed after the merge (retraces), the limit of a
+-- in a branch to arguments, captures and values from before it (merged: written back once), the limit read from an upvalue changed after the merge (retraces), the limit of a
 -- helper function (stays a break), state read only by the branch recorded second (upvalue number, field, bool,
 -- string, replaced tensor: retraces), dynamic sizes, dtype changes, a coroutine, and sites that must stay breaks.
 local tap = require "tests.lua.tap"
@@ -200,7 +200,7 @@ case("in place to a capture", function(t)
          return t * 2
        end
        return t * 3
-     end, alt, 10, false)
+     end, alt, 10, true)
 tap.is(W:tolist()[1], 11.0, "in place to a capture: every positive call (compiled and eager) wrote")
 local acc = T({0.0, 0})
 case("in place to an argument", function(t, a)
@@ -209,7 +209,7 @@ case("in place to an argument", function(t, a)
          return t * 2
        end
        return t * 3
-     end, {{P, acc}, {N, acc}}, 10, false)
+     end, {{P, acc}, {N, acc}}, 10, true)
 tap.is(acc:tolist()[1], 10.0, "in place to an argument: every positive call wrote")
 case("in place to a tensor computed before the branch", function(t)
        local h = t * 2
@@ -218,7 +218,7 @@ case("in place to a tensor computed before the branch", function(t)
          return h
        end
        return h * 3
-     end, alt, 10, false)
+     end, alt, 10, true)
 case("in place to a tensor made in the branch", function(t)
        local h = t * 2
        if t:sum():item() > 0 then
