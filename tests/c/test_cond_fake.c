@@ -3,7 +3,9 @@
  * does not decide which body a replay runs; what is checked is what grace builds and how calls go: a program whose
  * branch flips every call is captured once and then replayed with no host synchronisation and no capture; the
  * graph holds one predicate kernel and one IF node with two bodies, each holding its branch's kernels (the body's
- * launches went to the body, not the graph), the predicate kernel given the node's handle; a while loop is one
+ * launches went to the body, not the graph), the predicate kernel given the node's handle; a branch writing its
+ * argument back (the region returns it, copied into it after) is the same one graph, x copied neither in nor out
+ * with indirection; a while loop is one
  * WHILE node whose body holds the body's kernels and a predicate kernel setting the same handle as the one before
  * the node (with max_iters, both counting iterations into one word read back like an index check's flag); a cond in a while's body is an IF node inside the WHILE node's body; and with nvJitLink absent the regions stay host branches (a synchronisation per call, no graph), the
  * report saying why. NVRTC compiles the kernels for real and nvJitLink links the predicate kernel with the device
@@ -47,6 +49,65 @@ static void cond_graph(grace_vm *vm) {
   /* each body: the branch's fused kernel and the copy into the result both branches write */
   ok(tb->kernels == 2 && eb->kernels == 2 && !tb->nsets && !eb->nsets && !tb->nconds && !eb->nconds,
      "cond: each body holds its branch's kernel and the copy of its result (%d, %d kernels)", tb->kernels, eb->kernels);
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
+/* r = cond(p, x) with x written in place by the then branch (as grace.cond records it: the region returns x's new
+ * contents too, copied into x after it): then (exp(x + 1) + 1, x * 3), else (x * 2, x). */
+static grace_ir *cond_write_prog(grace_vm *vm) {
+  grace_ir *ir = grace_ir_new(vm, "cond_write_prog"), *sub[2] = {grace_ir_new(vm, "then"), grace_ir_new(vm, "else")};
+  int64_t n = N;
+  grace_value x, p, r[2], c;
+  grace_status st = sub[0] && sub[1] ? GRACE_OK : GRACE_ENOMEM;
+  for (int b = 0; b < 2 && st == GRACE_OK; b++) {
+    grace_value sx, one, k, y, e, w;
+    st = grace_ir_input(sub[b], GRACE_FLOAT32, GRACE_CUDA, 1, &n, &sx);
+    if (st == GRACE_OK) st = grace_ir_literal(sub[b], 1, 0, &one);
+    if (st == GRACE_OK) st = grace_ir_literal(sub[b], b ? 2 : 3, 0, &k);
+    if (b == 0) {   /* exp(x + 1) + 1, and x * 3 written */
+      if (st == GRACE_OK) st = grace_ir_op(sub[b], GRACE_OP_ADD, 2, (grace_value[]){sx, one}, NULL, 1, &y);
+      if (st == GRACE_OK) st = grace_ir_op(sub[b], GRACE_OP_EXP, 1, &y, NULL, 1, &e);
+      if (st == GRACE_OK) st = grace_ir_op(sub[b], GRACE_OP_ADD, 2, (grace_value[]){e, one}, NULL, 1, &y);
+      if (st == GRACE_OK) st = grace_ir_op(sub[b], GRACE_OP_MUL, 2, (grace_value[]){sx, k}, NULL, 1, &w);
+    } else {        /* x * 2, x as it came in */
+      if (st == GRACE_OK) st = grace_ir_op(sub[b], GRACE_OP_MUL, 2, (grace_value[]){sx, k}, NULL, 1, &y);
+      w = sx;
+    }
+    if (st == GRACE_OK) st = grace_ir_output(sub[b], y);
+    if (st == GRACE_OK) st = grace_ir_output(sub[b], w);
+  }
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_FLOAT32, GRACE_CUDA, 1, &n, &x);
+  if (st == GRACE_OK) st = grace_ir_input(ir, GRACE_BOOL, GRACE_CUDA, 0, NULL, &p);
+  if (st == GRACE_OK && (st = grace_ir_cond(ir, p, 1, &x, sub[0], sub[1], 2, r)) == GRACE_OK) sub[0] = sub[1] = NULL;
+  if (st == GRACE_OK) st = grace_ir_op(ir, GRACE_OP_COPY_, 2, (grace_value[]){x, r[1]}, NULL, 1, &c);
+  if (st == GRACE_OK) st = grace_ir_write(ir, x, c);
+  if (st == GRACE_OK) st = grace_ir_output(ir, r[0]);
+  grace_ir_free(sub[0]);
+  grace_ir_free(sub[1]);
+  if (st != GRACE_OK) { printf("# building cond_write_prog: %s\n", grace_last_error(vm)); grace_ir_free(ir); return NULL; }
+  return ir;
+}
+
+/* A branch writing its argument back: the IF node's bodies also copy x's new contents into the region's second
+ * result, and x takes it after the node, inside the same graph (no copy of x in or out with indirection). */
+static void cond_write_graph(grace_vm *vm) {
+  grace_set_graphs(vm, "indirect");
+  grace_ir *ir = cond_write_prog(vm);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, NULL, 12, 1, 4, &syncs, &launches), 0, "cond writing x: 12 calls, the branch flipping");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.regions == 1 && !gi.region_why[0] && gi.captures == 1 && gi.cond_nodes == 1,
+     "cond writing x: one region as one conditional node, captured once (%d, '%s', %ld captures)", gi.regions,
+     gi.region_why, (long)gi.captures);
+  ok(launches == 9 && syncs == 0, "cond writing x: calls 4 to 12 launch the graph once each, never waiting (%ld, %ld)",
+     launches, syncs);
+  ok(gi.copy_bytes <= 64, "cond writing x: with indirection no byte of x is copied in or out (%zu)", gi.copy_bytes);
+  const fake_graph *top = &fgraph[0];
+  const fake_graph *tb = top->nconds ? &fgraph[top->cond[0].body[0]] : top;
+  ok(top->nconds == 1 && top->cond[0].size == 2 && tb->kernels >= 2,
+     "cond writing x: an IF node whose then body computes both results (%d kernels)", tb->kernels);
   grace_ir_free(ir);
   grace_set_graphs(vm, NULL);
 }
@@ -193,6 +254,7 @@ int main(void) {
   else {
     linked_image(vm, fake);
     cond_graph(vm);
+    cond_write_graph(vm);
     while_graph(vm);
     nested_graph(vm);
     bounded_graph(vm);
