@@ -102,10 +102,16 @@ static int32_t copy_inst(grace_ir *dst, const grace_ir *p, const ir_inst *k, con
   grace_ir_set_location(dst, k->loc >= 0 ? p->locs[k->loc] : NULL);
   if (k->op == IR_OP_CONST) {
     const ir_const *c = &p->consts[k->input_index];
-    for (int j = 0; j < dst->nconst; j++)   /* a weight both branches read is captured once */
-      if (dst->consts[j].t == c->t && dst->consts[j].version == c->version)
+    /* a tensor both branches read is captured once; the paths were recorded at different calls, so one a path
+       writes back may have other versions in them: the later one is expected (the prefix's consts match by tensor
+       too) */
+    for (int j = 0; j < dst->nconst; j++)
+      if (dst->consts[j].t == c->t)
         for (int i = 0; i < dst->ninst; i++)
-          if (dst->insts[i].op == IR_OP_CONST && dst->insts[i].input_index == j) return dst->insts[i].first_result;
+          if (dst->insts[i].op == IR_OP_CONST && dst->insts[i].input_index == j) {
+            if (c->version > dst->consts[j].version) dst->consts[j].version = c->version;
+            return dst->insts[i].first_result;
+          }
     grace_value v;
     if (grace_ir_const(dst, c->t, &v) != GRACE_OK) return -1;
     dst->consts[dst->nconst - 1].version = c->version;
