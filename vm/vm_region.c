@@ -50,8 +50,11 @@ grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor
     return vm_err(vm, GRACE_EARG, "%s: a cond or while_loop function writes in place to more than %d tensors from "
                   "outside it", grace_op_name(op), GRACE_SUB_WRITES);
   grace_tensor *saved = NULL;
+  int ng = vm->no_grad;
   tr->paused++;
+  vm->no_grad = 1;   /* the copies that save and give back a tensor are no part of autograd's graph */
   grace_status st = grace_run(vm, GRACE_OP_CLONE, 1, &b, NULL, 1, &saved);
+  vm->no_grad = ng;
   tr->paused--;
   if (st != GRACE_OK) return st;
   grace_tensor_retain(b);
@@ -65,7 +68,9 @@ grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor
 static void restore_writes(grace_vm *vm, vm_trace *tr) {
   char keep[VM_ERRLEN];
   snprintf(keep, sizeof keep, "%s", vm->err);   /* the error being reported, if any, stays the last one */
+  int ng = vm->no_grad;
   tr->paused++;
+  vm->no_grad = 1;
   for (int i = 0; i < tr->nwr; i++) {
     grace_tensor *t = tr->wr[i].t;
     if (grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){t, tr->wr[i].saved}, NULL, 0, NULL) == GRACE_OK)
@@ -73,6 +78,7 @@ static void restore_writes(grace_vm *vm, vm_trace *tr) {
     grace_tensor_release(tr->wr[i].saved);
     grace_tensor_release(t);
   }
+  vm->no_grad = ng;
   tr->paused--;
   tr->nwr = 0;
   snprintf(vm->err, sizeof vm->err, "%s", keep);
@@ -151,8 +157,11 @@ static grace_status hand_writes(grace_vm *vm, vm_trace *tr, grace_sub_writes *w)
     if ((st = grace_trace_value(vm, tr->wr[i].t, &v)) != GRACE_OK) break;
     if (v < 0) { st = vm_err(vm, GRACE_EUNSUPPORTED, "trace: a tensor written in a region has no value"); break; }
     if ((st = grace_ir_output(tr->ir, v)) != GRACE_OK) break;
+    int ng = vm->no_grad;
     tr->paused++;
+    vm->no_grad = 1;
     st = grace_run(vm, GRACE_OP_CLONE, 1, &tr->wr[i].t, NULL, 1, &f);
+    vm->no_grad = ng;
     tr->paused--;
     if (st != GRACE_OK) break;
     grace_tensor_retain(tr->wr[i].t);
@@ -279,22 +288,28 @@ static grace_status unite_writes(grace_vm *vm, grace_ir *const sub[2], int nout,
 static grace_status write_back(grace_vm *vm, int nout, const grace_value *r, int nu, grace_tensor *const *u,
                                grace_tensor **e) {
   grace_status st = GRACE_OK;
+  int ng = vm->no_grad;
+  vm->no_grad = 1;   /* as the branch's writes: autograd has no derivative of an in-place write */
   for (int k = 0; k < nu; k++) {
     if (st == GRACE_OK) st = map_results(vm, 1, &e[k], &r[nout + k]);
     if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){u[k], e[k]}, NULL, 0, NULL);
     grace_tensor_release(e[k]);
   }
+  vm->no_grad = ng;
   return st;
 }
 
 /* The same without recording (the call goes on eagerly): the tensors take the taken branch's contents. */
 static void eager_writes(grace_vm *vm, int nu, grace_tensor *const *u, grace_tensor **e) {
+  int ng = vm->no_grad;
+  vm->no_grad = 1;
   vm->trace->paused++;
   for (int k = 0; k < nu; k++) {
     grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){u[k], e[k]}, NULL, 0, NULL);
     grace_tensor_release(e[k]);
   }
   vm->trace->paused--;
+  vm->no_grad = ng;
 }
 
 grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
@@ -316,11 +331,13 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
     grace_ir_free(else_ir);
     return vm_err(vm, GRACE_EARG, "trace: cond needs an active trace, at most 63 arguments and 64 results");
   }
+  int ng = vm->no_grad;
   tr->paused++;   /* capturing values is no op of the program */
   grace_status st = values_of(vm, 1, &pred, v);
   if (st == GRACE_OK) st = values_of(vm, nin, in, v + 1);
   if (st == GRACE_OK && writes)
     st = unite_writes(vm, (grace_ir *[]){then_ir, else_ir}, nout, nin, in, writes, u, &nu);
+  vm->no_grad = 1;
   for (int k = 0; k < nu && st == GRACE_OK; k++) {   /* what each written tensor holds after the taken branch */
     const grace_sub_writes *w = &writes[taken];
     e[k] = NULL;
@@ -328,6 +345,7 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
     if (!e[k] && (st = grace_run(vm, GRACE_OP_CLONE, 1, &u[k], NULL, 1, &e[k])) != GRACE_OK)
       for (int j = 0; j < k; j++) grace_tensor_release(e[j]);
   }
+  vm->no_grad = ng;
   tr->paused--;
   if (st != GRACE_OK || tr->nproblems) {   /* runs eagerly */
     if (st == GRACE_OK) eager_writes(vm, nu, u, e);

@@ -245,6 +245,16 @@ section("in-place writes inside a cond", function()
   end
   tap.ok(ngood == 12 and nf:stats().traces == 1 and not nf:stats().eager,
          ("nested conds writing an argument and a captured tensor: 12 calls as eagerly, one trace (%d)"):format(ngood))
+  -- a parameter (a leaf requiring grad) updated under no_grad in one branch: saved, given back and written back
+  -- outside autograd too
+  local w = grace.ones(3, {requires_grad = true})
+  local q = grace.compile(function(p, x)
+    return grace.cond(p, function(a) grace.no_grad(function() w:add_(1) end) return a * 2 end, function(a) return a end, x)
+  end)
+  local sums = {}
+  for i = 1, 4 do q(grace.tensor(i % 2 == 0), grace.ones(3)); sums[i] = w:sum():item() end
+  tap.ok(same_list(sums, {3, 6, 6, 9}) and w.requires_grad and q:stats().traces == 1,
+         "a parameter updated under no_grad in a branch: written on the calls that take it (" .. table.concat(sums, ", ") .. ")")
   -- a branch raising after its write: the tensor has its contents back and the error reaches the caller
   local t = X()
   local g = grace.compile(function(p, x)
