@@ -15,7 +15,8 @@
 #   parallel   gpu tests and workloads at once, each under a timeout (one short device call)
 #   graphs     bench/graph_replay.lua (host time per graph replay)
 #   profile    each kernel of a compiled call under Nsight Compute (bench/profile_step.lua, PROFILE=variants), and
-#              the idle time between kernels of the call as a graph under Nsight Systems, per kernel family
+#              the idle time between kernels of the call as a graph under Nsight Systems (else CUPTI through
+#              bench/kernel_trace.c), per kernel family
 #   ab         this tree against the one in $BASE: a compiled call as a graph, alternating (AB=variants)
 #   envab      this tree under two environments ENV_A and ENV_B (e.g. GRACE_PDL=0), the same way
 #   generate   gpt2_generate: GPT-2 small generating 256 tokens, PyTorch (gpt-fast's loop) then grace, side by side
@@ -195,7 +196,18 @@ for s in $stages; do
           >> "$OUT/nsys_$v.log" 2>&1
         k=$(awk '/^PROFILE_GRAPH_KERNELS/ {print $2}' "$OUT/nsys_$v.log" | tail -1)
         python3 bench/profile_summary.py --gaps "$OUT/trace_${v}_cuda_gpu_trace.csv" "${k:-1}" 10 | tee -a "$OUT/profile_$v.txt"
-      else echo "no nsys: the boundaries between kernels are not measured" | tee -a "$OUT/profile_$v.txt"; fi
+      else   # no Nsight Systems: the same trace from CUPTI, through bench/kernel_trace.c injected into the process
+        cupti=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64 /usr/local/cuda/lib 2>/dev/null |
+                while read -r d; do [ -e "$d/libcupti.so" ] && echo "$d"; done | head -1)
+        if [ -n "$cupti" ] && gcc -std=c11 -D_GNU_SOURCE -shared -fPIC -O2 -I/usr/local/cuda/include \
+             -o $B/libkernel_trace.so bench/kernel_trace.c -L"$cupti" -lcupti -Wl,-rpath,"$cupti" > "$OUT/kernel_trace_build.log" 2>&1; then
+          CUDA_INJECTION64_PATH=$PWD/$B/libkernel_trace.so GRACE_KERNEL_TRACE="$OUT/trace_$v.csv" \
+            timeout ${PROFILE_TIMEOUT:-240} $B/grace bench/profile_step.lua "$v" 3 graph > "$OUT/cupti_$v.log" 2>&1
+          k=$(awk '/^PROFILE_GRAPH_KERNELS/ {print $2}' "$OUT/cupti_$v.log" | tail -1)
+          echo "boundaries from CUPTI's kernel records (no nsys): $(grep PROFILE_GRAPH_CALL_US "$OUT/cupti_$v.log")" | tee -a "$OUT/profile_$v.txt"
+          python3 bench/profile_summary.py --gaps "$OUT/trace_$v.csv" "${k:-1}" 10 | tee -a "$OUT/profile_$v.txt"
+        else echo "no nsys and no CUPTI: the boundaries between kernels are not measured" | tee -a "$OUT/profile_$v.txt"; fi
+      fi
     done ;;
   ab)          # this tree against another one (BASE: a folder holding an earlier tree, e.g. `git archive` of a
                # commit, carried along): each built here, the compiled call as a graph (bench/profile_step.lua) of
