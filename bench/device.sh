@@ -5,7 +5,7 @@
 #   build   always first
 #   gpu     the GPU tests alone, verbose (tests/c/test_cuda, test_cg_*, test_fuse_random, tests/lua/test_gpu_*)
 #   test    the whole suite under prove (GPU tests run there instead of skipping)
-#   memcheck  the GPU tests under compute-sanitizer memcheck
+#   memcheck  the GPU tests under compute-sanitizer memcheck (racecheck, synccheck: under that tool instead)
 #   bench   bench/gpu_kernels, bench/cg_fused_bench (kernel bandwidth, GEMM and attention figures;
 #           KERNELS="lmhead rows decode attention gemm": only those sections of gpu_kernels, and no cg_fused_bench)
 #   fused   bench/cg_fused_bench alone
@@ -79,20 +79,21 @@ for s in $stages; do
     make DEPS_PREFIX="$root" -j"$jobs" test > "$OUT/test.log" 2>&1 || status=1
     grep -E '\.\.\. |^Files=|^Result|^Failed|not ok' "$OUT/test.log" | grep -v '\.\. ok$' | tail -40
     grep -E '^Files=|^Result' "$OUT/test.log" ;;
-  memcheck)
-    echo "== compute-sanitizer memcheck"
+  memcheck|racecheck|synccheck)   # the GPU tests (GPU_TESTS) under compute-sanitizer's tool of that name
+    echo "== compute-sanitizer $s"
     cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    extra=""; [ "$s" = memcheck ] && extra="--leak-check full"
     pids=""
-    for t in $gpu_tests; do   # all at once, each under a timeout: memcheck slows kernels 10-100x
+    for t in $gpu_tests; do   # all at once, each under a timeout: the tools slow kernels 10-100x
       n=$(basename "$t")
-      ( run_one "$t" "$OUT/memcheck_$n.log" timeout ${T_TIMEOUT:-300} "$cs" --tool memcheck --leak-check full --report-api-errors no \
-          --error-exitcode 9 > "$OUT/msum_$n.txt"
-        grep -E 'ERROR SUMMARY|LEAK SUMMARY' "$OUT/memcheck_$n.log" | sed 's/^/    /' >> "$OUT/msum_$n.txt" ) &
+      ( run_one "$t" "$OUT/${s}_$n.log" timeout ${T_TIMEOUT:-300} "$cs" --tool "$s" $extra --report-api-errors no \
+          --error-exitcode 9 > "$OUT/msum_${s}_$n.txt"
+        grep -E 'ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY' "$OUT/${s}_$n.log" | sed 's/^/    /' >> "$OUT/msum_${s}_$n.txt" ) &
       pids="$pids $!"
     done
     wait $pids
-    cat "$OUT"/msum_*.txt
-    grep -q 'not_ok=[1-9]\|rc=[1-9]' "$OUT"/msum_*.txt && status=1 ;;
+    cat "$OUT"/msum_${s}_*.txt
+    grep -q 'not_ok=[1-9]\|rc=[1-9]' "$OUT"/msum_${s}_*.txt && status=1 ;;
   bench)
     echo "== bench"
     if [ -f bench/gpu_kernels.c ]; then
