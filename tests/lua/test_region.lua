@@ -255,6 +255,42 @@ section("in-place writes inside a cond", function()
   for i = 1, 4 do q(grace.tensor(i % 2 == 0), grace.ones(3)); sums[i] = w:sum():item() end
   tap.ok(same_list(sums, {3, 6, 6, 9}) and w.requires_grad and q:stats().traces == 1,
          "a parameter updated under no_grad in a branch: written on the calls that take it (" .. table.concat(sums, ", ") .. ")")
+  -- random branches of in-place writes (a seeded generator: each function built twice, on tensors of its own, one
+  -- compiled): 40 functions of 6 calls each, the predicate random per call
+  local rng = 20261127
+  local function rnd(n) rng = (rng * 1103515245 + 12345) % 2147483648 return rng % n + 1 end
+  local OPS = {
+    function(T, x) T.A:add_(x) end,
+    function(T) T.A:mul_(0.5) end,
+    function(T) T.A:select(1, 2):fill_(3) end,
+    function(T, x) T.A:index_copy_(1, grace.tensor({3}, {dtype = "int64"}), x:narrow(1, 1, 1)) end,
+    function(T, x) T.B:add_(x:sum(1)) end,
+    function(T) T.C:add_(1) end,
+    function(T) T.A:t():mul_(-1) end,
+  }
+  local function build(plan)
+    local T = {A = grace.zeros(4, 3), B = grace.zeros(3), C = grace.zeros(1, {dtype = "int64"})}
+    local function branch(ops) return function(x) for _, o in ipairs(ops) do OPS[o](T, x) end return x * 2 + T.A:sum() end end
+    return function(p, x)
+      local r = grace.cond(p, branch(plan[1]), branch(plan[2]), x)
+      return r + T.B:sum()
+    end, T
+  end
+  local rgood = 0
+  for _ = 1, 40 do
+    local plan = {{}, {}}
+    for b = 1, 2 do for k = 1, rnd(4) - 1 do plan[b][k] = rnd(#OPS) end end
+    local fe, te = build(plan)
+    local f0, tc = build(plan)
+    local fc, same = grace.compile(f0), true
+    for _ = 1, 6 do
+      local p, x = grace.tensor(rnd(2) == 1), grace.full({4, 3}, rnd(5) - 2.5)
+      same = same and same_tensor(fc(p, x), fe(p, x)) and same_tensor(tc.A, te.A) and same_tensor(tc.B, te.B) and
+             same_tensor(tc.C, te.C)
+    end
+    if same and fc:stats().traces == 1 and not fc:stats().eager then rgood = rgood + 1 end
+  end
+  tap.is(rgood, 40, "40 random functions of in-place writes in both branches: as eagerly, one trace each")
   -- a branch raising after its write: the tensor has its contents back and the error reaches the caller
   local t = X()
   local g = grace.compile(function(p, x)
