@@ -68,7 +68,7 @@ int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int m
   if (!lits) max = 0;   /* counting is not asked for: any differing literal is a difference */
   if (a->ninst != b->ninst || a->nout != b->nout || a->nwrite != b->nwrite || a->nbreak != b->nbreak || a->nconst != b->nconst)
     return -1;
-  if (memcmp(a->outputs, b->outputs, sizeof *a->outputs * (size_t)a->nout)) return -1;
+  if (a->nout && memcmp(a->outputs, b->outputs, sizeof *a->outputs * (size_t)a->nout)) return -1;   /* NULL when none */
   for (int i = 0; i < a->nwrite; i++)
     if (a->writes[i].target != b->writes[i].target || a->writes[i].value != b->writes[i].value) return -1;
   for (int i = 0; i < a->nconst; i++) if (a->consts[i].t != b->consts[i].t) return -1;
@@ -76,7 +76,8 @@ int grace_ir_literal_diff(const grace_ir *a, const grace_ir *b, int *lits, int m
   for (int i = 0; i < a->ninst; i++) {
     const ir_inst *x = &a->insts[i], *y = &b->insts[i];
     if (x->op != y->op || x->nin != y->nin || x->nout != y->nout || x->input_index != y->input_index ||
-        !ir_attrs_equal(&x->attrs, &y->attrs) || memcmp(&a->args[x->first_arg], &b->args[y->first_arg], sizeof(int32_t) * (size_t)x->nin))
+        !ir_attrs_equal(&x->attrs, &y->attrs) ||
+        (x->nin && memcmp(&a->args[x->first_arg], &b->args[y->first_arg], sizeof(int32_t) * (size_t)x->nin)))
       return -1;
     for (int r = 0; r < x->nout; r++)
       if (!ir_type_equal(&a->vals[x->first_result + r].type, &b->vals[y->first_result + r].type, 1)) return -1;
