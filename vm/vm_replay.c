@@ -158,6 +158,17 @@ grace_status vm_replay_diverge(grace_vm *vm) {
       }
     if (st == GRACE_OK && (k->op == IR_OP_INPUT || k->op == IR_OP_CONST))
       st = tr_set_root(vm, k->first_result, k->first_result);
+    /* a prefix value that is an in-place update of an input or capture stays one, with its count of writes: else a
+       write the new path makes after it would not count as one to that tensor, and the path would record no write
+       back of it (a merge of the paths into a cond region reads the paths' writes) */
+    for (int r = 0; r < k->nout && st == GRACE_OK; r++) {
+      const ir_value *sv = &src->vals[k->first_result + r];
+      if (sv->root < 0 || k->op == IR_OP_INPUT || k->op == IR_OP_CONST) continue;
+      ir->vals[k->first_result + r].root = sv->root;
+      ir->vals[k->first_result + r].nwrites = sv->nwrites;
+      st = tr_set_root(vm, k->first_result + r, sv->root);
+      if (st == GRACE_OK && sv->nwrites > tr->bumps[sv->root]) tr->bumps[sv->root] = sv->nwrites;
+    }
   }
   if (st != GRACE_OK) { grace_ir_free(ir); return st; }
   tr->ir = ir;

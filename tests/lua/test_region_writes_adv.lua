@@ -1,0 +1,427 @@
+-- test_region_writes_adv.lua: adversarial cases of in-place writes inside control-flow regions (docs/lua_api.md,
+-- "Control flow" and "Automatic cond regions"). Each function is built twice on tensors of its own: one copy runs
+-- eagerly (the reference: plain grace ops, no trace), the other under grace.compile; after every call the results
+-- AND every tensor either may have written must agree, over calls taking both outcomes. Covers writes through views
+-- of captured tensors and of arguments, a tensor passed twice, returned and written, the predicate's own source,
+-- nested conds, dtype-converting copy_, errors inside a branch after a write, too many written tensors, and the
+-- automatic form's writes before, after and inside the branch.
+local tap = require "tests.lua.tap"
+local grace = require "grace"
+
+local section = tap.section
+
+local function list(t) return t:reshape(-1):tolist() end
+local function same_tensor(a, b)
+  if a == nil or b == nil then return a == b end
+  if a.dtype ~= b.dtype or table.concat(a:size(), "x") ~= table.concat(b:size(), "x") then return false end
+  local x, y = list(a), list(b)
+  for i = 1, #x do
+    local u, v = tonumber(x[i]) or (x[i] and 1 or 0), tonumber(y[i]) or (y[i] and 1 or 0)
+    if math.abs(u - v) > 1e-5 * math.max(1, math.abs(v)) then return false end
+  end
+  return true
+end
+local function show(t) return t and table.concat(list(t), ",") or "nil" end
+
+-- twin(name, make, args, n [, opts]): make() -> f, watch (a list of tensors f may write); args(i, watch) -> the
+-- arguments of call i (tensors in watch may be passed). Returns the compiled function for further checks.
+local function twin(name, make, args, n, opts)
+  local fe, we = make()
+  local f0, wc = make()
+  local fc = grace.compile(f0, opts)
+  local good, why = 0, nil
+  for i = 1, n do
+    local ae, ac = args(i, we), args(i, wc)
+    local re = {fe(table.unpack(ae, 1, ae.n or #ae))}
+    local okc, rc = pcall(function() return {fc(table.unpack(ac, 1, ac.n or #ac))} end)
+    local same = okc and #re == #rc
+    if not okc then why = why or ("call " .. i .. " raised: " .. tostring(rc)) end
+    for k = 1, #re do
+      if same and not same_tensor(re[k], rc[k]) then
+        same = false
+        why = why or ("call %d result %d: %s vs eager %s"):format(i, k, show(rc[k]), show(re[k]))
+      end
+    end
+    for k = 1, #we do
+      if same and not same_tensor(we[k], wc[k]) then
+        same = false
+        why = why or ("call %d tensor %d: %s vs eager %s"):format(i, k, show(wc[k]), show(we[k]))
+      end
+    end
+    if same then good = good + 1 end
+  end
+  tap.ok(good == n, name .. (why and (": " .. why) or ""))
+  return fc
+end
+
+local function compiled_once(fc, name)
+  local s = fc:stats()
+  tap.ok(not s.eager and s.traces >= 1, name .. (" compiled (traces %d, eager %s)"):format(s.traces, tostring(s.eager)))
+end
+
+local function P(i) return grace.tensor(i % 3 ~= 1) end
+
+section("explicit cond: views", function()
+  local views = {
+    narrow = function(t) return t:narrow(1, 2, 2) end,
+    select = function(t) return t:select(2, 3) end,
+    transpose = function(t) return t:t() end,
+    reshape = function(t) return t:reshape(12) end,
+    view = function(t) return t:view(2, 6) end,
+    unsqueeze = function(t) return t:unsqueeze(1) end,
+    chain = function(t) return t:t():narrow(1, 2, 2):select(1, 1) end,
+  }
+  for vn, v in pairs(views) do
+    local fc = twin("captured written through " .. vn, function()
+      local A = grace.arange(12):float():reshape(4, 3)
+      return function(p, x)
+        local r = grace.cond(p, function(a) v(A):add_(a) return a * 2 end,
+                                function(a) v(A):mul_(-1) return a - 1 end, x)
+        return r + A:sum()
+      end, {A}
+    end, function(i) return {P(i), grace.tensor(i + 0.5)} end, 8)
+    compiled_once(fc, "  " .. vn)
+    twin("argument written through " .. vn, function()
+      local A = grace.arange(12):float():reshape(4, 3)
+      return function(p, x, t)
+        local r = grace.cond(p, function(a, b) v(b):add_(a) return a * 2 end,
+                                function(a, b) v(b):mul_(0.5) return a - 1 end, x, t)
+        return r, t:sum()
+      end, {A}
+    end, function(i, w) return {P(i), grace.tensor(i + 0.5), w[1]} end, 8)
+    twin("view argument (of a captured) written through " .. vn, function()
+      local A = grace.arange(24):float():reshape(2, 4, 3)
+      return function(p, x, t)
+        local r = grace.cond(p, function(a, b) v(b):add_(a) return a * 2 end,
+                                function(a, b) v(b):mul_(0.5) return a - 1 end, x, t)
+        return r, A:sum()
+      end, {A}
+    end, function(i, w) return {P(i), grace.tensor(i + 0.5), w[1]:select(1, 2)} end, 8)
+  end
+end)
+
+section("explicit cond: aliasing", function()
+  twin("the same tensor passed twice, written through both", function()
+    local A = grace.ones(3)
+    return function(p, a, b)
+      local r = grace.cond(p, function(u, v) u:add_(1) v:mul_(2) return u + v end,
+                              function(u, v) v:add_(10) return u * 1 end, a, b)
+      return r, a + 0
+    end, {A}
+  end, function(i, w) return {P(i), w[1], w[1]} end, 8)
+  twin("a tensor both returned and written", function()
+    local A = grace.ones(3)
+    return function(p, x)
+      local r, s = grace.cond(p, function(u) A:add_(u) return A, u end, function(u) A:mul_(2) return u, A end, x)
+      return r + 0, s + 0, A + 0
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
+  -- (a result that is a tensor from outside, returned as it is and written after the region, is a copy in the
+  -- compiled function: documented, "A region's result may be a copy of its argument", so not compared here)
+  twin("the predicate's own source written in the branch", function()
+    local S = grace.tensor({1.0, -1.0})
+    return function(x)
+      local r = grace.cond(S[1]:gt(0), function(u) S:mul_(-1) return u + 1 end, function(u) S:add_(3) return u - 1 end, x)
+      return r, S + 0
+    end, {S}
+  end, function(i) return {grace.full({2}, i + 0.5)} end, 8)
+  twin("the predicate tensor itself written in a branch", function()
+    local S = grace.tensor(true)
+    return function(x)
+      local r = grace.cond(S, function(u) S:fill_(false) return u + 1 end, function(u) S:fill_(true) return u - 1 end, x)
+      return r
+    end, {S}
+  end, function(i) return {grace.full({2}, i + 0.5)} end, 8)
+  twin("a value computed before the cond, written inside", function()
+    local A = grace.ones(3)
+    return function(p, x)
+      local h = x * 2
+      local r = grace.cond(p, function(u) h:add_(1) return u end, function(u) h:mul_(3) return u * 0 end, x)
+      return r + h, h
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
+  twin("a view computed before the cond, of an argument, written inside", function()
+    local A = grace.zeros(4, 3)
+    return function(p, x, t)
+      local row = t:select(1, 2)
+      local r = grace.cond(p, function(u) row:add_(u) return u end, function(u) t:narrow(1, 2, 1):mul_(3) return u end, x)
+      return r + row:sum()
+    end, {A}
+  end, function(i, w) return {P(i), grace.full({3}, i), w[1]} end, 8)
+end)
+
+section("explicit cond: dtypes and grad", function()
+  twin("copy_ of float into an int64 tensor in a branch", function()
+    local K = grace.zeros(3, {dtype = "int64"})
+    return function(p, x)
+      local r = grace.cond(p, function(u) K:copy_(u * 1.7) return u end, function(u) K:add_(1) return u end, x)
+      return r, K:float()
+    end, {K}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
+  twin("an int tensor into a float view", function()
+    local F = grace.zeros(2, 3)
+    return function(p, x)
+      local r = grace.cond(p, function(u) F:select(1, 1):copy_(u) return u + 1 end, function(u) F:t():add_(1) return u end, x)
+      return r
+    end, {F}
+  end, function(i) return {P(i), grace.tensor({i, -i, 2 * i}, {dtype = "int32"})} end, 8)
+  twin("a bool tensor written", function()
+    local B = grace.tensor({false, true, false})
+    return function(p, x)
+      return grace.cond(p, function(u) B:copy_(u:gt(2)) return u end, function(u) B:fill_(true) return u end, x)
+    end, {B}
+  end, function(i) return {P(i), grace.tensor({i, 1, 3})} end, 8)
+  twin("no_grad writes to a parameter in both branches", function()
+    local W = grace.ones(3, {requires_grad = true})
+    return function(p, x)
+      local r = grace.cond(p, function(u) grace.no_grad(function() W:add_(u) end) return u * 2 end,
+                              function(u) grace.no_grad(function() W:mul_(0.5) end) return u end, x)
+      return r + 0
+    end, {W}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
+end)
+
+section("explicit cond: both branches, nesting, order", function()
+  twin("writes before, inside and after the cond to the same tensor", function()
+    local A = grace.ones(3)
+    return function(p, x)
+      A:add_(1)
+      local r = grace.cond(p, function(u) A:mul_(u) return u end, function(u) A:sub_(u) A:mul_(2) return u end, x)
+      A:add_(0.5)
+      return r + A
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
+  twin("different tensors in each branch", function()
+    local A, B, C = grace.ones(3), grace.zeros(2), grace.zeros(4)
+    return function(p, x)
+      return grace.cond(p, function(u) A:add_(u) C:add_(1) return u end, function(u) B:add_(3) C:mul_(2) return u end, x)
+    end, {A, B, C}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 9)
+  twin("cond in cond, outer and inner write the same tensor", function()
+    local A = grace.ones(3)
+    return function(p, q, x)
+      return grace.cond(p,
+        function(u, qq) A:add_(1) local r = grace.cond(qq, function(w) A:mul_(2) return w end, function(w) A:sub_(5) return w end, u) A:add_(0.25) return r end,
+        function(u) A:mul_(-1) return u end, x, q)
+    end, {A}
+  end, function(i) return {P(i), grace.tensor(i % 2 == 0), grace.full({3}, i + 0.5)} end, 12)
+  twin("three conds in a row on the same tensor", function()
+    local A = grace.ones(2)
+    return function(p, q, x)
+      grace.cond(p, function(u) A:add_(u) return u end, function(u) return u end, x)
+      grace.cond(q, function(u) A:mul_(2) return u end, function(u) A:sub_(1) return u end, x)
+      local r = grace.cond(A:sum():gt(5), function(u) A:fill_(0) return u end, function(u) return u + A end, x)
+      return r
+    end, {A}
+  end, function(i) return {P(i), grace.tensor(i % 2 == 0), grace.full({2}, i % 4 + 0.5)} end, 12)
+  twin("a branch writing a tensor 17 times (one tensor, many writes)", function()
+    local A = grace.zeros(2)
+    return function(p, x)
+      return grace.cond(p, function(u) for _ = 1, 17 do A:add_(u) end return u end, function(u) return u end, x)
+    end, {A}
+  end, function(i) return {P(i), grace.full({2}, i + 0.5)} end, 6)
+  twin("16 tensors written in then, 16 others in else", function()
+    local T = {}
+    for k = 1, 32 do T[k] = grace.zeros(1) end
+    return function(p, x)
+      return grace.cond(p, function(u) for k = 1, 16 do T[k]:add_(u) end return u end,
+                           function(u) for k = 17, 32 do T[k]:add_(u) end return u end, x)
+    end, T
+  end, function(i) return {P(i), grace.full({1}, i + 0.5)} end, 6)
+end)
+
+section("explicit cond: errors", function()
+  -- more than 16 tensors: a clean error, contents unchanged
+  local T = {}
+  for k = 1, 17 do T[k] = grace.zeros(1) end
+  local f = grace.compile(function(p, x)
+    return grace.cond(p, function(u) for k = 1, 17 do T[k]:add_(u) end return u end, function(u) return u end, x)
+  end)
+  local ok, err = pcall(f, grace.tensor(true), grace.ones(1))
+  local sum = 0
+  for k = 1, 17 do sum = sum + T[k]:item() end
+  tap.diag("17 tensors: ok=" .. tostring(ok) .. " " .. tostring(err) .. " sum " .. sum)
+  tap.ok((not ok and tostring(err):find("more than 16", 1, true) and sum == 0) or (ok and sum == 17),
+         "17 written tensors: an error naming the limit with contents unchanged, or the right result: " .. tostring(err))
+  -- a Lua error after a write; then the same function keeps working
+  local A = grace.ones(3)
+  local g = grace.compile(function(p, x, bad)
+    return grace.cond(p, function(u) A:add_(u) if bad then error("boom") end return u end,
+                         function(u) A:mul_(2) return u end, x)
+  end)
+  tap.raises(function() g(grace.tensor(true), grace.ones(3), true) end, {"boom"}, "Lua error in a branch")
+  tap.ok(same_tensor(A, grace.ones(3)), "A restored after a Lua error: " .. show(A))
+  local r = g(grace.tensor(true), grace.ones(3), false)
+  tap.ok(same_tensor(A, grace.full({3}, 2)) and same_tensor(r, grace.ones(3)), "and the function works after: " .. show(A))
+  -- a grace error after a write (an index out of range)
+  local B = grace.ones(3)
+  local h = grace.compile(function(p, x, i)
+    return grace.cond(p, function(u) B:add_(u) return u + B:select(1, i) end, function(u) B:mul_(2) return u end, x)
+  end)
+  tap.raises(function() h(grace.tensor(false), grace.ones(3), 9) end, {"select"}, "grace error in a branch")
+  tap.ok(same_tensor(B, grace.ones(3)), "B restored after a grace error: " .. show(B))
+  local r2 = h(grace.tensor(false), grace.ones(3), 2)
+  tap.ok(same_tensor(B, grace.full({3}, 2)) and same_tensor(r2, grace.ones(3)), "and works after: " .. show(B))
+  local r3 = h(grace.tensor(true), grace.ones(3), 2)
+  tap.ok(same_tensor(B, grace.full({3}, 3)) and same_tensor(r3, grace.full({3}, 4)), "both ways: " .. show(B) .. " " .. show(r3))
+  -- a cond inside a while_loop body writing an outside tensor
+  local C = grace.zeros(1)
+  local w = grace.compile(function(i0)
+    return grace.while_loop(function(i) return i:lt(3) end,
+      function(i) return grace.cond(i:gt(0), function(j) C:add_(1) return j + 1 end, function(j) return j + 1 end, i) end, {i0})
+  end)
+  local okw, ew = pcall(w, grace.tensor(0))
+  tap.diag("cond in while body: " .. tostring(okw) .. " " .. tostring(ew) .. " C=" .. show(C))
+  tap.ok((not okw and tostring(ew):find("while_loop", 1, true) and C:item() == 0) or (okw and C:item() == 2),
+         "a cond in a while_loop body writing an outside tensor: refused with contents unchanged, or right: " .. show(C))
+  -- mismatched results after a write: the error, contents back
+  local D = grace.ones(2)
+  local m = grace.compile(function(p, x)
+    return grace.cond(p, function(u) D:add_(1) return u end, function(u) D:add_(2) return u:sum() end, x)
+  end)
+  tap.raises(function() m(grace.tensor(true), grace.ones(2)) end, {"cond: result 1"}, "branches disagreeing after writes")
+  tap.ok(same_tensor(D, grace.ones(2)), "D unchanged: " .. show(D))
+end)
+
+section("explicit cond: guards", function()
+  -- a captured tensor replaced between calls (the upvalue rebinds) and modified from outside
+  local A = grace.ones(3)
+  local function body(p, x)
+    return grace.cond(p, function(u) A:add_(u) return u + A end, function(u) A:mul_(2) return u end, x)
+  end
+  local f = grace.compile(body)
+  local want = {1, 1, 1}
+  local good = 0
+  for i = 1, 10 do
+    if i == 4 then A = grace.zeros(3); want = {0, 0, 0} end
+    if i == 7 then A:fill_(5); want = {5, 5, 5} end
+    local p = i % 2 == 0
+    local r = f(grace.tensor(p), grace.full({3}, i):float())
+    local rw = {}
+    for k = 1, 3 do
+      if p then want[k] = want[k] + i; rw[k] = i + want[k] else want[k] = want[k] * 2; rw[k] = i end
+    end
+    if same_tensor(A, grace.tensor(want)) and same_tensor(r, grace.tensor(rw)) then good = good + 1 end
+  end
+  tap.is(good, 10, "captured tensor rebound and filled from outside between calls")
+  local v0 = A:version()
+  f(grace.tensor(true), grace.ones(3))
+  tap.diag("version step per call: " .. (A:version() - v0))
+  tap.ok(A:version() > v0, "the version advances")
+  local ok1 = pcall(grace.explain, body, grace.tensor(true), grace.ones(3))
+  local ok2 = pcall(function() return f:report() end)
+  tap.ok(ok1 and ok2, "explain and report do not raise")
+end)
+
+section("automatic form", function()
+  local ac = {}
+  local function auto(name, make, args, n)
+    local fc = twin("auto: " .. name, make, args, n)
+    ac[#ac + 1] = {name, fc}
+    return fc
+  end
+  local function X(i) return grace.tensor({(i % 3 == 0) and 4.5 or -3.5, 1, -2 + i % 2}) end
+  auto("write in one path only (captured)", function()
+    local A = grace.zeros(3)
+    return function(x)
+      local h = x * 2
+      if h:sum():item() > 0 then
+        A:add_(h)
+        return h
+      end
+      return h - 1
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
+  auto("writes in both paths, through views", function()
+    local A = grace.zeros(4, 3)
+    return function(x)
+      local h = x + 1
+      if h:sum():item() > 0 then
+        A:select(1, 2):add_(h)
+        return h * A:sum()
+      end
+      A:t():narrow(2, 3, 2):mul_(0.5) A:narrow(1, 1, 1):add_(1)
+      return h
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
+  auto("write to an argument before the branch and in it", function()
+    local A = grace.zeros(3)
+    return function(x, t)
+      t:add_(1)
+      if x:sum():item() > 0 then
+        t:mul_(2)
+        return x + t
+      end
+      return x - t
+    end, {A}
+  end, function(i, w) return {X(i), w[1]} end, 10)
+  auto("write after the branch's join (no early return)", function()
+    local A = grace.zeros(3)
+    return function(x)
+      local y
+      if x:sum():item() > 0 then
+        y = x * 2
+        A:add_(1)
+      else
+        y = x - 1
+      end
+      A:add_(y)
+      return y + A
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
+  auto("a value computed before written in both paths", function()
+    local A = grace.zeros(3)
+    return function(x)
+      local h = x * 3
+      if x:max():item() >= 1.5 then
+        h:add_(1)
+      else
+        h:mul_(-1)
+      end
+      A:copy_(h)
+      return h
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
+  auto("the predicate source written in a path", function()
+    local S = grace.tensor({1.0, -2.0, 0.5})
+    return function(x)
+      if S:sum():item() > 0 then
+        S:mul_(-1)
+        return x + S
+      end
+      S:add_(2) return x - S
+    end, {S}
+  end, function(i) return {X(i)} end, 10)
+  auto("two item() branches in a row, each writing", function()
+    local A = grace.zeros(3)
+    return function(x)
+      if x:sum():item() > 0 then
+        A:add_(1)
+      end
+      if x:max():item() > 2 then
+        A:mul_(2)
+        return x + A
+      end
+      return x - A
+    end, {A}
+  end, function(i) return {X(i)} end, 14)
+  auto("an int tensor written with a float", function()
+    local K = grace.zeros(3, {dtype = "int64"})
+    return function(x)
+      if x:sum():item() > 0 then
+        K:copy_(x * 2.5)
+        return x
+      end
+      K:add_(1) return x * 2
+    end, {K}
+  end, function(i) return {X(i)} end, 10)
+  for _, e in ipairs(ac) do
+    local s = e[2]:stats()
+    tap.diag(("auto %s: traces %d hits %s auto_regions %s eager %s failure %s"):format(e[1], s.traces, tostring(s.hits),
+      tostring(s.auto_regions), tostring(s.eager), tostring(s.auto_region_failure)))
+    local ok = pcall(function() return e[2]:report() end)
+    tap.ok(ok, "report on " .. e[1])
+  end
+end)
+
+tap.done()
