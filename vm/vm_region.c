@@ -360,8 +360,11 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
     eager_writes(vm, nu, u, e);
     return st;
   }
-  st = map_results(vm, nout, res, r);
+  /* written back first: a branch that returns a tensor it wrote (`A:add_(1) return A`) hands back A itself, which
+     holds its old contents again since the recording ended; map_results copies it, and the copy must be of the
+     contents the taken branch left, as the program's result is */
   grace_status wst = write_back(vm, nout, r, nu, u, e);
+  st = map_results(vm, nout, res, r);
   return st != GRACE_OK ? st : wst;
 }
 
