@@ -64,14 +64,16 @@ grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor
   return GRACE_OK;
 }
 
-/* Gives every tensor the function wrote its contents and version from before it ran. */
+/* Gives every tensor the function wrote its contents and version from before it ran. Last saved first: two written
+ * tensors may share storage (a captured tensor and a view of it, each captured on its own), and the one saved later
+ * was saved with the other's writes in it, which the earlier one's copy then undoes. */
 static void restore_writes(grace_vm *vm, vm_trace *tr) {
   char keep[VM_ERRLEN];
   snprintf(keep, sizeof keep, "%s", vm->err);   /* the error being reported, if any, stays the last one */
   int ng = vm->no_grad;
   tr->paused++;
   vm->no_grad = 1;
-  for (int i = 0; i < tr->nwr; i++) {
+  for (int i = tr->nwr - 1; i >= 0; i--) {
     grace_tensor *t = tr->wr[i].t;
     if (grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){t, tr->wr[i].saved}, NULL, 0, NULL) == GRACE_OK)
       t->storage->version = tr->wr[i].version;

@@ -275,6 +275,64 @@ section("explicit cond: both branches, nesting, order", function()
   end, function(i) return {P(i), grace.full({1}, i + 0.5)} end, 6)
 end)
 
+section("explicit cond: more in-place ops and values from before", function()
+  twin("masked_fill_, clamp_, zero_, div_, index_put_ through views", function()
+    local A = grace.arange(12):float():reshape(4, 3)
+    return function(p, x)
+      local r = grace.cond(p, function(u)
+        A:narrow(1, 1, 2):masked_fill_(A:narrow(1, 1, 2):gt(3), -1)
+        A:t():select(1, 3):clamp_(0, 5)
+        A:index_put_({grace.tensor({1, 4}, {dtype = "int64"})}, grace.ones(2, 3), true)
+        return u
+      end, function(u)
+        A:select(1, 2):zero_()
+        A:narrow(2, 2, 2):div_(2)
+        return u * 2
+      end, x)
+      return r + A:sum()
+    end, {A}
+  end, function(i) return {P(i), grace.tensor(i + 0.5)} end, 9)
+  twin("a view of a value from before the cond written in both branches", function()
+    local A = grace.zeros(1)
+    return function(p, x)
+      local h = x:reshape(2, 3) * 1
+      local row = h:select(1, 1)
+      local r = grace.cond(p, function(u) row:add_(u:sum()) h:narrow(2, 3, 1):mul_(-1) return h + 0 end,
+                              function(u) h:t():select(1, 2):fill_(9) return h * 2 end, x)
+      A:copy_(h:sum():reshape(1))
+      return r, h, row + 0
+    end, {A}
+  end, function(i) return {P(i), grace.arange(6):float() + i} end, 8)
+  local fv = twin("a captured tensor and a captured view of it, both written in a branch", function()
+    local A = grace.zeros(4, 2)
+    local V = A:narrow(1, 2, 2)
+    return function(p, x)
+      local r = grace.cond(p, function(u) V:add_(u) A:mul_(2) return u end, function(u) A:add_(1) V:fill_(-3) return u * 2 end, x)
+      return r + A:sum()
+    end, {A}
+  end, function(i) return {P(i), grace.tensor(i + 0.5)} end, 6)
+  tap.diag("captured tensor and view: eager " .. tostring(fv:stats().eager))
+  -- random in-place ops in a branch: the same draws as eagerly from the same seed
+  local function mk()
+    local A = grace.zeros(4)
+    return function(p, x)
+      local r = grace.cond(p, function(u) A:uniform_(-1, 1) return u + 1 end, function(u) A:narrow(1, 2, 2):normal_() return u end, x)
+      return r + grace.rand(2), A
+    end, A
+  end
+  local fe, ae = mk()
+  local f0, ac = mk()
+  local fc, good = grace.compile(f0), 0
+  for i = 1, 8 do
+    grace.manual_seed(100 + i)
+    local re = fe(P(i), grace.ones(2))
+    grace.manual_seed(100 + i)
+    local rc = fc(P(i), grace.ones(2))
+    if same_tensor(re, rc) and same_tensor(ae, ac) then good = good + 1 end
+  end
+  tap.ok(good == 8 and not fc:stats().eager, ("uniform_/normal_ in branches draw as eagerly (%d of 8)"):format(good))
+end)
+
 section("explicit cond: errors", function()
   -- more than 16 tensors: a clean error, contents unchanged
   local T = {}
