@@ -624,6 +624,53 @@ section("automatic form", function()
     tap.ok(f:stats().auto_regions == 1 and steps[1] >= 1 and steps[2] >= 1 and steps[3] >= 1 and steps[4] >= 1,
            "merged: the version advances on every call, whichever path runs")
   end
+  auto("an early exit taken on some calls, a captured tensor written before it", function()
+    local A = grace.zeros(3)
+    return function(x)
+      A:add_(x)
+      local h = x * 2
+      if h:sum():item() > 0 then return h + A end
+      A:mul_(0.5)
+      return h - A
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
+  auto("each path writes a different tensor (an argument, a captured one)", function()
+    local A, B = grace.zeros(3), grace.ones(2)
+    return function(x, t)
+      local h = x + 1
+      if h:sum():item() > 3 then
+        t:add_(h)
+        return h
+      end
+      B:mul_(2)
+      return h * B:sum()
+    end, {A, B}
+  end, function(i, w) return {X(i), w[1]} end, 10)
+  auto("a parameter updated under no_grad in one path", function()
+    local W = grace.ones(3, {requires_grad = true})
+    return function(x)
+      local h = x * 1
+      if h:sum():item() > 0 then
+        grace.no_grad(function() W:sub_(h * 0.1) end)
+        return h + 0
+      end
+      return h * 2
+    end, {W}
+  end, function(i) return {X(i)} end, 10)
+  auto("a value from before written in a path, then copied into a captured tensor and returned", function()
+    local A = grace.zeros(3)
+    return function(x)
+      local h = x * 2
+      if h:sum():item() > 0 then
+        h:add_(1)
+        h:mul_(h)
+      else
+        h:sub_(1)
+      end
+      A:add_(h)
+      return h, A * 1
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
   for _, e in ipairs(ac) do
     local s = e[2]:stats()
     tap.diag(("auto %s: traces %d hits %s auto_regions %s eager %s failure %s"):format(e[1], s.traces, tostring(s.hits),
