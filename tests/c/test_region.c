@@ -549,6 +549,42 @@ static void test_trace(void) {
   grace_tensor_release(p); grace_tensor_release(x); grace_tensor_release(w);
 }
 
+/* Bad writes handed to grace_trace_cond: a tensor that is none of the region's inputs, a NULL tensor, a count past
+ * GRACE_SUB_WRITES, a branch whose outputs do not match its writes: each an error (the sub-programs freed, the tensor
+ * untouched), and the trace goes on. */
+static void test_bad_writes(void) {
+  grace_tensor *p = scalar_of(GRACE_BOOL, 1), *x = vec(XV), *w = vec(YV);
+  for (int c = 0; c < 4; c++) {
+    grace_ir *ir = grace_ir_new(vm, "bad"), *t = grace_ir_new(vm, "then"), *e = grace_ir_new(vm, "else");
+    grace_value v, o;
+    grace_trace_begin(vm, ir, NULL, NULL);
+    grace_trace_input(vm, p, &v);
+    grace_trace_input(vm, x, &v);
+    grace_ir_input(t, GRACE_FLOAT32, GRACE_CPU, 1, S4, &o);
+    grace_ir_output(t, o);
+    if (c != 3) grace_ir_output(t, o);   /* then's written tensor's final value */
+    grace_ir_input(e, GRACE_FLOAT32, GRACE_CPU, 1, S4, &o);
+    grace_ir_output(e, o);
+    grace_sub_writes wr[2] = {{0}, {0}};
+    wr[0].n = c == 2 ? GRACE_SUB_WRITES + 1 : 1;
+    wr[0].t[0] = c == 1 ? NULL : (c == 0 ? w : x);
+    wr[0].final[0] = w;
+    grace_tensor *r = vec(XV);
+    grace_status st = grace_trace_cond(vm, p, 1, &x, t, e, 1, &r, wr, 0);
+    float xs[4] = {0};
+    grace_trace_pause(vm);
+    grace_tensor_read(vm, x, GRACE_FLOAT32, xs);
+    grace_trace_resume(vm);
+    ok(st == GRACE_EARG && xs[0] == XV[0] && xs[3] == XV[3], "bad writes %d: an error, x untouched: %s", c,
+       grace_last_error(vm));
+    grace_tensor_release(r);
+    grace_trace_end(vm);
+    grace_ir_free(ir);
+  }
+  grace_sub_writes_release(NULL);
+  grace_tensor_release(p); grace_tensor_release(x); grace_tensor_release(w);
+}
+
 int main(void) {
   char err[256];
   vm = grace_vm_new(&(grace_config){.device = "cpu"}, err, sizeof err);
@@ -561,6 +597,7 @@ int main(void) {
   test_passes();
   test_fusion();
   test_trace();
+  test_bad_writes();
   grace_vm_free(vm);
   return tap_done();
 }
