@@ -843,6 +843,10 @@ static int l_eager(lua_State *L) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   grace_vm *vm = lgrace_vm(L);
   int n = lua_gettop(L) - 1, tracing = grace_trace_active(vm);
+  if (tracing && lg_region_recording(L)) {   /* the region runs eagerly instead: see lg_region_eager */
+    lua_pushlightuserdata(L, (void *)&lg_region_eager);
+    return lua_error(L);
+  }
   if (tracing) {
     grace_trace_note(vm, "graph break: grace.eager");
     grace_trace_pause(vm);

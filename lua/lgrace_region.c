@@ -89,6 +89,28 @@ static void rec_free(region_rec *r) {
 
 enum { REC_OK, REC_LUA_ERROR, REC_ERROR, REC_EAGER };
 
+/* grace.eager inside a function being recorded: its body runs outside the trace, so a write it makes could not be
+ * given back after the recording, and both of a cond's functions run while recording (a write of the branch not
+ * taken would stay). So it raises this value instead, before running anything; record() takes it as REC_EAGER and
+ * the region runs eagerly: only the function a call takes runs, and grace.eager with it. The registry field at
+ * &lg_region_depth counts the recordings under way. */
+const char lg_region_eager = 0, lg_region_depth = 0;
+
+int lg_region_recording(lua_State *L) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &lg_region_depth);
+  int n = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return n > 0;
+}
+
+static void recording(lua_State *L, int delta) {
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &lg_region_depth);
+  lua_Integer n = lua_tointeger(L, -1) + delta;
+  lua_pop(L, 1);
+  lua_pushinteger(L, n);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &lg_region_depth);
+}
+
 /* Records the function at stack index fn, called with the na values from a0, into r->sub[b] whose inputs are
  * in[0..nin); its results stay on the stack from *r0 (*nr of them, in res), its captures go to r->caps[b].
  * REC_LUA_ERROR: the function raised (the error value on top); REC_ERROR: r->err; REC_EAGER: no region can be
@@ -104,7 +126,15 @@ static int record(lua_State *L, grace_vm *vm, region_rec *r, int b, const char *
   int top = lua_gettop(L);
   lua_pushvalue(L, fn);
   for (int i = 0; i < na; i++) lua_pushvalue(L, a0 + i);
-  if (lua_pcall(L, na, LUA_MULTRET, 0) != LUA_OK) { grace_trace_sub_abort(vm); return REC_LUA_ERROR; }
+  recording(L, 1);
+  int rc = lua_pcall(L, na, LUA_MULTRET, 0);
+  recording(L, -1);
+  if (rc != LUA_OK) {
+    grace_trace_sub_abort(vm);
+    if (lua_touserdata(L, -1) != &lg_region_eager) return REC_LUA_ERROR;
+    lua_pop(L, 1);
+    return REC_EAGER;
+  }
   *r0 = top + 1;
   *nr = lua_gettop(L) - top;
   char what[64];
@@ -177,14 +207,15 @@ static int cond_traced(lua_State *L, lg_ctx *c, grace_tensor *p, int nargs) {
   uint64_t seed, off0, off[2];
   grace_rng_state(vm, &seed, &off0);
   int code = record(L, vm, &r, 0, "cond", "then", 2, 4, nargs, nin, in, &r0[0], &nr[0], res[0]);
-  if (code == REC_EAGER) { rec_free(&r); return -1; }
+  if (code == REC_EAGER) { rec_free(&r); grace_set_rng_state(vm, seed, off0); return -1; }
   if (code != REC_OK) return rec_fail(L, c, &r, code);
   grace_rng_state(vm, NULL, &off[0]);
   grace_set_rng_state(vm, seed, off0);
   for (int i = 0; i < r.ncap[0]; i++) in[nin + i] = r.caps[0][i];   /* else sees then's captures as inputs too */
   code = record(L, vm, &r, 1, "cond", "else", 3, 4, nargs, nin + r.ncap[0], in, &r0[1], &nr[1], res[1]);
   grace_rng_state(vm, NULL, &off[1]);
-  if (code != REC_OK) return rec_fail(L, c, &r, code == REC_EAGER ? REC_ERROR : code);
+  if (code == REC_EAGER) { rec_free(&r); grace_set_rng_state(vm, seed, off0); return -1; }   /* grace.eager in else_fn */
+  if (code != REC_OK) return rec_fail(L, c, &r, code);
   if (!branches_agree(&r, nr[0], res[0], nr[1], res[1])) return rec_fail(L, c, &r, REC_ERROR);
   if (nin + r.ncap[0] + r.ncap[1] > MAXT - 1) {
     snprintf(r.err, sizeof r.err, "cond: the branches read %d tensors in all (at most %d)", nin + r.ncap[0] + r.ncap[1], MAXT - 1);
@@ -290,7 +321,7 @@ static int while_traced(lua_State *L, lg_ctx *c, int ns, lua_Integer max) {
   uint64_t seed, off0;
   grace_rng_state(vm, &seed, &off0);
   int code = record(L, vm, &r, 0, "while_loop", "cond", 1, 4, ns, ns, in, &r0[0], &nr[0], res[0]);
-  if (code == REC_EAGER) { rec_free(&r); return -1; }
+  if (code == REC_EAGER) { rec_free(&r); grace_set_rng_state(vm, seed, off0); return -1; }
   if (code != REC_OK) return rec_fail(L, c, &r, code);
   char a[200], b[200];
   if (nr[0] != 1 || grace_tensor_ndim(res[0][0]) != 0) {
@@ -301,7 +332,13 @@ static int while_traced(lua_State *L, lg_ctx *c, int ns, lua_Integer max) {
   lua_settop(L, 3 + ns);
   for (int i = 0; i < r.ncap[0]; i++) in[ns + i] = r.caps[0][i];
   code = record(L, vm, &r, 1, "while_loop", "body", 2, 4, ns, ns + r.ncap[0], in, &r0[1], &nr[1], res[1]);
-  if (code != REC_OK) return rec_fail(L, c, &r, code == REC_EAGER ? REC_ERROR : code);
+  if (code == REC_EAGER) {   /* grace.eager in body_fn */
+    rec_free(&r);
+    lua_settop(L, 3 + ns);
+    grace_set_rng_state(vm, seed, off0);
+    return -1;
+  }
+  if (code != REC_OK) return rec_fail(L, c, &r, code);
   if (nr[1] != ns) {
     snprintf(r.err, sizeof r.err, "while_loop: body_fn returns %d values for a state of %d tensors", nr[1], ns);
     return rec_fail(L, c, &r, REC_ERROR);

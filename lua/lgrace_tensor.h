@@ -128,5 +128,8 @@ extern const luaL_Reg lg_module_grad[];
 grace_fn *lg_compiled_fn(lua_State *L, int idx, const char **name);
 int lg_compiled_report(lua_State *L);   /* f:report() */
 int lg_report(lua_State *L);            /* grace.report(f) */
+/* grace.eager inside a cond or while_loop function being recorded raises lg_region_eager: the region runs eagerly */
+extern const char lg_region_eager;
+int lg_region_recording(lua_State *L);
 
 #endif

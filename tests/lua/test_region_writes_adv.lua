@@ -312,6 +312,14 @@ section("explicit cond: more in-place ops and values from before", function()
     end, {A}
   end, function(i) return {P(i), grace.tensor(i + 0.5)} end, 6)
   tap.diag("captured tensor and view: eager " .. tostring(fv:stats().eager))
+  twin("indexed assignment (x[key] = v) in branches", function()
+    local A = grace.zeros(4, 3)
+    return function(p, x)
+      local r = grace.cond(p, function(u) A[2] = u A[{1, 3}] = 5 return u end,
+                              function(u) A[A:gt(1)] = 0 A[{{2, 3}, 1}] = -1 return u * 2 end, x)
+      return r + A:sum()
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
   -- random in-place ops in a branch: the same draws as eagerly from the same seed
   local function mk()
     local A = grace.zeros(4)
@@ -331,6 +339,48 @@ section("explicit cond: more in-place ops and values from before", function()
     if same_tensor(re, rc) and same_tensor(ae, ac) then good = good + 1 end
   end
   tap.ok(good == 8 and not fc:stats().eager, ("uniform_/normal_ in branches draw as eagerly (%d of 8)"):format(good))
+end)
+
+section("explicit cond: with graph breaks, grace.eager", function()
+  twin("a cond writing a captured tensor in a function with a graph break", function()
+    local A = grace.zeros(3)
+    return function(p, x)
+      local r = grace.cond(p, function(u) A:add_(u) return u * 2 end, function(u) A:mul_(0.5) return u end, x)
+      local s = r:sum():item()
+      return r * s + A
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 8)
+  twin("a cond writing a captured tensor, and an item() branch after it", function()
+    local A = grace.zeros(3)
+    return function(p, x)
+      local r = grace.cond(p, function(u) A:add_(u) return u * 2 end, function(u) A:mul_(0.5) return u end, x)
+      if r:sum():item() > 10 then
+        A:add_(1)
+        return r
+      end
+      return r - A
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 10)
+  twin("grace.eager inside a branch writing a captured tensor", function()
+    local A = grace.zeros(3)
+    return function(p, x)
+      return grace.cond(p, function(u) grace.eager(function() A:add_(1) end) return u * 2 end, function(u) return u end, x)
+    end, {A}
+  end, function(i) return {P(i), grace.full({3}, i + 0.5)} end, 6)
+  twin("grace.eager inside else_fn writing a captured tensor, in a nested cond", function()
+    local A = grace.zeros(3)
+    return function(p, q, x)
+      return grace.cond(p, function(u, qq)
+        return grace.cond(qq, function(w) return w + 1 end, function(w) grace.eager(function() A:add_(w) end) return w * 2 end, u)
+      end, function(u) A:mul_(3) return u end, x, q)
+    end, {A}
+  end, function(i) return {P(i), grace.tensor(i % 2 == 0), grace.full({3}, i + 0.5)} end, 8)
+  twin("grace.eager inside a while_loop body", function()
+    local A = grace.zeros(1)
+    return function(i0)
+      return grace.while_loop(function(i) return i:lt(3) end, function(i) grace.eager(function() A:add_(1) end) return i + 1 end, {i0})
+    end, {A}
+  end, function(i) return {grace.tensor(i % 4)} end, 6)
 end)
 
 section("explicit cond: errors", function()
