@@ -268,11 +268,12 @@ static grace_ir *build_sub(merge *m, int s, int nout, const int32_t *out) {
   }
   for (int r = 0; r < nout && st == GRACE_OK; r++) st = grace_ir_output(sub, map[out[r]]);
   for (int k = 0; k < m->nw && st == GRACE_OK; k++) {   /* each written tensor as this path leaves it */
-    int32_t v = -1;
+    int32_t v = -1, wrote = 0;
     for (int i = 0; i < p->nwrite; i++)
-      if (m->map[s][p->writes[i].target] == m->wt[k]) v = map[p->writes[i].value];
-    for (int j = 0; j < m->nargs && v < 0; j++)   /* untouched by this path: the tensor as it came in */
+      if (m->map[s][p->writes[i].target] == m->wt[k]) { v = map[p->writes[i].value]; wrote = 1; }
+    for (int j = 0; j < m->nargs && v < 0 && !wrote; j++)   /* untouched by this path: the tensor as it came in */
       if (m->args[j] == m->wt[k]) v = sub_input(sub, j);
+    /* a write whose value this sub-program lacks must not pass for no write (the tensor would keep its contents) */
     st = v >= 0 ? grace_ir_output(sub, v) : grace_set_error(d->vm, GRACE_EARG, "merge: a written tensor has no value");
   }
   if (map) grace_realloc(d->vm, map, sizeof *map * (size_t)p->nval, 0);
