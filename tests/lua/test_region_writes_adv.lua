@@ -383,6 +383,29 @@ section("explicit cond: with graph breaks, grace.eager", function()
   end, function(i) return {grace.tensor(i % 4)} end, 6)
 end)
 
+section("explicit cond: 0-d arguments and changing sizes", function()
+  twin("a 0-d counter argument written in a branch", function()
+    local C = grace.tensor(0.0)
+    return function(p, x, c)
+      local r = grace.cond(p, function(u, k) k:add_(1) return u * k end, function(u, k) k:mul_(-1) return u end, x, c)
+      return r, c + 0
+    end, {C}
+  end, function(i, w) return {P(i), grace.full({2}, i + 0.5), w[1]} end, 8)
+  twin("the 0-d predicate argument written in a branch", function()
+    local Q = grace.tensor(true)
+    return function(q, x)
+      return grace.cond(q, function(u) q:fill_(false) return u + 1 end, function(u) q:fill_(true) return u - 1 end, x)
+    end, {Q}
+  end, function(i, w) return {w[1], grace.full({2}, i + 0.5)} end, 8)
+  twin("an argument of changing size written in a branch", function()
+    local A = grace.zeros(1)
+    return function(p, x)
+      local r = grace.cond(p, function(u) u:add_(1) A:add_(u:sum()) return u * 2 end, function(u) u:mul_(2) return u end, x)
+      return r, x + 0
+    end, {A}
+  end, function(i) return {P(i), grace.arange(2 + i % 3):float()} end, 9)
+end)
+
 section("explicit cond: errors", function()
   -- more than 16 tensors: a clean error, contents unchanged
   local T = {}
