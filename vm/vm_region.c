@@ -301,17 +301,23 @@ static grace_status write_back(grace_vm *vm, int nout, const grace_value *r, int
   return st;
 }
 
-/* The same without recording (the call goes on eagerly): the tensors take the taken branch's contents. */
-static void eager_writes(grace_vm *vm, int nu, grace_tensor *const *u, grace_tensor **e) {
+/* The same without recording (the call goes on eagerly): the tensors take the taken branch's contents. Inside
+ * the recording of an enclosing region's function, each write is that function's write all the same: saved first
+ * (vm_region_check_op), to be given back when its recording ends, or a write of the branch not taken would stay. */
+static grace_status eager_writes(grace_vm *vm, int nu, grace_tensor *const *u, grace_tensor **e) {
+  grace_status st = GRACE_OK;
   int ng = vm->no_grad;
   vm->no_grad = 1;
-  vm->trace->paused++;
   for (int k = 0; k < nu; k++) {
-    grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){u[k], e[k]}, NULL, 0, NULL);
+    grace_tensor *in[2] = {u[k], e[k]};
+    if (st == GRACE_OK && vm->trace->parent) st = vm_region_check_op(vm, GRACE_OP_COPY_, 2, in);
+    vm->trace->paused++;
+    if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, in, NULL, 0, NULL);
+    vm->trace->paused--;
     grace_tensor_release(e[k]);
   }
-  vm->trace->paused--;
   vm->no_grad = ng;
+  return st;
 }
 
 grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_tensor *const *in, grace_ir *then_ir,
@@ -350,7 +356,7 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
   vm->no_grad = ng;
   tr->paused--;
   if (st != GRACE_OK || tr->nproblems) {   /* runs eagerly */
-    if (st == GRACE_OK) eager_writes(vm, nu, u, e);
+    if (st == GRACE_OK) st = eager_writes(vm, nu, u, e);
     grace_ir_free(then_ir);
     grace_ir_free(else_ir);
     return st;
@@ -359,8 +365,8 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
   st = grace_ir_cond(tr->ir, v[0], nin, v + 1, then_ir, else_ir, nout + nu, r);
   if (st != GRACE_OK) {
     st = refused(vm, st, then_ir, else_ir);
-    eager_writes(vm, nu, u, e);
-    return st;
+    grace_status wst = eager_writes(vm, nu, u, e);
+    return st != GRACE_OK ? st : wst;
   }
   /* written back first: a branch that returns a tensor it wrote (`A:add_(1) return A`) hands back A itself, which
      holds its old contents again since the recording ended; map_results copies it, and the copy must be of the

@@ -406,6 +406,17 @@ section("explicit cond: 0-d arguments and changing sizes", function()
   end, function(i) return {P(i), grace.arange(2 + i % 3):float()} end, 9)
 end)
 
+section("explicit cond: an inner region that runs eagerly", function()
+  twin("a nested cond with a host read writing a captured tensor, in the branch not taken", function()
+    local A = grace.zeros(3)
+    return function(p, q, x)
+      return grace.cond(p, function(u, qq)
+        return grace.cond(qq, function(w) A:add_(1) return w * w:sum():item() end, function(w) return w end, u)
+      end, function(u) A:mul_(2) return u end, x, q)
+    end, {A}
+  end, function(i) return {P(i), grace.tensor(true), grace.full({3}, i + 0.5)} end, 6)
+end)
+
 section("explicit cond: errors", function()
   -- more than 16 tensors: a clean error, contents unchanged
   local T = {}
