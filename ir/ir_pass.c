@@ -57,9 +57,9 @@ grace_status ir_rw_copy(ir_rewriter *rw, int k) {
   if (st != GRACE_OK) return st;
   set_loc(rw, k);
   int32_t args[64];
-  ir_type types[4];
+  ir_type types[64];   /* a region has up to 64 results (a cond's own and the tensors its branches write) */
   for (int i = 0; i < in->nin && i < 64; i++) args[i] = ir_rw_value(rw, s->args[in->first_arg + i]);
-  for (int r = 0; r < in->nout && r < 4; r++) types[r] = s->vals[in->first_result + r].type;
+  for (int r = 0; r < in->nout && r < 64; r++) types[r] = s->vals[in->first_result + r].type;
   if (in->op == IR_OP_CONST) {   /* a capture keeps its tensor, version and kind */
     const ir_const *c = &s->consts[in->input_index];
     if (d->nconst == d->cap_const) {
