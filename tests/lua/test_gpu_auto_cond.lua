@@ -5,7 +5,8 @@
 -- no partition run, and every result equals the same Lua function run eagerly on CPU copies (float32; rtol 1e-4,
 -- atol 1e-4 * sqrt(K)), on both outcomes. Then the early exit as written in bench/workloads/early_exit.lua (`return
 -- h` when the check fires, which it never does): its exit is recorded ahead and merged, and under graphs "copy" and
--- "indirect" each later call is one launch of the program's CUDA graph with no wait for the device. Without a usable
+-- "indirect" each later call is one launch of the program's CUDA graph with no wait for the device. A branch writing
+-- a captured device cache at a position merges too, the cache as eagerly after every call. Without a usable
 -- CUDA device it prints a TAP skip plan (GRACE_TEST_DEVICE=cpu checks the harness, CPU against CPU).
 local tap = require "tests.lua.tap"
 local grace = require "grace"
@@ -63,6 +64,33 @@ tap.ok(bad == 0 and g:stats().auto_regions == 1, "branch: warm-up calls equal ea
 b2, replays, runs = run(g, geager, {{x, minus}, {x, plus}}, 12)
 tap.ok(b2 == 0 and replays == 0 and runs == 0, ("branch: 12 alternating calls equal eager with no replay (%d bad, "
        .. "%d replays)"):format(b2, replays))
+
+-- ---- a branch writing a captured device cache at a position (the paths merge; the cache is written back once after
+-- the region): results and the cache against the same Lua on CPU tensors of its own
+local function cache_step(dev)
+  local cache = grace.zeros(4, K):to(dev)
+  return function(x, pos, s)
+    local h = x:matmul(dev == "cpu" and Wc[1] or Wd[1]):relu()
+    if (h:sum() * s):item() > 0 then
+      cache:index_copy_(1, pos, h:narrow(1, 1, 1))
+      return h + cache:sum()
+    end
+    return h - 1
+  end, cache
+end
+local ce_f, ce_cache = cache_step("cpu")
+local cd_f0, cd_cache = cache_step(DEV)
+local cd_f = grace.compile(cd_f0)
+local cbad = 0
+for i = 1, 12 do
+  local x, sign = grace.rand(B, K), grace.tensor(i % 3 == 0 and -1.0 or 1.0)
+  local pos = grace.tensor({i % 4 + 1}, {dtype = "int64"})
+  local want = ce_f(x, pos, sign)
+  if not (close(cd_f(to_dev(x), to_dev(pos), sign), want) and close(cd_cache, ce_cache)) then cbad = cbad + 1 end
+end
+tap.ok(cbad == 0 and cd_f:stats().auto_regions == 1,
+       ("a branch writing a captured cache: 12 calls, results and the cache as eagerly (%d differ), one program (%s)"):format(
+         cbad, tostring(cd_f:stats().auto_region_failure)))
 
 -- ---- the benchmark's early exit as users write it (bench/workloads/early_exit.lua): the check never fires, its exit
 -- only returns `h`, so the exit's path is recorded ahead after three calls and the paths merge on the fourth. Under
