@@ -253,9 +253,14 @@ static int32_t result_value(const fn_entry *e, const grace_ir *p, int c) {
   if (c >= 0) return c < p->nout ? p->outputs[c] : -1;
   int arg = -2 - c, idx = -1;
   for (int k = 0; k < e->ninput && idx < 0; k++) if (e->input_arg[k] == arg) idx = k;
-  for (int i = 0; i < p->ninst && idx >= 0; i++)
-    if (p->insts[i].op == IR_OP_INPUT && p->insts[i].input_index == idx) return p->insts[i].first_result;
-  return -1;
+  int32_t v = -1;
+  for (int i = 0; i < p->ninst && idx >= 0 && v < 0; i++)
+    if (p->insts[i].op == IR_OP_INPUT && p->insts[i].input_index == idx) v = p->insts[i].first_result;
+  /* the argument itself is returned: where the path wrote it in place, its contents are the value written back, not
+     the one it came in with */
+  for (int w = 0; w < p->nwrite && v >= 0; w++)
+    if (p->writes[w].target == v) return p->writes[w].value;
+  return v;
 }
 
 /* Paths p (then) and q (else): what each returns, as values of its own, into tout/eout; 0 and a->why if they do not

@@ -755,6 +755,29 @@ section("automatic form", function()
       return h, A * 1
     end, {A}
   end, function(i) return {X(i)} end, 10)
+  auto("a path returning the captured tensor it wrote", function()
+    local A = grace.zeros(3)
+    return function(x)
+      local h = x * 2
+      if h:sum():item() > 0 then
+        A:add_(h)
+        return A * 1, A
+      end
+      A:sub_(1)
+      return h, A
+    end, {A}
+  end, function(i) return {X(i)} end, 10)
+  auto("a path returning the argument it wrote", function()
+    local A = grace.zeros(3)
+    return function(x, t)
+      if x:sum():item() > 0 then
+        t:add_(x)
+        return t
+      end
+      t:mul_(-1)
+      return t
+    end, {A}
+  end, function(i, w) return {X(i), w[1]} end, 10)
   for _, e in ipairs(ac) do
     local s = e[2]:stats()
     tap.diag(("auto %s: traces %d hits %s auto_regions %s eager %s failure %s"):format(e[1], s.traces, tostring(s.hits),
