@@ -778,6 +778,17 @@ section("automatic form", function()
       return t
     end, {A}
   end, function(i, w) return {X(i), w[1]} end, 10)
+  auto("the predicate read from an argument just written, written again in a path and returned", function()
+    local A = grace.tensor({0.5, -1.0, 0.25})
+    return function(x, t)
+      t:add_(x)
+      if t:sum():item() > 0 then
+        t:mul_(0.5)
+        return t, x
+      end
+      return x, t
+    end, {A}
+  end, function(i, w) return {X(i), w[1]} end, 12)
   for _, e in ipairs(ac) do
     local s = e[2]:stats()
     tap.diag(("auto %s: traces %d hits %s auto_regions %s eager %s failure %s"):format(e[1], s.traces, tostring(s.hits),
