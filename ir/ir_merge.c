@@ -26,7 +26,6 @@ typedef struct merge {
   int32_t args[MAXREG];          /* dst values passed to the region */
   int nargs;
   int32_t wt[MAXW];              /* the dst values (inputs, consts) either path writes back */
-  int32_t wbumps[MAXW];          /* the most in-place writes a path makes to each */
   int nw;
   char *why;
   size_t n;
@@ -187,11 +186,9 @@ static grace_status collect_writes(merge *m) {
       while (k < m->nw && m->wt[k] != d) k++;
       if (k == m->nw) {
         if (m->nw == MAXW) return refuse(m, "the paths write back more than %d tensors", MAXW);
-        m->wt[m->nw] = d;
-        m->wbumps[m->nw++] = 0;
+        m->wt[m->nw++] = d;
         st = add_arg(m, d);
       }
-      if (p->writes[i].bumps > m->wbumps[k]) m->wbumps[k] = p->writes[i].bumps;
       if (st == GRACE_OK && is_prefix(m, p, p->writes[i].value)) st = add_arg(m, m->map[s][p->writes[i].value]);
     }
   }
@@ -318,11 +315,12 @@ grace_status ir_merge(grace_ir *t, grace_ir *e, int b, int nout, const int32_t *
     grace_ir_free(sub[1]);
   }
   for (int r = 0; r < nout && st == GRACE_OK; r++) st = grace_ir_output(m.dst, res[r]);
-  for (int k = 0; k < m.nw && st == GRACE_OK; k++) {   /* written back once, after the region */
+  /* written back once, after the region: the version advances by one a call, as grace.cond's writes do (the paths'
+     own counts differ, and a count the CPU and the graphs apply alike is one) */
+  for (int k = 0; k < m.nw && st == GRACE_OK; k++) {
     grace_value c;
-    if ((st = grace_ir_op(m.dst, GRACE_OP_COPY_, 2, (grace_value[]){m.wt[k], res[nout + k]}, NULL, 1, &c)) == GRACE_OK &&
-        (st = grace_ir_write(m.dst, m.wt[k], c)) == GRACE_OK)
-      m.dst->writes[m.dst->nwrite - 1].bumps = m.wbumps[k] > 0 ? m.wbumps[k] : 1;
+    if ((st = grace_ir_op(m.dst, GRACE_OP_COPY_, 2, (grace_value[]){m.wt[k], res[nout + k]}, NULL, 1, &c)) == GRACE_OK)
+      st = grace_ir_write(m.dst, m.wt[k], c);
   }
   if (st == GRACE_OK && (st = grace_ir_verify(m.dst)) != GRACE_OK)   /* a case this file missed: keep replaying */
     st = refuse(&m, "the merged program does not verify: %.300s", grace_last_error(vm));

@@ -196,8 +196,8 @@ static void test_writes(void) {
   if (ok(m != NULL, "paths writing their argument back merge (%s)", why)) {
     const char *text = grace_ir_text(m);
     ok(grace_ir_verify(m) == GRACE_OK && text_has(text, "%7, %8 = cond %6, %0, %2 : f32[4], f32[4]") &&
-       text_has(text, "copy_ %0, ") && text_has(text, "bumps=2") && grace_ir_count(m, "writes") == 1,
-       "the region returns x as each path leaves it, copied into x once (the most writes a path makes)");
+       text_has(text, "copy_ %0, ") && !strstr(text, "bumps=") && grace_ir_count(m, "writes") == 1,
+       "the region returns x as each path leaves it, copied into x once (one write, whatever each path counted)");
     ok(runs_writing(m, (float[]){1, 2, 3, 4}, (float[]){2, 4, 6, 8}, (float[]){2, 3, 4, 5}),
        "sum 20 > 0: 2x returned, x + 1 written back");
     ok(runs_writing(m, (float[]){-1, -2, -3, -4}, (float[]){2, 4, 6, 8}, (float[]){2, 4, 6, 8}),
