@@ -532,7 +532,14 @@ static int inplace_finish(lua_State *L, lg_ctx *c, grace_tensor *x, grace_tensor
     return lg_errorf(L, c, "%s: result type %s can't be cast to the desired output type %s", op,
                      grace_dtype_name(grace_tensor_dtype(res)), grace_dtype_name(grace_tensor_dtype(x)));
   grace_tensor *in[2] = {x, res};
-  if (grace_run(c->vm, GRACE_OP_COPY_, 2, in, NULL, 0, NULL) != GRACE_OK) return lg_fail(L, c);
+  if (grace_run(c->vm, GRACE_OP_COPY_, 2, in, NULL, 0, NULL) != GRACE_OK) {
+    /* the copy is how op writes: its errors speak of op, as the user wrote it */
+    const char *msg = grace_last_error(c->vm);
+    if (strncmp(msg, "copy_: ", 7)) return lg_fail(L, c);
+    char m[640];
+    snprintf(m, sizeof m, "%s", msg + 7);
+    return lg_errorf(L, c, "%s: %s", op, m);
+  }
   lg_drop(c);
   lua_settop(L, 1);
   return 1;
