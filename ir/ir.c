@@ -51,6 +51,12 @@ int32_t ir_view_base(const grace_ir *ir, int32_t v) {
   return v;
 }
 
+int32_t ir_input_value(const grace_ir *ir, int index) {
+  for (int i = 0; i < ir->ninst; i++)
+    if (ir->insts[i].op == IR_OP_INPUT && ir->insts[i].input_index == index) return ir->insts[i].first_result;
+  return -1;
+}
+
 int64_t ir_type_numel(const ir_type *t) {
   int64_t n = 1;
   for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];

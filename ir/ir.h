@@ -133,6 +133,8 @@ int ir_type_equal(const ir_type *a, const ir_type *b, int with_wrapped);
 int64_t ir_type_numel(const ir_type *t);
 /* The value that v is a chain of views of (v itself when it is no view; v when negative). */
 int32_t ir_view_base(const grace_ir *ir, int32_t v);
+/* The value of tensor input #index of ir (-1: not declared). */
+int32_t ir_input_value(const grace_ir *ir, int index);
 
 /* Records a break after the last instruction (at the current location); a second read at the same point counts in
  * the same break. */

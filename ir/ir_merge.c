@@ -226,13 +226,6 @@ static grace_status predicate(merge *m, const ir_break *b, grace_value *pred) {
   return st;
 }
 
-/* The value of sub's input j. */
-static int32_t sub_input(const grace_ir *sub, int j) {
-  for (int i = 0; i < sub->ninst; i++)
-    if (sub->insts[i].op == IR_OP_INPUT && sub->insts[i].input_index == j) return sub->insts[i].first_result;
-  return -1;
-}
-
 /* Sub-program of side s: the region's arguments as inputs, then the path's rest with its literals made inside; it
  * returns the path's results, then each tensor the paths write back (m->wt) as this path leaves it. */
 static grace_ir *build_sub(merge *m, int s, int nout, const int32_t *out) {
@@ -269,7 +262,7 @@ static grace_ir *build_sub(merge *m, int s, int nout, const int32_t *out) {
     for (int i = 0; i < p->nwrite; i++)
       if (m->map[s][p->writes[i].target] == m->wt[k]) { v = map[p->writes[i].value]; wrote = 1; }
     for (int j = 0; j < m->nargs && v < 0 && !wrote; j++)   /* untouched by this path: the tensor as it came in */
-      if (m->args[j] == m->wt[k]) v = sub_input(sub, j);
+      if (m->args[j] == m->wt[k]) v = ir_input_value(sub, j);
     /* a write whose value this sub-program lacks must not pass for no write (the tensor would keep its contents) */
     st = v >= 0 ? grace_ir_output(sub, v) : grace_set_error(d->vm, GRACE_EARG, "merge: a written tensor has no value");
   }

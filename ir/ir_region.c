@@ -42,9 +42,8 @@ grace_ir *grace_ir_sub(const grace_ir *ir, int k, int j) {
 
 /* The type of input #index of sub (NULL: not declared). */
 static const ir_type *input_type(const grace_ir *sub, int index) {
-  for (int i = 0; i < sub->ninst; i++)
-    if (sub->insts[i].op == IR_OP_INPUT && sub->insts[i].input_index == index) return &sub->vals[sub->insts[i].first_result].type;
-  return NULL;
+  int32_t v = ir_input_value(sub, index);
+  return v < 0 ? NULL : &sub->vals[v].type;
 }
 
 /* Whether sub is a sub-program taking inputs of types in[0..nin) and giving nout outputs: an error (code, naming

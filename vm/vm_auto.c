@@ -253,9 +253,7 @@ static int32_t result_value(const fn_entry *e, const grace_ir *p, int c) {
   if (c >= 0) return c < p->nout ? p->outputs[c] : -1;
   int arg = -2 - c, idx = -1;
   for (int k = 0; k < e->ninput && idx < 0; k++) if (e->input_arg[k] == arg) idx = k;
-  int32_t v = -1;
-  for (int i = 0; i < p->ninst && idx >= 0 && v < 0; i++)
-    if (p->insts[i].op == IR_OP_INPUT && p->insts[i].input_index == idx) v = p->insts[i].first_result;
+  int32_t v = idx >= 0 ? ir_input_value(p, idx) : -1;
   /* the argument itself is returned: where the path wrote it in place, its contents are the value written back, not
      the one it came in with */
   for (int w = 0; w < p->nwrite && v >= 0; w++)
