@@ -36,6 +36,19 @@ grace_status vm_region_capture(grace_vm *vm, grace_tensor *t, grace_value *out) 
   return GRACE_OK;
 }
 
+/* The copies that save, give back and hand over a written tensor's contents: out = clone(a) (out given), else
+ * a.copy_(b); no op of the program being recorded and no part of autograd's graph. */
+static grace_status untraced(grace_vm *vm, grace_tensor *a, grace_tensor *b, grace_tensor **out) {
+  int ng = vm->no_grad;
+  vm->trace->paused++;
+  vm->no_grad = 1;
+  grace_status st = out ? grace_run(vm, GRACE_OP_CLONE, 1, &a, NULL, 1, out)
+                        : grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){a, b}, NULL, 0, NULL);
+  vm->no_grad = ng;
+  vm->trace->paused--;
+  return st;
+}
+
 /* An in-place op inside a region's function: a write to a tensor from outside the function is allowed (the tensor's
  * contents and version are saved before the first, to be given back when the recording ends: grace_trace_sub_end). */
 grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor *const *in) {
@@ -50,12 +63,7 @@ grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor
     return vm_err(vm, GRACE_EARG, "%s: a cond or while_loop function writes in place to more than %d tensors from "
                   "outside it", grace_op_name(op), GRACE_SUB_WRITES);
   grace_tensor *saved = NULL;
-  int ng = vm->no_grad;
-  tr->paused++;
-  vm->no_grad = 1;   /* the copies that save and give back a tensor are no part of autograd's graph */
-  grace_status st = grace_run(vm, GRACE_OP_CLONE, 1, &b, NULL, 1, &saved);
-  vm->no_grad = ng;
-  tr->paused--;
+  grace_status st = untraced(vm, b, NULL, &saved);
   if (st != GRACE_OK) return st;
   grace_tensor_retain(b);
   tr->wr[tr->nwr].t = b;
@@ -70,18 +78,12 @@ grace_status vm_region_check_op(grace_vm *vm, grace_op op, int nin, grace_tensor
 static void restore_writes(grace_vm *vm, vm_trace *tr) {
   char keep[VM_ERRLEN];
   snprintf(keep, sizeof keep, "%s", vm->err);   /* the error being reported, if any, stays the last one */
-  int ng = vm->no_grad;
-  tr->paused++;
-  vm->no_grad = 1;
   for (int i = tr->nwr - 1; i >= 0; i--) {
     grace_tensor *t = tr->wr[i].t;
-    if (grace_run(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){t, tr->wr[i].saved}, NULL, 0, NULL) == GRACE_OK)
-      t->storage->version = tr->wr[i].version;
+    if (untraced(vm, t, tr->wr[i].saved, NULL) == GRACE_OK) t->storage->version = tr->wr[i].version;
     grace_tensor_release(tr->wr[i].saved);
     grace_tensor_release(t);
   }
-  vm->no_grad = ng;
-  tr->paused--;
   tr->nwr = 0;
   snprintf(vm->err, sizeof vm->err, "%s", keep);
 }
@@ -158,14 +160,7 @@ static grace_status hand_writes(grace_vm *vm, vm_trace *tr, grace_sub_writes *w)
     grace_tensor *f = NULL;
     if ((st = grace_trace_value(vm, tr->wr[i].t, &v)) != GRACE_OK) break;
     if (v < 0) { st = vm_err(vm, GRACE_EUNSUPPORTED, "trace: a tensor written in a region has no value"); break; }
-    if ((st = grace_ir_output(tr->ir, v)) != GRACE_OK) break;
-    int ng = vm->no_grad;
-    tr->paused++;
-    vm->no_grad = 1;
-    st = grace_run(vm, GRACE_OP_CLONE, 1, &tr->wr[i].t, NULL, 1, &f);
-    vm->no_grad = ng;
-    tr->paused--;
-    if (st != GRACE_OK) break;
+    if ((st = grace_ir_output(tr->ir, v)) != GRACE_OK || (st = untraced(vm, tr->wr[i].t, NULL, &f)) != GRACE_OK) break;
     grace_tensor_retain(tr->wr[i].t);
     w->t[w->n] = tr->wr[i].t;
     w->final[w->n++] = f;
@@ -248,13 +243,6 @@ static grace_status refused(grace_vm *vm, grace_status st, grace_ir *a, grace_ir
   return st == GRACE_ENOMEM ? st : tr_problem(vm, "the IR rejects the region: %s", msg);
 }
 
-/* The value of sub's input j. */
-static grace_value input_value(const grace_ir *sub, int j) {
-  for (int i = 0; i < sub->ninst; i++)
-    if (sub->insts[i].op == IR_OP_INPUT && sub->insts[i].input_index == j) return sub->insts[i].first_result;
-  return -1;
-}
-
 /* The tensors either branch wrote, in u[0..*nu): then's in order, then else's others. Each branch's sub-program gets
  * one further output a tensor, in that order: its final value where the branch wrote it (grace_trace_sub_end put
  * those after its results, in its own order), else its input for the tensor (in[j] is sub input j). */
@@ -276,7 +264,7 @@ static grace_status unite_writes(grace_vm *vm, grace_ir *const sub[2], int nout,
     for (int k = 0; k < *nu; k++) {
       grace_value v = -1;
       for (int i = 0; i < w[b].n; i++) if (w[b].t[i] == u[k]) v = fin[i];
-      for (int j = 0; j < nin && v < 0; j++) if (in[j] == u[k]) v = input_value(ir, j);
+      for (int j = 0; j < nin && v < 0; j++) if (in[j] == u[k]) v = ir_input_value(ir, j);
       if (v < 0) return vm_err(vm, GRACE_EARG, "trace: cond: a tensor a branch writes is none of the region's inputs");
       grace_status st = grace_ir_output(ir, v);
       if (st != GRACE_OK) return st;
@@ -306,17 +294,11 @@ static grace_status write_back(grace_vm *vm, int nout, const grace_value *r, int
  * (vm_region_check_op), to be given back when its recording ends, or a write of the branch not taken would stay. */
 static grace_status eager_writes(grace_vm *vm, int nu, grace_tensor *const *u, grace_tensor **e) {
   grace_status st = GRACE_OK;
-  int ng = vm->no_grad;
-  vm->no_grad = 1;
   for (int k = 0; k < nu; k++) {
-    grace_tensor *in[2] = {u[k], e[k]};
-    if (st == GRACE_OK && vm->trace->parent) st = vm_region_check_op(vm, GRACE_OP_COPY_, 2, in);
-    vm->trace->paused++;
-    if (st == GRACE_OK) st = grace_run(vm, GRACE_OP_COPY_, 2, in, NULL, 0, NULL);
-    vm->trace->paused--;
+    if (st == GRACE_OK && vm->trace->parent) st = vm_region_check_op(vm, GRACE_OP_COPY_, 2, (grace_tensor *[]){u[k], e[k]});
+    if (st == GRACE_OK) st = untraced(vm, u[k], e[k], NULL);
     grace_tensor_release(e[k]);
   }
-  vm->no_grad = ng;
   return st;
 }
 
@@ -339,22 +321,19 @@ grace_status grace_trace_cond(grace_vm *vm, grace_tensor *pred, int nin, grace_t
     grace_ir_free(else_ir);
     return vm_err(vm, GRACE_EARG, "trace: cond needs an active trace, at most 63 arguments and 64 results");
   }
-  int ng = vm->no_grad;
   tr->paused++;   /* capturing values is no op of the program */
   grace_status st = values_of(vm, 1, &pred, v);
   if (st == GRACE_OK) st = values_of(vm, nin, in, v + 1);
   if (st == GRACE_OK && writes)
     st = unite_writes(vm, (grace_ir *[]){then_ir, else_ir}, nout, nin, in, writes, u, &nu);
-  vm->no_grad = 1;
+  tr->paused--;
   for (int k = 0; k < nu && st == GRACE_OK; k++) {   /* what each written tensor holds after the taken branch */
     const grace_sub_writes *w = &writes[taken];
     e[k] = NULL;
     for (int i = 0; i < w->n; i++) if (w->t[i] == u[k]) { e[k] = w->final[i]; grace_tensor_retain(e[k]); }
-    if (!e[k] && (st = grace_run(vm, GRACE_OP_CLONE, 1, &u[k], NULL, 1, &e[k])) != GRACE_OK)
+    if (!e[k] && (st = untraced(vm, u[k], NULL, &e[k])) != GRACE_OK)
       for (int j = 0; j < k; j++) grace_tensor_release(e[j]);
   }
-  vm->no_grad = ng;
-  tr->paused--;
   if (st != GRACE_OK || tr->nproblems) {   /* runs eagerly */
     if (st == GRACE_OK) st = eager_writes(vm, nu, u, e);
     grace_ir_free(then_ir);
