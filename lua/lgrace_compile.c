@@ -235,37 +235,22 @@ static int find_env(lua_State *L, int fn) {
 }
 
 
-/* A host guard is a table {paths, expected values, count, shared prefixes} in the registry. Why its paths fail for the call in
- * progress (0: they pass). */
+/* A host guard is a table of lg_push_guard in the registry ({paths, expected values, count, ...}). Why its paths
+ * fail for the call in progress (0: they pass). */
 static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *args, char *buf, size_t n) {
   compiled *cp = ud;
   lua_State *L = cp->L;
   int top = lua_gettop(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, (lua_Integer)guard);
-  lua_rawgeti(L, top + 1, 1);
-  lua_rawgeti(L, top + 1, 2);
-  lua_rawgeti(L, top + 1, 3);
-  int paths = top + 2, expect = top + 3, npaths = (int)lua_tointeger(L, top + 4);
-  lua_createtable(L, 16, 0);   /* top + 5: values along the last path */
-  lua_rawgeti(L, top + 1, 4);  /* top + 6: how much of each path the one before shares */
-  int vals = top + 5, shared = top + 6, ok = 1;
-  for (int i = 1; i <= npaths && ok; i++) {
-    lua_rawgeti(L, paths, i);
-    int path = lua_gettop(L);
-    lua_rawgeti(L, shared, i);
-    lua_Integer k = lua_tointeger(L, -1);
-    lua_pop(L, 1);
-    lg_push_path_cached(L, cp->fidx, cp->args, path, vals, k);
-    lua_rawgeti(L, expect, i);
-    if (!lg_guard_holds(L, -2, -1)) {
-      lua_rawgeti(L, -3, 1);
-      snprintf(buf, n, "captured value #%d (path root %s) changed identity or value", i, lua_tostring(L, -1));
-      ok = 0;
-    }
-    lua_settop(L, top + 6);
+  int i = lg_guard_fails(L, top + 1, cp->fidx, cp->args);
+  if (i) {
+    lua_rawgeti(L, top + 1, 1);
+    lua_rawgeti(L, -1, i);
+    lua_rawgeti(L, -1, 1);
+    snprintf(buf, n, "captured value #%d (path root %s) changed identity or value", i, lua_tostring(L, -1));
   }
   lua_settop(L, top);
-  return ok;
+  return !i;
 }
 
 /* Two guards expect the same values (their paths may differ). */
@@ -428,20 +413,7 @@ static void find_captures(compiled *cp, grace_ir *ir, int s, uint64_t *guard, in
              "(reached through a C function or a metatable?); pass it as an argument");
   }
   if (w.npaths > 0) {
-    lua_createtable(L, 4, 0);
-    lua_pushvalue(L, paths); lua_rawseti(L, -2, 1);
-    lua_pushvalue(L, expect); lua_rawseti(L, -2, 2);
-    lua_pushinteger(L, w.npaths); lua_rawseti(L, -2, 3);
-    lua_createtable(L, w.npaths, 0);   /* how much of each path the one before shares: worked out once, here */
-    for (int i = 2; i <= w.npaths; i++) {
-      lua_rawgeti(L, paths, i - 1);
-      lua_rawgeti(L, paths, i);
-      lua_Integer k = lg_shared_prefix(L, -2, -1);
-      lua_pop(L, 2);
-      lua_pushinteger(L, k);
-      lua_rawseti(L, -2, i);
-    }
-    lua_rawseti(L, -2, 4);
+    lg_push_guard(L, paths, expect, w.npaths);
     *guard = (uint64_t)(uint32_t)luaL_ref(L, LUA_REGISTRYINDEX);
   }
   lua_settop(L, libs - 1);

@@ -91,26 +91,25 @@ int lg_guard_holds(lua_State *L, int got, int want) {
  * "g" (a global: k1 is its name); then the keys of nested tables (raw access), "u<i>" for an upvalue
  * of a function met on the way, &lg_meta_key for a table's metatable, or &lg_len_key (last) for a table's length
  * (`#t` without __len: what an append changes, and no path of its elements shows). */
+/* Pushes the function's _ENV (the global table when it has none). */
+static void push_env(lua_State *L, int fn) {
+  const char *up = NULL;
+  for (int i = 1; (up = lua_getupvalue(L, fn, i)) != NULL; i++) {
+    if (!strcmp(up, "_ENV")) return;
+    lua_pop(L, 1);
+  }
+  lua_pushglobaltable(L);
+}
+
 static void push_root(lua_State *L, int fn, int args, int path) {
   lua_rawgeti(L, path, 1);
   const char *root = lua_tostring(L, -1);
-  if (root[0] == 'a') {
-    lua_pop(L, 1);
-    lua_pushvalue(L, args + atoi(root + 1) - 1);
-  } else if (root[0] == 'u') {
-    lua_pop(L, 1);
-    if (!lua_getupvalue(L, fn, atoi(root + 1))) lua_pushnil(L);
-  } else {
-    lua_pop(L, 1);
-    const char *up = NULL;
-    int i = 1;
-    while ((up = lua_getupvalue(L, fn, i)) != NULL) {   /* the function's _ENV */
-      if (!strcmp(up, "_ENV")) break;
-      lua_pop(L, 1);
-      i++;
-    }
-    if (!up) lua_pushglobaltable(L);
-  }
+  int i = atoi(root + 1);
+  char kind = root[0];
+  lua_pop(L, 1);
+  if (kind == 'a') lua_pushvalue(L, args + i - 1);
+  else if (kind != 'u') push_env(L, fn);
+  else if (!lua_getupvalue(L, fn, i)) lua_pushnil(L);
 }
 
 /* Replaces the value on top by its part named by path element k (nil when there is none). */
@@ -140,25 +139,12 @@ static void step(lua_State *L, int path, lua_Integer k) {
   }
 }
 
-/* Pushes the value at path. With a cache (vals: a table, 0: none), vals[k] holds the value after the first k
- * elements of the last path resolved, of which this path shares the first `shared`: the guards of one walk come in
- * depth-first order, so neighbours share most of their prefix and it is read once. */
-void lg_push_path_cached(lua_State *L, int fn, int args, int path, int vals, lua_Integer shared) {
-  lua_Integer n = (lua_Integer)lua_rawlen(L, path), k = 1;   /* a plain table: no __len to call */
-  if (vals && shared >= 1) {
-    k = shared < n ? shared : n;
-    lua_rawgeti(L, vals, k);
-  } else {
-    push_root(L, fn, args, path);
-    if (vals) { lua_pushvalue(L, -1); lua_rawseti(L, vals, 1); }
-  }
-  while (++k <= n) {
-    step(L, path, k);
-    if (vals) { lua_pushvalue(L, -1); lua_rawseti(L, vals, k); }
-  }
+/* Pushes the value at path (for the walk's checks around a trace; the check of every call is lg_guard_fails). */
+static void push_path_value(lua_State *L, int fn, int args, int path) {
+  lua_Integer n = (lua_Integer)lua_rawlen(L, path);   /* a plain table: no __len to call */
+  push_root(L, fn, args, path);
+  for (lua_Integer k = 2; k <= n; k++) step(L, path, k);
 }
-
-static void push_path_value(lua_State *L, int fn, int args, int path) { lg_push_path_cached(L, fn, args, path, 0, 0); }
 
 /* How many leading elements paths a and b share. */
 lua_Integer lg_shared_prefix(lua_State *L, int a, int b) {
@@ -173,6 +159,208 @@ lua_Integer lg_shared_prefix(lua_State *L, int a, int b) {
     k++;
   }
   return k;
+}
+
+/* ---- the check of every call: a guard compiled once into a flat program ----
+ * Re-reading each path element by element from its Lua table, through a Lua table of the values along the last
+ * path, and comparing through lg_guard_holds costs several Lua API calls per element and per value: more host time
+ * than replaying the program it guards. So lg_push_guard turns the paths once into an array of steps (a root, a raw
+ * get, a metatable, a length, an upvalue) and each expected value into a C value compared in place. A check keeps
+ * the values along the current path on the Lua stack (slot base + j: the value after j elements): each path starts
+ * from the prefix it shares with the one before (the paths come in the walk's depth-first order) and reads only the
+ * rest. What it cannot decide in C (a tensor not the same userdata, a snapshot) goes through lg_guard_holds. */
+enum { ST_ARG, ST_UP, ST_ENV, ST_INT, ST_KEY, ST_META, ST_LEN };           /* step kinds */
+enum { EX_TENSOR, EX_SNAP, EX_INT, EX_FLOAT, EX_BOOL, EX_NIL, EX_STR, EX_REF };   /* expectation kinds */
+
+typedef struct gstep {
+  int op;
+  int up;          /* ST_KEY: the key is "u<up>" (the upvalue of a function met there); -1: another key */
+  lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key (ST_KEY: keys[index of the step]) */
+} gstep;
+
+typedef struct gexpect {
+  int kind, type;   /* type: EX_REF's Lua type */
+  union { lua_Integer i; lua_Number f; int b; const void *p; } v;   /* p: a string's bytes, a tensor's userdata */
+  size_t len;       /* EX_STR */
+} gexpect;
+
+typedef struct gpath {
+  int shared;        /* elements the value on the stack already resolves */
+  int first, nsteps; /* its steps after those */
+  int len;
+  gexpect want;
+} gpath;
+
+typedef struct gprog {
+  int npaths, nsteps, maxlen;
+  gpath *paths;
+  gstep *steps;
+  unsigned char *types;   /* scratch of a check: the Lua type of each slot along the path (a check runs no Lua code) */
+} gprog;
+
+/* The expectation of the value at v, for a compare in C: the C value of a number or boolean (an integer apart from
+ * a float, as same_scalar), a string's bytes (kept alive by the expect table), the address of anything compared by
+ * identity. */
+static void expect_of(lua_State *L, int v, gexpect *e) {
+  v = lua_absindex(L, v);
+  int ty = lua_type(L, v);
+  e->type = ty;
+  if (lg_is_tensor(L, v)) { e->kind = EX_TENSOR; e->v.p = lua_touserdata(L, v); }
+  else if (is_snapshot(L, v)) e->kind = EX_SNAP;
+  else if (ty == LUA_TNUMBER && lua_isinteger(L, v)) { e->kind = EX_INT; e->v.i = lua_tointeger(L, v); }
+  else if (ty == LUA_TNUMBER) { e->kind = EX_FLOAT; e->v.f = lua_tonumber(L, v); }
+  else if (ty == LUA_TBOOLEAN) { e->kind = EX_BOOL; e->v.b = lua_toboolean(L, v); }
+  else if (ty == LUA_TNIL) e->kind = EX_NIL;
+  else if (ty == LUA_TSTRING) { e->kind = EX_STR; e->v.p = lua_tolstring(L, v, &e->len); }
+  else { e->kind = EX_REF; e->v.p = lua_topointer(L, v); }
+}
+
+/* The step that reads element j of the path at path (a key kept in keys at index si + 1). */
+static void compile_step(lua_State *L, int path, lua_Integer j, int keys, int si, gstep *st) {
+  lua_rawgeti(L, path, j);
+  const void *mark = lua_touserdata(L, -1);
+  st->up = -1;
+  st->i = 0;
+  if (j == 1) {   /* the root: "a<i>", "u<i>" or "g" (as push_root) */
+    const char *root = lua_tostring(L, -1);
+    st->op = root[0] == 'a' ? ST_ARG : root[0] == 'u' ? ST_UP : ST_ENV;
+    st->i = atoi(root + 1);
+  } else if (mark == &lg_meta_key) {
+    st->op = ST_META;
+  } else if (mark == &lg_len_key) {
+    st->op = ST_LEN;
+  } else if (lua_isinteger(L, -1)) {
+    st->op = ST_INT;
+    st->i = lua_tointeger(L, -1);
+  } else {   /* as step: a key "u<i>" names an upvalue when the value there is a function */
+    st->op = ST_KEY;
+    if (lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') st->up = atoi(lua_tostring(L, -1) + 1);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, keys, si + 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* Pushes a host guard: the table {paths, expected values, count, program, keys} (the program: a userdata of the
+ * steps and expectations above, compiled once here; keys: the keys its steps read). */
+void lg_push_guard(lua_State *L, int paths, int expect, int n) {
+  paths = lua_absindex(L, paths), expect = lua_absindex(L, expect);
+  lua_Integer total = 0, maxlen = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, paths, i);
+    lua_Integer len = (lua_Integer)lua_rawlen(L, -1);
+    total += len;
+    if (len > maxlen) maxlen = len;
+    lua_pop(L, 1);
+  }
+  lua_createtable(L, 5, 0);
+  int g = lua_gettop(L);
+  lua_pushvalue(L, paths); lua_rawseti(L, g, 1);
+  lua_pushvalue(L, expect); lua_rawseti(L, g, 2);
+  lua_pushinteger(L, n); lua_rawseti(L, g, 3);
+  gprog *p = lua_newuserdatauv(L, sizeof(gprog) + (size_t)n * sizeof(gpath) + (size_t)total * sizeof(gstep) +
+                               (size_t)maxlen + 1, 0);
+  p->paths = (gpath *)(p + 1);
+  p->steps = (gstep *)(p->paths + n);
+  p->types = (unsigned char *)(p->steps + total);
+  p->npaths = n, p->nsteps = 0, p->maxlen = (int)maxlen;
+  lua_rawseti(L, g, 4);
+  lua_newtable(L);
+  int keys = lua_gettop(L);
+  for (int i = 0; i < n; i++) {
+    gpath *gp = &p->paths[i];
+    lua_rawgeti(L, paths, i + 1);
+    int path = lua_gettop(L);
+    gp->len = (int)lua_rawlen(L, path);
+    gp->shared = 0;
+    if (i > 0) {
+      lua_rawgeti(L, paths, i);
+      lua_Integer k = lg_shared_prefix(L, -1, path);
+      gp->shared = (int)(k < gp->len ? k : gp->len);
+      lua_pop(L, 1);
+    }
+    gp->first = p->nsteps;
+    gp->nsteps = gp->len - gp->shared;
+    for (int j = gp->shared + 1; j <= gp->len; j++, p->nsteps++)
+      compile_step(L, path, j, keys, p->nsteps, &p->steps[p->nsteps]);
+    lua_rawgeti(L, expect, i + 1);
+    expect_of(L, -1, &gp->want);
+    lua_settop(L, keys);
+  }
+  lua_rawseti(L, g, 5);
+}
+
+/* Pushes the value that step st reads from the value on top (of Lua type ty); returns the type of the new one.
+ * A part that is not there (a key of a non-table, a missing upvalue) reads as nil, as step. */
+static int run_step(lua_State *L, const gstep *st, int ty, int fn, int args, int keys, int si) {
+  switch (st->op) {
+  case ST_ARG: lua_pushvalue(L, args + (int)st->i - 1); return lua_type(L, -1);
+  case ST_UP: if (!lua_getupvalue(L, fn, (int)st->i)) lua_pushnil(L); return lua_type(L, -1);
+  case ST_ENV: push_env(L, fn); return lua_type(L, -1);
+  case ST_INT: if (ty == LUA_TTABLE) return lua_rawgeti(L, -1, st->i); break;
+  case ST_KEY:
+    if (ty == LUA_TTABLE) { lua_rawgeti(L, keys, si + 1); return lua_rawget(L, -2); }
+    if (ty == LUA_TFUNCTION && st->up >= 0 && lua_getupvalue(L, -1, st->up)) return lua_type(L, -1);
+    break;
+  case ST_META: if (ty == LUA_TTABLE && lua_getmetatable(L, -1)) return LUA_TTABLE; break;
+  case ST_LEN: if (ty == LUA_TTABLE) { lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -1)); return LUA_TNUMBER; } break;
+  }
+  lua_pushnil(L);
+  return LUA_TNIL;
+}
+
+/* Whether the value on top (of Lua type ty) passes expectation e, decided in C: 1, 0, or -1 when it takes
+ * lg_guard_holds (a snapshot; a tensor guard given another userdata). The same answers as lg_guard_holds. */
+static int holds_fast(lua_State *L, int ty, const gexpect *e) {
+  size_t n;
+  const char *s;
+  lua_Number x;
+  switch (e->kind) {
+  case EX_TENSOR: return ty == LUA_TUSERDATA && lua_touserdata(L, -1) == e->v.p ? 1 : -1;
+  case EX_INT: return ty == LUA_TNUMBER && lua_isinteger(L, -1) && lua_tointeger(L, -1) == e->v.i;
+  case EX_FLOAT:   /* bit for bit: NaN is itself, -0.0 not 0.0 */
+    if (ty != LUA_TNUMBER || lua_isinteger(L, -1)) return 0;
+    x = lua_tonumber(L, -1);
+    return memcmp(&x, &e->v.f, sizeof x) == 0;
+  case EX_BOOL: return ty == LUA_TBOOLEAN && lua_toboolean(L, -1) == e->v.b;
+  case EX_NIL: return ty == LUA_TNIL;
+  case EX_STR:   /* raw equality of strings: the same bytes (the same string object, mostly) */
+    if (ty != LUA_TSTRING) return 0;
+    s = lua_tolstring(L, -1, &n);
+    return n == e->len && (s == e->v.p || memcmp(s, e->v.p, n) == 0);
+  case EX_REF: return ty == e->type && lua_topointer(L, -1) == e->v.p;
+  default: return -1;
+  }
+}
+
+/* Which path of the guard at guard (a table of lg_push_guard) fails for the function at fn and the arguments from
+ * args: its number, or 0 when all hold. Every path is read and compared on every call. */
+int lg_guard_fails(lua_State *L, int guard, int fn, int args) {
+  int top = lua_gettop(L), fail = 0;
+  lua_rawgeti(L, guard, 4);
+  gprog *p = lua_touserdata(L, top + 1);
+  lua_rawgeti(L, guard, 5);
+  lua_rawgeti(L, guard, 2);
+  int keys = top + 2, expect = top + 3, base = top + 3;
+  lua_checkstack(L, p->maxlen + 8);
+  for (int i = 0; i < p->npaths && !fail; i++) {
+    const gpath *gp = &p->paths[i];
+    int depth = gp->shared, ty = depth ? p->types[depth] : LUA_TNONE;
+    lua_settop(L, base + depth);
+    for (int s = gp->first; s < gp->first + gp->nsteps; s++) {
+      ty = run_step(L, &p->steps[s], ty, fn, args, keys, s);
+      p->types[++depth] = (unsigned char)ty;
+    }
+    int ok = holds_fast(L, ty, &gp->want);
+    if (ok < 0) {
+      lua_rawgeti(L, expect, i + 1);
+      ok = lg_guard_holds(L, -2, -1);
+      lua_pop(L, 1);
+    }
+    if (!ok) fail = i + 1;
+  }
+  lua_settop(L, top);
+  return fail;
 }
 
 /* ---- the walk that finds captured tensors and the numbers a trace depends on ---- */

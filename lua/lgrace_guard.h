@@ -29,9 +29,12 @@ typedef struct walk {
 int lg_guard_holds(lua_State *L, int got, int want);
 /* Two expectations are the same: raw equality, or two snapshots of the same contents. */
 int lg_same_expectation(lua_State *L, int a, int b);
-/* Pushes the value at path, for the function at fn and the arguments from args; with a cache (vals: a table, 0:
- * none) the first `shared` elements, which the previous path resolved, are not read again. */
-void lg_push_path_cached(lua_State *L, int fn, int args, int path, int vals, lua_Integer shared);
+/* Pushes a host guard of n paths (paths: a list of paths, expect: the value each must hold): the table {paths,
+ * expect, n, program, keys}, its check compiled once into a program of steps and expectations compared in C. */
+void lg_push_guard(lua_State *L, int paths, int expect, int n);
+/* The number of the first path of the guard at guard (absolute index) that no longer holds its value, for the
+ * function at fn and the arguments from args; 0 when all hold. */
+int lg_guard_fails(lua_State *L, int guard, int fn, int args);
 /* How many leading elements paths a and b share. */
 lua_Integer lg_shared_prefix(lua_State *L, int a, int b);
 /* Pushes the set of library code the walk does not treat as state: package.loaded's tables and the chunks of grace's
