@@ -162,20 +162,21 @@ lua_Integer lg_shared_prefix(lua_State *L, int a, int b) {
 }
 
 /* ---- the check of every call: a guard compiled once into a flat program ----
- * Re-reading each path element by element from its Lua table, through a Lua table of the values along the last
- * path, and comparing through lg_guard_holds costs several Lua API calls per element and per value: more host time
- * than replaying the program it guards. So lg_push_guard turns the paths once into an array of steps (a root, a raw
- * get, a metatable, a length, an upvalue) and each expected value into a C value compared in place. A check keeps
- * the values along the current path on the Lua stack (slot base + j: the value after j elements): each path starts
- * from the prefix it shares with the one before (the paths come in the walk's depth-first order) and reads only the
- * rest. What it cannot decide in C (a tensor not the same userdata, a snapshot) goes through lg_guard_holds. */
+ * Re-reading each path element by element from its Lua table and comparing through lg_guard_holds costs several
+ * Lua API calls per element and per value: more host time than replaying the program it guards. So lg_push_guard
+ * turns the paths once into an array of steps (a root, a raw get, a metatable, a length, an upvalue) and each
+ * expected value into a C value compared in place. A check keeps the values along the current path on the Lua
+ * stack (slot base + j: the value after j elements): each path starts from the prefix it shares with the one before
+ * (the paths come in the walk's depth-first order) and reads only the rest; the distinct keys are pushed once per
+ * call and copied into place, so a field read is one lua_copy and one lua_rawget. What C cannot decide (a tensor
+ * guard given another userdata, a snapshot whose table changed or was rehashed) goes through lg_guard_holds. */
 enum { ST_ARG, ST_UP, ST_ENV, ST_INT, ST_KEY, ST_META, ST_LEN };           /* step kinds */
 enum { EX_TENSOR, EX_SNAP, EX_INT, EX_FLOAT, EX_BOOL, EX_NIL, EX_STR, EX_REF };   /* expectation kinds */
 
 typedef struct gstep {
   int op;
   int up;          /* ST_KEY: the key is "u<up>" (the upvalue of a function met there); -1: another key */
-  lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key (ST_KEY: keys[index of the step]) */
+  lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key; ST_KEY: the key's number (from 0) */
 } gstep;
 
 typedef struct gexpect {
@@ -184,27 +185,40 @@ typedef struct gexpect {
   size_t len;       /* EX_STR */
 } gexpect;
 
+/* An entry of a snapshot, in the order lua_next last gave the table's entries. */
+typedef struct gsnapent {
+  gexpect key, value;
+} gsnapent;
+
 typedef struct gpath {
   int shared;        /* elements the value on the stack already resolves */
   int first, nsteps; /* its steps after those */
   int len;
+  int fuse_len;      /* its last step is a length compared in C, never pushed (no later path starts below it) */
+  int snap, nsnap;   /* EX_SNAP: its entries (snapents[snap...]); snap_known: their order is learned */
+  int snap_known;
   gexpect want;
 } gpath;
 
 typedef struct gprog {
-  int npaths, nsteps, maxlen;
+  int npaths, nkeys, maxlen;
   gpath *paths;
   gstep *steps;
+  gsnapent *snapents;
   unsigned char *types;   /* scratch of a check: the Lua type of each slot along the path (a check runs no Lua code) */
 } gprog;
 
+/* The guard table's slots. */
+enum { G_PATHS = 1, G_EXPECT, G_COUNT, G_PROG, G_KEYS, G_ANCHORS };
+
 /* The expectation of the value at v, for a compare in C: the C value of a number or boolean (an integer apart from
- * a float, as same_scalar), a string's bytes (kept alive by the expect table), the address of anything compared by
- * identity. */
+ * a float, as same_scalar), a string's bytes, the address of anything compared by identity (the value itself kept
+ * alive by the caller: the expect table, or the anchors of a snapshot's learned order). */
 static void expect_of(lua_State *L, int v, gexpect *e) {
   v = lua_absindex(L, v);
   int ty = lua_type(L, v);
   e->type = ty;
+  e->len = 0;
   if (lg_is_tensor(L, v)) { e->kind = EX_TENSOR; e->v.p = lua_touserdata(L, v); }
   else if (is_snapshot(L, v)) e->kind = EX_SNAP;
   else if (ty == LUA_TNUMBER && lua_isinteger(L, v)) { e->kind = EX_INT; e->v.i = lua_tointeger(L, v); }
@@ -215,8 +229,8 @@ static void expect_of(lua_State *L, int v, gexpect *e) {
   else { e->kind = EX_REF; e->v.p = lua_topointer(L, v); }
 }
 
-/* The step that reads element j of the path at path (a key kept in keys at index si + 1). */
-static void compile_step(lua_State *L, int path, lua_Integer j, int keys, int si, gstep *st) {
+/* The step that reads element j of the path at path; a key gets a number in ids (key -> number) and keys (list). */
+static void compile_step(lua_State *L, int path, lua_Integer j, int ids, int keys, gstep *st) {
   lua_rawgeti(L, path, j);
   const void *mark = lua_touserdata(L, -1);
   st->up = -1;
@@ -236,37 +250,63 @@ static void compile_step(lua_State *L, int path, lua_Integer j, int keys, int si
     st->op = ST_KEY;
     if (lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') st->up = atoi(lua_tostring(L, -1) + 1);
     lua_pushvalue(L, -1);
-    lua_rawseti(L, keys, si + 1);
+    if (lua_rawget(L, ids) == LUA_TNIL) {
+      lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
+      lua_pushvalue(L, -2); lua_rawseti(L, keys, n + 1);
+      lua_pushvalue(L, -2); lua_pushinteger(L, n); lua_rawset(L, ids);
+      lua_pushinteger(L, n);
+    }
+    st->i = lua_tointeger(L, -1);
+    lua_pop(L, 1);
   }
   lua_pop(L, 1);
 }
 
-/* Pushes a host guard: the table {paths, expected values, count, program, keys} (the program: a userdata of the
- * steps and expectations above, compiled once here; keys: the keys its steps read). */
-void lg_push_guard(lua_State *L, int paths, int expect, int n) {
-  paths = lua_absindex(L, paths), expect = lua_absindex(L, expect);
-  lua_Integer total = 0, maxlen = 0;
+/* The sizes of a program for the n paths at paths (steps: at most every element; snapshot entries). */
+static void program_sizes(lua_State *L, int paths, int expect, int n, size_t *steps, size_t *snapents, int *maxlen) {
+  *steps = *snapents = 0, *maxlen = 0;
+  int top = lua_gettop(L);
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, paths, i);
-    lua_Integer len = (lua_Integer)lua_rawlen(L, -1);
-    total += len;
-    if (len > maxlen) maxlen = len;
-    lua_pop(L, 1);
+    int len = (int)lua_rawlen(L, -1);
+    *steps += (size_t)len;
+    if (len > *maxlen) *maxlen = len;
+    lua_rawgeti(L, expect, i);
+    if (is_snapshot(L, lua_gettop(L))) {
+      lua_pushlightuserdata(L, (void *)&lg_snap_key);
+      lua_rawget(L, -2);
+      *snapents += (size_t)lua_tointeger(L, -1);
+    }
+    lua_settop(L, top);
   }
-  lua_createtable(L, 5, 0);
+}
+
+/* Pushes a host guard: the table {paths, expected values, count, program, keys, anchors} (the program: a userdata
+ * of the steps and expectations above, compiled once here; keys: the distinct keys its steps read; anchors: the
+ * values a snapshot's learned order points to). */
+void lg_push_guard(lua_State *L, int paths, int expect, int n) {
+  paths = lua_absindex(L, paths), expect = lua_absindex(L, expect);
+  size_t nsteps, nsnap;
+  int maxlen;
+  program_sizes(L, paths, expect, n, &nsteps, &nsnap, &maxlen);
+  lua_createtable(L, 6, 0);
   int g = lua_gettop(L);
-  lua_pushvalue(L, paths); lua_rawseti(L, g, 1);
-  lua_pushvalue(L, expect); lua_rawseti(L, g, 2);
-  lua_pushinteger(L, n); lua_rawseti(L, g, 3);
-  gprog *p = lua_newuserdatauv(L, sizeof(gprog) + (size_t)n * sizeof(gpath) + (size_t)total * sizeof(gstep) +
-                               (size_t)maxlen + 1, 0);
+  lua_pushvalue(L, paths); lua_rawseti(L, g, G_PATHS);
+  lua_pushvalue(L, expect); lua_rawseti(L, g, G_EXPECT);
+  lua_pushinteger(L, n); lua_rawseti(L, g, G_COUNT);
+  gprog *p = lua_newuserdatauv(L, sizeof(gprog) + (size_t)n * sizeof(gpath) + nsteps * sizeof(gstep) +
+                               nsnap * sizeof(gsnapent) + (size_t)maxlen + 1, 0);
   p->paths = (gpath *)(p + 1);
   p->steps = (gstep *)(p->paths + n);
-  p->types = (unsigned char *)(p->steps + total);
-  p->npaths = n, p->nsteps = 0, p->maxlen = (int)maxlen;
-  lua_rawseti(L, g, 4);
+  p->snapents = (gsnapent *)(p->steps + nsteps);
+  p->types = (unsigned char *)(p->snapents + nsnap);
+  p->npaths = n, p->maxlen = maxlen;
+  lua_rawseti(L, g, G_PROG);
+  lua_newtable(L); lua_rawseti(L, g, G_ANCHORS);
   lua_newtable(L);
   int keys = lua_gettop(L);
+  lua_newtable(L);
+  int ids = keys + 1, step = 0, snap = 0;
   for (int i = 0; i < n; i++) {
     gpath *gp = &p->paths[i];
     lua_rawgeti(L, paths, i + 1);
@@ -277,87 +317,185 @@ void lg_push_guard(lua_State *L, int paths, int expect, int n) {
       lua_rawgeti(L, paths, i);
       lua_Integer k = lg_shared_prefix(L, -1, path);
       gp->shared = (int)(k < gp->len ? k : gp->len);
-      lua_pop(L, 1);
     }
-    gp->first = p->nsteps;
+    gp->first = step;
     gp->nsteps = gp->len - gp->shared;
-    for (int j = gp->shared + 1; j <= gp->len; j++, p->nsteps++)
-      compile_step(L, path, j, keys, p->nsteps, &p->steps[p->nsteps]);
+    for (int j = gp->shared + 1; j <= gp->len; j++) compile_step(L, path, j, ids, keys, &p->steps[step++]);
     lua_rawgeti(L, expect, i + 1);
     expect_of(L, -1, &gp->want);
-    lua_settop(L, keys);
+    gp->snap = snap, gp->nsnap = 0, gp->snap_known = 0;
+    if (gp->want.kind == EX_SNAP) {
+      lua_pushlightuserdata(L, (void *)&lg_snap_key);
+      lua_rawget(L, -2);
+      gp->nsnap = (int)lua_tointeger(L, -1);
+      snap += gp->nsnap;
+    }
+    gp->fuse_len = 0;
+    lua_settop(L, ids);
   }
-  lua_rawseti(L, g, 5);
+  for (int i = 0; i < n; i++) {   /* a length nothing reads further is compared without a push */
+    gpath *gp = &p->paths[i];
+    gp->fuse_len = gp->nsteps > 0 && p->steps[gp->first + gp->nsteps - 1].op == ST_LEN && gp->want.kind == EX_INT &&
+                   (i + 1 == n || p->paths[i + 1].shared < gp->len);
+  }
+  p->nkeys = (int)lua_rawlen(L, keys);
+  lua_settop(L, keys);
+  lua_rawseti(L, g, G_KEYS);
 }
 
-/* Pushes the value that step st reads from the value on top (of Lua type ty); returns the type of the new one.
+/* Whether the value at idx (of Lua type ty) passes expectation e, decided in C: 1, 0, or -1 when it takes
+ * lg_guard_holds (a snapshot; a tensor guard given another userdata). The same answers as lg_guard_holds. */
+static int holds_at(lua_State *L, int idx, int ty, const gexpect *e) {
+  size_t n;
+  const char *s;
+  lua_Number x;
+  switch (e->kind) {
+  case EX_TENSOR: return ty == LUA_TUSERDATA && lua_touserdata(L, idx) == e->v.p ? 1 : -1;
+  case EX_INT: return ty == LUA_TNUMBER && lua_isinteger(L, idx) && lua_tointeger(L, idx) == e->v.i;
+  case EX_FLOAT:   /* bit for bit: NaN is itself, -0.0 not 0.0 */
+    if (ty != LUA_TNUMBER || lua_isinteger(L, idx)) return 0;
+    x = lua_tonumber(L, idx);
+    return memcmp(&x, &e->v.f, sizeof x) == 0;
+  case EX_BOOL: return ty == LUA_TBOOLEAN && lua_toboolean(L, idx) == e->v.b;
+  case EX_NIL: return ty == LUA_TNIL;
+  case EX_STR:   /* raw equality of strings: the same bytes (the same string object, mostly) */
+    if (ty != LUA_TSTRING) return 0;
+    s = lua_tolstring(L, idx, &n);
+    return n == e->len && (s == e->v.p || memcmp(s, e->v.p, n) == 0);
+  case EX_REF: return ty == e->type && lua_topointer(L, idx) == e->v.p;
+  default: return -1;
+  }
+}
+
+/* Whether the table at t (of type ty) holds snapshot entries e[0..n) in the order lua_next gives them: 1, or -1
+ * when it is not decided so (an entry changed, added or removed, or the same entries in another order: the table
+ * was rehashed), which snapshot_holds decides. The loop of snapshot_holds without a lookup in the snapshot. */
+static int snapshot_in_order(lua_State *L, int t, int ty, const gsnapent *e, int n) {
+  if (ty != LUA_TTABLE) return 0;
+  int j = 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    int kt = lua_type(L, -2), vt = lua_type(L, -1);
+    if ((kt == LUA_TSTRING || kt == LUA_TNUMBER) &&
+        (vt == LUA_TNUMBER || vt == LUA_TSTRING || vt == LUA_TBOOLEAN || vt == LUA_TFUNCTION)) {   /* snapshot_kind */
+      if (j == n || holds_at(L, -2, kt, &e[j].key) != 1 || holds_at(L, -1, vt, &e[j].value) != 1) {
+        lua_settop(L, t);
+        return -1;
+      }
+      j++;
+    }
+    lua_pop(L, 1);
+  }
+  return j == n ? 1 : -1;
+}
+
+/* Records the order of the entries of the table at t, which holds its snapshot (gp): the next checks compare in
+ * that order. Its keys and values are kept in a new table of anchors (at anchors[i]) so the addresses stay valid. */
+static void learn_snapshot_order(lua_State *L, int t, gpath *gp, gsnapent *e, int anchors, int i) {
+  lua_createtable(L, 2 * gp->nsnap, 0);
+  int a = lua_gettop(L), j = 0;
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    if (snapshot_kind(L, -2, -1) && j < gp->nsnap) {
+      expect_of(L, -2, &e[j].key);
+      expect_of(L, -1, &e[j].value);
+      lua_pushvalue(L, -2); lua_rawseti(L, a, 2 * j + 1);
+      lua_pushvalue(L, -1); lua_rawseti(L, a, 2 * j + 2);
+      j++;
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, a);
+  lua_rawseti(L, anchors, i);
+  gp->snap_known = j == gp->nsnap;
+}
+
+/* The state of a check: the stack from base (slot base + d: the value after d elements of the current path; top:
+ * the stack's top, kept here to set it only when it changes) and the distinct keys at kbase + 1... */
+typedef struct gcur {
+  lua_State *L;
+  int fn, args, keys, kbase, nslots, base, top;
+} gcur;
+
+static void set_top(gcur *c, int top) {
+  if (c->top != top) lua_settop(c->L, top);
+  c->top = top;
+}
+
+/* Puts the value that step st reads from the value at depth d (of Lua type ty) at depth d + 1; returns its type.
  * A part that is not there (a key of a non-table, a missing upvalue) reads as nil, as step. */
-static int run_step(lua_State *L, const gstep *st, int ty, int fn, int args, int keys, int si) {
+static int run_step(gcur *c, const gstep *st, int ty, int d) {
+  lua_State *L = c->L;
+  int t = c->base + d;
+  if (st->op == ST_KEY && ty == LUA_TTABLE && st->i < c->nslots) {   /* the common case: a field */
+    if (c->top == t) lua_pushnil(L);
+    else set_top(c, t + 1);
+    c->top = t + 1;
+    lua_copy(L, c->kbase + 1 + (int)st->i, t + 1);
+    return lua_rawget(L, t);
+  }
+  set_top(c, t);
+  c->top = t + 1;
   switch (st->op) {
-  case ST_ARG: lua_pushvalue(L, args + (int)st->i - 1); return lua_type(L, -1);
-  case ST_UP: if (!lua_getupvalue(L, fn, (int)st->i)) lua_pushnil(L); return lua_type(L, -1);
-  case ST_ENV: push_env(L, fn); return lua_type(L, -1);
-  case ST_INT: if (ty == LUA_TTABLE) return lua_rawgeti(L, -1, st->i); break;
+  case ST_ARG: lua_pushvalue(L, c->args + (int)st->i - 1); return lua_type(L, -1);
+  case ST_UP: if (!lua_getupvalue(L, c->fn, (int)st->i)) lua_pushnil(L); return lua_type(L, -1);
+  case ST_ENV: push_env(L, c->fn); return lua_type(L, -1);
+  case ST_INT: if (ty == LUA_TTABLE) return lua_rawgeti(L, t, st->i); break;
   case ST_KEY:
-    if (ty == LUA_TTABLE) { lua_rawgeti(L, keys, si + 1); return lua_rawget(L, -2); }
-    if (ty == LUA_TFUNCTION && st->up >= 0 && lua_getupvalue(L, -1, st->up)) return lua_type(L, -1);
+    if (ty == LUA_TTABLE) { lua_rawgeti(L, c->keys, st->i + 1); return lua_rawget(L, t); }
+    if (ty == LUA_TFUNCTION && st->up >= 0 && lua_getupvalue(L, t, st->up)) return lua_type(L, -1);
     break;
-  case ST_META: if (ty == LUA_TTABLE && lua_getmetatable(L, -1)) return LUA_TTABLE; break;
-  case ST_LEN: if (ty == LUA_TTABLE) { lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -1)); return LUA_TNUMBER; } break;
+  case ST_META: if (ty == LUA_TTABLE && lua_getmetatable(L, t)) return LUA_TTABLE; break;
+  case ST_LEN: if (ty == LUA_TTABLE) { lua_pushinteger(L, (lua_Integer)lua_rawlen(L, t)); return LUA_TNUMBER; } break;
   }
   lua_pushnil(L);
   return LUA_TNIL;
 }
 
-/* Whether the value on top (of Lua type ty) passes expectation e, decided in C: 1, 0, or -1 when it takes
- * lg_guard_holds (a snapshot; a tensor guard given another userdata). The same answers as lg_guard_holds. */
-static int holds_fast(lua_State *L, int ty, const gexpect *e) {
-  size_t n;
-  const char *s;
-  lua_Number x;
-  switch (e->kind) {
-  case EX_TENSOR: return ty == LUA_TUSERDATA && lua_touserdata(L, -1) == e->v.p ? 1 : -1;
-  case EX_INT: return ty == LUA_TNUMBER && lua_isinteger(L, -1) && lua_tointeger(L, -1) == e->v.i;
-  case EX_FLOAT:   /* bit for bit: NaN is itself, -0.0 not 0.0 */
-    if (ty != LUA_TNUMBER || lua_isinteger(L, -1)) return 0;
-    x = lua_tonumber(L, -1);
-    return memcmp(&x, &e->v.f, sizeof x) == 0;
-  case EX_BOOL: return ty == LUA_TBOOLEAN && lua_toboolean(L, -1) == e->v.b;
-  case EX_NIL: return ty == LUA_TNIL;
-  case EX_STR:   /* raw equality of strings: the same bytes (the same string object, mostly) */
-    if (ty != LUA_TSTRING) return 0;
-    s = lua_tolstring(L, -1, &n);
-    return n == e->len && (s == e->v.p || memcmp(s, e->v.p, n) == 0);
-  case EX_REF: return ty == e->type && lua_topointer(L, -1) == e->v.p;
-  default: return -1;
+/* Whether path gp, resolved up to its last value (at the top, of type ty; for fuse_len, its table at depth len - 1),
+ * holds: in C where it can, else by lg_guard_holds; a snapshot that holds has its order learned for next time. */
+static int path_holds(gcur *c, gprog *p, gpath *gp, int ty, int i, int guard) {
+  lua_State *L = c->L;
+  if (gp->fuse_len)   /* the length of a table, or nil (not a table) */
+    return ty == LUA_TTABLE && (lua_Integer)lua_rawlen(L, c->base + gp->len - 1) == gp->want.v.i;
+  int ok = holds_at(L, c->top, ty, &gp->want);
+  if (ok >= 0) return ok;
+  if (gp->want.kind == EX_SNAP && gp->snap_known) {
+    ok = snapshot_in_order(L, c->top, ty, p->snapents + gp->snap, gp->nsnap);
+    if (ok >= 0) return ok;
   }
+  lua_rawgeti(L, guard, G_EXPECT);
+  lua_rawgeti(L, -1, i + 1);
+  ok = lg_guard_holds(L, c->top, -1);
+  if (ok && gp->want.kind == EX_SNAP) {
+    lua_rawgeti(L, guard, G_ANCHORS);
+    learn_snapshot_order(L, c->top, gp, p->snapents + gp->snap, lua_gettop(L), i + 1);
+  }
+  lua_settop(L, c->top);
+  return ok;
 }
 
-/* Which path of the guard at guard (a table of lg_push_guard) fails for the function at fn and the arguments from
- * args: its number, or 0 when all hold. Every path is read and compared on every call. */
+/* Which path of the guard at guard (absolute index; a table of lg_push_guard) fails for the function at fn and the
+ * arguments from args: its number, or 0 when all hold. Every path is read and compared on every call. */
 int lg_guard_fails(lua_State *L, int guard, int fn, int args) {
   int top = lua_gettop(L), fail = 0;
-  lua_rawgeti(L, guard, 4);
+  lua_rawgeti(L, guard, G_PROG);
   gprog *p = lua_touserdata(L, top + 1);
-  lua_rawgeti(L, guard, 5);
-  lua_rawgeti(L, guard, 2);
-  int keys = top + 2, expect = top + 3, base = top + 3;
+  lua_rawgeti(L, guard, G_KEYS);
+  gcur c = {L, fn, args, top + 2, top + 2, p->nkeys, 0, 0};
+  if (!lua_checkstack(L, p->nkeys + p->maxlen + 8)) c.nslots = 0;   /* the keys read from their table instead */
   lua_checkstack(L, p->maxlen + 8);
+  for (int k = 1; k <= c.nslots; k++) lua_rawgeti(L, c.keys, k);
+  c.base = c.top = c.kbase + c.nslots;
   for (int i = 0; i < p->npaths && !fail; i++) {
-    const gpath *gp = &p->paths[i];
-    int depth = gp->shared, ty = depth ? p->types[depth] : LUA_TNONE;
-    lua_settop(L, base + depth);
-    for (int s = gp->first; s < gp->first + gp->nsteps; s++) {
-      ty = run_step(L, &p->steps[s], ty, fn, args, keys, s);
-      p->types[++depth] = (unsigned char)ty;
+    gpath *gp = &p->paths[i];
+    int d = gp->shared, ty = d ? p->types[d] : LUA_TNONE, end = gp->first + gp->nsteps - gp->fuse_len;
+    if (gp->nsteps == 0) set_top(&c, c.base + d);   /* the value the path before read on the way */
+    for (int s = gp->first; s < end; s++, d++) {
+      ty = run_step(&c, &p->steps[s], ty, d);
+      p->types[d + 1] = (unsigned char)ty;
     }
-    int ok = holds_fast(L, ty, &gp->want);
-    if (ok < 0) {
-      lua_rawgeti(L, expect, i + 1);
-      ok = lg_guard_holds(L, -2, -1);
-      lua_pop(L, 1);
-    }
-    if (!ok) fail = i + 1;
+    if (!path_holds(&c, p, gp, ty, i, guard)) fail = i + 1;
   }
   lua_settop(L, top);
   return fail;
