@@ -164,20 +164,25 @@ lua_Integer lg_shared_prefix(lua_State *L, int a, int b) {
 /* ---- the check of every call: a guard compiled once into a flat program ----
  * Re-reading each path element by element from its Lua table and comparing through lg_guard_holds costs several
  * Lua API calls per element and per value: more host time than replaying the program it guards. So lg_push_guard
- * turns the paths once into an array of steps (a root, a raw get, a metatable, a length, an upvalue) and each
- * expected value into a C value compared in place. A check keeps the values along the current path on the Lua
- * stack (slot base + j: the value after j elements): each path starts from the prefix it shares with the one before
- * (the paths come in the walk's depth-first order) and reads only the rest; the distinct keys are pushed once per
- * call and copied into place, so a field read is one lua_copy and one lua_rawget. What C cannot decide (a tensor
- * guard given another userdata, a snapshot whose table changed or was rehashed) goes through lg_guard_holds. */
-enum { ST_ARG, ST_UP, ST_ENV, ST_INT, ST_KEY, ST_META, ST_LEN };           /* step kinds */
+ * compiles the paths once into a flat list of ops and each expected value into a C value compared in place. A
+ * check keeps the values along the current path on the Lua stack (slot base + d: the value after d elements): each
+ * path starts from the prefix it shares with the one before (the paths come in the walk's depth-first order) and
+ * reads only the rest. Every path pushes one value per element, so the stack's top at each op is known when
+ * compiling: the ops that set it are emitted only where it changes. The distinct keys are pushed once per call
+ * below base, and a field read is one lua_copy of its key into place and one lua_rawget. What C cannot decide (a
+ * tensor guard given another userdata, a snapshot whose table changed or was rehashed) goes through
+ * lg_guard_holds. */
+enum { ST_ARG, ST_UP, ST_ENV, ST_INT, ST_KEY, ST_META, ST_LEN };   /* the elements of a path */
+enum { OP_TOP, OP_NIL, OP_FIELD, OP_STEP, OP_CHECK, OP_LEN };      /* ops: set the top, push nil, read, compare */
 enum { EX_TENSOR, EX_SNAP, EX_INT, EX_FLOAT, EX_BOOL, EX_NIL, EX_STR, EX_REF };   /* expectation kinds */
 
-typedef struct gstep {
+typedef struct gop {
   int op;
-  int up;          /* ST_KEY: the key is "u<up>" (the upvalue of a function met there); -1: another key */
+  int t;           /* OP_TOP: the new top; OP_FIELD/OP_STEP/OP_LEN: the slot read; OP_CHECK: the slot compared */
+  int path;        /* OP_CHECK/OP_LEN: the path (from 0) */
+  int kind, up;    /* OP_FIELD/OP_STEP: the element (ST_*); ST_KEY: "u<up>" is an upvalue of a function, -1: no */
   lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key; ST_KEY: the key's number (from 0) */
-} gstep;
+} gop;
 
 typedef struct gexpect {
   int kind, type;   /* type: EX_REF's Lua type */
@@ -185,25 +190,23 @@ typedef struct gexpect {
   size_t len;       /* EX_STR */
 } gexpect;
 
-/* An entry of a snapshot, in the order lua_next last gave the table's entries. */
+/* An entry of a snapshot, in the order lua_next last gave the table's entries (kobj: the key's string object, whose
+ * address identifies it; NULL for a number). */
 typedef struct gsnapent {
   gexpect key, value;
+  const void *kobj;
 } gsnapent;
 
 typedef struct gpath {
-  int shared;        /* elements the value on the stack already resolves */
-  int first, nsteps; /* its steps after those */
-  int len;
-  int fuse_len;      /* its last step is a length compared in C, never pushed (no later path starts below it) */
+  gexpect want;
   int snap, nsnap;   /* EX_SNAP: its entries (snapents[snap...]); snap_known: their order is learned */
   int snap_known;
-  gexpect want;
 } gpath;
 
 typedef struct gprog {
-  int npaths, nkeys, maxlen;
+  int npaths, nops, nkeys, maxlen;
   gpath *paths;
-  gstep *steps;
+  gop *ops;
   gsnapent *snapents;
   unsigned char *types;   /* scratch of a check: the Lua type of each slot along the path (a check runs no Lua code) */
 } gprog;
@@ -229,26 +232,26 @@ static void expect_of(lua_State *L, int v, gexpect *e) {
   else { e->kind = EX_REF; e->v.p = lua_topointer(L, v); }
 }
 
-/* The step that reads element j of the path at path; a key gets a number in ids (key -> number) and keys (list). */
-static void compile_step(lua_State *L, int path, lua_Integer j, int ids, int keys, gstep *st) {
+/* The element j of the path at path, into o (kind, up, i); a key gets a number in ids (key -> number) and keys. */
+static void compile_element(lua_State *L, int path, lua_Integer j, int ids, int keys, gop *o) {
   lua_rawgeti(L, path, j);
   const void *mark = lua_touserdata(L, -1);
-  st->up = -1;
-  st->i = 0;
+  o->up = -1;
+  o->i = 0;
   if (j == 1) {   /* the root: "a<i>", "u<i>" or "g" (as push_root) */
     const char *root = lua_tostring(L, -1);
-    st->op = root[0] == 'a' ? ST_ARG : root[0] == 'u' ? ST_UP : ST_ENV;
-    st->i = atoi(root + 1);
+    o->kind = root[0] == 'a' ? ST_ARG : root[0] == 'u' ? ST_UP : ST_ENV;
+    o->i = atoi(root + 1);
   } else if (mark == &lg_meta_key) {
-    st->op = ST_META;
+    o->kind = ST_META;
   } else if (mark == &lg_len_key) {
-    st->op = ST_LEN;
+    o->kind = ST_LEN;
   } else if (lua_isinteger(L, -1)) {
-    st->op = ST_INT;
-    st->i = lua_tointeger(L, -1);
+    o->kind = ST_INT;
+    o->i = lua_tointeger(L, -1);
   } else {   /* as step: a key "u<i>" names an upvalue when the value there is a function */
-    st->op = ST_KEY;
-    if (lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') st->up = atoi(lua_tostring(L, -1) + 1);
+    o->kind = ST_KEY;
+    if (lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') o->up = atoi(lua_tostring(L, -1) + 1);
     lua_pushvalue(L, -1);
     if (lua_rawget(L, ids) == LUA_TNIL) {
       lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
@@ -256,96 +259,143 @@ static void compile_step(lua_State *L, int path, lua_Integer j, int ids, int key
       lua_pushvalue(L, -2); lua_pushinteger(L, n); lua_rawset(L, ids);
       lua_pushinteger(L, n);
     }
-    st->i = lua_tointeger(L, -1);
+    o->i = lua_tointeger(L, -1);
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
 }
 
-/* The sizes of a program for the n paths at paths (steps: at most every element; snapshot entries). */
-static void program_sizes(lua_State *L, int paths, int expect, int n, size_t *steps, size_t *snapents, int *maxlen) {
-  *steps = *snapents = 0, *maxlen = 0;
+/* The sizes of a program for the n paths at paths (ops: at most two per element and two per path; snapshot
+ * entries; the longest path). */
+static void program_sizes(lua_State *L, int paths, int expect, int n, size_t *ops, size_t *snapents, int *maxlen) {
   int top = lua_gettop(L);
+  *ops = *snapents = 0, *maxlen = 0;
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, paths, i);
     int len = (int)lua_rawlen(L, -1);
-    *steps += (size_t)len;
+    *ops += 2 * (size_t)len + 2;
     if (len > *maxlen) *maxlen = len;
     lua_rawgeti(L, expect, i);
-    if (is_snapshot(L, lua_gettop(L))) {
+    if (is_snapshot(L, top + 2)) {
       lua_pushlightuserdata(L, (void *)&lg_snap_key);
-      lua_rawget(L, -2);
+      lua_rawget(L, top + 2);
       *snapents += (size_t)lua_tointeger(L, -1);
     }
     lua_settop(L, top);
   }
 }
 
+/* Appends an op that sets the top to `want` where the top known when compiling (*top) differs. */
+static void emit_top(gprog *p, int *top, int want) {
+  if (*top == want) return;
+  if (want == *top + 1) p->ops[p->nops++] = (gop){.op = OP_NIL};
+  else p->ops[p->nops++] = (gop){.op = OP_TOP, .t = want};
+  *top = want;
+}
+
+/* Appends the ops of path i (at path, the path before at prev or 0): reads of the elements it does not share with
+ * the one before, then its compare (a length that no later path reads through: compared without a push). */
+static void compile_path(lua_State *L, gprog *p, int i, int path, int prev, int next, int ids, int keys, int *top) {
+  int len = (int)lua_rawlen(L, path), d = 0;
+  if (prev) {
+    lua_Integer k = lg_shared_prefix(L, prev, path);
+    d = (int)(k < len ? k : len);
+  }
+  lua_Integer next_shared = next ? lg_shared_prefix(L, next, path) : 0;
+  int fuse = 0;
+  if (d < len && p->paths[i].want.kind == EX_INT && next_shared < len) {
+    lua_rawgeti(L, path, len);
+    fuse = lua_touserdata(L, -1) == &lg_len_key;
+    lua_pop(L, 1);
+  }
+  if (d == len) emit_top(p, top, d);   /* the value the path before read on the way */
+  for (; d < len - fuse; d++) {
+    gop o = {.t = d};
+    compile_element(L, path, d + 1, ids, keys, &o);
+    if (o.kind == ST_KEY) {   /* a field: the key is copied into the slot above the table, then read */
+      emit_top(p, top, d + 1);
+      o.op = OP_FIELD;
+    } else {
+      emit_top(p, top, d);
+      o.op = OP_STEP;
+      *top = d + 1;
+    }
+    p->ops[p->nops++] = o;
+  }
+  p->ops[p->nops++] = (gop){.op = fuse ? OP_LEN : OP_CHECK, .t = d, .path = i};
+}
+
 /* Pushes a host guard: the table {paths, expected values, count, program, keys, anchors} (the program: a userdata
- * of the steps and expectations above, compiled once here; keys: the distinct keys its steps read; anchors: the
- * values a snapshot's learned order points to). */
+ * of the ops and expectations above, compiled once here; keys: the distinct keys its fields read; anchors: the
+ * values a snapshot's learned order points to, kept alive). */
 void lg_push_guard(lua_State *L, int paths, int expect, int n) {
   paths = lua_absindex(L, paths), expect = lua_absindex(L, expect);
-  size_t nsteps, nsnap;
+  size_t nops, nsnap;
   int maxlen;
-  program_sizes(L, paths, expect, n, &nsteps, &nsnap, &maxlen);
+  program_sizes(L, paths, expect, n, &nops, &nsnap, &maxlen);
   lua_createtable(L, 6, 0);
   int g = lua_gettop(L);
   lua_pushvalue(L, paths); lua_rawseti(L, g, G_PATHS);
   lua_pushvalue(L, expect); lua_rawseti(L, g, G_EXPECT);
   lua_pushinteger(L, n); lua_rawseti(L, g, G_COUNT);
-  gprog *p = lua_newuserdatauv(L, sizeof(gprog) + (size_t)n * sizeof(gpath) + nsteps * sizeof(gstep) +
-                               nsnap * sizeof(gsnapent) + (size_t)maxlen + 1, 0);
+  gprog *p = lua_newuserdatauv(L, sizeof(gprog) + (size_t)n * sizeof(gpath) + nops * sizeof(gop) +
+                               nsnap * sizeof(gsnapent) + (size_t)maxlen + 2, 0);
+  *p = (gprog){.npaths = n, .maxlen = maxlen};
   p->paths = (gpath *)(p + 1);
-  p->steps = (gstep *)(p->paths + n);
-  p->snapents = (gsnapent *)(p->steps + nsteps);
+  p->ops = (gop *)(p->paths + n);
+  p->snapents = (gsnapent *)(p->ops + nops);
   p->types = (unsigned char *)(p->snapents + nsnap);
-  p->npaths = n, p->maxlen = maxlen;
+  memset(p->types, 0, (size_t)maxlen + 2);
   lua_rawseti(L, g, G_PROG);
   lua_newtable(L); lua_rawseti(L, g, G_ANCHORS);
   lua_newtable(L);
-  int keys = lua_gettop(L);
+  int keys = lua_gettop(L), ids = keys + 1, snap = 0, top = 0;
   lua_newtable(L);
-  int ids = keys + 1, step = 0, snap = 0;
   for (int i = 0; i < n; i++) {
     gpath *gp = &p->paths[i];
-    lua_rawgeti(L, paths, i + 1);
-    int path = lua_gettop(L);
-    gp->len = (int)lua_rawlen(L, path);
-    gp->shared = 0;
-    if (i > 0) {
-      lua_rawgeti(L, paths, i);
-      lua_Integer k = lg_shared_prefix(L, -1, path);
-      gp->shared = (int)(k < gp->len ? k : gp->len);
-    }
-    gp->first = step;
-    gp->nsteps = gp->len - gp->shared;
-    for (int j = gp->shared + 1; j <= gp->len; j++) compile_step(L, path, j, ids, keys, &p->steps[step++]);
     lua_rawgeti(L, expect, i + 1);
     expect_of(L, -1, &gp->want);
-    gp->snap = snap, gp->nsnap = 0, gp->snap_known = 0;
+    *gp = (gpath){.want = gp->want, .snap = snap};
     if (gp->want.kind == EX_SNAP) {
       lua_pushlightuserdata(L, (void *)&lg_snap_key);
       lua_rawget(L, -2);
       gp->nsnap = (int)lua_tointeger(L, -1);
       snap += gp->nsnap;
     }
-    gp->fuse_len = 0;
     lua_settop(L, ids);
-  }
-  for (int i = 0; i < n; i++) {   /* a length nothing reads further is compared without a push */
-    gpath *gp = &p->paths[i];
-    gp->fuse_len = gp->nsteps > 0 && p->steps[gp->first + gp->nsteps - 1].op == ST_LEN && gp->want.kind == EX_INT &&
-                   (i + 1 == n || p->paths[i + 1].shared < gp->len);
+    lua_rawgeti(L, paths, i + 1);
+    if (i > 0) lua_rawgeti(L, paths, i); else lua_pushnil(L);
+    if (i + 1 < n) lua_rawgeti(L, paths, i + 2); else lua_pushnil(L);
+    compile_path(L, p, i, ids + 1, i > 0 ? ids + 2 : 0, i + 1 < n ? ids + 3 : 0, ids, keys, &top);
+    lua_settop(L, ids);
   }
   p->nkeys = (int)lua_rawlen(L, keys);
   lua_settop(L, keys);
   lua_rawseti(L, g, G_KEYS);
 }
 
+/* Pushes the value that element kind (of op o) reads from the value at t (of Lua type ty), at t + 1 (the top);
+ * returns its type. A part that is not there (a key of a non-table, a missing upvalue) reads as nil, as step. */
+static int push_element(lua_State *L, const gop *o, int ty, int t, int fn, int args, int keys) {
+  switch (o->kind) {
+  case ST_ARG: lua_pushvalue(L, args + (int)o->i - 1); return lua_type(L, -1);
+  case ST_UP: if (!lua_getupvalue(L, fn, (int)o->i)) lua_pushnil(L); return lua_type(L, -1);
+  case ST_ENV: push_env(L, fn); return lua_type(L, -1);
+  case ST_INT: if (ty == LUA_TTABLE) return lua_rawgeti(L, t, o->i); break;
+  case ST_KEY:
+    if (ty == LUA_TTABLE) { lua_rawgeti(L, keys, o->i + 1); return lua_rawget(L, t); }
+    if (ty == LUA_TFUNCTION && o->up >= 0 && lua_getupvalue(L, t, o->up)) return lua_type(L, -1);
+    break;
+  case ST_META: if (ty == LUA_TTABLE && lua_getmetatable(L, t)) return LUA_TTABLE; break;
+  case ST_LEN: if (ty == LUA_TTABLE) { lua_pushinteger(L, (lua_Integer)lua_rawlen(L, t)); return LUA_TNUMBER; } break;
+  }
+  lua_pushnil(L);
+  return LUA_TNIL;
+}
+
 /* Whether the value at idx (of Lua type ty) passes expectation e, decided in C: 1, 0, or -1 when it takes
  * lg_guard_holds (a snapshot; a tensor guard given another userdata). The same answers as lg_guard_holds. */
-static int holds_at(lua_State *L, int idx, int ty, const gexpect *e) {
+static inline __attribute__((always_inline)) int holds_at(lua_State *L, int idx, int ty, const gexpect *e) {
   size_t n;
   const char *s;
   lua_Number x;
@@ -369,24 +419,27 @@ static int holds_at(lua_State *L, int idx, int ty, const gexpect *e) {
 
 /* Whether the table at t (of type ty) holds snapshot entries e[0..n) in the order lua_next gives them: 1, or -1
  * when it is not decided so (an entry changed, added or removed, or the same entries in another order: the table
- * was rehashed), which snapshot_holds decides. The loop of snapshot_holds without a lookup in the snapshot. */
+ * was rehashed), which snapshot_holds decides. The loop of snapshot_holds without a lookup in the snapshot: a key
+ * is the learned string object (or number), a value compared as holds_at does. */
 static int snapshot_in_order(lua_State *L, int t, int ty, const gsnapent *e, int n) {
   if (ty != LUA_TTABLE) return 0;
-  int j = 0;
+  int j = 0, ok = 1;
   lua_pushnil(L);
-  while (lua_next(L, t)) {
-    int kt = lua_type(L, -2), vt = lua_type(L, -1);
-    if ((kt == LUA_TSTRING || kt == LUA_TNUMBER) &&
-        (vt == LUA_TNUMBER || vt == LUA_TSTRING || vt == LUA_TBOOLEAN || vt == LUA_TFUNCTION)) {   /* snapshot_kind */
-      if (j == n || holds_at(L, -2, kt, &e[j].key) != 1 || holds_at(L, -1, vt, &e[j].value) != 1) {
-        lua_settop(L, t);
-        return -1;
+  while (ok && lua_next(L, t)) {
+    int vt = lua_type(L, -1);
+    if (vt == LUA_TNUMBER || vt == LUA_TSTRING || vt == LUA_TBOOLEAN || vt == LUA_TFUNCTION) {   /* snapshot_kind */
+      int kt = j < n && e[j].kobj && lua_topointer(L, -2) == e[j].kobj ? LUA_TSTRING : lua_type(L, -2);
+      if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
+        ok = j < n && (kt == LUA_TSTRING ? lua_topointer(L, -2) == e[j].kobj : holds_at(L, -2, kt, &e[j].key) == 1) &&
+             (vt == LUA_TFUNCTION ? e[j].value.type == vt && lua_topointer(L, -1) == e[j].value.v.p
+                                  : holds_at(L, -1, vt, &e[j].value) == 1);
+        j++;
       }
-      j++;
     }
-    lua_pop(L, 1);
+    lua_settop(L, t + 1);
   }
-  return j == n ? 1 : -1;
+  lua_settop(L, t);
+  return ok && j == n ? 1 : -1;
 }
 
 /* Records the order of the entries of the table at t, which holds its snapshot (gp): the next checks compare in
@@ -399,6 +452,7 @@ static void learn_snapshot_order(lua_State *L, int t, gpath *gp, gsnapent *e, in
     if (snapshot_kind(L, -2, -1) && j < gp->nsnap) {
       expect_of(L, -2, &e[j].key);
       expect_of(L, -1, &e[j].value);
+      e[j].kobj = lua_type(L, -2) == LUA_TSTRING ? lua_topointer(L, -2) : NULL;
       lua_pushvalue(L, -2); lua_rawseti(L, a, 2 * j + 1);
       lua_pushvalue(L, -1); lua_rawseti(L, a, 2 * j + 2);
       j++;
@@ -410,94 +464,67 @@ static void learn_snapshot_order(lua_State *L, int t, gpath *gp, gsnapent *e, in
   gp->snap_known = j == gp->nsnap;
 }
 
-/* The state of a check: the stack from base (slot base + d: the value after d elements of the current path; top:
- * the stack's top, kept here to set it only when it changes) and the distinct keys at kbase + 1... */
-typedef struct gcur {
-  lua_State *L;
-  int fn, args, keys, kbase, nslots, base, top;
-} gcur;
-
-static void set_top(gcur *c, int top) {
-  if (c->top != top) lua_settop(c->L, top);
-  c->top = top;
-}
-
-/* Puts the value that step st reads from the value at depth d (of Lua type ty) at depth d + 1; returns its type.
- * A part that is not there (a key of a non-table, a missing upvalue) reads as nil, as step. */
-static int run_step(gcur *c, const gstep *st, int ty, int d) {
-  lua_State *L = c->L;
-  int t = c->base + d;
-  if (st->op == ST_KEY && ty == LUA_TTABLE && st->i < c->nslots) {   /* the common case: a field */
-    if (c->top == t) lua_pushnil(L);
-    else set_top(c, t + 1);
-    c->top = t + 1;
-    lua_copy(L, c->kbase + 1 + (int)st->i, t + 1);
-    return lua_rawget(L, t);
-  }
-  set_top(c, t);
-  c->top = t + 1;
-  switch (st->op) {
-  case ST_ARG: lua_pushvalue(L, c->args + (int)st->i - 1); return lua_type(L, -1);
-  case ST_UP: if (!lua_getupvalue(L, c->fn, (int)st->i)) lua_pushnil(L); return lua_type(L, -1);
-  case ST_ENV: push_env(L, c->fn); return lua_type(L, -1);
-  case ST_INT: if (ty == LUA_TTABLE) return lua_rawgeti(L, t, st->i); break;
-  case ST_KEY:
-    if (ty == LUA_TTABLE) { lua_rawgeti(L, c->keys, st->i + 1); return lua_rawget(L, t); }
-    if (ty == LUA_TFUNCTION && st->up >= 0 && lua_getupvalue(L, t, st->up)) return lua_type(L, -1);
-    break;
-  case ST_META: if (ty == LUA_TTABLE && lua_getmetatable(L, t)) return LUA_TTABLE; break;
-  case ST_LEN: if (ty == LUA_TTABLE) { lua_pushinteger(L, (lua_Integer)lua_rawlen(L, t)); return LUA_TNUMBER; } break;
-  }
-  lua_pushnil(L);
-  return LUA_TNIL;
-}
-
-/* Whether path gp, resolved up to its last value (at the top, of type ty; for fuse_len, its table at depth len - 1),
- * holds: in C where it can, else by lg_guard_holds; a snapshot that holds has its order learned for next time. */
-static int path_holds(gcur *c, gprog *p, gpath *gp, int ty, int i, int guard) {
-  lua_State *L = c->L;
-  if (gp->fuse_len)   /* the length of a table, or nil (not a table) */
-    return ty == LUA_TTABLE && (lua_Integer)lua_rawlen(L, c->base + gp->len - 1) == gp->want.v.i;
-  int ok = holds_at(L, c->top, ty, &gp->want);
-  if (ok >= 0) return ok;
+/* Whether path i holds, its value at v (of Lua type ty) the top, where holds_at cannot tell: a snapshot in its
+ * learned order, else lg_guard_holds; a snapshot that holds there has its order learned for the next calls. */
+static int path_holds(lua_State *L, gprog *p, int i, int ty, int v, int guard) {
+  gpath *gp = &p->paths[i];
+  int ok;
   if (gp->want.kind == EX_SNAP && gp->snap_known) {
-    ok = snapshot_in_order(L, c->top, ty, p->snapents + gp->snap, gp->nsnap);
+    ok = snapshot_in_order(L, v, ty, p->snapents + gp->snap, gp->nsnap);
     if (ok >= 0) return ok;
   }
   lua_rawgeti(L, guard, G_EXPECT);
   lua_rawgeti(L, -1, i + 1);
-  ok = lg_guard_holds(L, c->top, -1);
+  ok = lg_guard_holds(L, v, -1);
   if (ok && gp->want.kind == EX_SNAP) {
     lua_rawgeti(L, guard, G_ANCHORS);
-    learn_snapshot_order(L, c->top, gp, p->snapents + gp->snap, lua_gettop(L), i + 1);
+    learn_snapshot_order(L, v, gp, p->snapents + gp->snap, lua_gettop(L), i + 1);
   }
-  lua_settop(L, c->top);
+  lua_settop(L, v);
   return ok;
 }
 
 /* Which path of the guard at guard (absolute index; a table of lg_push_guard) fails for the function at fn and the
- * arguments from args: its number, or 0 when all hold. Every path is read and compared on every call. */
+ * arguments from args: its number, or 0 when all hold. Every path is read and compared on every call: the ops run
+ * in order, the values along the current path at base + t, their types in p->types[t]. */
 int lg_guard_fails(lua_State *L, int guard, int fn, int args) {
-  int top = lua_gettop(L), fail = 0;
+  int top0 = lua_gettop(L), fail = 0;
   lua_rawgeti(L, guard, G_PROG);
-  gprog *p = lua_touserdata(L, top + 1);
+  gprog *p = lua_touserdata(L, top0 + 1);
   lua_rawgeti(L, guard, G_KEYS);
-  gcur c = {L, fn, args, top + 2, top + 2, p->nkeys, 0, 0};
-  if (!lua_checkstack(L, p->nkeys + p->maxlen + 8)) c.nslots = 0;   /* the keys read from their table instead */
+  int keys = top0 + 2, slots = lua_checkstack(L, p->nkeys + p->maxlen + 8);   /* else keys read from their table */
   lua_checkstack(L, p->maxlen + 8);
-  for (int k = 1; k <= c.nslots; k++) lua_rawgeti(L, c.keys, k);
-  c.base = c.top = c.kbase + c.nslots;
-  for (int i = 0; i < p->npaths && !fail; i++) {
-    gpath *gp = &p->paths[i];
-    int d = gp->shared, ty = d ? p->types[d] : LUA_TNONE, end = gp->first + gp->nsteps - gp->fuse_len;
-    if (gp->nsteps == 0) set_top(&c, c.base + d);   /* the value the path before read on the way */
-    for (int s = gp->first; s < end; s++, d++) {
-      ty = run_step(&c, &p->steps[s], ty, d);
-      p->types[d + 1] = (unsigned char)ty;
+  for (int k = 1; slots && k <= p->nkeys; k++) lua_rawgeti(L, keys, k);
+  int base = lua_gettop(L);
+  unsigned char *ty = p->types;
+  for (const gop *o = p->ops, *end = o + p->nops; o < end; o++) {
+    int t = base + o->t;
+    switch (o->op) {
+    case OP_TOP: lua_settop(L, t); break;
+    case OP_NIL: lua_pushnil(L); break;
+    case OP_FIELD:   /* the top is t + 1 */
+      if (ty[o->t] == LUA_TTABLE && slots) {
+        lua_copy(L, keys + 1 + (int)o->i, t + 1);
+        ty[o->t + 1] = (unsigned char)lua_rawget(L, t);
+        break;
+      }
+      lua_settop(L, t);   /* a function's upvalue, nil, or the key read from its table: */
+      /* fall through */
+    case OP_STEP: ty[o->t + 1] = (unsigned char)push_element(L, o, ty[o->t], t, fn, args, keys); break;
+    case OP_LEN:
+      if (ty[o->t] == LUA_TTABLE && (lua_Integer)lua_rawlen(L, t) == p->paths[o->path].want.v.i) break;
+      fail = o->path + 1;
+      goto done;
+    case OP_CHECK:
+      fail = holds_at(L, t, ty[o->t], &p->paths[o->path].want);
+      if (fail < 0) fail = path_holds(L, p, o->path, ty[o->t], t, guard);
+      if (fail) { fail = 0; break; }
+      fail = o->path + 1;
+      goto done;
     }
-    if (!path_holds(&c, p, gp, ty, i, guard)) fail = i + 1;
   }
-  lua_settop(L, top);
+done:
+  lua_settop(L, top0);
   return fail;
 }
 
