@@ -165,23 +165,27 @@ lua_Integer lg_shared_prefix(lua_State *L, int a, int b) {
  * Re-reading each path element by element from its Lua table and comparing through lg_guard_holds costs several
  * Lua API calls per element and per value: more host time than replaying the program it guards. So lg_push_guard
  * compiles the paths once into a flat list of ops and each expected value into a C value compared in place. A
- * check keeps the values along the current path on the Lua stack (slot base + d: the value after d elements): each
- * path starts from the prefix it shares with the one before (the paths come in the walk's depth-first order) and
- * reads only the rest. Every path pushes one value per element, so the stack's top at each op is known when
- * compiling: the ops that set it are emitted only where it changes. The distinct keys are pushed once per call
- * below base, and a field read is one lua_copy of its key into place and one lua_rawget. What C cannot decide (a
+ * check keeps the values along the current path on the Lua stack: each path starts from the prefix it shares with
+ * the one before (the paths come in the walk's depth-first order) and reads only the rest, each element pushed
+ * above the last, nothing popped: so where every value lies is known when compiling, and no op sets the top but an
+ * occasional compaction (the current prefix moved down) that bounds the stack. The distinct keys are pushed once
+ * per call below base, and a field read is one lua_pushvalue of its key and one lua_rawget. What C cannot decide (a
  * tensor guard given another userdata, a snapshot whose table changed or was rehashed) goes through
  * lg_guard_holds. */
 enum { ST_ARG, ST_UP, ST_ENV, ST_INT, ST_KEY, ST_META, ST_LEN };   /* the elements of a path */
-enum { OP_TOP, OP_NIL, OP_FIELD, OP_STEP, OP_CHECK, OP_LEN };      /* ops: set the top, push nil, read, compare */
+enum { OP_MOVE, OP_TOP, OP_FIELD, OP_STEP, OP_CHECK, OP_LEN };     /* ops: compact, read, compare */
+#define LG_GUARD_SLOTS 256   /* pushes between two compactions of the stack of a check */
 enum { EX_TENSOR, EX_SNAP, EX_INT, EX_FLOAT, EX_BOOL, EX_NIL, EX_STR, EX_REF };   /* expectation kinds */
 
 typedef struct gop {
   int op;
-  int t;           /* OP_TOP: the new top; OP_FIELD/OP_STEP/OP_LEN: the slot read; OP_CHECK: the slot compared */
+  int t;           /* slots from base: OP_FIELD/OP_STEP/OP_LEN: the value read; OP_CHECK: the value compared; OP_MOVE:
+                    * where it goes (from slot i); OP_TOP: the new top */
+  int dst;         /* OP_FIELD/OP_STEP: the slot pushed; OP_CHECK: the top */
   int path;        /* OP_CHECK/OP_LEN: the path (from 0) */
   int kind, up;    /* OP_FIELD/OP_STEP: the element (ST_*); ST_KEY: "u<up>" is an upvalue of a function, -1: no */
-  lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key; ST_KEY: the key's number (from 0) */
+  lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key; ST_KEY: the key's number (from 0);
+                    * OP_MOVE: the slot moved; OP_LEN: the length expected */
 } gop;
 
 typedef struct gexpect {
@@ -204,11 +208,12 @@ typedef struct gpath {
 } gpath;
 
 typedef struct gprog {
-  int npaths, nops, nkeys, maxlen;
+  int npaths, nops, nkeys, maxlen, limit;   /* limit: the highest slot */
   gpath *paths;
   gop *ops;
   gsnapent *snapents;
-  unsigned char *types;   /* scratch of a check: the Lua type of each slot along the path (a check runs no Lua code) */
+  int *slots;             /* when compiling: the slot of the value after d elements of the current path */
+  unsigned char *types;   /* scratch of a check: the Lua type in each slot (a check runs no Lua code) */
 } gprog;
 
 /* The guard table's slots. */
@@ -265,7 +270,7 @@ static void compile_element(lua_State *L, int path, lua_Integer j, int ids, int 
   lua_pop(L, 1);
 }
 
-/* The sizes of a program for the n paths at paths (ops: at most two per element and two per path; snapshot
+/* The sizes of a program for the n paths at paths (ops: one per element and path, and the compactions; snapshot
  * entries; the longest path). */
 static void program_sizes(lua_State *L, int paths, int expect, int n, size_t *ops, size_t *snapents, int *maxlen) {
   int top = lua_gettop(L);
@@ -273,7 +278,7 @@ static void program_sizes(lua_State *L, int paths, int expect, int n, size_t *op
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, paths, i);
     int len = (int)lua_rawlen(L, -1);
-    *ops += 2 * (size_t)len + 2;
+    *ops += (size_t)len + 1;
     if (len > *maxlen) *maxlen = len;
     lua_rawgeti(L, expect, i);
     if (is_snapshot(L, top + 2)) {
@@ -283,18 +288,20 @@ static void program_sizes(lua_State *L, int paths, int expect, int n, size_t *op
     }
     lua_settop(L, top);
   }
+  *ops += (*ops / LG_GUARD_SLOTS + 1) * ((size_t)*maxlen + 1);
 }
 
-/* Appends an op that sets the top to `want` where the top known when compiling (*top) differs. */
-static void emit_top(gprog *p, int *top, int want) {
-  if (*top == want) return;
-  if (want == *top + 1) p->ops[p->nops++] = (gop){.op = OP_NIL};
-  else p->ops[p->nops++] = (gop){.op = OP_TOP, .t = want};
-  *top = want;
+/* Appends the ops that move the first d values of the current path down to slots 1..d and make d the top. */
+static void compact(gprog *p, int *top, int d) {
+  for (int k = 1; k <= d; k++)
+    if (p->slots[k] != k) p->ops[p->nops++] = (gop){.op = OP_MOVE, .t = k, .i = p->slots[k]}, p->slots[k] = k;
+  p->ops[p->nops++] = (gop){.op = OP_TOP, .t = d};
+  *top = d;
 }
 
-/* Appends the ops of path i (at path, the path before at prev or 0): reads of the elements it does not share with
- * the one before, then its compare (a length that no later path reads through: compared without a push). */
+/* Appends the ops of path i (at path; the paths before and after at prev and next, or 0): reads of the elements it
+ * does not share with the one before, then its compare (a length that no later path reads through: compared
+ * without a push). */
 static void compile_path(lua_State *L, gprog *p, int i, int path, int prev, int next, int ids, int keys, int *top) {
   int len = (int)lua_rawlen(L, path), d = 0;
   if (prev) {
@@ -308,21 +315,16 @@ static void compile_path(lua_State *L, gprog *p, int i, int path, int prev, int 
     fuse = lua_touserdata(L, -1) == &lg_len_key;
     lua_pop(L, 1);
   }
-  if (d == len) emit_top(p, top, d);   /* the value the path before read on the way */
   for (; d < len - fuse; d++) {
-    gop o = {.t = d};
+    if (*top >= p->limit) compact(p, top, d);
+    gop o = {.t = p->slots[d], .dst = ++*top};
     compile_element(L, path, d + 1, ids, keys, &o);
-    if (o.kind == ST_KEY) {   /* a field: the key is copied into the slot above the table, then read */
-      emit_top(p, top, d + 1);
-      o.op = OP_FIELD;
-    } else {
-      emit_top(p, top, d);
-      o.op = OP_STEP;
-      *top = d + 1;
-    }
+    o.op = o.kind == ST_KEY ? OP_FIELD : OP_STEP;
     p->ops[p->nops++] = o;
+    p->slots[d + 1] = *top;
   }
-  p->ops[p->nops++] = (gop){.op = fuse ? OP_LEN : OP_CHECK, .t = d, .path = i};
+  p->ops[p->nops++] = (gop){.op = fuse ? OP_LEN : OP_CHECK, .t = p->slots[d], .dst = *top, .path = i,
+                            .i = p->paths[i].want.v.i};
 }
 
 /* Pushes a host guard: the table {paths, expected values, count, program, keys, anchors} (the program: a userdata
@@ -338,14 +340,17 @@ void lg_push_guard(lua_State *L, int paths, int expect, int n) {
   lua_pushvalue(L, paths); lua_rawseti(L, g, G_PATHS);
   lua_pushvalue(L, expect); lua_rawseti(L, g, G_EXPECT);
   lua_pushinteger(L, n); lua_rawseti(L, g, G_COUNT);
+  int limit = LG_GUARD_SLOTS + maxlen;   /* a compaction leaves at most maxlen */
   gprog *p = lua_newuserdatauv(L, sizeof(gprog) + (size_t)n * sizeof(gpath) + nops * sizeof(gop) +
-                               nsnap * sizeof(gsnapent) + (size_t)maxlen + 2, 0);
-  *p = (gprog){.npaths = n, .maxlen = maxlen};
+                               nsnap * sizeof(gsnapent) + ((size_t)maxlen + 1) * sizeof(int) + (size_t)limit + 2, 0);
+  *p = (gprog){.npaths = n, .maxlen = maxlen, .limit = limit};
   p->paths = (gpath *)(p + 1);
   p->ops = (gop *)(p->paths + n);
   p->snapents = (gsnapent *)(p->ops + nops);
-  p->types = (unsigned char *)(p->snapents + nsnap);
-  memset(p->types, 0, (size_t)maxlen + 2);
+  p->slots = (int *)(p->snapents + nsnap);
+  p->types = (unsigned char *)(p->slots + maxlen + 1);
+  memset(p->slots, 0, ((size_t)maxlen + 1) * sizeof(int));
+  memset(p->types, 0, (size_t)limit + 2);
   lua_rawseti(L, g, G_PROG);
   lua_newtable(L); lua_rawseti(L, g, G_ANCHORS);
   lua_newtable(L);
@@ -423,22 +428,23 @@ static inline __attribute__((always_inline)) int holds_at(lua_State *L, int idx,
  * is the learned string object (or number), a value compared as holds_at does. */
 static int snapshot_in_order(lua_State *L, int t, int ty, const gsnapent *e, int n) {
   if (ty != LUA_TTABLE) return 0;
-  int j = 0, ok = 1;
+  int j = 0, ok = 1, top = lua_gettop(L);
   lua_pushnil(L);
   while (ok && lua_next(L, t)) {
     int vt = lua_type(L, -1);
     if (vt == LUA_TNUMBER || vt == LUA_TSTRING || vt == LUA_TBOOLEAN || vt == LUA_TFUNCTION) {   /* snapshot_kind */
-      int kt = j < n && e[j].kobj && lua_topointer(L, -2) == e[j].kobj ? LUA_TSTRING : lua_type(L, -2);
+      int same_key = j < n && e[j].kobj && lua_topointer(L, -2) == e[j].kobj;   /* the learned string itself */
+      int kt = same_key ? LUA_TSTRING : lua_type(L, -2);
       if (kt == LUA_TSTRING || kt == LUA_TNUMBER) {
-        ok = j < n && (kt == LUA_TSTRING ? lua_topointer(L, -2) == e[j].kobj : holds_at(L, -2, kt, &e[j].key) == 1) &&
+        ok = j < n && (same_key || (kt == LUA_TNUMBER && holds_at(L, -2, kt, &e[j].key) == 1)) &&
              (vt == LUA_TFUNCTION ? e[j].value.type == vt && lua_topointer(L, -1) == e[j].value.v.p
                                   : holds_at(L, -1, vt, &e[j].value) == 1);
         j++;
       }
     }
-    lua_settop(L, t + 1);
+    lua_settop(L, top + 1);
   }
-  lua_settop(L, t);
+  lua_settop(L, top);
   return ok && j == n ? 1 : -1;
 }
 
@@ -464,9 +470,9 @@ static void learn_snapshot_order(lua_State *L, int t, gpath *gp, gsnapent *e, in
   gp->snap_known = j == gp->nsnap;
 }
 
-/* Whether path i holds, its value at v (of Lua type ty) the top, where holds_at cannot tell: a snapshot in its
- * learned order, else lg_guard_holds; a snapshot that holds there has its order learned for the next calls. */
-static int path_holds(lua_State *L, gprog *p, int i, int ty, int v, int guard) {
+/* Whether path i holds, its value at v (of Lua type ty; top: the stack's top), where holds_at cannot tell: a
+ * snapshot in its learned order, else lg_guard_holds; a snapshot that holds there has its order learned. */
+static int path_holds(lua_State *L, gprog *p, int i, int ty, int v, int top, int guard) {
   gpath *gp = &p->paths[i];
   int ok;
   if (gp->want.kind == EX_SNAP && gp->snap_known) {
@@ -480,44 +486,44 @@ static int path_holds(lua_State *L, gprog *p, int i, int ty, int v, int guard) {
     lua_rawgeti(L, guard, G_ANCHORS);
     learn_snapshot_order(L, v, gp, p->snapents + gp->snap, lua_gettop(L), i + 1);
   }
-  lua_settop(L, v);
+  lua_settop(L, top);
   return ok;
 }
 
 /* Which path of the guard at guard (absolute index; a table of lg_push_guard) fails for the function at fn and the
  * arguments from args: its number, or 0 when all hold. Every path is read and compared on every call: the ops run
- * in order, the values along the current path at base + t, their types in p->types[t]. */
+ * in order, each value in its slot (base + slot), its type in p->types[slot]. */
 int lg_guard_fails(lua_State *L, int guard, int fn, int args) {
   int top0 = lua_gettop(L), fail = 0;
   lua_rawgeti(L, guard, G_PROG);
   gprog *p = lua_touserdata(L, top0 + 1);
   lua_rawgeti(L, guard, G_KEYS);
-  int keys = top0 + 2, slots = lua_checkstack(L, p->nkeys + p->maxlen + 8);   /* else keys read from their table */
-  lua_checkstack(L, p->maxlen + 8);
+  int keys = top0 + 2, slots = lua_checkstack(L, p->nkeys + p->limit + 16);   /* else keys read from their table */
+  lua_checkstack(L, p->limit + 16);
   for (int k = 1; slots && k <= p->nkeys; k++) lua_rawgeti(L, keys, k);
   int base = lua_gettop(L);
   unsigned char *ty = p->types;
   for (const gop *o = p->ops, *end = o + p->nops; o < end; o++) {
     int t = base + o->t;
     switch (o->op) {
+    case OP_MOVE: lua_copy(L, base + (int)o->i, t); ty[o->t] = ty[o->i]; break;
     case OP_TOP: lua_settop(L, t); break;
-    case OP_NIL: lua_pushnil(L); break;
-    case OP_FIELD:   /* the top is t + 1 */
+    case OP_FIELD:
       if (ty[o->t] == LUA_TTABLE && slots) {
-        lua_copy(L, keys + 1 + (int)o->i, t + 1);
-        ty[o->t + 1] = (unsigned char)lua_rawget(L, t);
+        lua_pushvalue(L, keys + 1 + (int)o->i);
+        ty[o->dst] = (unsigned char)lua_rawget(L, t);
         break;
       }
-      lua_settop(L, t);   /* a function's upvalue, nil, or the key read from its table: */
+      /* a function's upvalue, nil, or the key read from its table: */
       /* fall through */
-    case OP_STEP: ty[o->t + 1] = (unsigned char)push_element(L, o, ty[o->t], t, fn, args, keys); break;
+    case OP_STEP: ty[o->dst] = (unsigned char)push_element(L, o, ty[o->t], t, fn, args, keys); break;
     case OP_LEN:
-      if (ty[o->t] == LUA_TTABLE && (lua_Integer)lua_rawlen(L, t) == p->paths[o->path].want.v.i) break;
+      if (ty[o->t] == LUA_TTABLE && (lua_Integer)lua_rawlen(L, t) == o->i) break;
       fail = o->path + 1;
       goto done;
     case OP_CHECK:
       fail = holds_at(L, t, ty[o->t], &p->paths[o->path].want);
-      if (fail < 0) fail = path_holds(L, p, o->path, ty[o->t], t, guard);
+      if (fail < 0) fail = path_holds(L, p, o->path, ty[o->t], t, base + o->dst, guard);
       if (fail) { fail = 0; break; }
       fail = o->path + 1;
       goto done;
