@@ -243,7 +243,8 @@ static int h_guard_check(void *ud, uint64_t guard, int nargs, const grace_arg *a
   int top = lua_gettop(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, (lua_Integer)guard);
   int i = lg_guard_fails(L, top + 1, cp->fidx, cp->args);
-  if (i) {
+  if (i < 0) snprintf(buf, n, "the Lua stack has no room to check the captured values");
+  if (i > 0) {
     lua_rawgeti(L, top + 1, 1);
     lua_rawgeti(L, -1, i);
     lua_rawgeti(L, -1, 1);

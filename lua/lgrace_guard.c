@@ -324,7 +324,7 @@ static void compile_path(lua_State *L, gprog *p, int i, int path, int prev, int 
     p->slots[d + 1] = *top;
   }
   p->ops[p->nops++] = (gop){.op = fuse ? OP_LEN : OP_CHECK, .t = p->slots[d], .dst = *top, .path = i,
-                            .i = p->paths[i].want.v.i};
+                            .i = fuse ? p->paths[i].want.v.i : 0};
 }
 
 /* Pushes a host guard: the table {paths, expected values, count, program, keys, anchors} (the program: a userdata
@@ -379,8 +379,8 @@ void lg_push_guard(lua_State *L, int paths, int expect, int n) {
   lua_rawseti(L, g, G_KEYS);
 }
 
-/* Pushes the value that element kind (of op o) reads from the value at t (of Lua type ty), at t + 1 (the top);
- * returns its type. A part that is not there (a key of a non-table, a missing upvalue) reads as nil, as step. */
+/* Pushes the value that the element of op o reads from the value at t (of Lua type ty); returns its type. A part
+ * that is not there (a key of a non-table, a missing upvalue) reads as nil, as step. */
 static int push_element(lua_State *L, const gop *o, int ty, int t, int fn, int args, int keys) {
   switch (o->kind) {
   case ST_ARG: lua_pushvalue(L, args + (int)o->i - 1); return lua_type(L, -1);
@@ -482,24 +482,31 @@ static int path_holds(lua_State *L, gprog *p, int i, int ty, int v, int top, int
   lua_rawgeti(L, guard, G_EXPECT);
   lua_rawgeti(L, -1, i + 1);
   ok = lg_guard_holds(L, v, -1);
-  if (ok && gp->want.kind == EX_SNAP) {
+  if (ok && gp->want.kind == EX_SNAP) {   /* the only allocation of a check: no collection (no finalizer) meanwhile */
+    int gc = lua_gc(L, LUA_GCISRUNNING);
+    if (gc) lua_gc(L, LUA_GCSTOP);
     lua_rawgeti(L, guard, G_ANCHORS);
     learn_snapshot_order(L, v, gp, p->snapents + gp->snap, lua_gettop(L), i + 1);
+    if (gc) lua_gc(L, LUA_GCRESTART);
   }
   lua_settop(L, top);
   return ok;
 }
 
 /* Which path of the guard at guard (absolute index; a table of lg_push_guard) fails for the function at fn and the
- * arguments from args: its number, or 0 when all hold. Every path is read and compared on every call: the ops run
- * in order, each value in its slot (base + slot), its type in p->types[slot]. */
+ * arguments from args: its number, 0 when all hold, -1 when the Lua stack has no room for the check. Every path is
+ * read and compared on every call: the ops run in order, each value in its slot (base + slot), its type in
+ * p->types[slot] (no Lua code runs during a check, so the scratch is this check's). */
 int lg_guard_fails(lua_State *L, int guard, int fn, int args) {
   int top0 = lua_gettop(L), fail = 0;
   lua_rawgeti(L, guard, G_PROG);
   gprog *p = lua_touserdata(L, top0 + 1);
   lua_rawgeti(L, guard, G_KEYS);
   int keys = top0 + 2, slots = lua_checkstack(L, p->nkeys + p->limit + 16);   /* else keys read from their table */
-  lua_checkstack(L, p->limit + 16);
+  if (!slots && !lua_checkstack(L, p->limit + 16)) {
+    lua_settop(L, top0);
+    return -1;
+  }
   for (int k = 1; slots && k <= p->nkeys; k++) lua_rawgeti(L, keys, k);
   int base = lua_gettop(L);
   unsigned char *ty = p->types;

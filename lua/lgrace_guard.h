@@ -33,7 +33,7 @@ int lg_same_expectation(lua_State *L, int a, int b);
  * expect, n, program, keys}, its check compiled once into a program of steps and expectations compared in C. */
 void lg_push_guard(lua_State *L, int paths, int expect, int n);
 /* The number of the first path of the guard at guard (absolute index) that no longer holds its value, for the
- * function at fn and the arguments from args; 0 when all hold. */
+ * function at fn and the arguments from args; 0 when all hold, -1 when the Lua stack has no room to check. */
 int lg_guard_fails(lua_State *L, int guard, int fn, int args);
 /* How many leading elements paths a and b share. */
 lua_Integer lg_shared_prefix(lua_State *L, int a, int b);
