@@ -91,6 +91,7 @@ int lg_guard_holds(lua_State *L, int got, int want) {
  * "g" (a global: k1 is its name); then the keys of nested tables (raw access), "u<i>" for an upvalue
  * of a function met on the way, &lg_meta_key for a table's metatable, or &lg_len_key (last) for a table's length
  * (`#t` without __len: what an append changes, and no path of its elements shows). */
+
 /* Pushes the function's _ENV (the global table when it has none). */
 static void push_env(lua_State *L, int fn) {
   const char *up = NULL;
@@ -99,51 +100,6 @@ static void push_env(lua_State *L, int fn) {
     lua_pop(L, 1);
   }
   lua_pushglobaltable(L);
-}
-
-static void push_root(lua_State *L, int fn, int args, int path) {
-  lua_rawgeti(L, path, 1);
-  const char *root = lua_tostring(L, -1);
-  int i = atoi(root + 1);
-  char kind = root[0];
-  lua_pop(L, 1);
-  if (kind == 'a') lua_pushvalue(L, args + i - 1);
-  else if (kind != 'u') push_env(L, fn);
-  else if (!lua_getupvalue(L, fn, i)) lua_pushnil(L);
-}
-
-/* Replaces the value on top by its part named by path element k (nil when there is none). */
-static void step(lua_State *L, int path, lua_Integer k) {
-  lua_rawgeti(L, path, k);
-  int ty = lua_type(L, -2);
-  if (lua_touserdata(L, -1) == &lg_meta_key) {
-    lua_pop(L, 1);
-    if (ty != LUA_TTABLE || !lua_getmetatable(L, -1)) lua_pushnil(L);
-    lua_remove(L, -2);
-  } else if (lua_touserdata(L, -1) == &lg_len_key) {
-    lua_pop(L, 1);
-    if (ty == LUA_TTABLE) lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -1));
-    else lua_pushnil(L);
-    lua_remove(L, -2);
-  } else if (ty == LUA_TFUNCTION && lua_type(L, -1) == LUA_TSTRING && lua_tostring(L, -1)[0] == 'u') {
-    int ui = atoi(lua_tostring(L, -1) + 1);
-    lua_pop(L, 1);
-    if (!lua_getupvalue(L, -1, ui)) lua_pushnil(L);
-    lua_remove(L, -2);
-  } else if (ty == LUA_TTABLE) {
-    lua_rawget(L, -2);
-    lua_remove(L, -2);
-  } else {
-    lua_pop(L, 2);
-    lua_pushnil(L);
-  }
-}
-
-/* Pushes the value at path (for the walk's checks around a trace; the check of every call is lg_guard_fails). */
-static void push_path_value(lua_State *L, int fn, int args, int path) {
-  lua_Integer n = (lua_Integer)lua_rawlen(L, path);   /* a plain table: no __len to call */
-  push_root(L, fn, args, path);
-  for (lua_Integer k = 2; k <= n; k++) step(L, path, k);
 }
 
 /* How many leading elements paths a and b share. */
@@ -810,34 +766,32 @@ void lg_walk_globals(walk *w, int reads) {
 
 /* Which path of a walk (paths/expect tables) no longer holds its value: a description, or NULL. */
 const char *lg_changed_path(lua_State *L, int fn, int args, int paths, int expect, int n, char *buf, size_t len) {
-  for (int i = 1; i <= n; i++) {
+  int top = lua_gettop(L);
+  lg_push_guard(L, paths, expect, n);   /* read as the check of a call reads them */
+  int i = lg_guard_fails(L, top + 1, fn, args);
+  if (i < 0) snprintf(buf, len, "the Lua stack has no room to check the state the function reads; it runs eagerly");
+  if (i > 0) {
     lua_rawgeti(L, paths, i);
     int path = lua_gettop(L);
-    push_path_value(L, fn, args, path);
-    lua_rawgeti(L, expect, i);
-    if (!lg_guard_holds(L, -2, -1)) {
-      lua_rawgeti(L, path, 1);
-      const char *root = lua_tostring(L, -1), *name = NULL;
-      if (root[0] == 'u') {   /* an upvalue of the function: say its name */
-        name = lua_getupvalue(L, fn, atoi(root + 1));
-        if (name) lua_pop(L, 1);
-      }
-      lua_rawgeti(L, path, luaL_len(L, path));
-      if (luaL_len(L, path) == 1 && name)
-        snprintf(buf, len, "the function assigns its upvalue '%s'; a compiled call would not, so it runs eagerly", name);
-      else
-        snprintf(buf, len, "the function changes Lua state that it reads (%s %s, key %s); a compiled call would not, so "
-                 "it runs eagerly", root[0] == 'a' ? "argument" : "upvalue", name ? name : root + 1,
-                 lua_touserdata(L, -1) == &lg_meta_key ? "(its metatable)"
-                 : lua_touserdata(L, -1) == &lg_len_key ? "(its length)"
-                 : lua_isstring(L, -1)                ? lua_tostring(L, -1)
-                                                      : "?");
-      lua_settop(L, path - 1);
-      return buf;
+    lua_rawgeti(L, path, 1);
+    const char *root = lua_tostring(L, -1), *name = NULL;
+    if (root[0] == 'u') {   /* an upvalue of the function: say its name */
+      name = lua_getupvalue(L, fn, atoi(root + 1));
+      if (name) lua_pop(L, 1);
     }
-    lua_settop(L, path - 1);
+    lua_rawgeti(L, path, luaL_len(L, path));
+    if (luaL_len(L, path) == 1 && name)
+      snprintf(buf, len, "the function assigns its upvalue '%s'; a compiled call would not, so it runs eagerly", name);
+    else
+      snprintf(buf, len, "the function changes Lua state that it reads (%s %s, key %s); a compiled call would not, so "
+               "it runs eagerly", root[0] == 'a' ? "argument" : "upvalue", name ? name : root + 1,
+               lua_touserdata(L, -1) == &lg_meta_key ? "(its metatable)"
+               : lua_touserdata(L, -1) == &lg_len_key ? "(its length)"
+               : lua_isstring(L, -1)                ? lua_tostring(L, -1)
+                                                    : "?");
   }
-  return NULL;
+  lua_settop(L, top);
+  return i ? buf : NULL;
 }
 
 
