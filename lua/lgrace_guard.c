@@ -138,7 +138,7 @@ typedef struct gop {
   int t;           /* slots from base: OP_FIELD/OP_STEP/OP_LEN: the value read; OP_CHECK: the value compared; OP_MOVE:
                     * where it goes (from slot i); OP_TOP: the new top */
   int dst;         /* OP_FIELD/OP_STEP: the slot pushed; OP_CHECK: the top */
-  int path;        /* OP_CHECK/OP_LEN: the path (from 0) */
+  int path;        /* OP_CHECK/OP_LEN: the path (from 0); OP_FIELD: the path whose value it reads last, or -1 */
   int kind, up;    /* OP_FIELD/OP_STEP: the element (ST_*); ST_KEY: "u<up>" is an upvalue of a function, -1: no */
   lua_Integer i;   /* ST_ARG/ST_UP: the argument or upvalue; ST_INT: the key; ST_KEY: the key's number (from 0);
                     * OP_MOVE: the slot moved; OP_LEN: the length expected */
@@ -273,14 +273,16 @@ static void compile_path(lua_State *L, gprog *p, int i, int path, int prev, int 
   }
   for (; d < len - fuse; d++) {
     if (*top >= p->limit) compact(p, top, d);
-    gop o = {.t = p->slots[d], .dst = ++*top};
+    gop o = {.t = p->slots[d], .dst = ++*top, .path = -1};
     compile_element(L, path, d + 1, ids, keys, &o);
     o.op = o.kind == ST_KEY ? OP_FIELD : OP_STEP;
+    if (o.op == OP_FIELD && d + 1 == len) o.path = i;   /* the last field of the path: compared by the same op */
     p->ops[p->nops++] = o;
     p->slots[d + 1] = *top;
   }
-  p->ops[p->nops++] = (gop){.op = fuse ? OP_LEN : OP_CHECK, .t = p->slots[d], .dst = *top, .path = i,
-                            .i = fuse ? p->paths[i].want.v.i : 0};
+  if (p->nops == 0 || p->ops[p->nops - 1].path != i)
+    p->ops[p->nops++] = (gop){.op = fuse ? OP_LEN : OP_CHECK, .t = p->slots[d], .dst = *top, .path = i,
+                              .i = fuse ? p->paths[i].want.v.i : 0};
 }
 
 /* Pushes a host guard: the table {paths, expected values, count, program, keys, anchors} (the program: a userdata
@@ -467,26 +469,29 @@ int lg_guard_fails(lua_State *L, int guard, int fn, int args) {
   int base = lua_gettop(L);
   unsigned char *ty = p->types;
   for (const gop *o = p->ops, *end = o + p->nops; o < end; o++) {
-    int t = base + o->t;
+    int t = base + o->t, v = o->t;   /* v: the slot compared */
     switch (o->op) {
     case OP_MOVE: lua_copy(L, base + (int)o->i, t); ty[o->t] = ty[o->i]; break;
     case OP_TOP: lua_settop(L, t); break;
-    case OP_FIELD:
+    case OP_FIELD:   /* else a function's upvalue, nil, or the key read from its table */
       if (ty[o->t] == LUA_TTABLE && slots) {
         lua_pushvalue(L, keys + 1 + (int)o->i);
         ty[o->dst] = (unsigned char)lua_rawget(L, t);
-        break;
+      } else {
+        ty[o->dst] = (unsigned char)push_element(L, o, ty[o->t], t, fn, args, keys);
       }
-      /* a function's upvalue, nil, or the key read from its table: */
-      /* fall through */
+      if (o->path < 0) break;
+      v = o->dst;
+      goto check;
     case OP_STEP: ty[o->dst] = (unsigned char)push_element(L, o, ty[o->t], t, fn, args, keys); break;
     case OP_LEN:
       if (ty[o->t] == LUA_TTABLE && (lua_Integer)lua_rawlen(L, t) == o->i) break;
       fail = o->path + 1;
       goto done;
     case OP_CHECK:
-      fail = holds_at(L, t, ty[o->t], &p->paths[o->path].want);
-      if (fail < 0) fail = path_holds(L, p, o->path, ty[o->t], t, base + o->dst, guard);
+    check:
+      fail = holds_at(L, base + v, ty[v], &p->paths[o->path].want);
+      if (fail < 0) fail = path_holds(L, p, o->path, ty[v], base + v, base + o->dst, guard);
       if (fail) { fail = 0; break; }
       fail = o->path + 1;
       goto done;
