@@ -287,7 +287,6 @@ grace_status cgf_gen_row(cg_buf *b, const grp *G, const cg_group_io *io, const c
   if (split) {
     /* block b takes chunk b % nchunk of row b / nchunk (CG_ROW_SYNC: exactly one, the grid is rows x nchunk) */
     cg_printf(b, "  const long long nchunk = p.w[%d], csize = (inner + nchunk - 1) / nchunk;\n", wst + io->nstore * nd);
-    if (!sync) cg_puts(b, "  __shared__ int cgf_last;\n");
     cg_puts(b, "  for (long long blk = row0; blk < rows * nchunk; blk += rstep) {\n"
                "    const long long row = blk / nchunk, chunk = blk % nchunk;\n"
                "    const long long jb = chunk * csize, je = jb + csize < inner ? jb + csize : inner;\n");
@@ -342,6 +341,7 @@ grace_status cgf_gen_row(cg_buf *b, const grp *G, const cg_group_io *io, const c
     if (split) {
       /* publish this chunk's states; then (the last block, or every block once all have published) the row's
          states from all chunks: thread t folds chunks t, t + blockDim.x, ..., then the block's fixed-order cross */
+      if (!sync) cg_puts(b, "    int cgf_mine = 0;\n");
       cg_printf(b, "    if (threadIdx.x == 0) {\n      unsigned long long *part = ws + rows + (row * nchunk + chunk) * %d + %d;\n",
                 nfield, off);
       for (int r = 0, o = 0; r < nr; r++)
@@ -352,9 +352,11 @@ grace_status cgf_gen_row(cg_buf *b, const grp *G, const cg_group_io *io, const c
                      "#if __CUDA_ARCH__ >= 700\n        __nanosleep(32);\n#endif\n      }\n"
                      "      __threadfence();\n    }\n    __syncthreads();\n    {\n", L);
       else
+        /* whether this block is the row's last: thread 0 knows, and the barrier itself tells the others
+           (__syncthreads_or), so no shared flag is left for the next row's thread 0 to overwrite */
         cg_puts(b, "      __threadfence();\n"
-                   "      cgf_last = atomicAdd(&ws[row], 1ULL) == (unsigned long long)(nchunk - 1);\n    }\n"
-                   "    __syncthreads();\n    if (cgf_last) {\n    __threadfence();\n");
+                   "      cgf_mine = atomicAdd(&ws[row], 1ULL) == (unsigned long long)(nchunk - 1);\n    }\n"
+                   "    if (__syncthreads_or(cgf_mine)) {\n    __threadfence();\n");
       for (int r = 0; r < nr; r++)
         for (int k = 0; k < rs[r].nf; k++) cg_printf(b, "    r%d_%d = %s;\n", ids[r], k, rs[r].init[k]);
       cg_printf(b, "    for (long long c = threadIdx.x; c < nchunk; c += blockDim.x) {\n"

@@ -331,6 +331,20 @@ static grace_status build(cuda_ctx *c, const char *src, int arch, int linked, ch
   return st;
 }
 
+/* GRACE_KERNEL_DIR: each module's CUDA source written there once per process (<key>.cu), to read what ran or to
+ * match a kernel a tool names (compute-sanitizer, Nsight) with its code. Best effort: a failed write is ignored. */
+static void dump_source(cuda_key key, const char *src) {
+  const char *dir = getenv("GRACE_KERNEL_DIR");
+  if (!dir || !*dir) return;
+  char path[1024];
+  if (snprintf(path, sizeof path, "%s/%016llx%016llx.cu", dir, (unsigned long long)key.h1,
+               (unsigned long long)key.h2) >= (int)sizeof path) return;
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs(src, f);
+  fclose(f);
+}
+
 static grace_status module_get(cuda_ctx *c, const char *src, int linked, cuda_module **out) {
   grace_vm *vm = c->vm;
   *out = NULL;
@@ -369,6 +383,7 @@ static grace_status module_get(cuda_ctx *c, const char *src, int linked, cuda_mo
       return cuda_check(vm, r, "cuModuleLoadData");
     }
   }
+  dump_source(key, src);
   m->h1 = key.h1;
   m->h2 = key.h2;
   m->next = c->modules;
