@@ -3,10 +3,11 @@
 -- expected one. A repro for compute-sanitizer: run alone under memcheck it is clean; several copies at once under
 -- memcheck on one GPU fault at the first replay (an illegal address, or an out-of-bounds 8-byte read by the
 -- predicate's kernel), while the same copies without the tool pass.
--- usage: grace bench/sanitizer_while.lua [cw|w|c|cwdev] [copy|indirect]
+-- usage: grace bench/sanitizer_while.lua [cw|w|c|cwdev] [copy|indirect] [empty]   (empty: grace.empty_cache()
+--        after every call, which gives the device memory cached by grace back to the driver)
 --   cw: cond inside a while, the count a CPU 0-d tensor; w: the while alone; c: a cond alone; cwdev: the count
 --   on the device
-local case, mode = arg[1] or "cw", arg[2] or "copy"
+local case, mode, empty = arg[1] or "cw", arg[2] or "copy", arg[3] == "empty"
 grace.graphs(mode)
 local x0 = grace.randn(1000):to("cuda")
 local body_cond = function(i, v)
@@ -29,6 +30,7 @@ for c, n in ipairs(COUNTS) do
   if case == "cwdev" then k = k:to("cuda") end
   local i, v = cf(x0, k)
   grace.synchronize()
+  if empty then grace.empty_cache() end
   print(("CW %s %s call %d: count %d, got %s"):format(case, mode, c, n, tostring(grace.is_tensor(i) and i:numel() == 1 and i:item() or "-")))
 end
 local r = cf:report()[1] or {}

@@ -832,7 +832,7 @@ const char *lg_changed_table(lua_State *L, int copies, char *buf, size_t len) {
     while (lua_next(L, t)) {   /* every key of the table now: in the copy, with the same value */
       lua_pushvalue(L, -2);
       lua_rawget(L, c);
-      if (!lua_rawequal(L, -1, -2)) {
+      if (!same_scalar(L, -1, -2)) {   /* NaN is itself: a table holding one is unchanged */
         snprintf(buf, len, "the function changes a table it can reach (key %s); a compiled call would not, so it "
                  "runs eagerly", key_text(L, -3));
         lua_settop(L, top);

@@ -45,10 +45,14 @@ after("an integer replaced by the same float", function(t) return t * ci.k end, 
 local cz = {k = 0.0}
 local cz_c = after("0.0 replaced by -0.0", function(t) return t * cz.k end, 0, function() cz.k = -0.0 end, 0, true)
 tap.is(1 / first(cz_c(x)), -math.huge, "0.0 replaced by -0.0: the new trace multiplies by -0.0")
-local nan = 0 / 0   -- an upvalue (a NaN in a table keeps the function eager: the table compares unequal to its copy)
+local nan = 0 / 0
 local cnan = after("a NaN upvalue unchanged", function(t) return t * nan end, 0 / 0, function() nan = nan + 0 end, 0 / 0,
                    false)
 tap.ok(cnan:ir() ~= nil, "a NaN upvalue unchanged: the function is compiled")
+local tnan = {k = 0 / 0}   -- a NaN in a table: the table is unchanged after the trace (NaN is itself)
+local ctn = after("a NaN field unchanged", function(t) return t * tnan.k end, 0 / 0, function() tnan.k = tnan.k + 0 end,
+                  0 / 0, false)
+tap.ok(ctn:ir() ~= nil and not ctn:stats().eager, "a NaN field unchanged: the function is compiled, not eager")
 
 -- a string, a boolean
 local cs = {mode = "double"}
