@@ -37,6 +37,10 @@ struct grace_vm {
   void *gpu_ops;                 /* gpu/gpu_ops.c's table of loaded single-op kernels, NULL until used */
   struct gg_graph *graph_cap;    /* a CUDA graph being captured (gpu/gpu_graph.c), or NULL */
   struct gg_graph *graph_pending;   /* graphs whose index-check flags are on their way back (gpu/gpu_graph.c) */
+  int graph_timing;              /* a program's launch measurement is timing a call now (gpu/gpu_graph.c): the
+                                    programs it runs inside (a region's branches) do not measure then */
+  uint64_t graph_unsteady;       /* calls that compiled or captured (gpu/gpu_graph.c): a timed call during which
+                                    this grows timed work that later calls will not do, and is not counted */
   grace_status (*after_sync)(grace_vm *vm);   /* run by cuda_sync once the stream is idle: reads those flags */
   char index_err[VM_ERRLEN];     /* such an error found where it could not be raised (a graph freed): the next
                                     cuda_sync raises it */

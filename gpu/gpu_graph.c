@@ -743,6 +743,7 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_share *share, gpu_e
     *pp = p;
   }
   p->calls++;
+  if (p->calls == 1) vm->graph_unsteady++;   /* its kernels compile now */
   if (p->calls == 1 && !p->inel[0] && !vm->graph_cap && p->mode == -1 && !p->from_cache) {
     /* the first call, eager: a program that calls no vendor library has nothing for node updates to re-point */
     uint64_t lib0 = cuda_library_calls(vm->cuda);
@@ -755,7 +756,9 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_share *share, gpu_e
     return st;
   }
   if (p->inel[0] || vm->graph_cap || p->calls == 1) return exec(ir, nin, in, nout, out);
-  int s = gg_choice_next(ir, p), measure = s >= 0;
+  /* inside another program's timed call (a branch of its region, run by its host branch): no measuring here, whose
+   * synchronisations and captures would be timed as that program's */
+  int s = vm->graph_timing ? -1 : gg_choice_next(ir, p), measure = s >= 0;
   if (!measure) s = p->decided ? p->chosen : GRACE_LAUNCH_EAGER;
   else {
     p->measure_calls++;
@@ -766,10 +769,12 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_share *share, gpu_e
   cuda_ctx *c = gpu_ctx(vm);
   if (!c) return vm->status;
   double t0 = 0;
+  uint64_t unsteady = vm->graph_unsteady;
   grace_status st = GRACE_OK;
   if (measure) {   /* the whole call, the device idle before it and done after it (gpu_graph_choice.c says why) */
     if ((st = cuda_sync(c)) != GRACE_OK) return st;
     t0 = cuda_clock(c);
+    vm->graph_timing++;
   }
   int fresh = 0;
   if (gg_strat(s) == GRACE_LAUNCH_EAGER) st = exec(ir, nin, in, nout, out);
@@ -786,8 +791,13 @@ grace_status gpu_graph_call(grace_ir *ir, gpu_part **pp, gpu_share *share, gpu_e
       st = exec(ir, nin, in, nout, out);
     }
   }
-  double us = -1;   /* untimed: a refused candidate, a new layout's eager run, a capture (and the graph's upload) */
-  if (measure && st == GRACE_OK && (st = cuda_sync(c)) == GRACE_OK && !fresh && !p->why[s][0])
+  if (measure) vm->graph_timing--;
+  if (fresh) vm->graph_unsteady++;
+  /* untimed: a refused candidate, a new layout's eager run, a capture (and the graph's upload), or a call during
+   * which a program it ran compiled or captured */
+  double us = -1;
+  if (measure && st == GRACE_OK && (st = cuda_sync(c)) == GRACE_OK && !fresh && !p->why[s][0] &&
+      vm->graph_unsteady == unsteady)
     us = (cuda_clock(c) - t0) * 1e6;
   if (measure) gg_choice_after(ir, p, s, us);
   return st;

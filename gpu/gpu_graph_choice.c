@@ -19,6 +19,12 @@
  * same strategy has differed by 3-8% (bench/RESULTS.md), so a smaller difference says nothing, and the simpler one
  * holds less graph memory and has fewer ways to go wrong.
  *
+ * Programs inside a timed call: a region's branches run by the host branch (the eager candidate's lowering) are
+ * programs of their own, with decisions of their own. While a call is timed they do not measure (they run decided,
+ * or eagerly), since their synchronisations and captures would land in the outer program's time; and a timed call
+ * during which any program compiled its kernels or captured a graph is not counted (gpu_graph.c: graph_timing,
+ * graph_unsteady in the VM).
+ *
  * Re-check: GG_RECHECK_AFTER calls after a decision (made now, or read from the launch cache), the kept candidate
  * and the runner-up (the next best median) are timed again, GG_RECHECK_ROUNDS calls each, interleaved; the same
  * rule picks between them, and a switch is logged and stored. Once per program per process: a decision made in a

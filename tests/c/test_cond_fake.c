@@ -242,6 +242,42 @@ static void no_link(grace_vm *vm, cuda_ctx *c) {
   grace_set_graphs(vm, NULL);
 }
 
+/* The launch measurement of a program with a region (graphs "auto"): its eager candidate runs the region as a host
+ * branch, each branch a program of its own. While the outer program times a call, its branches must not measure
+ * their own strategies (their synchronisations and captures would be timed as the outer call's): every
+ * "measuring" report before the outer program decides names the outer program. */
+static const grace_ir *timing_outer;
+static int timing_outer_reports, timing_inner_reports;
+static void timing_progress(void *ud, const char *what) {
+  (void)ud;
+  const char *f = strstr(what, " for ");
+  if (strncmp(what, "measuring ", 10) || !f || !timing_outer) return;
+  grace_graph_info gi;
+  grace_ir_graph_info((grace_ir *)timing_outer, &gi);
+  if (gi.decided) return;
+  if (!strncmp(f + 5, "cond_prog ", 10)) timing_outer_reports++;
+  else timing_inner_reports++;
+}
+
+static void nested_timing(grace_vm *vm) {
+  grace_set_graphs(vm, "auto");
+  grace_ir *ir = cond_prog(vm);
+  timing_outer = ir;
+  timing_outer_reports = timing_inner_reports = 0;
+  grace_set_progress(vm, timing_progress, NULL);
+  long syncs = 0, launches = 0;
+  is_int(run_calls(vm, ir, NULL, 120, 1, 1, &syncs, &launches), 0, "timing: 120 calls of a cond under graphs auto");
+  grace_graph_info gi;
+  grace_ir_graph_info(ir, &gi);
+  ok(gi.decided && timing_outer_reports > 10, "timing: the program measured its candidates and decided (%d reports)",
+     timing_outer_reports);
+  is_int(timing_inner_reports, 0, "timing: no branch measured its own strategies inside those calls");
+  grace_set_progress(vm, NULL, NULL);
+  timing_outer = NULL;
+  grace_ir_free(ir);
+  grace_set_graphs(vm, NULL);
+}
+
 int main(void) {
   char dir[] = "/tmp/grace-condfake-XXXXXX";
   int rc = 0;
@@ -258,6 +294,7 @@ int main(void) {
     while_graph(vm);
     nested_graph(vm);
     bounded_graph(vm);
+    nested_timing(vm);
   }
   grace_set_regions(vm, NULL);
   no_link(vm, fake);
