@@ -184,10 +184,13 @@ for s in $stages; do
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
     for v in ${PROFILE:-gpt2_decode_bf16 gpt2_decode_fp32}; do
-      timeout ${PROFILE_TIMEOUT:-240} "$ncu" --clock-control none --csv --print-units base \
-        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
-        $B/grace bench/profile_step.lua "$v" > "$OUT/profile_$v.csv" 2> "$OUT/profile_$v.err"
-      python3 bench/profile_summary.py "$OUT/profile_$v.csv" | tee "$OUT/profile_$v.txt"
+      : > "$OUT/profile_$v.txt"
+      if [ "${PROFILE_NCU:-1}" != 0 ]; then   # PROFILE_NCU=0: the boundaries alone
+        timeout ${PROFILE_TIMEOUT:-240} "$ncu" --clock-control none --csv --print-units base \
+          --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
+          $B/grace bench/profile_step.lua "$v" > "$OUT/profile_$v.csv" 2> "$OUT/profile_$v.err"
+        python3 bench/profile_summary.py "$OUT/profile_$v.csv" | tee "$OUT/profile_$v.txt"
+      fi
       $B/grace bench/profile_step.lua "$v" 3 graph | tee -a "$OUT/profile_$v.txt"
       # the boundaries: the same call replayed as a graph under Nsight Systems, the idle time before each kernel
       if [ -n "$nsys" ]; then
