@@ -11,26 +11,8 @@ local want, calls, npool = arg[1] or "branch_cond", tonumber(arg[2] or "60"), to
 local modes = {}
 for m in (arg[4] or "off,copy,auto"):gmatch("[^,]+") do modes[#modes + 1] = m end
 local device, small = arg[5] or "cuda", arg[6] == "small"
-local module, variant
-for _, name in ipairs({"mlp", "eos", "st", "gpt2_decode", "kv_inplace", "branch", "early_exit", "greedy_loop", "train_step"}) do
-  local m = require(name)
-  for _, v in ipairs(m.variants or {{name = m.name, dtype = "float32"}}) do
-    if v.name == want then module, variant = m, v end
-  end
-end
-if not module then io.stderr:write("call_split.lua: no variant named ", want, "\n"); os.exit(2) end
-
-grace.manual_seed(1)
-local ctx = {small = small, device = device, dtype = variant.dtype, variant = variant.name, npool = npool, bytes = 0}
-function ctx.tensor(_, shape, init)
-  local t
-  if init[1] == "normal" then t = grace.randn(shape) * init[2] + (init[3] or 0)
-  elseif init[1] == "uniform" then t = grace.rand(shape) * (init[3] - init[2]) + init[2]
-  else t = grace.randint(init[2], init[3], shape) end
-  if t.dtype == "float32" and ctx.dtype ~= "float32" then t = t:to(ctx.dtype) end
-  return t:to(device)
-end
-local w = module.build(ctx)
+local w, why = require("seeded").build(want, {device = device, npool = npool, small = small})
+if not w then io.stderr:write("call_split.lua: ", why, "\n"); os.exit(2) end
 local function med(t) table.sort(t) return t[(#t + 1) // 2] * 1e6 end
 
 for _, mode in ipairs(modes) do

@@ -7,26 +7,8 @@
 local HERE = (arg and arg[0] or "bench/profile_step.lua"):match("^(.*)/[^/]*$") or "."
 package.path = HERE .. "/workloads/?.lua;" .. package.path
 local want, calls, graph_only = arg[1] or "gpt2_decode_bf16", tonumber(arg[2] or "3"), arg[3] == "graph"
-local module, variant
-for _, name in ipairs({"mlp", "eos", "st", "gpt2_decode", "kv_inplace", "branch", "early_exit", "greedy_loop", "train_step"}) do
-  local m = require(name)
-  for _, v in ipairs(m.variants or {{name = m.name, dtype = "float32"}}) do
-    if v.name == want then module, variant = m, v end
-  end
-end
-if not module then io.stderr:write("profile_step.lua: no variant named ", want, "\n"); os.exit(2) end
-
-grace.manual_seed(1)
-local ctx = {small = false, device = "cuda", dtype = variant.dtype, variant = variant.name, npool = 1, bytes = 0}
-function ctx.tensor(_, shape, init)
-  local t
-  if init[1] == "normal" then t = grace.randn(shape) * init[2] + (init[3] or 0)
-  elseif init[1] == "uniform" then t = grace.rand(shape) * (init[3] - init[2]) + init[2]
-  else t = grace.randint(init[2], init[3], shape) end
-  if t.dtype == "float32" and ctx.dtype ~= "float32" then t = t:to(ctx.dtype) end
-  return t:to("cuda")
-end
-local w = module.build(ctx)
+local w, why = require("seeded").build(want, {device = "cuda", npool = 1})
+if not w then io.stderr:write("profile_step.lua: ", why, "\n"); os.exit(2) end
 local args = w.pool[1]
 
 if not graph_only then
