@@ -30,7 +30,8 @@ int lg_guard_holds(lua_State *L, int got, int want);
 /* Two expectations are the same: raw equality, or two snapshots of the same contents. */
 int lg_same_expectation(lua_State *L, int a, int b);
 /* Pushes a host guard of n paths (paths: a list of paths, expect: the value each must hold): the table {paths,
- * expect, n, program, keys}, its check compiled once into a program of steps and expectations compared in C. */
+ * expect, n, program, keys, anchors}, its check compiled once into a program of steps and expectations compared in
+ * C (anchors: the values a snapshot's learned order points to, kept alive). */
 void lg_push_guard(lua_State *L, int paths, int expect, int n);
 /* The number of the first path of the guard at guard (absolute index) that no longer holds its value, for the
  * function at fn and the arguments from args; 0 when all hold, -1 when the Lua stack has no room to check. */
